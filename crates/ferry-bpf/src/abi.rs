@@ -1,0 +1,63 @@
+//! Rust mirror of `bpf/include/ferry_abi.h`, the one definition of the
+//! layouts shared with the BPF programs. Sizes are checked at compile time
+//! against the same numbers the C header asserts.
+
+/// One slot per XDP action, plus [`SLOT_MALFORMED`].
+pub const VERDICT_SLOTS: usize = 6;
+/// Frames a program refused as malformed before choosing an action.
+pub const SLOT_MALFORMED: usize = 5;
+/// Names of the verdict slots, in slot order.
+pub const VERDICT_NAMES: [&str; VERDICT_SLOTS] =
+    ["aborted", "drop", "pass", "tx", "redirect", "malformed"];
+
+/// `struct ferry_verdicts`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Verdicts {
+    pub packets: [u64; VERDICT_SLOTS],
+    pub bytes: [u64; VERDICT_SLOTS],
+}
+const _: () = assert!(std::mem::size_of::<Verdicts>() == 96);
+
+impl Verdicts {
+    /// Adds another CPU's counters to these.
+    pub fn add(&mut self, other: &Verdicts) {
+        for i in 0..VERDICT_SLOTS {
+            self.packets[i] += other.packets[i];
+            self.bytes[i] += other.bytes[i];
+        }
+    }
+
+    /// All packets counted, whatever the verdict.
+    pub fn total_packets(&self) -> u64 {
+        self.packets.iter().sum()
+    }
+}
+
+/// `struct ferry_gen_config`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GenConfig {
+    pub ifindex: u32,
+    pub stream: u16,
+    pub stamp_offset: u16,
+    pub sport_offset: u16,
+    pub sport_min: u16,
+    pub sport_count: u16,
+    pub pad: u16,
+}
+const _: () = assert!(std::mem::size_of::<GenConfig>() == 16);
+
+/// `struct ferry_gen_state`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GenState {
+    pub seq: u32,
+    pub sport_idx: u32,
+}
+const _: () = assert!(std::mem::size_of::<GenState>() == 8);
+
+// SAFETY: plain-old-data, no padding, every bit pattern is valid.
+unsafe impl aya::Pod for Verdicts {}
+unsafe impl aya::Pod for GenConfig {}
+unsafe impl aya::Pod for GenState {}

@@ -1,0 +1,143 @@
+//! Loading an embedded object and attaching one of its XDP programs.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use aya::{
+    maps::{Array, PerCpuArray, XskMap},
+    programs::{Xdp, XdpFlags},
+    Ebpf,
+};
+
+use crate::{abi::Verdicts, BpfError, GenConfig, Object};
+
+/// Where in the stack an XDP program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttachMode {
+    /// In the driver (veth supports it); the fast one.
+    #[default]
+    Driver,
+    /// Generic (skb) mode: works on every device, slower.
+    Generic,
+}
+
+impl AttachMode {
+    fn flags(self) -> XdpFlags {
+        match self {
+            AttachMode::Driver => XdpFlags::DRV_MODE,
+            AttachMode::Generic => XdpFlags::SKB_MODE,
+        }
+    }
+}
+
+impl std::str::FromStr for AttachMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "driver" | "drv" | "native" => Ok(AttachMode::Driver),
+            "generic" | "skb" => Ok(AttachMode::Generic),
+            _ => Err(format!("unknown XDP mode {s:?} (driver|generic)")),
+        }
+    }
+}
+
+/// A loaded object with one program loaded (and maybe attached).
+/// Dropping it detaches the program and frees the maps.
+pub struct LoadedXdp {
+    ebpf: Ebpf,
+    object: Object,
+    program: String,
+}
+
+impl LoadedXdp {
+    /// Loads `object` and the XDP program `program` in it, without attaching.
+    pub fn load(object: Object, program: &str) -> Result<Self, BpfError> {
+        raise_memlock_limit();
+        let mut ebpf = Ebpf::load(object.bytes()).map_err(|source| match &source {
+            aya::EbpfError::MapError(aya::maps::MapError::CreateError { io_error, .. })
+                if io_error.raw_os_error() == Some(libc::EPERM) =>
+            {
+                BpfError::NotSupported {
+                    need: "CAP_BPF and CAP_NET_ADMIN (run as root or through ferryd)",
+                    source: std::io::Error::from_raw_os_error(libc::EPERM),
+                }
+            }
+            _ => BpfError::Load { object, source },
+        })?;
+        let prog = xdp_mut(&mut ebpf, object, program)?;
+        prog.load().map_err(|source| BpfError::Program { name: program.to_string(), source })?;
+        Ok(LoadedXdp { ebpf, object, program: program.to_string() })
+    }
+
+    /// Loads and attaches to the device with index `ifindex`.
+    pub fn attach(
+        object: Object,
+        program: &str,
+        ifindex: u32,
+        mode: AttachMode,
+    ) -> Result<Self, BpfError> {
+        let mut loaded = Self::load(object, program)?;
+        let name = loaded.program.clone();
+        let prog = xdp_mut(&mut loaded.ebpf, object, &name)?;
+        prog.attach_to_if_index(ifindex, mode.flags())
+            .map_err(|source| BpfError::Program { name, source })?;
+        Ok(loaded)
+    }
+
+    /// The program's fd, for BPF_PROG_RUN.
+    pub fn program_fd(&self) -> Result<BorrowedFd<'_>, BpfError> {
+        let prog: &Xdp = self
+            .ebpf
+            .program(&self.program)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| BpfError::NoProgram { object: self.object, name: self.program.clone() })?;
+        let fd = prog
+            .fd()
+            .map_err(|source| BpfError::Program { name: self.program.clone(), source })?;
+        Ok(fd.as_fd())
+    }
+
+    /// Sums the per-CPU verdict counters of this object.
+    pub fn verdicts(&self) -> Result<Verdicts, BpfError> {
+        const NAME: &str = "ferry_verdicts";
+        let map = self.ebpf.map(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let arr: PerCpuArray<_, Verdicts> =
+            PerCpuArray::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        let per_cpu = arr.get(&0, 0).map_err(|source| BpfError::Map { name: NAME, source })?;
+        let mut sum = Verdicts::default();
+        for v in per_cpu.iter() {
+            sum.add(v);
+        }
+        Ok(sum)
+    }
+
+    /// Registers an AF_XDP socket for receive queue `queue` (XskRedirect only).
+    pub fn register_xsk(&mut self, queue: u32, socket: impl AsRawFd) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_xsks";
+        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut xsks = XskMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        xsks.set(queue, socket.as_raw_fd(), 0).map_err(|source| BpfError::Map { name: NAME, source })
+    }
+
+    /// Writes the generator configuration (Gen only).
+    pub fn set_gen_config(&mut self, config: GenConfig) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_gen_config";
+        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut arr: Array<_, GenConfig> =
+            Array::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        arr.set(0, config, 0).map_err(|source| BpfError::Map { name: NAME, source })
+    }
+}
+
+fn xdp_mut<'a>(ebpf: &'a mut Ebpf, object: Object, name: &str) -> Result<&'a mut Xdp, BpfError> {
+    ebpf.program_mut(name)
+        .and_then(|p| p.try_into().ok())
+        .ok_or_else(|| BpfError::NoProgram { object, name: name.to_string() })
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; raising it is
+/// harmless on newer ones, and failing to raise it is not fatal.
+fn raise_memlock_limit() {
+    let limit = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit reads a valid rlimit struct.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit) };
+}

@@ -1,0 +1,79 @@
+//! Ferry's XDP programs and the Rust side that loads, attaches and runs them.
+//!
+//! The programs are written in C under `bpf/` and compiled by `build.rs`;
+//! their objects are embedded here. Loading uses aya. The kernel is probed
+//! only when something is loaded: failures name what is missing
+//! ("not supported: needs ...").
+
+pub mod abi;
+mod attach;
+mod test_run;
+
+pub use abi::{GenConfig, GenState, Verdicts, SLOT_MALFORMED, VERDICT_NAMES, VERDICT_SLOTS};
+pub use attach::{AttachMode, LoadedXdp};
+pub use test_run::{run_live_frames, test_run, TestRunOutput};
+
+/// An embedded BPF object file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Object {
+    /// `xsk_redirect.bpf.c`: per-queue redirect into an XSKMAP.
+    XskRedirect,
+    /// `xdp_basic.bpf.c`: drop, pass and tx baselines.
+    Basic,
+    /// `xdp_gen.bpf.c`: the live-frames generator.
+    Gen,
+}
+
+impl Object {
+    /// The ELF bytes of the object.
+    pub fn bytes(self) -> &'static [u8] {
+        match self {
+            Object::XskRedirect => {
+                include_bytes!(concat!(env!("OUT_DIR"), "/xsk_redirect.bpf.o"))
+            }
+            Object::Basic => include_bytes!(concat!(env!("OUT_DIR"), "/xdp_basic.bpf.o")),
+            Object::Gen => include_bytes!(concat!(env!("OUT_DIR"), "/xdp_gen.bpf.o")),
+        }
+    }
+}
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    #[error("loading BPF object {object:?}: {source}")]
+    Load {
+        object: Object,
+        #[source]
+        source: aya::EbpfError,
+    },
+    #[error("BPF program {name} not found in {object:?}")]
+    NoProgram { object: Object, name: String },
+    #[error("BPF map {name} not found or of the wrong type")]
+    NoMap { name: &'static str },
+    #[error("program {name}: {source}")]
+    Program {
+        name: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("not supported: needs {need} ({source})")]
+    NotSupported {
+        need: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("bpf syscall {what}: {source}")]
+    Syscall {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no such device {0}")]
+    NoDevice(String),
+}
