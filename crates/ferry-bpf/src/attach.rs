@@ -111,7 +111,7 @@ impl LoadedXdp {
     }
 
     /// Registers an AF_XDP socket for receive queue `queue` (XskRedirect only).
-    pub fn register_xsk(&mut self, queue: u32, socket: impl AsRawFd) -> Result<(), BpfError> {
+    pub fn register_xsk(&mut self, queue: u32, socket: &impl AsRawFd) -> Result<(), BpfError> {
         const NAME: &str = "ferry_xsks";
         let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
         let mut xsks = XskMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;

@@ -24,15 +24,26 @@ pub enum Object {
     Gen,
 }
 
+/// ELF parsing needs the bytes 8-byte aligned; `include_bytes!` alone only
+/// guarantees 1.
+#[repr(C, align(8))]
+struct Aligned<B: ?Sized> {
+    bytes: B,
+}
+
+static XSK_REDIRECT: &Aligned<[u8]> =
+    &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xsk_redirect.bpf.o")) };
+static BASIC: &Aligned<[u8]> =
+    &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_basic.bpf.o")) };
+static GEN: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_gen.bpf.o")) };
+
 impl Object {
     /// The ELF bytes of the object.
     pub fn bytes(self) -> &'static [u8] {
         match self {
-            Object::XskRedirect => {
-                include_bytes!(concat!(env!("OUT_DIR"), "/xsk_redirect.bpf.o"))
-            }
-            Object::Basic => include_bytes!(concat!(env!("OUT_DIR"), "/xdp_basic.bpf.o")),
-            Object::Gen => include_bytes!(concat!(env!("OUT_DIR"), "/xdp_gen.bpf.o")),
+            Object::XskRedirect => &XSK_REDIRECT.bytes,
+            Object::Basic => &BASIC.bytes,
+            Object::Gen => &GEN.bytes,
         }
     }
 }

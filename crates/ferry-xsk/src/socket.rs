@@ -145,19 +145,19 @@ impl XskSocket {
         if r.tx > 0 {
             setsockopt(s, SOL_XDP, XDP_TX_RING, &r.tx).map_err(|e| XskError::Sys { what: "XDP_TX_RING", source: e })?;
         }
-        let mut flags = match config.bind {
-            BindMode::Auto => 0,
-            BindMode::Copy => XDP_COPY,
-            BindMode::ZeroCopy => XDP_ZEROCOPY,
+        // A socket joining a shared UMEM inherits copy/zero-copy and
+        // need_wakeup from it; the kernel refuses those flags on it.
+        let (flags, shared_fd) = match share_with {
+            Some((other, _, _)) => (XDP_SHARED_UMEM, other.fd.as_raw_fd() as u32),
+            None => {
+                let mode = match config.bind {
+                    BindMode::Auto => 0,
+                    BindMode::Copy => XDP_COPY,
+                    BindMode::ZeroCopy => XDP_ZEROCOPY,
+                };
+                (if config.need_wakeup { mode | XDP_USE_NEED_WAKEUP } else { mode }, 0)
+            }
         };
-        if config.need_wakeup {
-            flags |= XDP_USE_NEED_WAKEUP;
-        }
-        let mut shared_fd = 0;
-        if let Some((other, _, _)) = share_with {
-            flags |= XDP_SHARED_UMEM;
-            shared_fd = other.fd.as_raw_fd() as u32;
-        }
         // Rings are mapped before bind so a failed bind still unmaps them.
         let sizes = RingSizes { fill: if own_fq { r.fill } else { 0 }, comp: if own_fq { r.comp } else { 0 }, ..r };
         let sock = Self::map_rings(fd, umem, sizes)?;
