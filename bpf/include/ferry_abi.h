@@ -42,7 +42,7 @@ struct ferry_gen_config {
 	__u16 sport_offset; /* 0: do not vary the source port */
 	__u16 sport_min;    /* host order */
 	__u16 sport_count;  /* number of source ports to cycle through */
-	__u16 pad;
+	__u16 clock_shift;  /* read the clock every 2^clock_shift frames */
 };
 _Static_assert(sizeof(struct ferry_gen_config) == 16, "ferry_gen_config layout");
 
@@ -50,7 +50,8 @@ _Static_assert(sizeof(struct ferry_gen_config) == 16, "ferry_gen_config layout")
 struct ferry_gen_state {
 	__u32 seq;
 	__u32 sport_idx;
+	__u64 now_ns; /* last clock reading, reused between readings */
 };
-_Static_assert(sizeof(struct ferry_gen_state) == 8, "ferry_gen_state layout");
+_Static_assert(sizeof(struct ferry_gen_state) == 16, "ferry_gen_state layout");
 
 #endif

@@ -7,8 +7,7 @@ pub const VERDICT_SLOTS: usize = 6;
 /// Frames a program refused as malformed before choosing an action.
 pub const SLOT_MALFORMED: usize = 5;
 /// Names of the verdict slots, in slot order.
-pub const VERDICT_NAMES: [&str; VERDICT_SLOTS] =
-    ["aborted", "drop", "pass", "tx", "redirect", "malformed"];
+pub const VERDICT_NAMES: [&str; VERDICT_SLOTS] = ["aborted", "drop", "pass", "tx", "redirect", "malformed"];
 
 /// `struct ferry_verdicts`.
 #[repr(C)]
@@ -44,7 +43,8 @@ pub struct GenConfig {
     pub sport_offset: u16,
     pub sport_min: u16,
     pub sport_count: u16,
-    pub pad: u16,
+    /// Read the clock every 2^clock_shift frames (0: every frame).
+    pub clock_shift: u16,
 }
 const _: () = assert!(std::mem::size_of::<GenConfig>() == 16);
 
@@ -54,8 +54,9 @@ const _: () = assert!(std::mem::size_of::<GenConfig>() == 16);
 pub struct GenState {
     pub seq: u32,
     pub sport_idx: u32,
+    pub now_ns: u64,
 }
-const _: () = assert!(std::mem::size_of::<GenState>() == 8);
+const _: () = assert!(std::mem::size_of::<GenState>() == 16);
 
 // SAFETY: plain-old-data, no padding, every bit pattern is valid.
 unsafe impl aya::Pod for Verdicts {}

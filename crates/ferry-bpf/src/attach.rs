@@ -69,17 +69,11 @@ impl LoadedXdp {
     }
 
     /// Loads and attaches to the device with index `ifindex`.
-    pub fn attach(
-        object: Object,
-        program: &str,
-        ifindex: u32,
-        mode: AttachMode,
-    ) -> Result<Self, BpfError> {
+    pub fn attach(object: Object, program: &str, ifindex: u32, mode: AttachMode) -> Result<Self, BpfError> {
         let mut loaded = Self::load(object, program)?;
         let name = loaded.program.clone();
         let prog = xdp_mut(&mut loaded.ebpf, object, &name)?;
-        prog.attach_to_if_index(ifindex, mode.flags())
-            .map_err(|source| BpfError::Program { name, source })?;
+        prog.attach_to_if_index(ifindex, mode.flags()).map_err(|source| BpfError::Program { name, source })?;
         Ok(loaded)
     }
 
@@ -90,9 +84,7 @@ impl LoadedXdp {
             .program(&self.program)
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| BpfError::NoProgram { object: self.object, name: self.program.clone() })?;
-        let fd = prog
-            .fd()
-            .map_err(|source| BpfError::Program { name: self.program.clone(), source })?;
+        let fd = prog.fd().map_err(|source| BpfError::Program { name: self.program.clone(), source })?;
         Ok(fd.as_fd())
     }
 

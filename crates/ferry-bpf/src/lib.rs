@@ -33,8 +33,7 @@ struct Aligned<B: ?Sized> {
 
 static XSK_REDIRECT: &Aligned<[u8]> =
     &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xsk_redirect.bpf.o")) };
-static BASIC: &Aligned<[u8]> =
-    &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_basic.bpf.o")) };
+static BASIC: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_basic.bpf.o")) };
 static GEN: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_gen.bpf.o")) };
 
 impl Object {

@@ -83,31 +83,20 @@ pub fn test_run(prog: BorrowedFd<'_>, frame: &[u8], repeat: u32) -> Result<TestR
 /// Runs an XDP program `repeat` times in live-frames mode: every frame it
 /// returns XDP_TX/XDP_REDIRECT for is really sent. `batch` frames are
 /// processed per kernel batch (0: kernel default of 64).
-pub fn run_live_frames(
-    prog: BorrowedFd<'_>,
-    frame: &[u8],
-    repeat: u32,
-    batch: u32,
-) -> Result<(), BpfError> {
-    // The kernel wants an xdp_md context in live mode; zero means "loopback,
-    // queue 0" which is what a generator wants.
-    let mut ctx = [0u32; 6];
+pub fn run_live_frames(prog: BorrowedFd<'_>, frame: &[u8], repeat: u32, batch: u32) -> Result<(), BpfError> {
+    // No context: the kernel then runs the program as if received on the
+    // loopback device of the caller's namespace, queue 0.
     let mut attr = TestRunAttr {
         prog_fd: prog.as_raw_fd() as u32,
         data_size_in: frame.len() as u32,
         data_in: frame.as_ptr() as u64,
         repeat,
-        ctx_size_in: std::mem::size_of_val(&ctx) as u32,
-        ctx_in: ctx.as_mut_ptr() as u64,
         flags: BPF_F_TEST_XDP_LIVE_FRAMES,
         batch_size: batch,
         ..Default::default()
     };
     bpf_test_run(&mut attr).map_err(|source| match source.raw_os_error() {
-        Some(libc::EINVAL) => BpfError::NotSupported {
-            need: "BPF_F_TEST_XDP_LIVE_FRAMES (Linux 5.18+)",
-            source,
-        },
+        Some(libc::EINVAL) => BpfError::NotSupported { need: "BPF_F_TEST_XDP_LIVE_FRAMES (Linux 5.18+)", source },
         _ => BpfError::Syscall { what: "BPF_PROG_RUN live frames", source },
     })
 }

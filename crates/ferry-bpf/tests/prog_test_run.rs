@@ -51,12 +51,40 @@ fn basic_programs_table() {
         return;
     }
     let cases = vec![
-        Case { name: "drop udp", program: "ferry_drop", input: udp_frame(), action: XDP_DROP, output: udp_frame(), slot: XDP_DROP as usize },
-        Case { name: "pass udp", program: "ferry_pass", input: udp_frame(), action: XDP_PASS, output: udp_frame(), slot: XDP_PASS as usize },
-        Case { name: "tx swaps macs", program: "ferry_tx", input: udp_frame(), action: XDP_TX, output: swapped(udp_frame()), slot: XDP_TX as usize },
+        Case {
+            name: "drop udp",
+            program: "ferry_drop",
+            input: udp_frame(),
+            action: XDP_DROP,
+            output: udp_frame(),
+            slot: XDP_DROP as usize,
+        },
+        Case {
+            name: "pass udp",
+            program: "ferry_pass",
+            input: udp_frame(),
+            action: XDP_PASS,
+            output: udp_frame(),
+            slot: XDP_PASS as usize,
+        },
+        Case {
+            name: "tx swaps macs",
+            program: "ferry_tx",
+            input: udp_frame(),
+            action: XDP_TX,
+            output: swapped(udp_frame()),
+            slot: XDP_TX as usize,
+        },
         // The kernel refuses test frames shorter than an Ethernet header, so
         // the shortest input is exactly one header.
-        Case { name: "tx of a bare ethernet header", program: "ferry_tx", input: udp_frame()[..14].to_vec(), action: XDP_TX, output: swapped(udp_frame()[..14].to_vec()), slot: XDP_TX as usize },
+        Case {
+            name: "tx of a bare ethernet header",
+            program: "ferry_tx",
+            input: udp_frame()[..14].to_vec(),
+            action: XDP_TX,
+            output: swapped(udp_frame()[..14].to_vec()),
+            slot: XDP_TX as usize,
+        },
     ];
     for case in cases {
         let prog = LoadedXdp::load(Object::Basic, case.program).expect("load");
@@ -88,7 +116,15 @@ fn generator_stamps_and_cycles_source_port() {
         return;
     }
     let mut prog = LoadedXdp::load(Object::Gen, "ferry_gen").unwrap();
-    let cfg = GenConfig { ifindex: 1, stream: 7, stamp_offset: 42, sport_offset: 34, sport_min: 5000, sport_count: 2, pad: 0 };
+    let cfg = GenConfig {
+        ifindex: 1,
+        stream: 7,
+        stamp_offset: 42,
+        sport_offset: 34,
+        sport_min: 5000,
+        sport_count: 2,
+        clock_shift: 0,
+    };
     prog.set_gen_config(cfg).unwrap();
     let fd = prog.program_fd().unwrap();
     let mut ports = Vec::new();

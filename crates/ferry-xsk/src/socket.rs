@@ -109,8 +109,12 @@ impl XskSocket {
         if raw < 0 {
             let e = std::io::Error::last_os_error();
             return Err(match e.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => XskError::NotSupported { need: "CAP_NET_RAW to create AF_XDP sockets (ask ferryd)", source: e },
-                Some(libc::EAFNOSUPPORT) => XskError::NotSupported { need: "a kernel with CONFIG_XDP_SOCKETS", source: e },
+                Some(libc::EPERM) | Some(libc::EACCES) => {
+                    XskError::NotSupported { need: "CAP_NET_RAW to create AF_XDP sockets (ask ferryd)", source: e }
+                }
+                Some(libc::EAFNOSUPPORT) => {
+                    XskError::NotSupported { need: "a kernel with CONFIG_XDP_SOCKETS", source: e }
+                }
                 _ => XskError::Sys { what: "socket(AF_XDP)", source: e },
             });
         }
@@ -129,13 +133,15 @@ impl XskSocket {
                     headroom: umem.config().headroom,
                     ..Default::default()
                 };
-                setsockopt(s, SOL_XDP, XDP_UMEM_REG, &reg).map_err(|e| XskError::Sys { what: "XDP_UMEM_REG", source: e })?;
+                setsockopt(s, SOL_XDP, XDP_UMEM_REG, &reg)
+                    .map_err(|e| XskError::Sys { what: "XDP_UMEM_REG", source: e })?;
                 true
             }
             Some((_, other_ifindex, other_queue)) => other_ifindex != ifindex || other_queue != queue,
         };
         if own_fq {
-            setsockopt(s, SOL_XDP, XDP_UMEM_FILL_RING, &r.fill).map_err(|e| XskError::Sys { what: "XDP_UMEM_FILL_RING", source: e })?;
+            setsockopt(s, SOL_XDP, XDP_UMEM_FILL_RING, &r.fill)
+                .map_err(|e| XskError::Sys { what: "XDP_UMEM_FILL_RING", source: e })?;
             setsockopt(s, SOL_XDP, XDP_UMEM_COMPLETION_RING, &r.comp)
                 .map_err(|e| XskError::Sys { what: "XDP_UMEM_COMPLETION_RING", source: e })?;
         }
@@ -164,12 +170,18 @@ impl XskSocket {
         let addr = SockaddrXdp { family: AF_XDP as u16, flags, ifindex, queue_id: queue, shared_umem_fd: shared_fd };
         // SAFETY: addr is a valid sockaddr_xdp.
         let rc = unsafe {
-            libc::bind(s, &addr as *const SockaddrXdp as *const libc::sockaddr, std::mem::size_of::<SockaddrXdp>() as u32)
+            libc::bind(
+                s,
+                &addr as *const SockaddrXdp as *const libc::sockaddr,
+                std::mem::size_of::<SockaddrXdp>() as u32,
+            )
         };
         if rc < 0 {
             let e = std::io::Error::last_os_error();
             return Err(match (config.bind, e.raw_os_error()) {
-                (BindMode::ZeroCopy, Some(libc::EOPNOTSUPP)) => XskError::NotSupported { need: "a driver with AF_XDP zero-copy support", source: e },
+                (BindMode::ZeroCopy, Some(libc::EOPNOTSUPP)) => {
+                    XskError::NotSupported { need: "a driver with AF_XDP zero-copy support", source: e }
+                }
                 _ => XskError::Bind { ifindex, queue, source: e },
             });
         }
@@ -193,9 +205,18 @@ impl XskSocket {
 
     fn map_rings(fd: OwnedFd, umem: Arc<Umem>, sizes: RingSizes) -> Result<XskSocket, XskError> {
         let s = fd.as_raw_fd();
-        let off: XdpMmapOffsets = getsockopt(s, SOL_XDP, XDP_MMAP_OFFSETS).map_err(|e| XskError::Sys { what: "XDP_MMAP_OFFSETS", source: e })?;
-        let fill = if sizes.fill > 0 { Some(ProducerRing::map(s, &off.fr, sizes.fill, XDP_UMEM_PGOFF_FILL_RING)?) } else { None };
-        let comp = if sizes.comp > 0 { Some(ConsumerRing::map(s, &off.cr, sizes.comp, XDP_UMEM_PGOFF_COMPLETION_RING)?) } else { None };
+        let off: XdpMmapOffsets = getsockopt(s, SOL_XDP, XDP_MMAP_OFFSETS)
+            .map_err(|e| XskError::Sys { what: "XDP_MMAP_OFFSETS", source: e })?;
+        let fill = if sizes.fill > 0 {
+            Some(ProducerRing::map(s, &off.fr, sizes.fill, XDP_UMEM_PGOFF_FILL_RING)?)
+        } else {
+            None
+        };
+        let comp = if sizes.comp > 0 {
+            Some(ConsumerRing::map(s, &off.cr, sizes.comp, XDP_UMEM_PGOFF_COMPLETION_RING)?)
+        } else {
+            None
+        };
         let rx = if sizes.rx > 0 { Some(ConsumerRing::map(s, &off.rx, sizes.rx, XDP_PGOFF_RX_RING)?) } else { None };
         let tx = if sizes.tx > 0 { Some(ProducerRing::map(s, &off.tx, sizes.tx, XDP_PGOFF_TX_RING)?) } else { None };
         Ok(XskSocket { fd, umem, fill, comp, rx, tx })
@@ -209,7 +230,8 @@ impl XskSocket {
     /// transmits only from this call, so it is needed on every batch there.
     pub fn kick_tx(&self) -> Result<(), XskError> {
         // SAFETY: a zero-length send on our socket.
-        let rc = unsafe { libc::sendto(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+        let rc =
+            unsafe { libc::sendto(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
         if rc < 0 {
             let e = std::io::Error::last_os_error();
             // These mean "busy, try again", not failure.
@@ -232,7 +254,8 @@ impl XskSocket {
 
     /// The kernel's drop and error counters for this socket.
     pub fn statistics(&self) -> Result<XdpStatistics, XskError> {
-        getsockopt(self.fd.as_raw_fd(), SOL_XDP, XDP_STATISTICS).map_err(|e| XskError::Sys { what: "XDP_STATISTICS", source: e })
+        getsockopt(self.fd.as_raw_fd(), SOL_XDP, XDP_STATISTICS)
+            .map_err(|e| XskError::Sys { what: "XDP_STATISTICS", source: e })
     }
 
     /// True when the fill ring asks for a wakeup (need_wakeup mode).

@@ -34,8 +34,24 @@ impl VethNs {
         let ns = VethNs { name };
         let q = queues.to_string();
         ip(&[
-            "-n", &ns.name, "link", "add", "xa", "numtxqueues", &q, "numrxqueues", &q, "type", "veth", "peer", "name", "xb",
-            "numtxqueues", &q, "numrxqueues", &q,
+            "-n",
+            &ns.name,
+            "link",
+            "add",
+            "xa",
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "xb",
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
         ]);
         ip(&["-n", &ns.name, "link", "set", "xa", "address", "02:00:00:00:00:0a"]);
         ip(&["-n", &ns.name, "link", "set", "xb", "address", "02:00:00:00:00:0b"]);
@@ -62,8 +78,8 @@ impl Drop for VethNs {
 /// A 60-byte UDP frame with `tag` in its payload.
 pub fn frame(tag: u8) -> Vec<u8> {
     let mut f = vec![
-        0x02, 0, 0, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a, 0x08, 0x00, 0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1,
-        10, 0, 0, 2, 0x03, 0xe8, 0x07, 0xd0, 0, 26, 0, 0,
+        0x02, 0, 0, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a, 0x08, 0x00, 0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0,
+        0, 1, 10, 0, 0, 2, 0x03, 0xe8, 0x07, 0xd0, 0, 26, 0, 0,
     ];
     f.resize(60, tag);
     f

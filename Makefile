@@ -1,0 +1,54 @@
+# Ferry — two commands on a fresh Debian 12 machine, as root:
+#   make demo   build, set up a netns testbed, run NFs on AF_XDP, tear down
+#   make test   lint and run every test (unit, BPF test-run tables, netns e2e)
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+CARGO ?= cargo
+APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-ping iputils-arping tshark ethtool
+FERRY_RELEASE := target/release/ferry
+FERRY_DEBUG := target/debug/ferry
+
+.PHONY: all deps build demo test lint bench bench-io clean sweep
+
+all: build
+
+# Installs what the build and the tests need, once: Debian packages (clang
+# for the BPF programs, iproute2 for testbeds, tshark to check pcap files)
+# and a Rust toolchain if none is on the PATH.
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@command -v $(CARGO) >/dev/null 2>&1 || { \
+	  echo "no cargo on PATH: installing Debian's rustc and cargo (Ferry needs Rust >= 1.80)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo rustc >/dev/null; }
+	@$(CARGO) --version
+
+build: deps
+	$(CARGO) build --release --workspace
+
+demo: build
+	$(FERRY_RELEASE) testbed sweep
+	$(FERRY_RELEASE) demo
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Testbeds left by a killed earlier run are swept before and after.
+test: deps lint
+	$(CARGO) build --workspace
+	$(FERRY_DEBUG) testbed sweep
+	$(CARGO) test --workspace -- --test-threads=2; rc=$$?; $(FERRY_DEBUG) testbed sweep; exit $$rc
+
+bench: bench-io
+bench-io: build
+	$(FERRY_RELEASE) bench io --json target/ferry-bench/io.json
+
+sweep:
+	$(FERRY_DEBUG) testbed sweep
+
+clean:
+	$(CARGO) clean

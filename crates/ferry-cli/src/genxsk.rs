@@ -1,0 +1,169 @@
+//! `ferry gen xsk`: user-space generation through AF_XDP TX, one socket per
+//! chosen queue. veth hands a frame sent on transmit queue N to the peer's
+//! receive queue N, so picking queues emulates a NIC's RSS spreading flows.
+//! Frames come from a traffic profile's flow schedule (stamped per packet)
+//! or from a pcap file (replayed as is).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use ferry_traffic::{split_evenly, FlowSchedule, Pacer, TemplateCache, TrafficProfile};
+use ferry_wire::Stamp;
+use ferry_xsk::XdpDesc;
+use serde::Serialize;
+
+use crate::util::{monotonic_ns, stop_requested};
+use crate::xskport::{self, XskOptions};
+
+pub struct XskGenOptions {
+    pub dev: String,
+    pub queues: Vec<u32>,
+    pub profile: TrafficProfile,
+    /// Replay this capture instead of generating from the profile.
+    pub pcap: Option<PathBuf>,
+    pub xsk: XskOptions,
+    /// Stamp stream of queue i is `stream_base + i`.
+    pub stream_base: u16,
+    pub batch: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct XskGenReport {
+    pub dev: String,
+    pub queues: Vec<u32>,
+    /// Frames the kernel completed (really transmitted), per queue.
+    pub sent_per_queue: Vec<u64>,
+    pub sent: u64,
+    pub flows_started: u64,
+    pub seconds: f64,
+    pub pps: f64,
+}
+
+/// What one queue sends from.
+enum Source {
+    Profile { schedule: Box<FlowSchedule>, templates: TemplateCache, stream: u16, seq: u32 },
+    Pcap { frames: std::sync::Arc<Vec<Vec<u8>>>, next: usize },
+}
+
+impl Source {
+    /// Writes the next frame into `out`; returns its length.
+    fn write(&mut self, out: &mut [u8]) -> Result<usize> {
+        match self {
+            Source::Profile { schedule, templates, stream, seq } => {
+                let pkt = schedule.next_packet();
+                let stamp = Stamp { stream: *stream, seq: *seq, tx_ns: monotonic_ns() };
+                *seq = seq.wrapping_add(1);
+                Ok(templates.write_frame(&pkt, &stamp, out)?)
+            }
+            Source::Pcap { frames, next } => {
+                let f = &frames[*next % frames.len()];
+                *next += 1;
+                let n = f.len().min(out.len());
+                out[..n].copy_from_slice(&f[..n]);
+                Ok(n)
+            }
+        }
+    }
+
+    fn flows_started(&self) -> u64 {
+        match self {
+            Source::Profile { schedule, .. } => schedule.flows_started(),
+            Source::Pcap { .. } => 0,
+        }
+    }
+}
+
+pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
+    let p = &opts.profile;
+    p.validate()?;
+    let nq = opts.queues.len() as u32;
+    let pcap_frames = match &opts.pcap {
+        Some(path) => {
+            let frames: Vec<Vec<u8>> = ferry_traffic::read_pcap(path)?.into_iter().map(|(_, f)| f).collect();
+            if frames.is_empty() {
+                return Err(anyhow!("{} holds no packets", path.display()));
+            }
+            Some(std::sync::Arc::new(frames))
+        }
+        None => None,
+    };
+    let mut io = xskport::open(&opts.dev, &opts.queues, &opts.xsk, false).context("opening AF_XDP ports")?;
+    let mut sources = Vec::new();
+    let mut pacers = Vec::new();
+    let mut budgets = Vec::new();
+    for (i, _) in opts.queues.iter().enumerate() {
+        let i = i as u32;
+        sources.push(match &pcap_frames {
+            Some(frames) => Source::Pcap { frames: frames.clone(), next: 0 },
+            None => Source::Profile {
+                schedule: Box::new(FlowSchedule::for_queue(p, i, nq)?),
+                templates: TemplateCache::new(p.frame_spec(), p.proto.into(), p.active_flows as usize),
+                stream: opts.stream_base + i as u16,
+                seq: 0,
+            },
+        });
+        pacers.push(Pacer::new(p.rate_pps.map(|r| split_evenly(r, i, nq).max(1)), p.burst));
+        // With a pcap and no count, replay the file once.
+        let count = p.count.or(pcap_frames.as_ref().map(|f| f.len() as u64 * nq as u64));
+        budgets.push(count.map(|c| split_evenly(c, i, nq)));
+    }
+    let deadline = p.duration_ns().map(|d| Instant::now() + Duration::from_nanos(d));
+    let start = Instant::now();
+    let mut queued = vec![0u64; io.ports.len()];
+    let mut descs: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
+    loop {
+        if stop_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let mut all_done = true;
+        let now = monotonic_ns();
+        for (i, port) in io.ports.iter_mut().enumerate() {
+            port.reclaim();
+            let left = budgets[i].map_or(u64::MAX, |b| b - queued[i]);
+            if left == 0 {
+                continue;
+            }
+            all_done = false;
+            let want = pacers[i].take(now, (opts.batch as u64).min(left));
+            descs.clear();
+            for _ in 0..want {
+                let Some(mut d) = port.alloc(port.frame_size()) else { break };
+                let frame = port.frame_mut(&d).expect("allocated frame lies in the UMEM");
+                d.len = sources[i].write(frame)? as u32;
+                descs.push(d);
+            }
+            let sent = port.send(&descs)?;
+            // Frames the TX ring had no room for are not lost: back to the
+            // free list, and the pacer is credited for them.
+            for d in &descs[sent..] {
+                port.release(d.addr);
+            }
+            queued[i] += sent as u64;
+        }
+        if all_done {
+            break;
+        }
+    }
+    // Wait (bounded) for the kernel to complete what was queued.
+    let drain = Instant::now() + Duration::from_secs(1);
+    while io.ports.iter().any(|p| p.frames_in_flight() > 0) && Instant::now() < drain {
+        for port in io.ports.iter_mut() {
+            let _ = port.socket().kick_tx();
+            port.reclaim();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let sent_per_queue: Vec<u64> = io.ports.iter().zip(&queued).map(|(p, q)| q - p.frames_in_flight() as u64).collect();
+    let sent = sent_per_queue.iter().sum();
+    Ok(XskGenReport {
+        dev: opts.dev.clone(),
+        queues: opts.queues.clone(),
+        sent_per_queue,
+        sent,
+        flows_started: sources.iter().map(Source::flows_started).sum(),
+        seconds,
+        pps: sent as f64 / seconds.max(1e-9),
+    })
+}

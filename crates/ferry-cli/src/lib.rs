@@ -1,0 +1,13 @@
+//! The `ferry` command's core functions, one module per operation; `main.rs`
+//! only parses arguments and calls them.
+
+pub mod bench;
+pub mod demo;
+pub mod genlive;
+pub mod genxsk;
+pub mod nfrun;
+pub mod proc;
+pub mod sink;
+pub mod util;
+pub mod xdprun;
+pub mod xskport;

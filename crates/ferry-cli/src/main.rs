@@ -1,0 +1,442 @@
+//! `ferry`: testbeds, NF processes, traffic generator and sink, benchmarks.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use clap::{Args, Parser, Subcommand};
+use ferry_bpf::AttachMode;
+use ferry_cli::util::{install_stop_handler, parse_duration};
+use ferry_cli::xskport::XskOptions;
+use ferry_cli::{bench, demo, genlive, genxsk, nfrun, sink, xdprun};
+use ferry_traffic::TrafficProfile;
+use ferry_xsk::{BindMode, BusyPoll};
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(name = "ferry", version, about = "Ferry: network functions on AF_XDP and XDP")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Network-namespace testbeds described in YAML.
+    #[command(subcommand)]
+    Testbed(TestbedCmd),
+    /// Network functions on AF_XDP.
+    #[command(subcommand)]
+    Nf(NfCmd),
+    /// Basic XDP programs (drop, pass, tx) with verdict counters.
+    #[command(subcommand)]
+    Xdp(XdpCmd),
+    /// Traffic generators.
+    #[command(subcommand)]
+    Gen(GenCmd),
+    /// Receive traffic on AF_XDP and report counts, loss, reordering, latency.
+    Sink(SinkArgs),
+    /// Benchmarks (JSON + a table).
+    #[command(subcommand)]
+    Bench(BenchCmd),
+    /// Build a testbed, ping through the AF_XDP responders, push generator
+    /// traffic through l2fwd, print per-NF stats, tear down.
+    Demo {
+        /// Packets the generator sends through l2fwd.
+        #[arg(long, default_value_t = 200_000)]
+        packets: u64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum TestbedCmd {
+    /// Create the testbed described in FILE (stays up until `down`).
+    Up { file: PathBuf },
+    /// Tear down the testbed of FILE (or the testbed named NAME).
+    Down { file_or_name: String },
+    /// Delete namespaces left by testbeds whose owner died.
+    Sweep,
+}
+
+#[derive(Args, Clone)]
+struct XskArgs {
+    /// XDP attach mode: driver or generic.
+    #[arg(long, default_value = "driver")]
+    mode: AttachMode,
+    /// AF_XDP bind mode: auto, copy or zero-copy.
+    #[arg(long, default_value = "auto")]
+    bind: BindMode,
+    /// Do not use the need_wakeup flag.
+    #[arg(long)]
+    no_need_wakeup: bool,
+    /// Busy-poll budget in microseconds (SO_BUSY_POLL); 0 = off.
+    #[arg(long, default_value_t = 0)]
+    busy_poll_us: u32,
+    /// UMEM frames (power of two).
+    #[arg(long, default_value_t = 8192)]
+    frames: u32,
+    /// Ring size (power of two).
+    #[arg(long, default_value_t = 2048)]
+    ring: u32,
+}
+
+impl XskArgs {
+    fn options(&self) -> XskOptions {
+        XskOptions {
+            mode: self.mode,
+            bind: self.bind,
+            need_wakeup: !self.no_need_wakeup,
+            busy_poll: (self.busy_poll_us > 0).then_some(BusyPoll {
+                usecs: self.busy_poll_us,
+                budget: 64,
+                prefer: true,
+            }),
+            frames: self.frames,
+            ring: self.ring,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum NfCmd {
+    /// Run NFs on a device: each frame is offered to the NFs in order.
+    /// Example: ferry nf run --dev d0 arp-responder 10.0.0.2=02:00:00:00:00:02 -- icmp-echo 10.0.0.2
+    Run {
+        #[arg(long)]
+        dev: String,
+        /// Receive queues (comma separated).
+        #[arg(long, value_delimiter = ',', default_value = "0")]
+        queues: Vec<u32>,
+        #[command(flatten)]
+        xsk: XskArgs,
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        /// Stop after this long (default: until SIGINT/SIGTERM).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// Measurement window opens after this long.
+        #[arg(long, value_parser = parse_duration, default_value = "0s")]
+        warmup: Duration,
+        #[arg(long)]
+        json: bool,
+        /// NFs and their arguments; separate NFs with `--`.
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        nfs: Vec<String>,
+    },
+    /// List the NFs.
+    List,
+}
+
+#[derive(Subcommand)]
+enum XdpCmd {
+    /// Attach a basic program, count verdicts over a window, detach.
+    Run {
+        #[arg(long)]
+        dev: String,
+        /// drop, pass or tx.
+        #[arg(long)]
+        prog: String,
+        #[arg(long, default_value = "driver")]
+        mode: AttachMode,
+        #[arg(long, value_parser = parse_duration, default_value = "0s")]
+        warmup: Duration,
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Clone)]
+struct ProfileArgs {
+    /// A traffic profile file (YAML or JSON); flags below override it.
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Overrides, KEY=VALUE: proto, src-mac, dst-mac, src-ip, dst-ip,
+    /// src-port, dst-port, size, dist, flows, rate, burst, duration, count, seed.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Shorthands for common overrides.
+    #[arg(long)]
+    size: Option<usize>,
+    #[arg(long)]
+    proto: Option<String>,
+    #[arg(long)]
+    dst_mac: Option<String>,
+    #[arg(long)]
+    src_mac: Option<String>,
+    #[arg(long)]
+    count: Option<u64>,
+    #[arg(long)]
+    rate: Option<u64>,
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+}
+
+impl ProfileArgs {
+    /// The profile: file (if any), then flags; the source MAC defaults to
+    /// the device's own.
+    fn profile(&self, dev: &str) -> Result<TrafficProfile> {
+        let mut p = match &self.profile {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+                let de = serde_yaml::Deserializer::from_str(&text);
+                serde_path_to_error::deserialize(de).map_err(|e| {
+                    let loc = e.inner().location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
+                    anyhow!("{}{loc}: {}: {}", path.display(), e.path(), e.inner())
+                })?
+            }
+            None => TrafficProfile::default(),
+        };
+        if self.src_mac.is_none() {
+            if let Ok(mac) = ferry_cli::util::dev_mac(dev) {
+                p.src_mac = ferry_traffic::MacAddr(mac);
+            }
+        }
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for kv in &self.set {
+            let (k, v) = kv.split_once('=').ok_or_else(|| anyhow!("--set {kv:?}: expected KEY=VALUE"))?;
+            pairs.push((k.into(), v.into()));
+        }
+        let shorthands = [
+            ("size", self.size.map(|v| v.to_string())),
+            ("proto", self.proto.clone()),
+            ("dst-mac", self.dst_mac.clone()),
+            ("src-mac", self.src_mac.clone()),
+            ("count", self.count.map(|v| v.to_string())),
+            ("rate", self.rate.map(|v| v.to_string())),
+            ("duration", self.duration.map(|d| format!("{}ms", d.as_millis()))),
+        ];
+        for (k, v) in shorthands {
+            if let Some(v) = v {
+                pairs.push((k.into(), v));
+            }
+        }
+        for (k, v) in pairs {
+            p.set(&k, &v)?;
+        }
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+#[derive(Subcommand)]
+enum GenCmd {
+    /// Kernel-side generation: BPF_PROG_RUN live frames redirected out of DEV
+    /// (UDP: stamped, source port cycled over the profile's range).
+    Live {
+        #[arg(long)]
+        dev: String,
+        #[command(flatten)]
+        profile: ProfileArgs,
+        /// Stamp stream id (CPU number is added).
+        #[arg(long, default_value_t = 0)]
+        stream: u16,
+        /// Pin to this CPU.
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// Read the clock for the stamp every 2^N frames (faster; frames of
+        /// one burst then share a transmit time).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=15))]
+        clock_shift: u16,
+        #[arg(long)]
+        json: bool,
+    },
+    /// AF_XDP TX on chosen queues, from a profile or a pcap file.
+    Xsk {
+        #[arg(long)]
+        dev: String,
+        #[arg(long, value_delimiter = ',', default_value = "0")]
+        queues: Vec<u32>,
+        #[command(flatten)]
+        profile: ProfileArgs,
+        /// Replay this pcap file instead of the profile's flows.
+        #[arg(long)]
+        pcap: Option<PathBuf>,
+        #[command(flatten)]
+        xsk: XskArgs,
+        #[arg(long, default_value_t = 1000)]
+        stream: u16,
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct SinkArgs {
+    #[arg(long)]
+    dev: String,
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    queues: Vec<u32>,
+    #[command(flatten)]
+    xsk: XskArgs,
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    #[arg(long)]
+    count: Option<u64>,
+    /// Stop after this long without traffic (once traffic was seen).
+    #[arg(long, value_parser = parse_duration)]
+    idle_exit: Option<Duration>,
+    /// Write every received frame to this pcap file.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+    /// Frames sent, if known, for the loss figure.
+    #[arg(long)]
+    sent: Option<u64>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// XDP_DROP, XDP_TX, AF_XDP RX-and-drop and AF_XDP l2fwd at 64 and 1500 B.
+    Io {
+        #[arg(long, value_delimiter = ',', default_value = "64,1500")]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        #[arg(long, value_parser = parse_duration, default_value = "1s")]
+        warmup: Duration,
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        window: Duration,
+        /// Scenarios (comma separated): xdp-drop, xdp-tx, afxdp-rxdrop, afxdp-l2fwd.
+        #[arg(long, value_delimiter = ',', value_parser = bench::parse_scenario)]
+        scenarios: Option<Vec<bench::Scenario>>,
+        /// Also write the JSON report here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+/// Prints a report as JSON (`--json`) or as text.
+fn emit<T: Serialize>(json: bool, value: &T, text: impl FnOnce(&T) -> String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(value)?);
+    } else {
+        print!("{}", text(value));
+    }
+    Ok(())
+}
+
+fn pretty<T: Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
+}
+
+/// Splits `a x y -- b z` into [[a, x, y], [b, z]].
+fn split_nf_args(args: &[String]) -> Vec<Vec<&str>> {
+    args.split(|a| a == "--").filter(|g| !g.is_empty()).map(|g| g.iter().map(String::as_str).collect()).collect()
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("ferry: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    install_stop_handler();
+    match cli.cmd {
+        Cmd::Testbed(TestbedCmd::Up { file }) => {
+            let spec = ferry_testbed::parse(&file)?;
+            let tb = ferry_testbed::up_detached(&spec)?;
+            println!("testbed {} is up:", tb.name());
+            for (logical, real) in tb.namespaces() {
+                println!("  {logical:<12} ip netns exec {real} ...");
+            }
+            Ok(())
+        }
+        Cmd::Testbed(TestbedCmd::Down { file_or_name }) => {
+            let path = PathBuf::from(&file_or_name);
+            if path.exists() {
+                ferry_testbed::down_file(&path)?;
+            } else {
+                ferry_testbed::down_by_name(&file_or_name)?;
+            }
+            Ok(())
+        }
+        Cmd::Testbed(TestbedCmd::Sweep) => {
+            for ns in ferry_testbed::sweep_stale()? {
+                println!("removed stale namespace {ns}");
+            }
+            Ok(())
+        }
+        Cmd::Nf(NfCmd::List) => {
+            for info in ferry_nf::registry() {
+                println!("{:<14} {:<12} {}", info.spec.name, info.args, info.summary);
+                println!("{:<14} counters: {}", "", info.spec.counters.join(", "));
+            }
+            Ok(())
+        }
+        Cmd::Nf(NfCmd::Run { dev, queues, xsk, batch, duration, warmup, json, nfs }) => {
+            let mut built = Vec::new();
+            for group in split_nf_args(&nfs) {
+                built.push(ferry_nf::by_name(group[0], &group[1..])?);
+            }
+            let opts =
+                nfrun::NfRunOptions { dev, queues, xsk: xsk.options(), batch, duration, warmup, idle_poll_ms: 100 };
+            let report = nfrun::run(&opts, built)?;
+            emit(json, &report, pretty)
+        }
+        Cmd::Xdp(XdpCmd::Run { dev, prog, mode, warmup, duration, json }) => {
+            let report = xdprun::run(&dev, &prog, mode, warmup, duration)?;
+            emit(json, &report, pretty)
+        }
+        Cmd::Gen(GenCmd::Live { dev, profile, stream, cpu, clock_shift, json }) => {
+            let p = profile.profile(&dev)?;
+            let mut opts = genlive::LiveGenOptions::from_profile(&dev, &p, stream, cpu)?;
+            opts.clock_shift = clock_shift;
+            let report = genlive::run(&opts)?;
+            emit(json, &report, pretty)
+        }
+        Cmd::Gen(GenCmd::Xsk { dev, queues, profile, pcap, xsk, stream, batch, json }) => {
+            let p = profile.profile(&dev)?;
+            let opts =
+                genxsk::XskGenOptions { dev, queues, profile: p, pcap, xsk: xsk.options(), stream_base: stream, batch };
+            let report = genxsk::run(&opts)?;
+            emit(json, &report, pretty)
+        }
+        Cmd::Sink(a) => {
+            let opts = sink::SinkOptions {
+                dev: a.dev,
+                queues: a.queues,
+                xsk: a.xsk.options(),
+                duration: a.duration,
+                count: a.count,
+                idle_exit: a.idle_exit,
+                pcap: a.pcap,
+                sent: a.sent,
+                batch: 64,
+            };
+            let report = sink::run(&opts)?;
+            emit(a.json, &report, |r| r.to_string())
+        }
+        Cmd::Bench(BenchCmd::Io { sizes, runs, warmup, window, scenarios, json }) => {
+            let opts = bench::BenchIoOptions {
+                sizes,
+                runs: runs.max(1),
+                warmup,
+                window,
+                scenarios: scenarios.unwrap_or_else(|| bench::Scenario::ALL.to_vec()),
+            };
+            let report = bench::run_io(&opts)?;
+            print!("{}", bench::table(&report));
+            if let Some(path) = json {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+                println!("JSON: {}", path.display());
+            }
+            Ok(())
+        }
+        Cmd::Demo { packets, json } => {
+            let report = demo::run(packets)?;
+            emit(json, &report, demo::text)
+        }
+    }
+}

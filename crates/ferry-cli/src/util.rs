@@ -1,0 +1,129 @@
+//! Small process-level helpers shared by the subcommands.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Makes SIGINT and SIGTERM ask the running loop to finish cleanly (print
+/// its counters, detach its programs) instead of killing the process.
+pub fn install_stop_handler() {
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+/// True once a stop signal arrived.
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::Relaxed)
+}
+
+/// A run limit: until a deadline, a stop signal, or both.
+pub struct RunLimit {
+    deadline: Option<Instant>,
+}
+
+impl RunLimit {
+    pub fn new(duration: Option<Duration>) -> Self {
+        RunLimit { deadline: duration.map(|d| Instant::now() + d) }
+    }
+    pub fn done(&self) -> bool {
+        stop_requested() || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock bpf_ktime_get_ns() uses, so
+/// stamps written by BPF and by user space compare directly.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Index of a device in this process's network namespace.
+pub fn ifindex(dev: &str) -> Result<u32> {
+    ferry_xsk::ifindex(dev).ok_or_else(|| anyhow!("no such device {dev:?} in this network namespace"))
+}
+
+/// MAC address of a device, from sysfs.
+pub fn dev_mac(dev: &str) -> Result<[u8; 6]> {
+    let text = std::fs::read_to_string(format!("/sys/class/net/{dev}/address"))
+        .with_context(|| format!("reading the MAC address of {dev}"))?;
+    parse_mac(text.trim())
+}
+
+/// Parses "02:00:00:00:00:01".
+pub fn parse_mac(s: &str) -> Result<[u8; 6]> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(anyhow!("invalid MAC address {s:?}"));
+    }
+    let mut mac = [0u8; 6];
+    for (i, p) in parts.iter().enumerate() {
+        mac[i] = u8::from_str_radix(p, 16).map_err(|_| anyhow!("invalid MAC address {s:?}"))?;
+    }
+    Ok(mac)
+}
+
+/// Pins the calling thread to one CPU (benchmarks keep generator and NF
+/// apart on this 2-vCPU class of machine).
+pub fn pin_to_cpu(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t with one bit set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(anyhow!("pinning to CPU {cpu}: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+/// Parses "5s", "500ms", "2" (seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = match s.find(|c: char| c.is_alphabetic()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "s" => v,
+        "ms" => v / 1e3,
+        "us" => v / 1e6,
+        "m" => v * 60.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (s, ms, us, m)")),
+    };
+    if !(0.0..=86_400.0).contains(&secs) {
+        return Err(format!("duration {s:?} out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("abc").is_err());
+        assert!(parse_duration("5h").is_err());
+    }
+
+    #[test]
+    fn macs() {
+        assert_eq!(parse_mac("02:00:00:00:00:0a").unwrap(), [2, 0, 0, 0, 0, 10]);
+        assert!(parse_mac("02:00:00").is_err());
+        assert!(parse_mac("zz:00:00:00:00:00").is_err());
+    }
+}

@@ -1,0 +1,66 @@
+//! Running several NFs on one port, in order.
+
+use crate::{count, NfSpec, PacketNf, Verdict};
+
+const TX: usize = 1;
+const DROP: usize = 2;
+const DROP_UNCLAIMED: usize = 3;
+
+static SPEC: NfSpec = NfSpec { name: "chain", counters: &["rx", "tx", "drop", "drop_unclaimed"] };
+
+/// A list of NFs run in order on each frame: the first verdict other than
+/// `Pass` wins; a frame every NF passes on is dropped and counted as
+/// `drop_unclaimed`. So the chain itself never returns `Pass`.
+///
+/// Its own counters: `rx`, `tx`, `drop` (an NF dropped it; the NF's
+/// counters say why), `drop_unclaimed`.
+pub struct NfChainLocal {
+    nfs: Vec<Box<dyn PacketNf>>,
+    counters: [u64; 4],
+}
+
+impl NfChainLocal {
+    pub fn new(nfs: Vec<Box<dyn PacketNf>>) -> Self {
+        NfChainLocal { nfs, counters: [0; 4] }
+    }
+
+    /// The NFs, in order (for reporting their counters).
+    pub fn nfs(&self) -> &[Box<dyn PacketNf>] {
+        &self.nfs
+    }
+
+    /// Frames no NF took.
+    pub fn unclaimed(&self) -> u64 {
+        self.counters[DROP_UNCLAIMED]
+    }
+}
+
+impl std::fmt::Debug for NfChainLocal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.nfs.iter().map(|n| n.spec().name).collect();
+        f.debug_struct("NfChainLocal").field("nfs", &names).field("counters", &self.counters).finish()
+    }
+}
+
+impl PacketNf for NfChainLocal {
+    fn spec(&self) -> &'static NfSpec {
+        &SPEC
+    }
+
+    fn process(&mut self, frame: &mut [u8]) -> Verdict {
+        let mut r = (Verdict::Drop, DROP_UNCLAIMED);
+        for nf in &mut self.nfs {
+            match nf.process(frame) {
+                Verdict::Pass => continue,
+                Verdict::Tx => r = (Verdict::Tx, TX),
+                Verdict::Drop => r = (Verdict::Drop, DROP),
+            }
+            break;
+        }
+        count(&mut self.counters, r)
+    }
+
+    fn counters(&self) -> &[u64] {
+        &self.counters
+    }
+}

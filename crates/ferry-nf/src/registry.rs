@@ -1,0 +1,177 @@
+//! Building NFs by name, for the CLI (`ferry nf list`, `ferry nf run NAME ARGS…`).
+
+use std::net::Ipv4Addr;
+
+use crate::{ArpResponder, IcmpEchoResponder, L2Fwd, NfSpec, PacketNf};
+
+/// Why an NF could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NfError {
+    #[error("unknown NF {name:?} (try `ferry nf list`)")]
+    UnknownNf { name: String },
+    #[error("{nf}: bad argument {arg:?}: {reason}")]
+    BadArg { nf: &'static str, arg: String, reason: &'static str },
+    #[error("{nf}: missing argument: {what}")]
+    MissingArg { nf: &'static str, what: &'static str },
+}
+
+/// Builds an NF from CLI-style arguments.
+pub type NfBuilder = fn(&[&str]) -> Result<Box<dyn PacketNf>, NfError>;
+
+/// One registered NF.
+#[derive(Debug, Clone, Copy)]
+pub struct NfInfo {
+    pub spec: &'static NfSpec,
+    /// One line for `ferry nf list`.
+    pub summary: &'static str,
+    /// What the arguments look like.
+    pub args: &'static str,
+    build: NfBuilder,
+}
+
+impl NfInfo {
+    /// Builds an instance from CLI-style arguments.
+    pub fn build(&self, args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
+        (self.build)(args)
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff` (or with `-`).
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split([':', '-']);
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+fn parse_ip(nf: &'static str, s: &str) -> Result<Ipv4Addr, NfError> {
+    s.parse().map_err(|_| NfError::BadArg { nf, arg: s.to_string(), reason: "not an IPv4 address" })
+}
+
+fn build_l2fwd(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
+    if let Some(a) = args.first() {
+        return Err(NfError::BadArg { nf: "l2fwd", arg: a.to_string(), reason: "l2fwd takes no arguments" });
+    }
+    Ok(Box::new(L2Fwd::new()))
+}
+
+fn build_arp(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
+    const NF: &str = "arp-responder";
+    if args.is_empty() {
+        return Err(NfError::MissingArg { nf: NF, what: "at least one IP=MAC binding" });
+    }
+    let entries = args
+        .iter()
+        .map(|a| {
+            let (ip, mac) =
+                a.split_once('=').ok_or(NfError::BadArg { nf: NF, arg: a.to_string(), reason: "expected IP=MAC" })?;
+            let mac = parse_mac(mac).ok_or(NfError::BadArg { nf: NF, arg: a.to_string(), reason: "bad MAC" })?;
+            Ok((parse_ip(NF, ip)?, mac))
+        })
+        .collect::<Result<Vec<_>, NfError>>()?;
+    Ok(Box::new(ArpResponder::new(entries)))
+}
+
+fn build_rxdrop(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
+    if let Some(extra) = args.first() {
+        return Err(NfError::BadArg { nf: "rxdrop", arg: extra.to_string(), reason: "takes no arguments" });
+    }
+    Ok(Box::new(crate::RxDrop::new()))
+}
+
+fn build_icmp(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
+    const NF: &str = "icmp-echo";
+    if args.is_empty() {
+        return Err(NfError::MissingArg { nf: NF, what: "at least one IPv4 address" });
+    }
+    let addrs = args.iter().map(|a| parse_ip(NF, a)).collect::<Result<Vec<_>, _>>()?;
+    Ok(Box::new(IcmpEchoResponder::new(addrs)))
+}
+
+static REGISTRY: [NfInfo; 4] = [
+    NfInfo {
+        spec: &crate::l2fwd::SPEC,
+        summary: "swap source and destination MAC, send back",
+        args: "(none)",
+        build: build_l2fwd,
+    },
+    NfInfo {
+        spec: &crate::arp::SPEC,
+        summary: "answer ARP requests for the given IPv4 addresses",
+        args: "IP=MAC ...",
+        build: build_arp,
+    },
+    NfInfo {
+        spec: &crate::icmp::SPEC,
+        summary: "answer ICMP echo requests (ping) to the given IPv4 addresses",
+        args: "IP ...",
+        build: build_icmp,
+    },
+    NfInfo {
+        spec: &crate::rxdrop::SPEC,
+        summary: "count and drop every frame (receive baseline)",
+        args: "(none)",
+        build: build_rxdrop,
+    },
+];
+
+/// All NFs this crate provides.
+pub fn registry() -> &'static [NfInfo] {
+    &REGISTRY
+}
+
+/// Builds the NF called `name` (see [`registry`]) from CLI-style arguments.
+pub fn by_name(name: &str, args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
+    REGISTRY
+        .iter()
+        .find(|i| i.spec.name == name)
+        .ok_or_else(|| NfError::UnknownNf { name: name.to_string() })?
+        .build(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs() {
+        assert_eq!(parse_mac("02:00:00:00:00:0a"), Some([2, 0, 0, 0, 0, 10]));
+        assert_eq!(parse_mac("02-00-00-00-00-FF"), Some([2, 0, 0, 0, 0, 255]));
+        for bad in ["", "02:00:00:00:00", "02:00:00:00:00:00:00", "2:0:0:0:0:0", "zz:00:00:00:00:00", "0200.0000.0000"]
+        {
+            assert_eq!(parse_mac(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn build_by_name() {
+        let names: Vec<_> = registry().iter().map(|i| i.spec.name).collect();
+        assert_eq!(names, ["l2fwd", "arp-responder", "icmp-echo", "rxdrop"]);
+        for info in registry() {
+            assert_eq!(info.spec.counters[0], "rx");
+        }
+        assert_eq!(by_name("l2fwd", &[]).unwrap().spec().name, "l2fwd");
+        let nf = by_name("arp-responder", &["10.0.0.1=02:00:00:00:00:01"]).unwrap();
+        assert_eq!(nf.spec().name, "arp-responder");
+        assert_eq!(nf.counters().len(), nf.spec().counters.len());
+        assert!(by_name("icmp-echo", &["10.0.0.1", "10.0.0.2"]).is_ok());
+        assert_eq!(by_name("nat", &[]).err(), Some(NfError::UnknownNf { name: "nat".into() }));
+        assert!(matches!(by_name("l2fwd", &["x"]), Err(NfError::BadArg { .. })));
+        assert!(matches!(by_name("icmp-echo", &[]), Err(NfError::MissingArg { .. })));
+        assert!(matches!(by_name("icmp-echo", &["10.0.0.256"]), Err(NfError::BadArg { .. })));
+        assert!(matches!(
+            by_name("arp-responder", &["10.0.0.1"]),
+            Err(NfError::BadArg { reason: "expected IP=MAC", .. })
+        ));
+        assert!(matches!(
+            by_name("arp-responder", &["10.0.0.1=02:00"]),
+            Err(NfError::BadArg { reason: "bad MAC", .. })
+        ));
+    }
+}

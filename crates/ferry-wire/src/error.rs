@@ -1,0 +1,38 @@
+//! The one error type of this crate.
+
+/// Why a buffer could not be viewed, parsed or built.
+///
+/// Variants carry the layer and the numbers involved so that a counter name
+/// or a log line can be derived without formatting strings on the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The buffer ends before the header (or the length a header claims).
+    #[error("{layer}: truncated, need {need} bytes, have {have}")]
+    Truncated { layer: &'static str, need: usize, have: usize },
+    /// A length field is impossible (e.g. IHL < 5, UDP length < 8, IPv4 total
+    /// length shorter than its own header).
+    #[error("{layer}: bad {field} {value}")]
+    BadLength { layer: &'static str, field: &'static str, value: usize },
+    /// The IP version nibble is not 4.
+    #[error("ipv4: bad version {0}")]
+    BadVersion(u8),
+    /// A checksum does not verify.
+    #[error("{layer}: bad checksum")]
+    BadChecksum { layer: &'static str },
+    /// The (inner, after at most one VLAN tag) EtherType is not one we handle.
+    #[error("unsupported ethertype {0:#06x}")]
+    UnsupportedEthertype(u16),
+    /// The IPv4 protocol is not UDP, TCP or ICMP.
+    #[error("unsupported IP protocol {0}")]
+    UnsupportedProtocol(u8),
+    /// An ARP packet that is not Ethernet/IPv4 (RFC 826 with hlen 6, plen 4).
+    #[error("unsupported ARP format: htype {htype}, ptype {ptype:#06x}, hlen {hlen}, plen {plen}")]
+    UnsupportedArp { htype: u16, ptype: u16, hlen: u8, plen: u8 },
+    /// A non-first IPv4 fragment: it has no L4 header to look at.
+    #[error("ipv4: non-first fragment (offset {offset} bytes)")]
+    Fragment { offset: usize },
+    /// A requested frame length is outside what the builder can produce.
+    #[error("frame length {len} outside {min}..={max}")]
+    FrameLength { len: usize, min: usize, max: usize },
+}
