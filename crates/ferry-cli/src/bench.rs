@@ -23,7 +23,9 @@ pub const BENCH_TESTBED: &str = r#"
 name: bench-io
 namespaces:
   - name: gen
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
   - name: dut
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
 links:
   - a: { ns: gen, dev: g0, mac: "02:00:00:00:00:01", addrs: ["10.77.0.1/24"] }
     b: { ns: dut, dev: d0, mac: "02:00:00:00:00:02", addrs: ["10.77.0.2/24"] }

@@ -1,7 +1,8 @@
 //! `ferry demo` (what `make demo` runs): builds the demo testbed, answers
 //! ping from a client namespace through the AF_XDP ARP + ICMP responders,
-//! pushes live-frames generator traffic through an AF_XDP l2fwd and back to
-//! an AF_XDP sink, prints per-NF statistics and tears everything down.
+//! pushes generator traffic through an AF_XDP l2fwd and back to the
+//! generator's own AF_XDP sockets (which measure loss, reordering and
+//! latency), prints per-NF statistics and tears everything down.
 
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ pub fn run(packets: u64) -> Result<DemoReport> {
     let spec = ferry_testbed::TestbedSpec::from_yaml_str(DEMO_TESTBED, "examples/testbeds/demo.yaml")?;
     eprintln!("[demo] creating testbed: client -- dut(d0: ARP+ICMP responder), gen -- dut(d1: l2fwd)");
     let tb = ferry_testbed::up(&spec)?;
-    let (client, gen, dut) = (tb.ns_name("client"), tb.ns_name("gen"), tb.ns_name("dut"));
+    let (gen, dut) = (tb.ns_name("gen"), tb.ns_name("dut"));
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
 
     let responder = proc::spawn(
@@ -49,8 +50,7 @@ pub fn run(packets: u64) -> Result<DemoReport> {
         None,
     )?;
     let l2fwd = proc::spawn(dut, &args(&["nf", "run", "--dev", "d1", "l2fwd"]), None)?;
-    let sink = proc::spawn(gen, &args(&["sink", "--dev", "g0", "--idle-exit", "1s", "--duration", "60s"]), None)?;
-    for (ns, dev) in [(dut, "d0"), (dut, "d1"), (gen, "g0")] {
+    for (ns, dev) in [(dut, "d0"), (dut, "d1")] {
         proc::wait_for_xdp(ns, dev, Duration::from_secs(10))?;
     }
 
@@ -62,32 +62,26 @@ pub fn run(packets: u64) -> Result<DemoReport> {
     let ping_output = String::from_utf8_lossy(&out.stdout).to_string();
     eprint!("{ping_output}");
     let ping_replies = ping_output.lines().filter(|l| l.contains("bytes from")).count() as u32;
-    let _ = client;
 
-    eprintln!(
-        "[demo] generator: {packets} UDP frames (live frames, 300 kpps) -> l2fwd on d1 -> back to the sink on g0"
-    );
-    let generator = proc::spawn(
-        gen,
-        &args(&[
-            "gen",
-            "live",
-            "--dev",
-            "g0",
-            "--dst-mac",
-            L2FWD_MAC,
-            "--count",
-            &packets.to_string(),
-            "--rate",
-            "300000",
-            "--set",
-            "src-port=1000-1063",
-        ]),
-        None,
-    )?
-    .wait(Duration::from_secs(60))
-    .context("generator")?;
-    let sink = sink.wait(Duration::from_secs(30)).context("sink")?;
+    eprintln!("[demo] generator: {packets} UDP frames at 200 kpps, AF_XDP TX on g0 -> l2fwd on d1 -> back to g0");
+    let gen_args = args(&[
+        "gen",
+        "xsk",
+        "--dev",
+        "g0",
+        "--rx",
+        "--dst-mac",
+        L2FWD_MAC,
+        "--count",
+        &packets.to_string(),
+        "--rate",
+        "200000",
+        "--set",
+        "flows=256",
+    ]);
+    let generator = proc::spawn(gen, &gen_args, None)?.wait(Duration::from_secs(60)).context("generator")?;
+    // The generator received the looped-back frames on its own sockets.
+    let sink = generator["received"].clone();
     let responder = responder.stop().context("responder")?;
     let l2fwd = l2fwd.stop().context("l2fwd")?;
     tb.down()?;

@@ -26,6 +26,11 @@ pub struct XskGenOptions {
     /// Stamp stream of queue i is `stream_base + i`.
     pub stream_base: u16,
     pub batch: usize,
+    /// Also receive on the same sockets and measure what comes back (a
+    /// tester that loops traffic through a device under test). Receiving
+    /// stops once nothing arrived for `rx_idle` after sending ended.
+    pub rx: bool,
+    pub rx_idle: Duration,
 }
 
 #[derive(Debug, Serialize)]
@@ -38,6 +43,8 @@ pub struct XskGenReport {
     pub flows_started: u64,
     pub seconds: f64,
     pub pps: f64,
+    /// What came back, with `--rx`.
+    pub received: Option<ferry_traffic::SinkReport>,
 }
 
 /// What one queue sends from.
@@ -88,7 +95,10 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
         }
         None => None,
     };
-    let mut io = xskport::open(&opts.dev, &opts.queues, &opts.xsk, false).context("opening AF_XDP ports")?;
+    let mut io = xskport::open(&opts.dev, &opts.queues, &opts.xsk, opts.rx).context("opening AF_XDP ports")?;
+    let mut stats = ferry_traffic::SinkStats::new();
+    let mut rx_descs: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
+    let mut last_activity = Instant::now();
     let mut sources = Vec::new();
     let mut pacers = Vec::new();
     let mut budgets = Vec::new();
@@ -141,13 +151,31 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
             }
             queued[i] += sent as u64;
         }
-        if all_done {
+        if opts.rx {
+            let rx_ns = monotonic_ns();
+            for port in io.ports.iter_mut() {
+                rx_descs.clear();
+                if port.recv(opts.batch, &mut rx_descs) > 0 {
+                    last_activity = Instant::now();
+                }
+                for d in &rx_descs {
+                    if let Some(frame) = port.frame_mut(d) {
+                        stats.record(frame, rx_ns);
+                    }
+                    port.release(d.addr);
+                }
+            }
+        }
+        if all_done && (!opts.rx || last_activity.elapsed() >= opts.rx_idle) {
             break;
+        }
+        if !all_done {
+            last_activity = Instant::now();
         }
     }
     // Wait (bounded) for the kernel to complete what was queued.
     let drain = Instant::now() + Duration::from_secs(1);
-    while io.ports.iter().any(|p| p.frames_in_flight() > 0) && Instant::now() < drain {
+    while io.ports.iter().zip(&queued).any(|(p, q)| p.counters.tx_completed < *q) && Instant::now() < drain {
         for port in io.ports.iter_mut() {
             let _ = port.socket().kick_tx();
             port.reclaim();
@@ -155,7 +183,7 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
         std::thread::sleep(Duration::from_millis(1));
     }
     let seconds = start.elapsed().as_secs_f64();
-    let sent_per_queue: Vec<u64> = io.ports.iter().zip(&queued).map(|(p, q)| q - p.frames_in_flight() as u64).collect();
+    let sent_per_queue: Vec<u64> = io.ports.iter().map(|p| p.counters.tx_completed).collect();
     let sent = sent_per_queue.iter().sum();
     Ok(XskGenReport {
         dev: opts.dev.clone(),
@@ -165,5 +193,6 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
         flows_started: sources.iter().map(Source::flows_started).sum(),
         seconds,
         pps: sent as f64 / seconds.max(1e-9),
+        received: opts.rx.then(|| stats.report(Some(sent))),
     })
 }

@@ -261,6 +261,13 @@ enum GenCmd {
         stream: u16,
         #[arg(long, default_value_t = 64)]
         batch: usize,
+        /// Also receive on the same sockets and report what came back
+        /// (loss, reordering, latency): traffic looped through a DUT.
+        #[arg(long)]
+        rx: bool,
+        /// With --rx: stop once nothing arrived for this long after sending.
+        #[arg(long, value_parser = parse_duration, default_value = "500ms")]
+        rx_idle: Duration,
         #[arg(long)]
         json: bool,
     },
@@ -393,10 +400,19 @@ fn run(cli: Cli) -> Result<()> {
             let report = genlive::run(&opts)?;
             emit(json, &report, pretty)
         }
-        Cmd::Gen(GenCmd::Xsk { dev, queues, profile, pcap, xsk, stream, batch, json }) => {
+        Cmd::Gen(GenCmd::Xsk { dev, queues, profile, pcap, xsk, stream, batch, rx, rx_idle, json }) => {
             let p = profile.profile(&dev)?;
-            let opts =
-                genxsk::XskGenOptions { dev, queues, profile: p, pcap, xsk: xsk.options(), stream_base: stream, batch };
+            let opts = genxsk::XskGenOptions {
+                dev,
+                queues,
+                profile: p,
+                pcap,
+                xsk: xsk.options(),
+                stream_base: stream,
+                batch,
+                rx,
+                rx_idle,
+            };
             let report = genxsk::run(&opts)?;
             emit(json, &report, pretty)
         }

@@ -21,6 +21,8 @@ pub struct PortCounters {
     pub tx_bytes: u64,
     /// Frames the caller wanted to send but the TX ring had no room for.
     pub tx_ring_full: u64,
+    /// Transmitted frames the kernel handed back on the completion ring.
+    pub tx_completed: u64,
 }
 
 /// A socket and a private range of UMEM frames.
@@ -85,6 +87,7 @@ impl Port {
         let Some(comp) = self.sock.comp.as_mut() else { return 0 };
         self.scratch.clear();
         let n = comp.consume(1024, &mut self.scratch);
+        self.counters.tx_completed += n as u64;
         let mask = self.frame_mask;
         self.free.extend(self.scratch.iter().map(|a| a & mask));
         n

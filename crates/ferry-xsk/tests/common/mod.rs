@@ -32,6 +32,14 @@ impl VethNs {
         let name = format!("fyx{}{}", std::process::id(), tag);
         ip(&["netns", "add", &name]);
         let ns = VethNs { name };
+        // No IPv6: its router and multicast-listener messages would land in
+        // the sockets under test between the frames the tests send.
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+            .args(["net.ipv6.conf.default.disable_ipv6=1"])
+            .output()
+            .expect("run sysctl");
+        assert!(out.status.success(), "sysctl: {}", String::from_utf8_lossy(&out.stderr));
         let q = queues.to_string();
         ip(&[
             "-n",
