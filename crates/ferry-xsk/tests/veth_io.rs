@@ -229,3 +229,50 @@ impl RawUmemFd for Umem {
         self.as_fd().as_raw_fd()
     }
 }
+
+#[test]
+fn generic_mode_with_busy_poll_options_and_without_need_wakeup() {
+    if !privileged() {
+        return;
+    }
+    let ns = VethNs::new("g", 1);
+    std::thread::spawn(move || {
+        ns.enter();
+        let a = ferry_xsk::ifindex("xa").unwrap();
+        let b = ferry_xsk::ifindex("xb").unwrap();
+        let mut prog = LoadedXdp::attach(Object::XskRedirect, "ferry_xsk_redirect", b, AttachMode::Generic).unwrap();
+        let mut rx_cfg = cfg(true);
+        rx_cfg.need_wakeup = false;
+        rx_cfg.busy_poll = Some(ferry_xsk::BusyPoll { usecs: 20, budget: 64, prefer: true });
+        let rx_sock = XskSocket::create(umem(), b, 0, &rx_cfg, None).unwrap();
+        prog.register_xsk(0, &rx_sock).unwrap();
+        let mut rx = Port::new(rx_sock, 0..1024, 512).unwrap();
+        let mut tx = Port::new(XskSocket::create(umem(), a, 0, &cfg(false), None).unwrap(), 0..1024, 0).unwrap();
+        let frames: Vec<Vec<u8>> = (0..20u8).map(frame).collect();
+        send_all(&mut tx, &frames);
+        assert_eq!(recv_n(&mut rx, 20), frames, "generic-mode XDP delivers to the socket too");
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn zero_copy_on_veth_fails_with_a_clear_error() {
+    if !privileged() {
+        return;
+    }
+    let ns = VethNs::new("z", 1);
+    std::thread::spawn(move || {
+        ns.enter();
+        let b = ferry_xsk::ifindex("xb").unwrap();
+        let _prog = LoadedXdp::attach(Object::XskRedirect, "ferry_xsk_redirect", b, AttachMode::Driver).unwrap();
+        let mut zc = cfg(true);
+        zc.bind = BindMode::ZeroCopy;
+        let err = XskSocket::create(umem(), b, 0, &zc, None).err().expect("veth has no zero-copy AF_XDP");
+        let text = err.to_string();
+        eprintln!("zero-copy on veth: {text}");
+        assert!(text.contains("not supported: needs a driver with AF_XDP zero-copy support"), "error says why: {text}");
+    })
+    .join()
+    .unwrap();
+}
