@@ -1,12 +1,13 @@
 //! A throwaway network namespace holding one veth pair, for AF_XDP tests.
-//! The namespace is deleted on drop; a killed test leaves it to the sweep
-//! that `make test` runs (names start with `fyx`).
 
 use std::os::fd::AsRawFd;
-use std::process::Command;
 
+/// One namespace holding the veth pair `xa` <-> `xb`, built by the testbed
+/// crate: unique name, torn down on drop, and by its reaper process if the
+/// test process is killed.
 pub struct VethNs {
     pub name: String,
+    _testbed: ferry_testbed::Testbed,
 }
 
 /// Root is needed for namespaces, XDP and AF_XDP; skipped without it
@@ -20,52 +21,26 @@ pub fn privileged() -> bool {
     false
 }
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-}
-
 impl VethNs {
-    /// Creates namespace with veth `xa` <-> `xb` (both inside), `queues`
-    /// queues each, both up.
+    /// Creates the namespace with `queues` queues on each veth end. IPv6 is
+    /// off: its router and multicast-listener messages would land in the
+    /// sockets under test between the frames the tests send.
     pub fn new(tag: &str, queues: u32) -> VethNs {
-        let name = format!("fyx{}{}", std::process::id(), tag);
-        ip(&["netns", "add", &name]);
-        let ns = VethNs { name };
-        // No IPv6: its router and multicast-listener messages would land in
-        // the sockets under test between the frames the tests send.
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns.name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
-            .args(["net.ipv6.conf.default.disable_ipv6=1"])
-            .output()
-            .expect("run sysctl");
-        assert!(out.status.success(), "sysctl: {}", String::from_utf8_lossy(&out.stderr));
-        let q = queues.to_string();
-        ip(&[
-            "-n",
-            &ns.name,
-            "link",
-            "add",
-            "xa",
-            "numtxqueues",
-            &q,
-            "numrxqueues",
-            &q,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "xb",
-            "numtxqueues",
-            &q,
-            "numrxqueues",
-            &q,
-        ]);
-        ip(&["-n", &ns.name, "link", "set", "xa", "address", "02:00:00:00:00:0a"]);
-        ip(&["-n", &ns.name, "link", "set", "xb", "address", "02:00:00:00:00:0b"]);
-        ip(&["-n", &ns.name, "link", "set", "xa", "up"]);
-        ip(&["-n", &ns.name, "link", "set", "xb", "up"]);
-        ns
+        let yaml = format!(
+            r#"
+name: xsk-{tag}
+namespaces:
+  - name: x
+    sysctls: {{ net.ipv6.conf.all.disable_ipv6: "1" }}
+links:
+  - a: {{ ns: x, dev: xa, mac: "02:00:00:00:00:0a" }}
+    b: {{ ns: x, dev: xb, mac: "02:00:00:00:00:0b" }}
+    queues: {queues}
+"#
+        );
+        let spec = ferry_testbed::TestbedSpec::from_yaml_str(&yaml, "veth test").expect("valid spec");
+        let testbed = ferry_testbed::up(&spec).expect("testbed up");
+        VethNs { name: testbed.ns_name("x").to_string(), _testbed: testbed }
     }
 
     /// Moves the calling thread into the namespace (network namespaces are
@@ -74,12 +49,6 @@ impl VethNs {
         let f = std::fs::File::open(format!("/run/netns/{}", self.name)).expect("open netns");
         let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
         assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-    }
-}
-
-impl Drop for VethNs {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
     }
 }
 
