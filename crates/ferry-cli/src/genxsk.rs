@@ -14,15 +14,13 @@ use ferry_xsk::XdpDesc;
 use serde::Serialize;
 
 use crate::util::{monotonic_ns, stop_requested};
-use crate::xskport::{self, XskOptions};
+use crate::xskport::{self, PortSpec};
 
 pub struct XskGenOptions {
-    pub dev: String,
-    pub queues: Vec<u32>,
+    pub port: PortSpec,
     pub profile: TrafficProfile,
     /// Replay this capture instead of generating from the profile.
     pub pcap: Option<PathBuf>,
-    pub xsk: XskOptions,
     /// Stamp stream of queue i is `stream_base + i`.
     pub stream_base: u16,
     pub batch: usize,
@@ -84,7 +82,7 @@ impl Source {
 pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
     let p = &opts.profile;
     p.validate()?;
-    let nq = opts.queues.len() as u32;
+    let nq = opts.port.queues.len() as u32;
     let pcap_frames = match &opts.pcap {
         Some(path) => {
             let frames: Vec<Vec<u8>> = ferry_traffic::read_pcap(path)?.into_iter().map(|(_, f)| f).collect();
@@ -95,15 +93,14 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
         }
         None => None,
     };
-    let mut io = xskport::open(&opts.dev, &opts.queues, &opts.xsk, opts.rx).context("opening AF_XDP ports")?;
+    let mut io = xskport::open(&opts.port, opts.rx).context("opening AF_XDP ports")?;
     let mut stats = ferry_traffic::SinkStats::new();
     let mut rx_descs: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
     let mut last_activity = Instant::now();
     let mut sources = Vec::new();
     let mut pacers = Vec::new();
     let mut budgets = Vec::new();
-    for (i, _) in opts.queues.iter().enumerate() {
-        let i = i as u32;
+    for i in 0..nq {
         sources.push(match &pcap_frames {
             Some(frames) => Source::Pcap { frames: frames.clone(), next: 0 },
             None => Source::Profile {
@@ -186,8 +183,8 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
     let sent_per_queue: Vec<u64> = io.ports.iter().map(|p| p.counters.tx_completed).collect();
     let sent = sent_per_queue.iter().sum();
     Ok(XskGenReport {
-        dev: opts.dev.clone(),
-        queues: opts.queues.clone(),
+        dev: opts.port.dev.clone(),
+        queues: opts.port.queues.clone(),
         sent_per_queue,
         sent,
         flows_started: sources.iter().map(Source::flows_started).sum(),

@@ -82,6 +82,12 @@ struct XskArgs {
     ring: u32,
 }
 
+impl PortArgs {
+    fn spec(&self) -> ferry_cli::xskport::PortSpec {
+        ferry_cli::xskport::PortSpec { dev: self.dev.clone(), queues: self.queues.clone(), xsk: self.xsk.options() }
+    }
+}
+
 impl XskArgs {
     fn options(&self) -> XskOptions {
         XskOptions {
@@ -99,18 +105,25 @@ impl XskArgs {
     }
 }
 
+/// The AF_XDP ports a command opens: a device, its queues, socket options.
+#[derive(Args, Clone)]
+struct PortArgs {
+    #[arg(long)]
+    dev: String,
+    /// Queues (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    queues: Vec<u32>,
+    #[command(flatten)]
+    xsk: XskArgs,
+}
+
 #[derive(Subcommand)]
 enum NfCmd {
     /// Run NFs on a device: each frame is offered to the NFs in order.
     /// Example: ferry nf run --dev d0 arp-responder 10.0.0.2=02:00:00:00:00:02 -- icmp-echo 10.0.0.2
     Run {
-        #[arg(long)]
-        dev: String,
-        /// Receive queues (comma separated).
-        #[arg(long, value_delimiter = ',', default_value = "0")]
-        queues: Vec<u32>,
         #[command(flatten)]
-        xsk: XskArgs,
+        port: PortArgs,
         #[arg(long, default_value_t = 64)]
         batch: usize,
         /// Stop after this long (default: until SIGINT/SIGTERM).
@@ -246,17 +259,13 @@ enum GenCmd {
     },
     /// AF_XDP TX on chosen queues, from a profile or a pcap file.
     Xsk {
-        #[arg(long)]
-        dev: String,
-        #[arg(long, value_delimiter = ',', default_value = "0")]
-        queues: Vec<u32>,
+        #[command(flatten)]
+        port: PortArgs,
         #[command(flatten)]
         profile: ProfileArgs,
         /// Replay this pcap file instead of the profile's flows.
         #[arg(long)]
         pcap: Option<PathBuf>,
-        #[command(flatten)]
-        xsk: XskArgs,
         #[arg(long, default_value_t = 1000)]
         stream: u16,
         #[arg(long, default_value_t = 64)]
@@ -275,12 +284,8 @@ enum GenCmd {
 
 #[derive(Args)]
 struct SinkArgs {
-    #[arg(long)]
-    dev: String,
-    #[arg(long, value_delimiter = ',', default_value = "0")]
-    queues: Vec<u32>,
     #[command(flatten)]
-    xsk: XskArgs,
+    port: PortArgs,
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
     #[arg(long)]
@@ -379,13 +384,12 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Nf(NfCmd::Run { dev, queues, xsk, batch, duration, warmup, json, nfs }) => {
+        Cmd::Nf(NfCmd::Run { port, batch, duration, warmup, json, nfs }) => {
             let mut built = Vec::new();
             for group in split_nf_args(&nfs) {
                 built.push(ferry_nf::by_name(group[0], &group[1..])?);
             }
-            let opts =
-                nfrun::NfRunOptions { dev, queues, xsk: xsk.options(), batch, duration, warmup, idle_poll_ms: 100 };
+            let opts = nfrun::NfRunOptions { port: port.spec(), batch, duration, warmup, idle_poll_ms: 100 };
             let report = nfrun::run(&opts, built)?;
             emit(json, &report, pretty)
         }
@@ -400,27 +404,16 @@ fn run(cli: Cli) -> Result<()> {
             let report = genlive::run(&opts)?;
             emit(json, &report, pretty)
         }
-        Cmd::Gen(GenCmd::Xsk { dev, queues, profile, pcap, xsk, stream, batch, rx, rx_idle, json }) => {
-            let p = profile.profile(&dev)?;
-            let opts = genxsk::XskGenOptions {
-                dev,
-                queues,
-                profile: p,
-                pcap,
-                xsk: xsk.options(),
-                stream_base: stream,
-                batch,
-                rx,
-                rx_idle,
-            };
+        Cmd::Gen(GenCmd::Xsk { port, profile, pcap, stream, batch, rx, rx_idle, json }) => {
+            let p = profile.profile(&port.dev)?;
+            let opts =
+                genxsk::XskGenOptions { port: port.spec(), profile: p, pcap, stream_base: stream, batch, rx, rx_idle };
             let report = genxsk::run(&opts)?;
             emit(json, &report, pretty)
         }
         Cmd::Sink(a) => {
             let opts = sink::SinkOptions {
-                dev: a.dev,
-                queues: a.queues,
-                xsk: a.xsk.options(),
+                port: a.port.spec(),
                 duration: a.duration,
                 count: a.count,
                 idle_exit: a.idle_exit,

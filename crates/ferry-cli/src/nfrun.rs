@@ -10,7 +10,7 @@ use ferry_xsk::XdpDesc;
 use serde::Serialize;
 
 use crate::util::RunLimit;
-use crate::xskport::{self, XskOptions};
+use crate::xskport::{self, PortSpec};
 
 /// What `ferry nf run` prints when it stops.
 #[derive(Debug, Serialize)]
@@ -48,9 +48,7 @@ pub struct NfCounters {
 
 /// Options of one NF process.
 pub struct NfRunOptions {
-    pub dev: String,
-    pub queues: Vec<u32>,
-    pub xsk: XskOptions,
+    pub port: PortSpec,
     pub batch: usize,
     pub duration: Option<Duration>,
     /// Time before the measurement window opens.
@@ -62,7 +60,7 @@ pub struct NfRunOptions {
 /// Runs `nfs` on the device until the duration ends or a stop signal.
 pub fn run(opts: &NfRunOptions, nfs: Vec<Box<dyn PacketNf>>) -> Result<NfRunReport> {
     let mut chain = NfChainLocal::new(nfs);
-    let mut io = xskport::open(&opts.dev, &opts.queues, &opts.xsk, true).context("opening AF_XDP ports")?;
+    let mut io = xskport::open(&opts.port, true).context("opening AF_XDP ports")?;
     let limit = RunLimit::new(opts.duration);
     let mut rx: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
     let mut tx: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
@@ -107,7 +105,7 @@ pub fn run(opts: &NfRunOptions, nfs: Vec<Box<dyn PacketNf>>) -> Result<NfRunRepo
         }
     }
     let mut report = NfRunReport {
-        dev: opts.dev.clone(),
+        dev: opts.port.dev.clone(),
         queues: io.queues.clone(),
         nfs: chain
             .nfs()

@@ -10,12 +10,10 @@ use ferry_traffic::{PcapWriter, SinkReport, SinkStats};
 use ferry_xsk::XdpDesc;
 
 use crate::util::{monotonic_ns, RunLimit};
-use crate::xskport::{self, XskOptions};
+use crate::xskport::{self, PortSpec};
 
 pub struct SinkOptions {
-    pub dev: String,
-    pub queues: Vec<u32>,
-    pub xsk: XskOptions,
+    pub port: PortSpec,
     pub duration: Option<Duration>,
     /// Stop after this many frames.
     pub count: Option<u64>,
@@ -28,7 +26,7 @@ pub struct SinkOptions {
 }
 
 pub fn run(opts: &SinkOptions) -> Result<SinkReport> {
-    let mut io = xskport::open(&opts.dev, &opts.queues, &opts.xsk, true).context("opening AF_XDP ports")?;
+    let mut io = xskport::open(&opts.port, true).context("opening AF_XDP ports")?;
     let mut pcap = match &opts.pcap {
         Some(path) => Some(PcapWriter::create(path, 65535)?),
         None => None,

@@ -33,6 +33,14 @@ impl Default for XskOptions {
     }
 }
 
+/// Which ports to open: a device, its queues and the socket options.
+#[derive(Debug, Clone)]
+pub struct PortSpec {
+    pub dev: String,
+    pub queues: Vec<u32>,
+    pub xsk: XskOptions,
+}
+
 /// Ports on one device plus the program steering frames to them. Dropping
 /// it detaches the program and closes the sockets.
 pub struct XskPorts {
@@ -45,7 +53,8 @@ pub struct XskPorts {
 /// Opens one socket per queue on `dev`, all over one memfd UMEM. With
 /// `receive` the xsk-redirect program is attached and every socket is
 /// registered in its XSKMAP.
-pub fn open(dev: &str, queues: &[u32], opts: &XskOptions, receive: bool) -> Result<XskPorts> {
+pub fn open(spec: &PortSpec, receive: bool) -> Result<XskPorts> {
+    let (dev, queues, opts) = (spec.dev.as_str(), spec.queues.as_slice(), &spec.xsk);
     let ifindex = crate::util::ifindex(dev)?;
     let umem = Arc::new(Umem::create("ferry-umem", UmemConfig { frame_count: opts.frames, ..Default::default() })?);
     let per_port = opts.frames / queues.len() as u32;
