@@ -99,9 +99,7 @@ pub fn run(opts: &NfRunOptions, nfs: Vec<Box<dyn PacketNf>>) -> Result<NfRunRepo
         if !got_any {
             // Nothing arrived on any port: block briefly instead of spinning,
             // so an idle NF costs no CPU.
-            if let Some(p) = io.ports.first() {
-                p.socket().poll_rx(opts.idle_poll_ms);
-            }
+            io.wait_readable(opts.idle_poll_ms);
         }
     }
     let mut report = NfRunReport {

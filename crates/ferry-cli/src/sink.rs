@@ -64,8 +64,8 @@ pub fn run(opts: &SinkOptions) -> Result<SinkReport> {
         }
         if got > 0 {
             last_rx = Some(Instant::now());
-        } else if let Some(p) = io.ports.first() {
-            p.socket().poll_rx(10);
+        } else {
+            io.wait_readable(10);
         }
     }
     if let Some(w) = pcap {

@@ -88,3 +88,18 @@ pub fn open(spec: &PortSpec, receive: bool) -> Result<XskPorts> {
     }
     Ok(XskPorts { ports, queues: queues.to_vec(), program })
 }
+
+impl XskPorts {
+    /// Blocks until any port has received frames or `timeout_ms` passed, so
+    /// an idle process costs no CPU whichever queue traffic resumes on.
+    pub fn wait_readable(&self, timeout_ms: i32) {
+        use std::os::fd::AsRawFd;
+        let mut fds: Vec<libc::pollfd> = self
+            .ports
+            .iter()
+            .map(|p| libc::pollfd { fd: p.socket().as_raw_fd(), events: libc::POLLIN, revents: 0 })
+            .collect();
+        // SAFETY: fds is a valid array of pollfd of the given length.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    }
+}
