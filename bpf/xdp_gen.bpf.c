@@ -6,6 +6,12 @@
  * UDP source port to make several flows, and redirects it out of a device.
  * Generated UDP carries checksum 0 (legal for IPv4), so rewriting the stamp
  * and port needs no checksum update.
+ *
+ * Rate limiting and the frame limit are enforced here, per run: a run that
+ * is early or past the limit drops the frame instead of sending it. So one
+ * long BPF_PROG_RUN call sends a smooth paced stream (each call costs tens
+ * of milliseconds to set up, which rules out pacing between calls).
+ * State is per CPU: the caller pins its thread to one CPU.
  */
 #include "ferry_common.h"
 #include <bpf/bpf_endian.h>
@@ -23,6 +29,9 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ferry_gen_state);
 } ferry_gen_state SEC(".maps");
+
+/* Frames a paced generator may send back to back after falling behind. */
+#define PACING_BURST 32
 
 /* Larger offsets are refused; the verifier needs a bound anyway. */
 #define MAX_FIELD_OFFSET 1024
@@ -57,6 +66,24 @@ int ferry_gen(struct xdp_md *ctx)
 		slot = XDP_ABORTED;
 		goto out;
 	}
+	if (cfg->limit && st->seq >= cfg->limit) {
+		slot = XDP_DROP;
+		action = XDP_DROP;
+		goto out;
+	}
+	if (cfg->interval_ns) {
+		__u64 now = bpf_ktime_get_ns();
+		/* After idling, catch up by at most a short burst. */
+		__u64 floor = now - PACING_BURST * cfg->interval_ns;
+
+		if (now < st->next_ns) {
+			slot = XDP_DROP;
+			action = XDP_DROP;
+			goto out;
+		}
+		st->next_ns = (st->next_ns > floor ? st->next_ns : floor) + cfg->interval_ns;
+		st->now_ns = now;
+	}
 	if (cfg->stamp_offset) {
 		struct ferry_stamp *s = field_at(data, end, cfg->stamp_offset, sizeof(*s));
 
@@ -70,7 +97,7 @@ int ferry_gen(struct xdp_md *ctx)
 		/* Reading the clock is the generator's largest per-frame cost
 		 * in a VM; a caller that can live with frames of one short
 		 * burst sharing a timestamp reads it less often. */
-		if ((st->seq & ((1u << (cfg->clock_shift & 15)) - 1)) == 0)
+		if (!cfg->interval_ns && (st->seq & ((1u << (cfg->clock_shift & 15)) - 1)) == 0)
 			st->now_ns = bpf_ktime_get_ns();
 		s->tx_ns = st->now_ns;
 	}

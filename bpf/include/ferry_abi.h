@@ -43,15 +43,18 @@ struct ferry_gen_config {
 	__u16 sport_min;    /* host order */
 	__u16 sport_count;  /* number of source ports to cycle through */
 	__u16 clock_shift;  /* read the clock every 2^clock_shift frames */
+	__u64 interval_ns;  /* pacing: at most one frame per interval (0: none) */
+	__u64 limit;        /* frames to send in all (0: no limit) */
 };
-_Static_assert(sizeof(struct ferry_gen_config) == 16, "ferry_gen_config layout");
+_Static_assert(sizeof(struct ferry_gen_config) == 32, "ferry_gen_config layout");
 
 /* Per-CPU generator state (xdp_gen.bpf.c), map entry 0. */
 struct ferry_gen_state {
-	__u32 seq;
+	__u32 seq;       /* frames sent */
 	__u32 sport_idx;
-	__u64 now_ns; /* last clock reading, reused between readings */
+	__u64 now_ns;    /* last clock reading, reused between readings */
+	__u64 next_ns;   /* pacing: earliest time of the next frame */
 };
-_Static_assert(sizeof(struct ferry_gen_state) == 16, "ferry_gen_state layout");
+_Static_assert(sizeof(struct ferry_gen_state) == 24, "ferry_gen_state layout");
 
 #endif

@@ -45,8 +45,12 @@ pub struct GenConfig {
     pub sport_count: u16,
     /// Read the clock every 2^clock_shift frames (0: every frame).
     pub clock_shift: u16,
+    /// Pacing: at most one frame per interval (0: no pacing).
+    pub interval_ns: u64,
+    /// Frames to send in all (0: no limit).
+    pub limit: u64,
 }
-const _: () = assert!(std::mem::size_of::<GenConfig>() == 16);
+const _: () = assert!(std::mem::size_of::<GenConfig>() == 32);
 
 /// `struct ferry_gen_state`.
 #[repr(C)]
@@ -55,8 +59,9 @@ pub struct GenState {
     pub seq: u32,
     pub sport_idx: u32,
     pub now_ns: u64,
+    pub next_ns: u64,
 }
-const _: () = assert!(std::mem::size_of::<GenState>() == 16);
+const _: () = assert!(std::mem::size_of::<GenState>() == 24);
 
 // SAFETY: plain-old-data, no padding, every bit pattern is valid.
 unsafe impl aya::Pod for Verdicts {}

@@ -123,7 +123,7 @@ fn generator_stamps_and_cycles_source_port() {
         sport_offset: 34,
         sport_min: 5000,
         sport_count: 2,
-        clock_shift: 0,
+        ..Default::default()
     };
     prog.set_gen_config(cfg).unwrap();
     let fd = prog.program_fd().unwrap();
@@ -143,6 +143,27 @@ fn generator_stamps_and_cycles_source_port() {
     assert_eq!(ports, vec![5000, 5001, 5000]);
     assert_eq!(seqs[1], seqs[0] + 1);
     assert_eq!(seqs[2], seqs[1] + 1);
+}
+
+#[test]
+fn generator_stops_at_its_limit_and_paces() {
+    if !privileged() {
+        return;
+    }
+    let mut prog = LoadedXdp::load(Object::Gen, "ferry_gen").unwrap();
+    prog.set_gen_config(GenConfig { ifindex: 1, limit: 3, ..Default::default() }).unwrap();
+    let fd = prog.program_fd().unwrap();
+    let actions: Vec<u32> = (0..5).map(|_| test_run(fd, &udp_frame(), 1).unwrap().action).collect();
+    assert_eq!(actions, vec![XDP_REDIRECT, XDP_REDIRECT, XDP_REDIRECT, XDP_DROP, XDP_DROP], "limit 3");
+
+    // One frame per hour: the first run sends, the next ones are early.
+    let mut paced = LoadedXdp::load(Object::Gen, "ferry_gen").unwrap();
+    paced.set_gen_config(GenConfig { ifindex: 1, interval_ns: 3_600_000_000_000, ..Default::default() }).unwrap();
+    let out = test_run(paced.program_fd().unwrap(), &udp_frame(), 50).unwrap();
+    assert_eq!(out.action, XDP_DROP, "the last of 50 back-to-back runs is early");
+    let v = paced.verdicts().unwrap();
+    assert_eq!(v.packets[XDP_REDIRECT as usize], 1);
+    assert_eq!(v.packets[XDP_DROP as usize], 49);
 }
 
 #[test]

@@ -345,9 +345,27 @@ fn split_nf_args(args: &[String]) -> Vec<Vec<&str>> {
 
 fn main() {
     if let Err(e) = run(Cli::parse()) {
-        eprintln!("ferry: {e:#}");
+        eprintln!("ferry: {}", render_error(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes on one line. Ferry's error types already put
+/// their source into their message, so a cause whose text is already shown
+/// is skipped rather than repeated.
+fn render_error(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn run(cli: Cli) -> Result<()> {

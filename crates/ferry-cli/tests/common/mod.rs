@@ -1,0 +1,358 @@
+//! Helpers shared by the `ferry` end-to-end tests: root check, testbeds,
+//! `ferry` processes inside namespaces (killed on drop), AF_PACKET sockets
+//! opened from inside a namespace, an independent Internet checksum.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ferry_testbed::{Testbed, TestbedSpec};
+use serde_json::Value;
+
+/// The `ferry` binary under test.
+pub const FERRY: &str = env!("CARGO_BIN_EXE_ferry");
+
+/// True if the test can run (root + iproute2). Otherwise prints a skip
+/// notice, or panics under `CI=true` so that CI cannot pass by skipping.
+pub fn privileged(test: &str) -> bool {
+    match ferry_testbed::preflight() {
+        Ok(()) => true,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true but the end-to-end test {test} cannot run: it needs root and iproute2 ({e})")
+        }
+        Err(e) => {
+            eprintln!("SKIP {test}: end-to-end tests need root and iproute2: {e}");
+            false
+        }
+    }
+}
+
+/// Brings up a testbed from YAML text.
+pub fn testbed(yaml: &str, origin: &str) -> Testbed {
+    let spec = TestbedSpec::from_yaml_str(yaml, origin).unwrap_or_else(|e| panic!("testbed spec {origin}: {e}"));
+    ferry_testbed::up(&spec).unwrap_or_else(|e| panic!("testbed {origin} up: {e}"))
+}
+
+/// Names listed by `ip netns list`.
+pub fn netns_list() -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().next()).map(String::from).collect()
+}
+
+/// Tears the testbed down and asserts that none of its namespaces remains.
+pub fn down_and_check(tb: Testbed) {
+    let names: Vec<String> = tb.namespaces().values().cloned().collect();
+    tb.down().expect("testbed teardown");
+    let left: Vec<String> = netns_list().into_iter().filter(|n| names.contains(n)).collect();
+    assert!(left.is_empty(), "namespaces left after teardown: {left:?}");
+}
+
+/// MAC of `dev` in logical namespace `ns`.
+pub fn mac(tb: &Testbed, ns: &str, dev: &str) -> [u8; 6] {
+    let m = tb.mac(ns, dev).unwrap_or_else(|e| panic!("MAC of {dev}: {e}"));
+    parse_mac(&m.to_string())
+}
+
+pub fn parse_mac(s: &str) -> [u8; 6] {
+    let v: Vec<u8> = s.split(':').map(|p| u8::from_str_radix(p, 16).expect("hex MAC byte")).collect();
+    v.try_into().unwrap_or_else(|_| panic!("bad MAC {s}"))
+}
+
+pub fn fmt_mac(m: [u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// A unique scratch directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let p = std::env::temp_dir().join(format!("ferry-e2e-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `ferry` process inside a testbed namespace. Dropping it kills it
+/// (SIGKILL) if it still runs, so no process outlives a failed assertion.
+pub struct Ferry {
+    child: Child,
+    what: String,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+/// How a `ferry` process ended.
+pub struct Finished {
+    pub what: String,
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    /// The JSON report on stdout; panics (with stderr) if the process failed.
+    pub fn json(&self) -> Value {
+        assert!(self.status.success(), "{} failed ({}); stderr:\n{}", self.what, self.status, self.stderr);
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("{}: stdout is not one JSON report ({e}):\n{}", self.what, self.stdout))
+    }
+}
+
+fn reader(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+impl Ferry {
+    /// `ip netns exec <real ns> ferry ARGS...` in logical namespace `ns`.
+    pub fn spawn(tb: &Testbed, ns: &str, args: &[&str]) -> Ferry {
+        Self::spawn_cmd(tb.exec(ns, FERRY, args), format!("ferry {} (in {ns})", args.join(" ")))
+    }
+
+    /// `ferry ARGS...` in this (the root) namespace.
+    pub fn spawn_here(args: &[&str]) -> Ferry {
+        let mut c = Command::new(FERRY);
+        c.args(args);
+        Self::spawn_cmd(c, format!("ferry {}", args.join(" ")))
+    }
+
+    fn spawn_cmd(mut cmd: Command, what: String) -> Ferry {
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {what}: {e}"));
+        let stdout = child.stdout.take().map(reader);
+        let stderr = child.stderr.take().map(reader);
+        Ferry { child, what, stdout, stderr }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// True while the process runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits up to `timeout` for the process to end by itself; on timeout it
+    /// is killed and the test fails.
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let err = self.stderr.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+                panic!("{} did not finish within {timeout:?}; stderr:\n{err}", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = self.stdout.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        let stderr = self.stderr.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        Finished { what: self.what.clone(), status, stdout, stderr }
+    }
+
+    /// Waits for the process to end by itself and returns its JSON report.
+    pub fn wait_json(self, timeout: Duration) -> Value {
+        self.finish(timeout).json()
+    }
+
+    /// SIGINT (a clean stop), then its JSON report.
+    pub fn stop_json(self) -> Value {
+        // `ip netns exec` execs ferry, so the pid is ferry's own.
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.pid(), libc::SIGINT) };
+        self.finish(Duration::from_secs(10)).json()
+    }
+}
+
+impl Drop for Ferry {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Waits until `dev` in the testbed's namespace `ns` carries an XDP program
+/// (the process on it attached), then 100 ms for its sockets. Fails the
+/// test if `proc` exits first or nothing attaches within 10 s.
+pub fn wait_attached(tb: &Testbed, ns: &str, dev: &str, proc: &mut Ferry) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new("ip").args(["-n", tb.ns_name(ns), "link", "show", "dev", dev]).output().unwrap();
+        if String::from_utf8_lossy(&out.stdout).contains("prog/xdp") {
+            std::thread::sleep(Duration::from_millis(100));
+            return;
+        }
+        assert!(proc.running(), "{} exited before attaching to {dev}", proc.what);
+        assert!(Instant::now() < deadline, "no XDP program on {dev} (ns {ns}) after 10 s: {}", proc.what);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `ping -c COUNT -W 1 IP` from namespace `ns`; returns (success, output).
+pub fn ping(tb: &Testbed, ns: &str, ip: &str, count: u32) -> (bool, String) {
+    let out = tb.exec(ns, "ping", ["-c", &count.to_string(), "-i", "0.2", "-W", "1", ip]).output().expect("run ping");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// Reads a u64 at a JSON pointer; panics with the report if absent.
+pub fn u(v: &Value, pointer: &str) -> u64 {
+    v.pointer(pointer).and_then(Value::as_u64).unwrap_or_else(|| panic!("no integer at {pointer} in {v:#}"))
+}
+
+/// The counters of NF `name` in an `nf run` report, as (name, value) pairs.
+pub fn nf_counters(report: &Value, name: &str) -> Vec<(String, u64)> {
+    let nf = report["nfs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|n| n["name"] == name))
+        .unwrap_or_else(|| panic!("no NF {name} in report {report:#}"));
+    serde_json::from_value(nf["counters"].clone()).unwrap_or_else(|e| panic!("counters of {name}: {e}"))
+}
+
+pub fn counter(counters: &[(String, u64)], name: &str) -> u64 {
+    counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v).unwrap_or_else(|| panic!("no counter {name}"))
+}
+
+/// Asserts that an NF's counters start with `rx` and the others sum to it.
+pub fn assert_partition(nf: &str, counters: &[(String, u64)]) {
+    assert_eq!(counters.first().map(|c| c.0.as_str()), Some("rx"), "{nf}: {counters:?}");
+    let rest: u64 = counters[1..].iter().map(|c| c.1).sum();
+    assert_eq!(rest, counters[0].1, "{nf}: verdict counters do not sum to rx: {counters:?}");
+}
+
+/// Runs `f` on a thread that has joined the network namespace `real_ns`.
+pub fn in_netns<T: Send>(real_ns: &str, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let path = Path::new("/run/netns").join(real_ns);
+            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            // SAFETY: a valid namespace fd; setns only affects this thread.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {real_ns}: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}
+
+/// An AF_PACKET SOCK_RAW socket bound to one device (all protocols).
+pub struct RawSock {
+    fd: OwnedFd,
+    ifindex: i32,
+}
+
+const ETH_P_ALL: u16 = 0x0003;
+
+impl RawSock {
+    /// Opens the socket on `dev` of the calling thread's namespace.
+    pub fn open(dev: &str) -> RawSock {
+        let cdev = std::ffi::CString::new(dev).unwrap();
+        // SAFETY: plain syscalls on values we own; results are checked.
+        unsafe {
+            let ifindex = libc::if_nametoindex(cdev.as_ptr()) as i32;
+            assert!(ifindex > 0, "no device {dev}");
+            let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(ETH_P_ALL.to_be()));
+            assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
+            let fd = OwnedFd::from_raw_fd(fd);
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = ETH_P_ALL.to_be();
+            sll.sll_ifindex = ifindex;
+            let rc = libc::bind(
+                fd.as_raw_fd(),
+                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            assert_eq!(rc, 0, "bind AF_PACKET to {dev}: {}", std::io::Error::last_os_error());
+            let tv = libc::timeval { tv_sec: 0, tv_usec: 50_000 };
+            let rc = libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const libc::timeval as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
+            assert_eq!(rc, 0, "SO_RCVTIMEO: {}", std::io::Error::last_os_error());
+            RawSock { fd, ifindex }
+        }
+    }
+
+    /// Sends one complete Ethernet frame.
+    pub fn send(&self, frame: &[u8]) {
+        // SAFETY: valid buffer and fd.
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr() as *const libc::c_void, frame.len(), 0) };
+        assert_eq!(n, frame.len() as isize, "AF_PACKET send: {}", std::io::Error::last_os_error());
+    }
+
+    /// Received (not outgoing) frames until `pred` accepts one or `timeout`
+    /// passes; returns the accepted frame.
+    pub fn recv_match(&self, timeout: Duration, mut pred: impl FnMut(&[u8]) -> bool) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + timeout;
+        let mut buf = vec![0u8; 65536];
+        while Instant::now() < deadline {
+            // SAFETY: zeroed sockaddr_ll and a buffer we own.
+            let (n, sll) = unsafe {
+                let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+                let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+                let n = libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    buf.len(),
+                    0,
+                    &mut sll as *mut libc::sockaddr_ll as *mut libc::sockaddr,
+                    &mut len,
+                );
+                (n, sll)
+            };
+            if n < 0 {
+                continue; // timeout (EAGAIN) or EINTR: check the deadline
+            }
+            if sll.sll_pkttype == libc::PACKET_OUTGOING || sll.sll_ifindex != self.ifindex {
+                continue;
+            }
+            let frame = &buf[..n as usize];
+            if pred(frame) {
+                return Some(frame.to_vec());
+            }
+        }
+        None
+    }
+}
+
+/// The Internet checksum (RFC 1071) of `data`; 0 over a block that
+/// contains a correct checksum. Written here, independent of ferry-wire.
+pub fn inet_csum(data: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for c in data.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]));
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}

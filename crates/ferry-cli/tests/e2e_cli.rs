@@ -1,0 +1,166 @@
+//! End to end: the `ferry` command's error reporting on bad input, and
+//! smoke runs of `ferry demo` and `ferry bench io` (which build and tear
+//! down their own testbeds).
+
+mod common;
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::*;
+
+/// `demo` and `bench io` create namespaces with the same logical names; run
+/// them one at a time so that each one's leftovers can be told apart.
+static OWN_TESTBEDS: Mutex<()> = Mutex::new(());
+
+/// Runs `ferry ARGS` in this namespace to completion.
+fn ferry(args: &[&str], timeout: Duration) -> Finished {
+    Ferry::spawn_here(args).finish(timeout)
+}
+
+#[test]
+fn testbed_up_reports_file_line_and_field() {
+    let dir = TempDir::new("badspec");
+    let name = format!("e2e-bad-{}", std::process::id());
+    // Line 6 holds the bad MAC.
+    let bad_mac = format!(
+        "name: {name}\nnamespaces:\n  - name: a\n  - name: b\nlinks:\n  - a: {{ ns: a, dev: a0, mac: \"02:00:00:00:00:zz\" }}\n    b: {{ ns: b, dev: b0 }}\n"
+    );
+    // Line 7 names a namespace that does not exist (a cross-reference check).
+    let bad_ref = format!(
+        "name: {name}\nnamespaces:\n  - name: a\n  - name: b\nlinks:\n  - a: {{ ns: a, dev: a0 }}\n    b: {{ ns: nosuch, dev: b0 }}\n"
+    );
+    for (file, text, line, field, what) in [
+        ("bad-mac.yaml", bad_mac, 6, "links[0].a.mac", "02:00:00:00:00:zz"),
+        ("bad-ref.yaml", bad_ref, 7, "links[0].b.ns", "nosuch"),
+    ] {
+        let path = dir.path(file);
+        std::fs::write(&path, text).unwrap();
+        let r = ferry(&["testbed", "up", path.to_str().unwrap()], Duration::from_secs(20));
+        if r.status.success() {
+            // Do not leave a detached testbed behind, then fail.
+            let _ = ferry(&["testbed", "down", &name], Duration::from_secs(20));
+            panic!("`ferry testbed up {file}` accepted a bad spec:\n{}", r.stdout);
+        }
+        let err = r.stderr;
+        assert!(err.contains(&format!("{}:{line}:", path.display())), "file and line {line} in: {err}");
+        assert!(err.contains(field), "field path {field} in: {err}");
+        assert!(err.contains(what), "the bad value {what} in: {err}");
+        assert_eq!(err.lines().count(), 1, "one error line: {err}");
+    }
+}
+
+#[test]
+fn nf_run_unknown_nf_is_named() {
+    let r = ferry(&["nf", "run", "--dev", "lo", "bogus-nf"], Duration::from_secs(20));
+    assert!(!r.status.success(), "ferry nf run bogus-nf succeeded");
+    assert!(r.stderr.contains("bogus-nf"), "NF name in: {}", r.stderr);
+    assert!(r.stdout.is_empty(), "no report on failure: {}", r.stdout);
+
+    // A known NF with a bad argument names the NF and the argument.
+    let r = ferry(&["nf", "run", "--dev", "lo", "arp-responder", "10.0.0.1=zz"], Duration::from_secs(20));
+    assert!(!r.status.success());
+    assert!(r.stderr.contains("arp-responder") && r.stderr.contains("10.0.0.1=zz"), "{}", r.stderr);
+
+    // `nf list` shows every NF with its counters.
+    let r = ferry(&["nf", "list"], Duration::from_secs(20));
+    assert!(r.status.success(), "{}", r.stderr);
+    for nf in ["l2fwd", "arp-responder", "icmp-echo", "rxdrop"] {
+        assert!(r.stdout.contains(nf), "{nf} in nf list:\n{}", r.stdout);
+    }
+    assert!(r.stdout.contains("drop_bad_checksum"), "{}", r.stdout);
+}
+
+#[test]
+fn gen_on_missing_device_is_named() {
+    for sub in ["live", "xsk"] {
+        let r = ferry(&["gen", sub, "--dev", "nosuchdev", "--count", "10", "--json"], Duration::from_secs(20));
+        assert!(!r.status.success(), "ferry gen {sub} on a missing device succeeded");
+        assert!(r.stderr.contains("nosuchdev"), "gen {sub}: device name in: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "gen {sub}: no report on failure: {}", r.stdout);
+    }
+}
+
+/// Namespaces that `pid` created (per the testbed markers) or that carry no
+/// marker, among those not in `before` and ending in one of `suffixes`.
+fn leftovers(before: &[String], pid: i32, suffixes: &[&str]) -> Vec<String> {
+    netns_list()
+        .into_iter()
+        .filter(|n| !before.contains(n) && n.starts_with("fy") && suffixes.iter().any(|s| n.ends_with(s)))
+        .filter(|n| {
+            let marker = Path::new(ferry_testbed::STATE_DIR).join("by-ns").join(format!("{n}.pid"));
+            match std::fs::read_to_string(marker) {
+                Ok(text) => text.split_whitespace().next() == Some(&pid.to_string()),
+                Err(_) => true,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn demo_json_smoke() {
+    if !privileged("demo_json_smoke") {
+        return;
+    }
+    let _serial = OWN_TESTBEDS.lock().unwrap_or_else(|e| e.into_inner());
+    let before = netns_list();
+    let demo = Ferry::spawn_here(&["demo", "--packets", "20000", "--json"]);
+    let pid = demo.pid();
+    let d = demo.wait_json(Duration::from_secs(120));
+    assert_eq!(u(&d, "/ping_replies"), 5, "demo report: {d:#}");
+    assert!(u(&d, "/sink/packets") > 0, "demo report: {d:#}");
+    assert_eq!(u(&d, "/generator/sent"), 20000, "demo report: {d:#}");
+    for nf in ["icmp-echo", "arp-responder"] {
+        assert_partition(nf, &nf_counters(&d["responder"], nf));
+    }
+    assert_eq!(counter(&nf_counters(&d["responder"], "icmp-echo"), "tx"), 5, "{d:#}");
+    assert_partition("l2fwd", &nf_counters(&d["l2fwd"], "l2fwd"));
+    let left = leftovers(&before, pid, &["-client", "-gen", "-dut"]);
+    assert!(left.is_empty(), "ferry demo left namespaces behind: {left:?}");
+}
+
+#[test]
+fn bench_io_smoke() {
+    if !privileged("bench_io_smoke") {
+        return;
+    }
+    let _serial = OWN_TESTBEDS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench");
+    let out = dir.path("io.json");
+    let before = netns_list();
+    let bench = Ferry::spawn_here(&[
+        "bench",
+        "io",
+        "--runs",
+        "1",
+        "--warmup",
+        "200ms",
+        "--window",
+        "300ms",
+        "--sizes",
+        "64",
+        "--scenarios",
+        "xdp-drop,afxdp-rxdrop",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    let pid = bench.pid();
+    let r = bench.finish(Duration::from_secs(120));
+    assert!(r.status.success(), "ferry bench io failed ({}):\n{}", r.status, r.stderr);
+    let text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("bench JSON");
+    let results = v["results"].as_array().unwrap_or_else(|| panic!("no results in {v:#}"));
+    assert_eq!(results.len(), 2, "{v:#}");
+    let names: Vec<&str> = results.iter().filter_map(|r| r["scenario"].as_str()).collect();
+    assert_eq!(names, ["xdp-drop", "afxdp-rxdrop"], "{v:#}");
+    for res in results {
+        assert_eq!(res["frame_len"], 64, "{res:#}");
+        let mpps = res["median_mpps"].as_f64().unwrap_or(0.0);
+        assert!(mpps > 0.0, "median_mpps must be > 0: {res:#}");
+    }
+    let left = leftovers(&before, pid, &["-gen", "-dut"]);
+    assert!(left.is_empty(), "ferry bench io left namespaces behind: {left:?}");
+    // The text table went to stdout as well.
+    assert!(r.stdout.contains("xdp-drop"), "{}", r.stdout);
+}
