@@ -92,6 +92,10 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+fn argv(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|p| p.to_string()).collect()
+}
+
 fn secs(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
@@ -105,27 +109,50 @@ fn measure_once(
 ) -> Result<(f64, f64, Option<f64>)> {
     let (gen_ns, dut_ns) = (tb.ns_name("gen").to_string(), tb.ns_name("dut").to_string());
     let total = o.warmup + o.window;
-    let dut_args: Vec<String> = match s {
+    // Each side times its window from the first frame it sees, so process
+    // start-up order does not matter; the timeout only bounds a broken run.
+    let timeout = secs(total + Duration::from_secs(20));
+    let (warmup, window) = (secs(o.warmup), secs(o.window));
+    let dut_args = match s {
         Scenario::XdpDrop | Scenario::XdpTx => {
             let prog = if s == Scenario::XdpDrop { "drop" } else { "tx" };
-            ["xdp", "run", "--dev", "d0", "--prog", prog, "--warmup", &secs(o.warmup), "--duration", &secs(o.window)]
-                .map(String::from)
-                .to_vec()
+            argv(&[
+                "xdp",
+                "run",
+                "--dev",
+                "d0",
+                "--prog",
+                prog,
+                "--warmup",
+                &warmup,
+                "--window",
+                &window,
+                "--timeout",
+                &timeout,
+            ])
         }
         Scenario::XskRxDrop | Scenario::XskL2fwd => {
             let nf = if s == Scenario::XskRxDrop { "rxdrop" } else { "l2fwd" };
-            ["nf", "run", "--dev", "d0", "--warmup", &secs(o.warmup), "--duration", &secs(total), nf]
-                .map(String::from)
-                .to_vec()
+            argv(&["nf", "run", "--dev", "d0", "--warmup", &warmup, "--window", &window, "--duration", &timeout, nf])
         }
     };
     let dut = proc::spawn(&dut_ns, &dut_args, Some(1))?;
     // The returning frames need an XDP program on g0 to be received there.
     let ret = if s.returns_traffic() {
-        let args =
-            ["xdp", "run", "--dev", "g0", "--prog", "drop", "--warmup", &secs(o.warmup), "--duration", &secs(o.window)]
-                .map(String::from)
-                .to_vec();
+        let args = argv(&[
+            "xdp",
+            "run",
+            "--dev",
+            "g0",
+            "--prog",
+            "drop",
+            "--warmup",
+            &warmup,
+            "--window",
+            &window,
+            "--timeout",
+            &timeout,
+        ]);
         Some(proc::spawn(&gen_ns, &args, Some(0))?)
     } else {
         None
@@ -138,7 +165,9 @@ fn measure_once(
     if s.returns_traffic() {
         proc::wait_for_xdp(&gen_ns, "g0", Duration::from_secs(10))?;
     }
-    let gen_args = [
+    let gen_time = secs(total + Duration::from_millis(500));
+    let size = size.to_string();
+    let gen_args = argv(&[
         "gen",
         "live",
         "--dev",
@@ -146,17 +175,21 @@ fn measure_once(
         "--dst-mac",
         "02:00:00:00:00:02",
         "--size",
-        &size.to_string(),
+        &size,
         "--clock-shift",
         "4",
         "--duration",
-        &secs(total + Duration::from_millis(300)),
-    ]
-    .map(String::from)
-    .to_vec();
+        &gen_time,
+    ]);
     let gen = proc::spawn(&gen_ns, &gen_args, Some(0))?;
-    let budget = total + Duration::from_secs(10);
-    let dut_report = dut.wait(budget).context("device under test")?;
+    let budget = total + Duration::from_secs(30);
+    let gen_report = gen.wait(budget).context("generator")?;
+    // The NF runs until stopped; its window closed while traffic flowed.
+    let dut_report = match s {
+        Scenario::XskRxDrop | Scenario::XskL2fwd => dut.stop(),
+        _ => dut.wait(budget),
+    }
+    .context("device under test")?;
     let returned = match ret {
         Some(r) => {
             let v = r.wait(budget)?;
@@ -164,7 +197,6 @@ fn measure_once(
         }
         None => None,
     };
-    let gen_report = gen.wait(budget).context("generator")?;
     let dut_pps = match s {
         Scenario::XdpDrop | Scenario::XdpTx => num(&dut_report, "/pps"),
         Scenario::XskRxDrop => num(&dut_report, "/window_rx") / num(&dut_report, "/window_seconds").max(1e-9),

@@ -129,9 +129,12 @@ enum NfCmd {
         /// Stop after this long (default: until SIGINT/SIGTERM).
         #[arg(long, value_parser = parse_duration)]
         duration: Option<Duration>,
-        /// Measurement window opens after this long.
+        /// The measurement window opens this long after the first frame...
         #[arg(long, value_parser = parse_duration, default_value = "0s")]
         warmup: Duration,
+        /// ...and lasts this long (default: until the process stops).
+        #[arg(long, value_parser = parse_duration)]
+        window: Option<Duration>,
         #[arg(long)]
         json: bool,
         /// NFs and their arguments; separate NFs with `--`.
@@ -153,10 +156,16 @@ enum XdpCmd {
         prog: String,
         #[arg(long, default_value = "driver")]
         mode: AttachMode,
+        /// The measurement window opens this long after the first frame...
         #[arg(long, value_parser = parse_duration, default_value = "0s")]
         warmup: Duration,
+        /// ...and lasts this long; then the program is detached and the
+        /// report printed (default: until SIGINT/SIGTERM).
         #[arg(long, value_parser = parse_duration)]
-        duration: Option<Duration>,
+        window: Option<Duration>,
+        /// Give up (and report) after this long even without a window.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<Duration>,
         #[arg(long)]
         json: bool,
     },
@@ -402,17 +411,17 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Nf(NfCmd::Run { port, batch, duration, warmup, json, nfs }) => {
+        Cmd::Nf(NfCmd::Run { port, batch, duration, warmup, window, json, nfs }) => {
             let mut built = Vec::new();
             for group in split_nf_args(&nfs) {
                 built.push(ferry_nf::by_name(group[0], &group[1..])?);
             }
-            let opts = nfrun::NfRunOptions { port: port.spec(), batch, duration, warmup, idle_poll_ms: 100 };
+            let opts = nfrun::NfRunOptions { port: port.spec(), batch, duration, warmup, window, idle_poll_ms: 100 };
             let report = nfrun::run(&opts, built)?;
             emit(json, &report, pretty)
         }
-        Cmd::Xdp(XdpCmd::Run { dev, prog, mode, warmup, duration, json }) => {
-            let report = xdprun::run(&dev, &prog, mode, warmup, duration)?;
+        Cmd::Xdp(XdpCmd::Run { dev, prog, mode, warmup, window, timeout, json }) => {
+            let report = xdprun::run(&dev, &prog, mode, warmup, window, timeout)?;
             emit(json, &report, pretty)
         }
         Cmd::Gen(GenCmd::Live { dev, profile, stream, cpu, clock_shift, json }) => {

@@ -2,14 +2,14 @@
 //! device. Per-packet logic lives in `ferry-nf`; this loop batches frames,
 //! applies the verdicts and counts what happened to every frame.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use ferry_nf::{NfChainLocal, PacketNf, Verdict};
 use ferry_xsk::XdpDesc;
 use serde::Serialize;
 
-use crate::util::RunLimit;
+use crate::util::{RunLimit, Window};
 use crate::xskport::{self, PortSpec};
 
 /// What `ferry nf run` prints when it stops.
@@ -51,8 +51,10 @@ pub struct NfRunOptions {
     pub port: PortSpec,
     pub batch: usize,
     pub duration: Option<Duration>,
-    /// Time before the measurement window opens.
+    /// The measurement window opens this long after the first frame...
     pub warmup: Duration,
+    /// ...and lasts this long (None: until the run ends).
+    pub window: Option<Duration>,
     /// Poll timeout when idle: the process sleeps in poll() rather than spin.
     pub idle_poll_ms: i32,
 }
@@ -65,13 +67,10 @@ pub fn run(opts: &NfRunOptions, nfs: Vec<Box<dyn PacketNf>>) -> Result<NfRunRepo
     let mut rx: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
     let mut tx: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
     let mut drop_tx_full = 0u64;
-    let started = Instant::now();
-    let mut window: Option<(Instant, u64, u64)> = None;
+    let mut window: Window<(u64, u64)> = Window::new(opts.warmup, opts.window);
     while !limit.done() {
-        if window.is_none() && started.elapsed() >= opts.warmup {
-            let (rx, tx) = totals(&io.ports);
-            window = Some((Instant::now(), rx, tx));
-        }
+        let (rx_total, tx_total) = totals(&io.ports);
+        window.observe(rx_total > 0, || (rx_total, tx_total));
         let mut got_any = false;
         for port in io.ports.iter_mut() {
             port.reclaim();
@@ -126,11 +125,10 @@ pub fn run(opts: &NfRunOptions, nfs: Vec<Box<dyn PacketNf>>) -> Result<NfRunRepo
         window_rx: 0,
         window_tx: 0,
     };
-    if let Some((at, rx, tx)) = window {
-        let (rx_now, tx_now) = totals(&io.ports);
-        report.window_seconds = at.elapsed().as_secs_f64();
-        report.window_rx = rx_now - rx;
-        report.window_tx = tx_now - tx;
+    if let Some((seconds, (rx0, tx0), (rx1, tx1))) = window.result(totals(&io.ports)) {
+        report.window_seconds = seconds;
+        report.window_rx = rx1 - rx0;
+        report.window_tx = tx1 - tx0;
     }
     // Let the last transmissions complete before counting frames.
     std::thread::sleep(Duration::from_millis(20));

@@ -108,6 +108,52 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A measurement window over counters of type `T`: it opens `warmup`
+/// after the first traffic is seen and closes `length` later (or stays open
+/// until the run ends). Timing from the first packet, not from process
+/// start, keeps measurements aligned with the traffic whatever the start-up
+/// order of the processes involved.
+pub struct Window<T> {
+    warmup: Duration,
+    length: Option<Duration>,
+    first: Option<Instant>,
+    open: Option<(Instant, T)>,
+    closed: Option<(f64, T, T)>,
+}
+
+impl<T: Copy> Window<T> {
+    pub fn new(warmup: Duration, length: Option<Duration>) -> Self {
+        Window { warmup, length, first: None, open: None, closed: None }
+    }
+
+    /// Feeds the current state: whether traffic was seen so far, and the
+    /// counters (taken only when the window opens or closes).
+    pub fn observe(&mut self, traffic_seen: bool, counters: impl FnOnce() -> T) {
+        if self.closed.is_some() || !traffic_seen {
+            return;
+        }
+        let now = Instant::now();
+        let first = *self.first.get_or_insert(now);
+        match self.open {
+            None if now.duration_since(first) >= self.warmup => self.open = Some((now, counters())),
+            Some((at, start)) if self.length.is_some_and(|l| now.duration_since(at) >= l) => {
+                self.closed = Some((now.duration_since(at).as_secs_f64(), start, counters()));
+            }
+            _ => {}
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_some()
+    }
+
+    /// (seconds, counters at open, counters at close); a window still open
+    /// is closed now with `current`. None if it never opened.
+    pub fn result(&self, current: T) -> Option<(f64, T, T)> {
+        self.closed.or_else(|| self.open.map(|(at, start)| (at.elapsed().as_secs_f64(), start, current)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +164,22 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert!(parse_duration("abc").is_err());
         assert!(parse_duration("5h").is_err());
+    }
+
+    #[test]
+    fn window_opens_after_first_traffic_and_closes() {
+        let mut w: Window<u64> = Window::new(Duration::ZERO, Some(Duration::from_millis(20)));
+        w.observe(false, || 1);
+        assert!(w.result(5).is_none(), "no traffic, no window");
+        w.observe(true, || 10);
+        assert_eq!(w.result(15).map(|r| (r.1, r.2)), Some((10, 15)), "open window closes at `current`");
+        std::thread::sleep(Duration::from_millis(25));
+        w.observe(true, || 40);
+        assert!(w.is_closed());
+        w.observe(true, || 99);
+        let (secs, a, b) = w.result(100).unwrap();
+        assert_eq!((a, b), (10, 40), "closed window keeps its counters");
+        assert!(secs >= 0.02);
     }
 
     #[test]

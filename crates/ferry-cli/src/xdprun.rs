@@ -2,13 +2,13 @@
 //! count its verdicts over a measurement window, detach, report. Used by
 //! `ferry bench io` for the XDP baselines and as a counting sink.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use ferry_bpf::{AttachMode, LoadedXdp, Object, Verdicts, VERDICT_NAMES};
 use serde::Serialize;
 
-use crate::util::{stop_requested, RunLimit};
+use crate::util::{RunLimit, Window};
 
 /// Counters over the measurement window.
 #[derive(Debug, Serialize, Clone)]
@@ -28,12 +28,16 @@ pub struct XdpRunReport {
 /// Program names `ferry xdp run` accepts.
 pub const PROGRAMS: [&str; 3] = ["drop", "pass", "tx"];
 
+/// Attaches `program` to `dev`; the measurement window opens `warmup`
+/// after the first frame and lasts `window` (None: until a stop signal).
+/// Gives up waiting for traffic after `timeout`.
 pub fn run(
     dev: &str,
     program: &str,
     mode: AttachMode,
     warmup: Duration,
-    duration: Option<Duration>,
+    window: Option<Duration>,
+    timeout: Option<Duration>,
 ) -> Result<XdpRunReport> {
     if !PROGRAMS.contains(&program) {
         return Err(anyhow!("unknown program {program:?}: one of {}", PROGRAMS.join(", ")));
@@ -41,22 +45,26 @@ pub fn run(
     let name = format!("ferry_{program}");
     let ifindex = crate::util::ifindex(dev)?;
     let prog = LoadedXdp::attach(Object::Basic, &name, ifindex, mode)?;
-    let warm = RunLimit::new(Some(warmup));
-    while !warm.done() {
-        std::thread::sleep(Duration::from_millis(10));
+    let limit = RunLimit::new(timeout);
+    let mut w: Window<Verdicts> = Window::new(warmup, window);
+    while !limit.done() && !w.is_closed() {
+        std::thread::sleep(Duration::from_millis(5));
+        let now = prog.verdicts()?;
+        w.observe(now.total_packets() > 0, || now);
     }
-    let before = prog.verdicts()?;
-    let start = Instant::now();
-    let limit = RunLimit::new(duration);
-    while !limit.done() && !stop_requested() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let after = prog.verdicts()?;
-    let seconds = start.elapsed().as_secs_f64();
-    Ok(window_report(dev, &name, &before, &after, seconds))
+    let last = prog.verdicts()?;
+    let (seconds, before, after) = w.result(last).unwrap_or((0.0, last, last));
+    Ok(window_report(dev, &name, &before, &after, seconds, last.total_packets()))
 }
 
-fn window_report(dev: &str, program: &str, before: &Verdicts, after: &Verdicts, seconds: f64) -> XdpRunReport {
+fn window_report(
+    dev: &str,
+    program: &str,
+    before: &Verdicts,
+    after: &Verdicts,
+    seconds: f64,
+    all: u64,
+) -> XdpRunReport {
     let mut packets = Vec::new();
     let (mut total_packets, mut total_bytes) = (0, 0);
     for (i, name) in VERDICT_NAMES.iter().enumerate() {
@@ -73,6 +81,6 @@ fn window_report(dev: &str, program: &str, before: &Verdicts, after: &Verdicts, 
         total_packets,
         total_bytes,
         pps: total_packets as f64 / seconds.max(1e-9),
-        packets_since_attach: after.total_packets(),
+        packets_since_attach: all,
     }
 }
