@@ -41,7 +41,10 @@ lint: deps
 test: deps lint
 	$(CARGO) build --workspace
 	$(FERRY_DEBUG) testbed sweep
-	$(CARGO) test --workspace -- --test-threads=2; rc=$$?; $(FERRY_DEBUG) testbed sweep; exit $$rc
+	set -o pipefail; $(CARGO) test --workspace -- --test-threads=2 2>&1 | tee target/test.log; rc=$$?; \
+	$(FERRY_DEBUG) testbed sweep; \
+	awk '/^test result:/ {p += $$4; f += $$6} END {printf "%d passed, %d failed\n", p, f}' target/test.log; \
+	exit $$rc
 
 bench: bench-io
 bench-io: build
