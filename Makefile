@@ -1,6 +1,7 @@
 # Ferry — two commands on a fresh Debian 12 machine, as root:
 #   make demo   build, set up a netns testbed, run NFs on AF_XDP, tear down
-#   make test   lint and run every test (unit, BPF test-run tables, netns e2e)
+#   make test   lint and run every test (unit, BPF test-run tables, netns e2e,
+#               loom models of the shared-memory rings)
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
@@ -43,6 +44,8 @@ test: deps lint
 	$(FERRY_DEBUG) testbed sweep
 	set -o pipefail; $(CARGO) test --workspace -- --test-threads=2 2>&1 | tee target/test.log; rc=$$?; \
 	$(FERRY_DEBUG) testbed sweep; \
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p ferry-ring --release --test loom 2>&1 \
+	  | tee -a target/test.log || rc=1; \
 	awk '/^test result:/ {p += $$4; f += $$6} END {printf "%d passed, %d failed\n", p, f}' target/test.log; \
 	exit $$rc
 

@@ -159,9 +159,10 @@ fn measure_once(
     };
     // Traffic starts once the DUT (and the return sink) are attached.
     proc::wait_for_xdp(&dut_ns, "d0", Duration::from_secs(10))?;
-    if matches!(s, Scenario::XdpDrop | Scenario::XdpTx) {
-        proc::pin_napi(&dut_ns, "d0", 1)?;
-    }
+    // The testbed is reused across scenarios, so set the NAPI mode every
+    // time (the setting outlives the program that made it possible).
+    let napi_cpu = matches!(s, Scenario::XdpDrop | Scenario::XdpTx).then_some(1);
+    proc::set_napi_thread(&dut_ns, "d0", napi_cpu)?;
     if s.returns_traffic() {
         proc::wait_for_xdp(&gen_ns, "g0", Duration::from_secs(10))?;
     }

@@ -113,16 +113,19 @@ pub fn wait_for_xdp(ns: &str, dev: &str, timeout: Duration) -> Result<()> {
     Err(anyhow!("no XDP program on {dev} (netns {ns}) after {timeout:?}: its process did not start"))
 }
 
-/// Makes `dev`'s NAPI run in a kernel thread (needs XDP attached, which
-/// gives veth its NAPI) and pins that thread to `cpu`.
-pub fn pin_napi(ns: &str, dev: &str, cpu: usize) -> Result<()> {
+/// Makes `dev`'s NAPI run in a kernel thread pinned to `cpu` (needs XDP
+/// attached, which gives veth its NAPI), or, with None, back in softirq
+/// context on whichever CPU raised it.
+pub fn set_napi_thread(ns: &str, dev: &str, cpu: Option<usize>) -> Result<()> {
+    let value = if cpu.is_some() { 1 } else { 0 };
     let ok = Command::new("ip")
-        .args(["netns", "exec", ns, "sh", "-c", &format!("echo 1 > /sys/class/net/{dev}/threaded")])
+        .args(["netns", "exec", ns, "sh", "-c", &format!("echo {value} > /sys/class/net/{dev}/threaded")])
         .status()?
         .success();
     if !ok {
-        return Err(anyhow!("could not make NAPI of {dev} (netns {ns}) threaded"));
+        return Err(anyhow!("could not set threaded NAPI of {dev} (netns {ns}) to {value}"));
     }
+    let Some(cpu) = cpu else { return Ok(()) };
     // The kthread is named napi/<dev>-<id>; names are not unique across
     // namespaces, so pin every match (the benchmark owns the machine).
     for entry in std::fs::read_dir("/proc")?.flatten() {
