@@ -39,5 +39,5 @@ pub use cmd::preflight;
 pub use error::TestbedError;
 pub use spec::{parse, EndpointSpec, LinkSpec, NamespaceSpec, RouteSpec, TestbedSpec};
 pub use state::{sweep_stale, STATE_DIR};
-pub use testbed::{down_by_name, down_file, find_running, up, up_detached, RunningTestbed, Testbed};
+pub use testbed::{down_by_name, down_file, find_running, up, up_detached, RunningTestbed, Testbed, TestbedNames};
 pub use types::{IfName, IpCidr, MacAddr, Mtu, NsName, QueueCount, RouteDest, SpecName, SysctlKey};

@@ -13,25 +13,26 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
 /// Names of a testbed that is up: logical → real namespace names, plus the
-/// queries that only need those names. Shared by [`Testbed`] (owned, torn
-/// down on drop) and [`RunningTestbed`] (detached, torn down explicitly).
+/// queries that only need those names. Both [`Testbed`] (owned, torn down
+/// on drop) and [`RunningTestbed`] (detached, torn down explicitly)
+/// dereference to it, so the queries are written once.
 #[derive(Debug, Clone)]
-struct Names {
+pub struct TestbedNames {
     name: String,
     instance: String,
     origin: String,
     namespaces: BTreeMap<String, String>,
 }
 
-impl Names {
-    fn generate(spec: &TestbedSpec) -> Names {
+impl TestbedNames {
+    fn generate(spec: &TestbedSpec) -> TestbedNames {
         // 24 random bits; retry on the (unlikely) clash with a live testbed.
         loop {
             let instance = format!("fy{:06x}", rand::random::<u32>() & 0xff_ffff);
             let namespaces: BTreeMap<String, String> =
                 spec.namespaces.iter().map(|n| (n.name.to_string(), format!("{instance}-{}", n.name))).collect();
             if !namespaces.values().any(|r| state::ns_exists(r)) {
-                return Names { name: spec.name(), instance, origin: spec.origin.clone(), namespaces };
+                return TestbedNames { name: spec.name(), instance, origin: spec.origin.clone(), namespaces };
             }
         }
     }
@@ -43,11 +44,30 @@ impl Names {
             .ok_or_else(|| TestbedError::UnknownNamespace { name: logical.to_string() })
     }
 
-    fn ns_name(&self, logical: &str) -> &str {
+    /// The spec's name (`name:` or file stem).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The unique `fy??????` prefix of this instance's namespace names.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Logical → real namespace names.
+    pub fn namespaces(&self) -> &BTreeMap<String, String> {
+        &self.namespaces
+    }
+
+    /// Real namespace name for a logical one. Panics on an unknown name:
+    /// that is a bug in the calling test, not a runtime condition.
+    pub fn ns_name(&self, logical: &str) -> &str {
         self.real(logical).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn exec<I, S>(&self, logical: &str, program: impl AsRef<OsStr>, args: I) -> Command
+    /// `ip netns exec REAL program args...`, ready to spawn. Panics on an
+    /// unknown logical namespace (see [`TestbedNames::ns_name`]).
+    pub fn exec<I, S>(&self, logical: &str, program: impl AsRef<OsStr>, args: I) -> Command
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
@@ -66,7 +86,8 @@ impl Names {
         v.get(0).cloned().ok_or_else(|| bad("empty list".into()))
     }
 
-    fn ifindex(&self, logical: &str, dev: &str) -> Result<u32, TestbedError> {
+    /// Interface index of `dev` inside namespace `logical`.
+    pub fn ifindex(&self, logical: &str, dev: &str) -> Result<u32, TestbedError> {
         let v = self.link_json(logical, dev)?;
         v["ifindex"].as_u64().and_then(|i| u32::try_from(i).ok()).ok_or_else(|| TestbedError::Output {
             command: format!("ip -j link show dev {dev}"),
@@ -74,7 +95,8 @@ impl Names {
         })
     }
 
-    fn mac(&self, logical: &str, dev: &str) -> Result<MacAddr, TestbedError> {
+    /// Current MAC address of `dev` inside namespace `logical`.
+    pub fn mac(&self, logical: &str, dev: &str) -> Result<MacAddr, TestbedError> {
         let v = self.link_json(logical, dev)?;
         v["address"].as_str().and_then(|s| s.parse().ok()).ok_or_else(|| TestbedError::Output {
             command: format!("ip -j link show dev {dev}"),
@@ -111,7 +133,7 @@ for ns in "$@"; do ip netns del "$ns"; rm -f "$dir/$ns.pid"; done
 exit 0"#;
 
 impl Reaper {
-    fn spawn(names: &Names) -> Result<Reaper, TestbedError> {
+    fn spawn(names: &TestbedNames) -> Result<Reaper, TestbedError> {
         let marker_dir = state::marker_dir();
         let mut c = Command::new("sh");
         c.arg("-c")
@@ -168,7 +190,7 @@ impl Drop for Reaper {
 /// deletes its namespaces; if the process dies, its reaper does.
 #[derive(Debug)]
 pub struct Testbed {
-    names: Names,
+    names: TestbedNames,
     reaper: Option<Reaper>,
 }
 
@@ -183,7 +205,7 @@ impl std::fmt::Debug for Reaper {
 /// On failure everything created so far is deleted before returning.
 pub fn up(spec: &TestbedSpec) -> Result<Testbed, TestbedError> {
     cmd::preflight()?;
-    let names = Names::generate(spec);
+    let names = TestbedNames::generate(spec);
     for real in names.namespaces.values() {
         state::write_marker(real, &Marker::current(None))?;
     }
@@ -207,47 +229,6 @@ pub fn up(spec: &TestbedSpec) -> Result<Testbed, TestbedError> {
 }
 
 impl Testbed {
-    /// The spec's name (`name:` or file stem).
-    pub fn name(&self) -> &str {
-        &self.names.name
-    }
-
-    /// The unique `fy??????` prefix of this instance's namespace names.
-    pub fn instance(&self) -> &str {
-        &self.names.instance
-    }
-
-    /// Real namespace name for a logical one. Panics on an unknown name:
-    /// that is a bug in the calling test, not a runtime condition.
-    pub fn ns_name(&self, logical: &str) -> &str {
-        self.names.ns_name(logical)
-    }
-
-    /// Logical → real namespace names.
-    pub fn namespaces(&self) -> &BTreeMap<String, String> {
-        &self.names.namespaces
-    }
-
-    /// `ip netns exec REAL program args...`, ready to spawn. Panics on an
-    /// unknown logical namespace (see [`Testbed::ns_name`]).
-    pub fn exec<I, S>(&self, logical_ns: &str, program: impl AsRef<OsStr>, args: I) -> Command
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<OsStr>,
-    {
-        self.names.exec(logical_ns, program, args)
-    }
-
-    /// Interface index of `dev` inside namespace `ns` (for XDP attach etc.).
-    pub fn ifindex(&self, ns: &str, dev: &str) -> Result<u32, TestbedError> {
-        self.names.ifindex(ns, dev)
-    }
-
-    /// Current MAC address of `dev` inside namespace `ns`.
-    pub fn mac(&self, ns: &str, dev: &str) -> Result<MacAddr, TestbedError> {
-        self.names.mac(ns, dev)
-    }
-
     /// PID of the reaper process (for tests).
     pub fn reaper_pid(&self) -> Option<u32> {
         self.reaper.as_ref().map(Reaper::pid)
@@ -273,6 +254,20 @@ impl Testbed {
     }
 }
 
+impl std::ops::Deref for Testbed {
+    type Target = TestbedNames;
+    fn deref(&self) -> &TestbedNames {
+        &self.names
+    }
+}
+
+impl std::ops::Deref for RunningTestbed {
+    type Target = TestbedNames;
+    fn deref(&self) -> &TestbedNames {
+        &self.names
+    }
+}
+
 impl Drop for Testbed {
     fn drop(&mut self) {
         if let Err(e) = self.teardown() {
@@ -285,35 +280,10 @@ impl Drop for Testbed {
 /// (the CLI), recorded in a state file, deleted by [`down_by_name`].
 #[derive(Debug, Clone)]
 pub struct RunningTestbed {
-    names: Names,
+    names: TestbedNames,
 }
 
 impl RunningTestbed {
-    pub fn name(&self) -> &str {
-        &self.names.name
-    }
-    pub fn instance(&self) -> &str {
-        &self.names.instance
-    }
-    pub fn ns_name(&self, logical: &str) -> &str {
-        self.names.ns_name(logical)
-    }
-    pub fn namespaces(&self) -> &BTreeMap<String, String> {
-        &self.names.namespaces
-    }
-    pub fn exec<I, S>(&self, logical_ns: &str, program: impl AsRef<OsStr>, args: I) -> Command
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<OsStr>,
-    {
-        self.names.exec(logical_ns, program, args)
-    }
-    pub fn ifindex(&self, ns: &str, dev: &str) -> Result<u32, TestbedError> {
-        self.names.ifindex(ns, dev)
-    }
-    pub fn mac(&self, ns: &str, dev: &str) -> Result<MacAddr, TestbedError> {
-        self.names.mac(ns, dev)
-    }
     /// The JSON state file recording this testbed.
     pub fn state_file(&self) -> std::path::PathBuf {
         state::state_file(&self.names.name)
@@ -336,7 +306,7 @@ impl RunningTestbed {
 
     fn from_state(s: StateFile) -> RunningTestbed {
         RunningTestbed {
-            names: Names { name: s.name, instance: s.instance, origin: s.origin, namespaces: s.namespaces },
+            names: TestbedNames { name: s.name, instance: s.instance, origin: s.origin, namespaces: s.namespaces },
         }
     }
 }
@@ -347,7 +317,7 @@ impl RunningTestbed {
 /// state file whose namespaces are all gone is replaced).
 pub fn up_detached(spec: &TestbedSpec) -> Result<RunningTestbed, TestbedError> {
     cmd::preflight()?;
-    let rt = RunningTestbed { names: Names::generate(spec) };
+    let rt = RunningTestbed { names: TestbedNames::generate(spec) };
     let name = rt.names.name.clone();
     // The state file doubles as a lock; retry once after removing a stale one.
     let mut created = state::create_state(&rt.to_state())?;
@@ -403,7 +373,7 @@ pub fn down_file(path: &Path) -> Result<(), TestbedError> {
 /// Creates namespaces, links, addresses, sysctls and routes, in that order:
 /// addresses need the devices, sysctls may name devices, and routes through
 /// a gateway need the link up with an address on it.
-fn build(spec: &TestbedSpec, names: &Names) -> Result<(), TestbedError> {
+fn build(spec: &TestbedSpec, names: &TestbedNames) -> Result<(), TestbedError> {
     let real = |logical: &str| names.ns_name(logical).to_string();
     for ns in &spec.namespaces {
         let r = real(ns.name.as_str());
@@ -518,7 +488,7 @@ mod tests {
     fn generated_names_are_short_and_prefixed() {
         let spec =
             TestbedSpec::from_yaml_str(&format!("namespaces: [{{name: {}}}]\n", "n".repeat(21)), "t.yaml").unwrap();
-        let names = Names::generate(&spec);
+        let names = TestbedNames::generate(&spec);
         let real = names.ns_name(&"n".repeat(21));
         assert!(real.len() <= 30, "{real}");
         assert!(state::is_ours(real), "{real}");
