@@ -136,9 +136,11 @@ impl LiveGenOptions {
         let udp = proto == L4Proto::Udp;
         let stamp_at = stamp_offset(proto);
         let stamp_offset = (udp && stamp_at + ferry_wire::STAMP_LEN <= p.frame_len).then_some(stamp_at as u16);
-        // The UDP source port sits right after a 20-byte IPv4 header.
+        // build_frame writes a 20-byte IPv4 header; the UDP source port is
+        // the first field after it.
+        let sport_at = (ferry_wire::ethernet::ETH_HEADER_LEN + ferry_wire::ipv4::IPV4_MIN_HEADER_LEN) as u16;
         let sport = (udp && p.src_port.len() > 1)
-            .then(|| (34u16, p.src_port.start(), p.src_port.len().min(u16::MAX as u32) as u16));
+            .then(|| (sport_at, p.src_port.start(), p.src_port.len().min(u16::MAX as u32) as u16));
         Ok(LiveGenOptions {
             dev: dev.to_string(),
             template,

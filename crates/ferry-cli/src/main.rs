@@ -214,7 +214,7 @@ impl ProfileArgs {
         };
         if self.src_mac.is_none() {
             if let Ok(mac) = ferry_cli::util::dev_mac(dev) {
-                p.src_mac = ferry_traffic::MacAddr(mac);
+                p.src_mac = mac;
             }
         }
         let mut pairs: Vec<(String, String)> = Vec::new();
