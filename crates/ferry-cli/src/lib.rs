@@ -2,11 +2,15 @@
 //! only parses arguments and calls them.
 
 pub mod bench;
+pub mod chainctl;
 pub mod demo;
 pub mod genlive;
 pub mod genxsk;
+pub mod inproc;
+pub mod kchain;
 pub mod nfrun;
 pub mod proc;
+pub mod serve;
 pub mod sink;
 pub mod util;
 pub mod xdprun;

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
-use ferry_cli::{bench, demo, genlive, genxsk, nfrun, sink, xdprun};
+use ferry_cli::{bench, chainctl, demo, genlive, genxsk, nfrun, sink, xdprun};
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
 use serde::Serialize;
@@ -31,6 +31,9 @@ enum Cmd {
     /// Basic XDP programs (drop, pass, tx) with verdict counters.
     #[command(subcommand)]
     Xdp(XdpCmd),
+    /// Chains run by ferryd (see `ferryd --help` and docs/ARCHITECTURE.md).
+    #[command(subcommand)]
+    Chain(ChainCmd),
     /// Traffic generators.
     #[command(subcommand)]
     Gen(GenCmd),
@@ -143,6 +146,49 @@ enum NfCmd {
     },
     /// List the NFs.
     List,
+    /// Host a built-in NF in a ferryd chain (ferryd runs this; it reads
+    /// FERRY_SOCKET and FERRY_NF).
+    Serve {
+        #[arg(long)]
+        kind: String,
+        /// NF arguments (repeat).
+        #[arg(long = "arg", allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ChainCmd {
+    /// Run ferryd on FILE in the foreground until Ctrl-C.
+    Up {
+        file: PathBuf,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Per-NF counters of a running chain.
+    Status {
+        /// The chain's socket (default /run/ferry/NAME.sock).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        #[arg(long, default_value = "")]
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause the chain's domains and check that every frame is in exactly one place.
+    Audit {
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// Stop ferryd and its NFs.
+    Down {
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        #[arg(long, default_value = "")]
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -348,6 +394,15 @@ fn pretty<T: Serialize>(v: &T) -> String {
 }
 
 /// Splits `a x y -- b z` into [[a, x, y], [b, z]].
+fn ferryd_socket(chain: &std::path::Path) -> Result<PathBuf> {
+    let spec = ferry_chain::spec::parse(chain)?;
+    Ok(ferry_chain::proto::default_socket(&spec.name()))
+}
+
+fn chain_socket(socket: Option<PathBuf>, name: &str) -> PathBuf {
+    socket.unwrap_or_else(|| ferry_chain::proto::default_socket(if name.is_empty() { "chain" } else { name }))
+}
+
 fn split_nf_args(args: &[String]) -> Vec<Vec<&str>> {
     args.split(|a| a == "--").filter(|g| !g.is_empty()).map(|g| g.iter().map(String::as_str).collect()).collect()
 }
@@ -404,6 +459,48 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Nf(NfCmd::Serve { kind, args }) => {
+            ferry_cli::serve::serve(&kind, &args)?;
+            std::process::exit(ferry_cli::serve::EXIT_STOPPED);
+        }
+        Cmd::Chain(ChainCmd::Up { file, socket }) => {
+            let socket = match socket {
+                Some(s) => s,
+                None => ferryd_socket(&file)?,
+            };
+            let mut rc = chainctl::start(&file, &socket, false)?;
+            println!("chain up; `ferry chain status --socket {}`; Ctrl-C stops it", socket.display());
+            let status = rc.child.wait()?;
+            println!("ferryd exited: {status}");
+            Ok(())
+        }
+        Cmd::Chain(ChainCmd::Status { socket, name, json }) => {
+            let s = chainctl::status(&chain_socket(socket, &name))?;
+            emit(json, &s, chainctl::status_table)
+        }
+        Cmd::Chain(ChainCmd::Audit { socket, name }) => {
+            let reports = chainctl::audit(&chain_socket(socket, &name))?;
+            for r in &reports {
+                println!(
+                    "domain {}: {} frames = {} in pool + {} in rings + {} held by threads; lost {}, duplicated {}, reclaimed {} -> {}",
+                    r.domain,
+                    r.frames_total,
+                    r.in_pool,
+                    r.in_rings,
+                    r.held_by_threads,
+                    r.lost,
+                    r.duplicated,
+                    r.reclaimed,
+                    if r.conserved() { "conserved" } else { "NOT CONSERVED" }
+                );
+            }
+            if reports.iter().all(|r| r.conserved()) {
+                Ok(())
+            } else {
+                Err(anyhow!("frame conservation violated"))
+            }
+        }
+        Cmd::Chain(ChainCmd::Down { socket, name }) => chainctl::shutdown(&chain_socket(socket, &name)),
         Cmd::Nf(NfCmd::List) => {
             for info in ferry_nf::registry() {
                 println!("{:<14} {:<12} {}", info.spec.name, info.args, info.summary);

@@ -4,16 +4,17 @@ use crate::{count, NfSpec, PacketNf, Verdict};
 
 const TX: usize = 1;
 const DROP: usize = 2;
-const DROP_UNCLAIMED: usize = 3;
+const UNCLAIMED: usize = 3;
 
-static SPEC: NfSpec = NfSpec { name: "chain", counters: &["rx", "tx", "drop", "drop_unclaimed"] };
+static SPEC: NfSpec = NfSpec { name: "chain", counters: &["rx", "tx", "drop", "unclaimed"] };
 
 /// A list of NFs run in order on each frame: the first verdict other than
-/// `Pass` wins; a frame every NF passes on is dropped and counted as
-/// `drop_unclaimed`. So the chain itself never returns `Pass`.
+/// `Pass` wins; a frame every NF passes on is `Pass` for the chain too and
+/// counted as `unclaimed` (a standalone runner drops it; in a ferryd chain
+/// it goes on to the next NF).
 ///
 /// Its own counters: `rx`, `tx`, `drop` (an NF dropped it; the NF's
-/// counters say why), `drop_unclaimed`.
+/// counters say why), `unclaimed`.
 pub struct NfChainLocal {
     nfs: Vec<Box<dyn PacketNf>>,
     counters: [u64; 4],
@@ -31,7 +32,7 @@ impl NfChainLocal {
 
     /// Frames no NF took.
     pub fn unclaimed(&self) -> u64 {
-        self.counters[DROP_UNCLAIMED]
+        self.counters[UNCLAIMED]
     }
 }
 
@@ -48,7 +49,7 @@ impl PacketNf for NfChainLocal {
     }
 
     fn process(&mut self, frame: &mut [u8]) -> Verdict {
-        let mut r = (Verdict::Drop, DROP_UNCLAIMED);
+        let mut r = (Verdict::Pass, UNCLAIMED);
         for nf in &mut self.nfs {
             match nf.process(frame) {
                 Verdict::Pass => continue,

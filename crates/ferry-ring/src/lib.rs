@@ -43,6 +43,6 @@ pub use notify::EventFd;
 pub use notify::Notify;
 pub use pool::{FramePool, PoolCache, PoolConfig};
 #[cfg(not(loom))]
-pub use region::{RegionLayout, ShmRegion, MAX_OBJECTS, REGION_MAGIC, REGION_VERSION};
+pub use region::{RegionLayout, SharedWords, ShmRegion, MAX_OBJECTS, MAX_WORDS, REGION_MAGIC, REGION_VERSION};
 pub use repair::RepairReport;
 pub use ring::{Consumer, MpscRing, Producer, RingConfig};

@@ -146,6 +146,40 @@ impl FramePool {
         enq.saturating_sub(deq)
     }
 
+    /// The frames in the shared pool (caches excluded). Exact only while
+    /// nobody uses the pool: the monitor calls it with the domain paused.
+    pub fn snapshot(&self) -> Vec<u64> {
+        let deq = self.hdr().deq.load(Ordering::Acquire);
+        let enq = self.hdr().enq.load(Ordering::Acquire);
+        let mut out = Vec::new();
+        for pos in deq..enq.min(deq + self.capacity()) {
+            let s = self.slot(pos);
+            if s.seq.load(Ordering::Acquire) == pos + 1 {
+                out.push(s.addr.load(Ordering::Relaxed));
+            }
+        }
+        out
+    }
+
+    /// Re-initialises the pool to hold exactly `frames`, e.g. the frames it
+    /// held plus those reclaimed from a dead NF. Also repairs slots a process
+    /// killed mid-`put`/`take` left half-done. For the monitor only, with the
+    /// domain paused. `frames_total` is unchanged.
+    #[cfg(not(loom))]
+    pub fn rebuild(&self, frames: &[u64]) -> Result<(), RingError> {
+        if frames.len() as u64 > self.capacity() {
+            return Err(RingError::PoolOverflow { capacity: self.capacity(), requested: frames.len() as u64 });
+        }
+        self.init_fresh();
+        self.hdr().enq.store(0, Ordering::Release);
+        self.hdr().deq.store(0, Ordering::Release);
+        let mut rest = frames;
+        while !rest.is_empty() {
+            rest = &rest[self.put_batch(rest)..];
+        }
+        Ok(())
+    }
+
     /// Puts the domain's frames in, once, when the domain is set up.
     pub fn seed(&self, frames: &[u64]) -> Result<(), RingError> {
         let total = self.frames_total() + frames.len() as u64;

@@ -22,7 +22,7 @@ use crate::RingError;
 /// "FERRYRNG", little-endian.
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"FERRYRNG");
 /// Bumped whenever the in-memory layout changes.
-pub const REGION_VERSION: u32 = 1;
+pub const REGION_VERSION: u32 = 2;
 /// Rings plus pools one region can describe.
 pub const MAX_OBJECTS: usize = 64;
 
@@ -34,6 +34,9 @@ const MAX_REGION: u64 = 1 << 34;
 
 const KIND_RING: u32 = 1;
 const KIND_POOL: u32 = 2;
+const KIND_WORDS: u32 = 3;
+/// Largest word array one region can hold (16 Mi words, 128 MiB).
+pub const MAX_WORDS: u32 = 1 << 24;
 
 #[repr(C)]
 struct Entry {
@@ -54,7 +57,7 @@ struct RegionHeader {
     version: AtomicU32,
     n_rings: AtomicU32,
     n_pools: AtomicU32,
-    _pad: AtomicU32,
+    n_words: AtomicU32,
     total_size: AtomicU64,
     entries: [Entry; MAX_OBJECTS],
 }
@@ -66,12 +69,14 @@ const _: () = assert!(size_of::<RegionHeader>() as u64 <= HEADER_SIZE);
 pub struct RegionLayout {
     rings: Vec<RingConfig>,
     pools: Vec<PoolConfig>,
+    words: Vec<u32>,
 }
 
 /// Where a layout puts its objects.
 struct Placement {
     rings: Vec<u64>,
     pools: Vec<u64>,
+    words: Vec<u64>,
     total: u64,
 }
 
@@ -96,6 +101,13 @@ impl RegionLayout {
         self
     }
 
+    /// Adds an array of `count` atomic words (counters, control blocks,
+    /// tables); its index is the order of `words` calls.
+    pub fn words(mut self, count: u32) -> RegionLayout {
+        self.words.push(count);
+        self
+    }
+
     pub fn rings(&self) -> &[RingConfig] {
         &self.rings
     }
@@ -105,9 +117,12 @@ impl RegionLayout {
     }
 
     fn validate(&self) -> Result<(), RingError> {
-        let n = self.rings.len() + self.pools.len();
+        let n = self.rings.len() + self.pools.len() + self.words.len();
         if n == 0 || n > MAX_OBJECTS {
             return Err(RingError::config("region object count", n as u64, "must be in 1..=64"));
+        }
+        if let Some(&w) = self.words.iter().find(|&&w| w == 0 || w > MAX_WORDS) {
+            return Err(RingError::config("word array length", w as u64, "must be in 1..=2^24"));
         }
         Ok(())
     }
@@ -126,7 +141,13 @@ impl RegionLayout {
             pools.push(off);
             off += size_of::<PoolHeader>() as u64 + p.capacity() as u64 * size_of::<PoolSlot>() as u64;
         }
-        Placement { rings, pools, total: align_up(off, PAGE) }
+        let mut words = Vec::with_capacity(self.words.len());
+        for &w in &self.words {
+            off = align_up(off, OBJ_ALIGN);
+            words.push(off);
+            off += w as u64 * size_of::<AtomicU64>() as u64;
+        }
+        Placement { rings, pools, words, total: align_up(off, PAGE) }
     }
 }
 
@@ -229,6 +250,13 @@ impl ShmRegion {
             e.offset.store(off, Ordering::Relaxed);
             i += 1;
         }
+        for (&count, &off) in self.layout.words.iter().zip(&self.place.words) {
+            let e = &h.entries[i];
+            e.kind.store(KIND_WORDS, Ordering::Relaxed);
+            e.capacity.store(count, Ordering::Relaxed);
+            e.offset.store(off, Ordering::Relaxed);
+            i += 1;
+        }
         for r in 0..self.layout.rings.len() {
             self.ring(r).expect("index in range").init_fresh();
         }
@@ -238,6 +266,7 @@ impl ShmRegion {
         h.version.store(REGION_VERSION, Ordering::Relaxed);
         h.n_rings.store(self.layout.rings.len() as u32, Ordering::Relaxed);
         h.n_pools.store(self.layout.pools.len() as u32, Ordering::Relaxed);
+        h.n_words.store(self.layout.words.len() as u32, Ordering::Relaxed);
         h.total_size.store(self.place.total, Ordering::Relaxed);
         // Release: whoever reads the magic with Acquire sees all the above.
         h.magic.store(REGION_MAGIC, Ordering::Release);
@@ -277,12 +306,13 @@ impl ShmRegion {
             return Err(RingError::BadSize { expected: total, actual: size });
         }
         let (nr, np) = (h.n_rings.load(Ordering::Relaxed) as usize, h.n_pools.load(Ordering::Relaxed) as usize);
-        if nr + np == 0 || nr + np > MAX_OBJECTS {
+        let nw = h.n_words.load(Ordering::Relaxed) as usize;
+        if nr + np + nw == 0 || nr + np + nw > MAX_OBJECTS {
             return Err(RingError::Corrupt { reason: "object count out of range" });
         }
         let mut layout = RegionLayout::new();
         let mut offsets = Vec::with_capacity(nr + np);
-        for (i, e) in h.entries[..nr + np].iter().enumerate() {
+        for (i, e) in h.entries[..nr + np + nw].iter().enumerate() {
             let kind = e.kind.load(Ordering::Relaxed);
             let cap = e.capacity.load(Ordering::Relaxed);
             offsets.push(e.offset.load(Ordering::Relaxed));
@@ -294,18 +324,23 @@ impl ShmRegion {
                     .map_err(|_| RingError::Corrupt { reason: "max_producers out of range" })?;
                 let cfg = RingConfig::new(cap, producers)?.with_low_watermark(e.param2.load(Ordering::Relaxed))?;
                 layout = layout.ring(cfg);
-            } else {
+            } else if i < nr + np {
                 if kind != KIND_POOL {
                     return Err(RingError::Corrupt { reason: "pool entry has the wrong kind" });
                 }
                 layout = layout.pool(PoolConfig::new(cap)?);
+            } else {
+                if kind != KIND_WORDS || cap == 0 || cap > MAX_WORDS {
+                    return Err(RingError::Corrupt { reason: "word-array entry has the wrong kind or length" });
+                }
+                layout = layout.words(cap);
             }
         }
         let place = layout.place();
         if place.total != size {
             return Err(RingError::BadSize { expected: place.total, actual: size });
         }
-        if place.rings.iter().chain(&place.pools).ne(offsets.iter()) {
+        if place.rings.iter().chain(&place.pools).chain(&place.words).ne(offsets.iter()) {
             return Err(RingError::Corrupt { reason: "object offsets disagree with their sizes" });
         }
         Ok(ShmRegion { map, layout, place })
@@ -351,5 +386,53 @@ impl ShmRegion {
             let slots = self.map.base.add(off as usize + size_of::<PoolHeader>()) as *const PoolSlot;
             Ok(FramePool::from_raw(hdr, slots, cfg, self.map.clone()))
         }
+    }
+}
+
+/// A shared array of atomic words inside a region (control blocks,
+/// counters, the frame-owner table). Cheap to clone.
+#[derive(Clone)]
+pub struct SharedWords {
+    base: *const AtomicU64,
+    len: usize,
+    _keep: Arc<Mapping>,
+}
+
+// SAFETY: points to atomics inside a mapping the handle keeps alive.
+unsafe impl Send for SharedWords {}
+unsafe impl Sync for SharedWords {}
+
+impl SharedWords {
+    /// The words as a slice: every access is bounds-checked by the slice.
+    pub fn as_slice(&self) -> &[AtomicU64] {
+        // SAFETY: `len` words at `base` lie inside the mapping (placement
+        // computed and checked by us), and atomics are valid for any bytes.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for SharedWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedWords").field("len", &self.len).finish()
+    }
+}
+
+impl ShmRegion {
+    /// Handle to word array `index` (order of `RegionLayout::words`).
+    pub fn words(&self, index: usize) -> Result<SharedWords, RingError> {
+        let (Some(&count), Some(&off)) = (self.layout.words.get(index), self.place.words.get(index)) else {
+            return Err(RingError::NoSuchObject { kind: "word array", index, count: self.layout.words.len() });
+        };
+        // SAFETY: as in `ring`: inside the map, 128-byte aligned.
+        let base = unsafe { self.map.base.add(off as usize) as *const AtomicU64 };
+        Ok(SharedWords { base, len: count as usize, _keep: self.map.clone() })
     }
 }

@@ -362,6 +362,40 @@ impl MpscRing {
         Ok(true)
     }
 
+    /// The descriptors published and not yet consumed, in ring order
+    /// (holes left out). Exact only while nobody uses the ring: the monitor
+    /// calls it with the domain paused.
+    pub fn snapshot(&self) -> Vec<Desc> {
+        let tail = self.hdr().tail.load(Ordering::Acquire);
+        let head = self.hdr().head.load(Ordering::Acquire);
+        let mut out = Vec::new();
+        for pos in tail..head.min(tail + self.capacity()) {
+            let s = self.slot(pos);
+            if s.seq.load(Ordering::Acquire) == pos + 1 {
+                let d = s.read();
+                if !d.is_hole() {
+                    out.push(d);
+                }
+            }
+        }
+        out
+    }
+
+    /// Empties the ring and lets a new consumer attach: for the monitor,
+    /// after the consumer's process died, with the domain paused (no
+    /// producer inside `enqueue_batch`). The caller reclaims the frames
+    /// `snapshot` returned first. Producers blocked waiting for room stay
+    /// counted and are woken by the caller.
+    #[cfg(not(loom))]
+    pub fn reset(&self) {
+        let h = self.hdr();
+        self.init_fresh();
+        h.tail.store(0, Ordering::Release);
+        h.head.store(0, Ordering::Release);
+        h.ctl.consumer_sleeping.store(0, Ordering::Release);
+        h.ctl.consumer_attached.store(0, Ordering::Release);
+    }
+
     /// Holes written into this ring by all repairs so far.
     pub fn holes_written(&self) -> u64 {
         self.hdr().ctl.holes_total.load(Ordering::Relaxed)
@@ -517,6 +551,14 @@ impl Consumer {
     /// how many. Holes (slots of a dead producer, see `repair`) are consumed
     /// and counted, never returned. No syscall.
     pub fn dequeue_batch(&mut self, max: usize, out: &mut Vec<Desc>) -> usize {
+        self.dequeue_batch_with(max, out, |_| {})
+    }
+
+    /// `dequeue_batch`, calling `on_take` for each descriptor while its slot
+    /// is still published. An NF records "this frame is mine now" there: if
+    /// it is killed at any point, each frame is either still in the ring or
+    /// already recorded as its own, never in neither place.
+    pub fn dequeue_batch_with(&mut self, max: usize, out: &mut Vec<Desc>, mut on_take: impl FnMut(&Desc)) -> usize {
         let r = &self.ring;
         let cap = r.capacity();
         let mut pos = self.pos;
@@ -528,6 +570,9 @@ impl Consumer {
                 break;
             }
             let d = s.read();
+            if !d.is_hole() {
+                on_take(&d);
+            }
             // Recycle the slot for the next lap before moving on.
             s.seq.store(pos + cap, Ordering::Release);
             pos += 1;

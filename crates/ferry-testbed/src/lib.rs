@@ -30,13 +30,16 @@
 
 mod cmd;
 mod error;
+mod netns;
 mod spec;
 mod state;
 mod testbed;
 mod types;
+pub mod yamlloc;
 
 pub use cmd::preflight;
 pub use error::TestbedError;
+pub use netns::in_netns;
 pub use spec::{parse, EndpointSpec, LinkSpec, NamespaceSpec, RouteSpec, TestbedSpec};
 pub use state::{sweep_stale, STATE_DIR};
 pub use testbed::{down_by_name, down_file, find_running, up, up_detached, RunningTestbed, Testbed, TestbedNames};

@@ -9,10 +9,9 @@
 
 use crate::error::TestbedError;
 use crate::types::{IfName, IpCidr, MacAddr, Mtu, NsName, QueueCount, RouteDest, SpecName, SysctlKey};
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use crate::yamlloc::{parse_located, Seg};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
-use std::fmt;
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -85,73 +84,13 @@ pub fn parse(path: &Path) -> Result<TestbedSpec, TestbedError> {
     TestbedSpec::from_yaml_str(&text, &path.display().to_string())
 }
 
-/// One step of a field path.
-#[derive(Debug, Clone)]
-enum Seg {
-    Key(&'static str),
-    Index(usize),
-}
-
-fn path_string(path: &[Seg]) -> String {
-    let mut s = String::new();
-    for seg in path {
-        match seg {
-            Seg::Key(k) if s.is_empty() => s.push_str(k),
-            Seg::Key(k) => {
-                s.push('.');
-                s.push_str(k);
-            }
-            Seg::Index(i) => s.push_str(&format!("[{i}]")),
-        }
-    }
-    s
-}
-
 impl TestbedSpec {
     /// Parses a spec from text; `origin` (usually the file path) prefixes errors.
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<TestbedSpec, TestbedError> {
-        let de = serde_yaml::Deserializer::from_str(text);
-        let mut spec: TestbedSpec = serde_path_to_error::deserialize(de).map_err(|e| {
-            let field = match e.path().to_string() {
-                p if p == "." => String::new(),
-                p => p,
-            };
-            let inner = e.into_inner();
-            let loc = inner.location();
-            let mut message = inner.to_string();
-            // serde_yaml appends its own " at line L column C" and prefixes its
-            // own path; we print both ourselves in a fixed format.
-            if let Some(l) = &loc {
-                let suffix = format!(" at line {} column {}", l.line(), l.column());
-                if let Some(m) = message.strip_suffix(&suffix) {
-                    message = m.to_string();
-                }
-            }
-            // serde_yaml's path is the same as ours or a prefix of it.
-            if let Some((prefix, rest)) = message.split_once(": ") {
-                if !prefix.is_empty() && !prefix.contains(' ') && field.starts_with(prefix) {
-                    message = rest.to_string();
-                }
-            }
-            TestbedError::Spec {
-                origin: origin.to_string(),
-                line: loc.as_ref().map(|l| l.line()),
-                column: loc.as_ref().map(|l| l.column()),
-                field,
-                message,
-            }
+        let mut spec: TestbedSpec = parse_located(text, origin, TestbedSpec::validate).map_err(|e| {
+            TestbedError::Spec { origin: e.origin, line: e.line, column: e.column, field: e.field, message: e.message }
         })?;
         spec.origin = origin.to_string();
-        if let Err((path, message)) = spec.validate() {
-            let loc = locate(text, &path);
-            return Err(TestbedError::Spec {
-                origin: origin.to_string(),
-                line: loc.map(|l| l.0),
-                column: loc.map(|l| l.1),
-                field: path_string(&path),
-                message,
-            });
-        }
         Ok(spec)
     }
 
@@ -223,94 +162,6 @@ impl TestbedSpec {
             }
         }
         Ok(())
-    }
-}
-
-/// Finds the (line, column) of the value at `path` by deserializing `text`
-/// again with a visitor that follows the path and fails on arrival: serde_yaml
-/// stamps that failure with the position of the value being visited.
-fn locate(text: &str, path: &[Seg]) -> Option<(usize, usize)> {
-    let de = serde_yaml::Deserializer::from_str(text);
-    match Locate(path).deserialize(de) {
-        Ok(()) => None,
-        Err(e) => e.location().map(|l| (l.line(), l.column())),
-    }
-}
-
-struct Locate<'a>(&'a [Seg]);
-
-impl<'de> DeserializeSeed<'de> for Locate<'_> {
-    type Value = ();
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl Locate<'_> {
-    fn scalar<E: de::Error>(&self) -> Result<(), E> {
-        if self.0.is_empty() {
-            Err(E::custom("found"))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl<'de> Visitor<'de> for Locate<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any YAML value")
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
-        self.scalar()
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
-        self.scalar()
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
-        self.scalar()
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
-        self.scalar()
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
-        self.scalar()
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        self.scalar()
-    }
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        self.scalar()
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let Some((first, rest)) = self.0.split_first() else {
-            return Err(de::Error::custom("found"));
-        };
-        while let Some(key) = map.next_key::<String>()? {
-            match first {
-                Seg::Key(k) if *k == key => map.next_value_seed(Locate(rest))?,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(())
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let Some((first, rest)) = self.0.split_first() else {
-            return Err(de::Error::custom("found"));
-        };
-        let mut i = 0;
-        loop {
-            let found = match first {
-                Seg::Index(want) if *want == i => seq.next_element_seed(Locate(rest))?,
-                _ => seq.next_element::<IgnoredAny>()?.map(|_| ()),
-            };
-            if found.is_none() {
-                return Ok(());
-            }
-            i += 1;
-        }
     }
 }
 

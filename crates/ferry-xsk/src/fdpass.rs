@@ -9,12 +9,12 @@ use std::os::unix::net::UnixStream;
 use crate::XskError;
 
 /// Most fds one message carries.
-pub const MAX_FDS: usize = 16;
+pub const MAX_FDS: usize = 250;
 
 /// Sends `payload` and `fds` in one message.
 pub fn send_with_fds(sock: &UnixStream, payload: &[u8], fds: &[RawFd]) -> Result<(), XskError> {
     if fds.len() > MAX_FDS || payload.is_empty() {
-        return Err(XskError::Config { field: "fds", reason: "1..=16 fds and a non-empty payload" });
+        return Err(XskError::Config { field: "fds", reason: "at most 250 fds and a non-empty payload" });
     }
     let iov = [IoSlice::new(payload)];
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize;

@@ -258,6 +258,27 @@ impl XskSocket {
             .map_err(|e| XskError::Sys { what: "XDP_STATISTICS", source: e })
     }
 
+    /// The fill ring, for NF runtimes that manage frames themselves (a
+    /// shared pool instead of `Port`'s private range). None when shared.
+    pub fn fill_ring(&mut self) -> Option<&mut ProducerRing<u64>> {
+        self.fill.as_mut()
+    }
+
+    /// The completion ring (None when shared).
+    pub fn comp_ring(&mut self) -> Option<&mut ConsumerRing<u64>> {
+        self.comp.as_mut()
+    }
+
+    /// The RX ring (None for a TX-only socket).
+    pub fn rx_ring(&mut self) -> Option<&mut ConsumerRing<XdpDesc>> {
+        self.rx.as_mut()
+    }
+
+    /// The TX ring (None for an RX-only socket).
+    pub fn tx_ring(&mut self) -> Option<&mut ProducerRing<XdpDesc>> {
+        self.tx.as_mut()
+    }
+
     /// True when the fill ring asks for a wakeup (need_wakeup mode).
     pub fn fill_needs_wakeup(&self) -> bool {
         self.fill.as_ref().is_some_and(|f| f.needs_wakeup())

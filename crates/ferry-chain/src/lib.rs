@@ -1,0 +1,40 @@
+//! What a Ferry chain is, shared by `ferryd`, the NF SDK and the CLI.
+//!
+//! * [`spec`]: the chain file an operator writes (YAML): trust domains,
+//!   ports, NFs with their threads and scheduling knobs, and the links
+//!   between them.
+//! * [`plan`]: the chain file compiled to numbers — thread ids, ring
+//!   indices, out-link tables — exactly what an NF thread needs at run time.
+//!   ferryd sends each NF its part of the plan when it connects.
+//! * [`shm`]: the control words every domain's shared region holds next to
+//!   its rings and pool (thread states, pause handshake, counters, the
+//!   frame-owner table), defined once for all processes.
+//! * [`proto`]: the framed, versioned messages on ferryd's Unix socket.
+
+pub mod frames;
+pub mod plan;
+pub mod proto;
+pub mod shm;
+pub mod spec;
+
+pub use plan::{ChainPlan, DomainPlan, NfPlan, OutLink, PortPlan, ThreadPlan};
+pub use spec::{ChainSpec, LinkMode};
+
+/// A cheap flow hash of an IPv4 packet's addresses, protocol and ports (0 for
+/// anything else), used to keep a flow on one thread of a multi-threaded NF.
+pub fn flow_hash(frame: &[u8]) -> u32 {
+    if frame.len() < 34 || frame[12..14] != [0x08, 0x00] {
+        return 0;
+    }
+    let ihl = ((frame[14] & 0x0f) as usize) * 4;
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut mix = |v: u64| h = (h ^ v).wrapping_mul(0x100_0000_01b3).rotate_left(29);
+    mix(u32::from_be_bytes([frame[26], frame[27], frame[28], frame[29]]) as u64);
+    mix(u32::from_be_bytes([frame[30], frame[31], frame[32], frame[33]]) as u64);
+    mix(frame[23] as u64);
+    let l4 = 14 + ihl;
+    if ihl >= 20 && frame.len() >= l4 + 4 {
+        mix(u32::from_be_bytes([frame[l4], frame[l4 + 1], frame[l4 + 2], frame[l4 + 3]]) as u64);
+    }
+    (h ^ (h >> 32)) as u32
+}

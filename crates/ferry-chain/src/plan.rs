@@ -1,0 +1,293 @@
+//! The chain file compiled to numbers: what each NF thread needs at run
+//! time, computed once by ferryd and sent to each NF when it connects.
+//!
+//! Per domain, threads get ids `0..tids`: first the NF threads in chain-file
+//! order, then one per copy bridge touching the domain. The id is the
+//! thread's producer id on every ring of the domain, its block in the
+//! control words and its mark in the frame-owner table. Ring `i` of a domain
+//! is the receive ring of thread id `i` for NF threads; bridge input rings
+//! follow.
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{BackpressureSpec, ChainSpec, DownPolicy, LinkMode, Node, PollSpec, XdpMode};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ChainPlan {
+    pub name: String,
+    pub domains: Vec<DomainPlan>,
+    pub ports: Vec<PortPlan>,
+    pub nfs: Vec<NfPlan>,
+    pub bridges: Vec<BridgePlan>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DomainPlan {
+    pub name: String,
+    pub frames: u32,
+    pub frame_size: u32,
+    pub ring_size: u32,
+    /// Thread ids in use (NF threads, then bridges).
+    pub tids: u32,
+    /// Rings in the region: `tids_of_nf_threads` receive rings, then one
+    /// input ring per bridge leaving this domain.
+    pub rings: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PortPlan {
+    pub name: String,
+    pub netns: Option<String>,
+    pub netdev: String,
+    pub queues: u32,
+    pub xdp_mode: XdpMode,
+    /// The NF whose threads own this port's sockets (queue i = thread i).
+    pub nf: Option<usize>,
+    /// Whether traffic arriving on the port goes to the NF (an XDP redirect
+    /// program is attached) or the port is only transmitted on.
+    pub rx: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NfPlan {
+    pub name: String,
+    pub domain: usize,
+    pub kind: Option<String>,
+    pub args: Vec<String>,
+    pub exec: Option<Vec<String>>,
+    pub spawn: bool,
+    pub restart: bool,
+    pub user: String,
+    pub threads: Vec<ThreadPlan>,
+    pub batch: u32,
+    /// Out-link i, in the order of the chain file's `from:` lines.
+    pub outs: Vec<OutLink>,
+    pub out_names: Vec<String>,
+    pub poll: PollSpec,
+    pub backpressure: BackpressureSpec,
+    pub on_downstream_down: DownPolicy,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ThreadPlan {
+    /// Index within the NF (also its queue on every port it uses).
+    pub index: u32,
+    /// Id within the domain.
+    pub tid: u32,
+    /// Its receive ring.
+    pub ring: u32,
+    /// Ports this thread has a socket on (queue = `index`).
+    pub ports: Vec<usize>,
+}
+
+/// Where out-link i sends a frame.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub enum OutLink {
+    /// Zero-copy to another NF of the domain: one receive ring per thread of
+    /// it; the sender picks a thread by flow hash.
+    Nf { nf: usize, rings: Vec<u32>, tids: Vec<u32> },
+    /// Across domains: into the input ring of a ferryd copy bridge.
+    Copy { bridge: usize, ring: u32, tid: u32 },
+    /// Out of a port, on this thread's own socket.
+    Port { port: usize },
+}
+
+/// A copy link, served by a ferryd thread that maps both domains.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BridgePlan {
+    pub from_nf: usize,
+    pub to_nf: usize,
+    pub from_domain: usize,
+    pub to_domain: usize,
+    pub from_tid: u32,
+    pub to_tid: u32,
+    /// Its input ring, in `from_domain`.
+    pub ring: u32,
+    /// Receive rings (and tids) of the target NF's threads, in `to_domain`.
+    pub to_rings: Vec<u32>,
+    pub to_tids: Vec<u32>,
+}
+
+impl ChainPlan {
+    /// Compiles a validated spec.
+    pub fn compile(spec: &ChainSpec) -> ChainPlan {
+        let dom_index = |name: &str| spec.domains.iter().position(|d| d.name == name).expect("validated");
+        let mut domains: Vec<DomainPlan> = spec
+            .domains
+            .iter()
+            .map(|d| DomainPlan {
+                name: d.name.clone(),
+                frames: d.frames,
+                frame_size: d.frame_size,
+                ring_size: d.ring_size,
+                tids: 0,
+                rings: 0,
+            })
+            .collect();
+        let mut nfs: Vec<NfPlan> = Vec::new();
+        for n in &spec.nfs {
+            let d = dom_index(&n.domain);
+            let threads = (0..n.threads)
+                .map(|i| {
+                    let tid = domains[d].tids + i;
+                    ThreadPlan { index: i, tid, ring: tid, ports: Vec::new() }
+                })
+                .collect();
+            domains[d].tids += n.threads;
+            nfs.push(NfPlan {
+                name: n.name.clone(),
+                domain: d,
+                kind: n.kind.clone(),
+                args: n.args.clone(),
+                exec: n.exec.clone(),
+                spawn: n.spawn,
+                restart: n.restart,
+                user: n.user.clone(),
+                threads,
+                batch: n.batch,
+                outs: Vec::new(),
+                out_names: Vec::new(),
+                poll: n.poll,
+                backpressure: n.backpressure,
+                on_downstream_down: n.on_downstream_down,
+            });
+        }
+        for d in &mut domains {
+            d.rings = d.tids;
+        }
+        let mut ports: Vec<PortPlan> = spec
+            .ports
+            .iter()
+            .map(|p| PortPlan {
+                name: p.name.clone(),
+                netns: p.netns.clone(),
+                netdev: p.netdev.clone(),
+                queues: p.queues,
+                xdp_mode: p.xdp_mode,
+                nf: None,
+                rx: false,
+            })
+            .collect();
+        let mut bridges: Vec<BridgePlan> = Vec::new();
+        for l in &spec.links {
+            let (from, to) = (spec.node(&l.from).expect("validated"), spec.node(&l.to).expect("validated"));
+            match (from, to) {
+                (Node::Port(p), Node::Nf(n)) => {
+                    ports[p].nf = Some(n);
+                    ports[p].rx = true;
+                    for t in &mut nfs[n].threads {
+                        if !t.ports.contains(&p) {
+                            t.ports.push(p);
+                        }
+                    }
+                }
+                (Node::Nf(n), Node::Port(p)) => {
+                    ports[p].nf = Some(n);
+                    for t in &mut nfs[n].threads {
+                        if !t.ports.contains(&p) {
+                            t.ports.push(p);
+                        }
+                    }
+                    nfs[n].outs.push(OutLink::Port { port: p });
+                    nfs[n].out_names.push(l.to.clone());
+                }
+                (Node::Nf(a), Node::Nf(b)) => {
+                    let (da, db) = (nfs[a].domain, nfs[b].domain);
+                    let copy = l.mode == Some(LinkMode::Copy) || da != db;
+                    let rings: Vec<u32> = nfs[b].threads.iter().map(|t| t.ring).collect();
+                    let tids: Vec<u32> = nfs[b].threads.iter().map(|t| t.tid).collect();
+                    let out = if copy {
+                        let from_tid = domains[da].tids;
+                        domains[da].tids += 1;
+                        let to_tid = if da == db {
+                            from_tid
+                        } else {
+                            domains[db].tids += 1;
+                            domains[db].tids - 1
+                        };
+                        let ring = domains[da].rings;
+                        domains[da].rings += 1;
+                        bridges.push(BridgePlan {
+                            from_nf: a,
+                            to_nf: b,
+                            from_domain: da,
+                            to_domain: db,
+                            from_tid,
+                            to_tid,
+                            ring,
+                            to_rings: rings,
+                            to_tids: tids,
+                        });
+                        OutLink::Copy { bridge: bridges.len() - 1, ring, tid: from_tid }
+                    } else {
+                        OutLink::Nf { nf: b, rings, tids }
+                    };
+                    nfs[a].outs.push(out);
+                    nfs[a].out_names.push(l.to.clone());
+                }
+                (Node::Port(_), Node::Port(_)) => unreachable!("validated"),
+            }
+        }
+        ChainPlan { name: spec.name(), domains, ports, nfs, bridges }
+    }
+
+    pub fn nf_index(&self, name: &str) -> Option<usize> {
+        self.nfs.iter().position(|n| n.name == name)
+    }
+
+    /// Which NF thread owns thread id `tid` of domain `d`.
+    pub fn thread_by_tid(&self, d: usize, tid: u32) -> Option<(usize, usize)> {
+        self.nfs
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.domain == d)
+            .find_map(|(ni, n)| n.threads.iter().position(|t| t.tid == tid).map(|ti| (ni, ti)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiles_fan_out_fan_in_and_copy_links() {
+        let text = r#"
+domains: [ { name: a }, { name: b } ]
+ports:
+  - { name: in, netdev: d0 }
+  - { name: out, netdev: d1, queues: 2 }
+nfs:
+  - { name: s, domain: a, kind: split }
+  - { name: x, domain: a, kind: l2fwd }
+  - { name: y, domain: b, kind: l2fwd }
+  - { name: c, domain: a, kind: l2fwd, threads: 2 }
+links:
+  - { from: in, to: s }
+  - { from: s, to: x }
+  - { from: s, to: y }
+  - { from: x, to: c }
+  - { from: y, to: c }
+  - { from: c, to: out }
+"#;
+        let spec = ChainSpec::from_yaml_str(text, "t.yaml").unwrap();
+        let p = ChainPlan::compile(&spec);
+        // Each bridge has a thread id in both domains it joins.
+        assert_eq!(p.domains[0].tids, 4 + 2, "s, x, c×2 and both bridges");
+        assert_eq!(p.domains[1].tids, 1 + 2, "y and both bridges");
+        assert_eq!(p.bridges.len(), 2);
+        let s = &p.nfs[0];
+        assert_eq!(s.outs.len(), 2);
+        assert!(matches!(&s.outs[0], OutLink::Nf { nf: 1, rings, .. } if rings == &vec![1]));
+        assert!(matches!(&s.outs[1], OutLink::Copy { bridge: 0, .. }));
+        let c = &p.nfs[3];
+        assert_eq!(c.threads.iter().map(|t| t.tid).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(c.threads[1].ports, vec![1]);
+        assert_eq!(p.ports[0].nf, Some(0));
+        assert!(p.ports[0].rx && !p.ports[1].rx);
+        // The bridge y->c leaves domain b (ring after y's) and lands on c's rings.
+        let b = &p.bridges[1];
+        assert_eq!((b.from_domain, b.to_domain, b.ring), (1, 0, 1));
+        assert_eq!(b.to_rings, vec![2, 3]);
+        assert_eq!(p.domains[1].rings, 2);
+    }
+}

@@ -1,0 +1,262 @@
+//! ferryd's control protocol: framed, versioned messages on a Unix stream
+//! socket, with fds attached by SCM_RIGHTS.
+//!
+//! A frame is a 12-byte header — magic `"FY"`, version, kind, body length —
+//! followed by a JSON body. The receiver checks magic, version and length
+//! before reading the body; a bad frame gets an [`Msg::Error`] reply and the
+//! connection is closed, and ferryd goes on serving everybody else.
+
+use std::io::{Read, Write};
+use std::os::fd::{OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{DomainPlan, NfPlan};
+
+pub const MAGIC: [u8; 2] = *b"FY";
+pub const VERSION: u16 = 1;
+pub const HEADER_LEN: usize = 12;
+/// Largest body accepted.
+pub const MAX_BODY: u32 = 1 << 20;
+
+/// Environment variables ferryd sets for the NFs it starts.
+pub const ENV_SOCKET: &str = "FERRY_SOCKET";
+pub const ENV_NF: &str = "FERRY_NF";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    #[error("connection closed")]
+    Closed,
+    #[error("bad frame: {0}")]
+    BadFrame(String),
+    #[error("protocol version {found} (this build speaks {VERSION})")]
+    BadVersion { found: u16 },
+    #[error("bad message body: {0}")]
+    BadBody(#[from] serde_json::Error),
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("fd passing: {0}")]
+    Fds(#[from] ferry_xsk::XskError),
+}
+
+/// Every message, both directions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Msg {
+    /// NF -> ferryd: "I am NF `nf`". Its counter names are stored for stats.
+    Hello {
+        nf: String,
+        pid: u32,
+        counters: Vec<String>,
+    },
+    /// ferryd -> NF: everything it needs, plus fds in the order of `fds`.
+    Welcome(Box<Welcome>),
+    /// CLI -> ferryd.
+    Status,
+    StatusReply(Box<Status>),
+    /// CLI -> ferryd: pause every domain, check frame conservation, resume.
+    Audit,
+    AuditReply {
+        domains: Vec<AuditReport>,
+    },
+    /// CLI -> ferryd: stop every NF and exit.
+    Shutdown,
+    Ok,
+    Error {
+        message: String,
+    },
+}
+
+/// The fds of a Welcome, in order.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub enum FdRole {
+    Umem,
+    Region,
+    /// Data (consumer waits) and room (producers wait) eventfds of ring i.
+    RingData(u32),
+    RingRoom(u32),
+    /// AF_XDP socket of thread `thread` on port `port`.
+    Xsk {
+        thread: u32,
+        port: usize,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Welcome {
+    pub chain: String,
+    pub nf_index: usize,
+    pub nf: NfPlan,
+    pub domain: DomainPlan,
+    pub fds: Vec<FdRole>,
+    /// Ring sizes of the sockets (rx, tx, fill, comp).
+    pub xsk_rings: [u32; 4],
+    /// Per port of the chain: whether it delivers received frames.
+    pub port_rx: Vec<bool>,
+    /// How many times this NF has been (re)started.
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Status {
+    pub chain: String,
+    pub nfs: Vec<NfStatus>,
+    pub domains: Vec<DomainStatus>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct NfStatus {
+    pub name: String,
+    pub domain: String,
+    pub pid: Option<u32>,
+    pub connected: bool,
+    pub restarts: u32,
+    /// Per thread: framework counters by name, then NF counters by name.
+    pub threads: Vec<Vec<(String, u64)>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct DomainStatus {
+    pub name: String,
+    pub frames_total: u64,
+    pub in_pool: u64,
+    pub reclaimed: u64,
+    pub audits: u64,
+}
+
+/// Where every frame of a domain was at a paused instant.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct AuditReport {
+    pub domain: String,
+    pub frames_total: u64,
+    pub in_pool: u64,
+    pub in_rings: u64,
+    pub held_by_threads: u64,
+    /// In no place: a leak (must be 0).
+    pub lost: u64,
+    /// In two places at once: corruption (must be 0).
+    pub duplicated: u64,
+    /// Reclaimed by this audit (frames of dead threads).
+    pub reclaimed: u64,
+    /// Threads that did not acknowledge the pause in time.
+    pub unresponsive: Vec<u32>,
+}
+
+impl AuditReport {
+    /// The invariant: every frame in exactly one place.
+    pub fn conserved(&self) -> bool {
+        self.lost == 0
+            && self.duplicated == 0
+            && self.in_pool + self.in_rings + self.held_by_threads == self.frames_total
+            && self.unresponsive.is_empty()
+    }
+}
+
+fn kind_of(m: &Msg) -> u16 {
+    match m {
+        Msg::Hello { .. } => 1,
+        Msg::Welcome(_) => 2,
+        Msg::Status => 3,
+        Msg::StatusReply(_) => 4,
+        Msg::Audit => 5,
+        Msg::AuditReply { .. } => 6,
+        Msg::Shutdown => 7,
+        Msg::Ok => 8,
+        Msg::Error { .. } => 9,
+    }
+}
+
+/// Writes one frame, with `fds` attached to its first byte.
+pub fn send(sock: &UnixStream, msg: &Msg, fds: &[RawFd]) -> Result<(), ProtoError> {
+    let body = serde_json::to_vec(msg)?;
+    let mut frame = Vec::with_capacity(HEADER_LEN + body.len());
+    frame.extend_from_slice(&MAGIC);
+    frame.extend_from_slice(&VERSION.to_le_bytes());
+    frame.extend_from_slice(&kind_of(msg).to_le_bytes());
+    frame.extend_from_slice(&[0, 0]);
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    if fds.is_empty() {
+        let mut s = sock;
+        s.write_all(&frame)?;
+    } else {
+        // The header goes with the fds; the rest follows as plain bytes.
+        ferry_xsk::fdpass::send_with_fds(sock, &frame[..HEADER_LEN], fds)?;
+        let mut s = sock;
+        s.write_all(&frame[HEADER_LEN..])?;
+    }
+    Ok(())
+}
+
+/// Reads one frame and the fds that came with it.
+pub fn recv(sock: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), ProtoError> {
+    let mut hdr = [0u8; HEADER_LEN];
+    let (n, fds) = ferry_xsk::fdpass::recv_with_fds(sock, &mut hdr)?;
+    if n == 0 {
+        return Err(ProtoError::Closed);
+    }
+    let mut s = sock;
+    if n < HEADER_LEN {
+        s.read_exact(&mut hdr[n..]).map_err(|_| ProtoError::BadFrame("short header".into()))?;
+    }
+    if hdr[..2] != MAGIC {
+        return Err(ProtoError::BadFrame(format!("bad magic {:02x?}", &hdr[..2])));
+    }
+    let version = u16::from_le_bytes([hdr[2], hdr[3]]);
+    if version != VERSION {
+        return Err(ProtoError::BadVersion { found: version });
+    }
+    let len = u32::from_le_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]);
+    if len > MAX_BODY {
+        return Err(ProtoError::BadFrame(format!("body of {len} bytes is over the {MAX_BODY} limit")));
+    }
+    let mut body = vec![0u8; len as usize];
+    s.read_exact(&mut body).map_err(|_| ProtoError::BadFrame("short body".into()))?;
+    let msg: Msg = serde_json::from_slice(&body)?;
+    let kind = u16::from_le_bytes([hdr[4], hdr[5]]);
+    if kind != kind_of(&msg) {
+        return Err(ProtoError::BadFrame(format!("header kind {kind} does not match the body")));
+    }
+    Ok((msg, fds))
+}
+
+/// Where ferryd listens for chain `name` unless told otherwise.
+pub fn default_socket(chain: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/run/ferry/{chain}.sock"))
+}
+
+/// Sends `msg` and waits for one reply (for the CLI).
+pub fn request(path: &std::path::Path, msg: &Msg) -> Result<Msg, ProtoError> {
+    let sock = UnixStream::connect(path)?;
+    send(&sock, msg, &[])?;
+    Ok(recv(&sock)?.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_rejections() {
+        let (a, b) = UnixStream::pair().unwrap();
+        send(&a, &Msg::Hello { nf: "x".into(), pid: 7, counters: vec!["rx".into()] }, &[]).unwrap();
+        match recv(&b).unwrap().0 {
+            Msg::Hello { nf, pid, .. } => assert_eq!((nf.as_str(), pid), ("x", 7)),
+            m => panic!("{m:?}"),
+        }
+        let mut w = &a;
+        w.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        assert!(matches!(recv(&b), Err(ProtoError::BadFrame(_))));
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut w = &a;
+        w.write_all(&[b'F', b'Y', 9, 0, 1, 0, 0, 0, 2, 0, 0, 0, b'{', b'}']).unwrap();
+        assert!(matches!(recv(&b), Err(ProtoError::BadVersion { found: 9 })));
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut w = &a;
+        w.write_all(&[b'F', b'Y', 1, 0, 1, 0, 0, 0, 2, 0, 0, 0, b'{', b'}']).unwrap();
+        assert!(matches!(recv(&b), Err(ProtoError::BadBody(_))));
+        drop(a);
+        assert!(matches!(recv(&b), Err(ProtoError::Closed)));
+    }
+}

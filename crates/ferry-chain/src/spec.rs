@@ -1,0 +1,519 @@
+//! The chain file: what an operator declares.
+//!
+//! ```yaml
+//! name: demo
+//! domains:                      # trust domains: one UMEM + one shared region each
+//!   - { name: main, frames: 8192 }
+//! ports:                        # AF_XDP ports {netdev, queues}, optionally in a netns
+//!   - { name: in, netns: dut, netdev: d0 }
+//!   - { name: out, netns: dut, netdev: d1 }
+//! nfs:
+//!   - name: resp
+//!     domain: main
+//!     kind: arp-icmp            # a built-in NF hosted by `ferry nf serve` ...
+//!     user: nobody
+//!   - name: fwd
+//!     domain: main
+//!     exec: [/usr/local/bin/my-nf, --flag]   # ... or any program using the SDK
+//!     threads: 2
+//!     poll: { busy_threshold: 8, idle_timeout_us: 200 }
+//!     backpressure: { mode: block, threshold: 0.75 }
+//! links:                        # out-link i of an NF = its i-th `from:` line
+//!   - { from: in, to: resp }
+//!   - { from: resp, to: fwd }
+//!   - { from: fwd, to: out }
+//! ```
+//!
+//! Errors name the file, line, column and field (`chain.yaml:12:9:
+//! links[1].to: unknown node "fw"`), through `ferry_testbed::yamlloc`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use ferry_testbed::yamlloc::{parse_located, Seg, YamlError};
+use serde::{Deserialize, Serialize};
+
+/// A whole chain.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainSpec {
+    /// Names the chain's socket and state; defaults to the file stem.
+    #[serde(default)]
+    pub name: Option<String>,
+    pub domains: Vec<DomainSpec>,
+    #[serde(default)]
+    pub ports: Vec<PortSpec>,
+    pub nfs: Vec<NfSpec>,
+    #[serde(default)]
+    pub links: Vec<LinkSpec>,
+    #[serde(skip)]
+    pub origin: String,
+}
+
+/// A trust domain: NFs in it share one UMEM and hand frames over by
+/// reference; frames cross into another domain only by copy.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainSpec {
+    pub name: String,
+    /// UMEM frames (a power of two).
+    #[serde(default = "default_frames")]
+    pub frames: u32,
+    /// Bytes per frame: 2048 or 4096.
+    #[serde(default = "default_frame_size")]
+    pub frame_size: u32,
+    /// Slots of each NF thread's receive ring (a power of two).
+    #[serde(default = "default_ring_size")]
+    pub ring_size: u32,
+}
+
+/// An AF_XDP port: queues of one netdev.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortSpec {
+    pub name: String,
+    /// Network namespace the device lives in (`ip netns` name); root if absent.
+    #[serde(default)]
+    pub netns: Option<String>,
+    pub netdev: String,
+    /// Queues used: thread i of the NF on this port uses queue i.
+    #[serde(default = "one")]
+    pub queues: u32,
+    /// XDP attach mode: `generic` (default, works everywhere) or `driver`.
+    #[serde(default)]
+    pub xdp_mode: XdpMode,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum XdpMode {
+    #[default]
+    Generic,
+    Driver,
+}
+
+/// One NF: a process with `threads` data-path threads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NfSpec {
+    pub name: String,
+    pub domain: String,
+    /// A built-in NF (`ferry nf list`), run by `ferry nf serve`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Arguments for a built-in NF (`key=value`).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// An external program using the SDK: argv. ferryd appends nothing;
+    /// the program finds ferryd through `FERRY_SOCKET` and `FERRY_NF`.
+    #[serde(default)]
+    pub exec: Option<Vec<String>>,
+    /// Whether ferryd starts the NF (true) or waits for it to connect.
+    #[serde(default = "yes")]
+    pub spawn: bool,
+    /// The only user allowed to connect as this NF; ferryd also runs it as
+    /// this user, with no capabilities.
+    #[serde(default = "default_user")]
+    pub user: String,
+    #[serde(default = "one")]
+    pub threads: u32,
+    /// Descriptors moved per ring enqueue (1 turns batched redirect off).
+    #[serde(default = "default_batch")]
+    pub batch: u32,
+    #[serde(default)]
+    pub poll: PollSpec,
+    #[serde(default)]
+    pub backpressure: BackpressureSpec,
+    /// What the NF does with frames for a downstream NF that is down.
+    #[serde(default)]
+    pub on_downstream_down: DownPolicy,
+    /// Restart the NF when it dies (ferryd-spawned NFs only).
+    #[serde(default = "yes")]
+    pub restart: bool,
+}
+
+/// Smart polling (FLASH §4): busy-poll while batches are large, block in
+/// poll() once no batch reached the threshold for the idle timeout.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PollSpec {
+    /// Packets per receive burst that count as "busy".
+    #[serde(default = "default_busy_threshold")]
+    pub busy_threshold: u32,
+    /// Block after this long without a busy burst; 0 = block at once.
+    #[serde(default = "default_idle_timeout_us")]
+    pub idle_timeout_us: u64,
+}
+
+impl Default for PollSpec {
+    fn default() -> Self {
+        PollSpec { busy_threshold: default_busy_threshold(), idle_timeout_us: default_idle_timeout_us() }
+    }
+}
+
+/// What an NF does when a downstream ring is fuller than `threshold`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BackpressureSpec {
+    #[serde(default)]
+    pub mode: BackpressureMode,
+    /// Fraction of the downstream ring (0 < t <= 1).
+    #[serde(default = "default_bp_threshold")]
+    pub threshold: f64,
+    /// Sleep per throttle in `sleep` mode.
+    #[serde(default = "default_bp_sleep_us")]
+    pub sleep_us: u64,
+}
+
+impl Default for BackpressureSpec {
+    fn default() -> Self {
+        BackpressureSpec {
+            mode: BackpressureMode::default(),
+            threshold: default_bp_threshold(),
+            sleep_us: default_bp_sleep_us(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackpressureMode {
+    /// No throttling: what does not fit is dropped and counted.
+    None,
+    /// FLASH: sleep `sleep_us` and retry.
+    Sleep,
+    /// Beyond FLASH: block until the downstream signals room.
+    #[default]
+    Block,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DownPolicy {
+    /// Drop and count frames for a dead downstream NF.
+    #[default]
+    Drop,
+    /// Keep them queued (the ring fills, then backpressure) until it is back.
+    Wait,
+}
+
+/// One directed edge.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    pub from: String,
+    pub to: String,
+    /// Defaults to zero-copy inside a domain and copy across domains.
+    #[serde(default)]
+    pub mode: Option<LinkMode>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkMode {
+    ZeroCopy,
+    Copy,
+}
+
+fn default_frames() -> u32 {
+    4096
+}
+fn default_frame_size() -> u32 {
+    2048
+}
+fn default_ring_size() -> u32 {
+    1024
+}
+fn default_batch() -> u32 {
+    32
+}
+fn one() -> u32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_user() -> String {
+    "nobody".into()
+}
+fn default_busy_threshold() -> u32 {
+    8
+}
+fn default_idle_timeout_us() -> u64 {
+    200
+}
+fn default_bp_threshold() -> f64 {
+    0.75
+}
+fn default_bp_sleep_us() -> u64 {
+    50
+}
+
+/// Reads and validates a chain file.
+pub fn parse(path: &Path) -> Result<ChainSpec, YamlError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| YamlError {
+        origin: origin.clone(),
+        line: None,
+        column: None,
+        field: String::new(),
+        message: format!("cannot read: {e}"),
+    })?;
+    ChainSpec::from_yaml_str(&text, &origin)
+}
+
+fn valid_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 32
+        && b[0].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
+}
+
+/// A node a link can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    Nf(usize),
+    Port(usize),
+}
+
+type Invalid = (Vec<Seg>, String);
+
+impl ChainSpec {
+    pub fn from_yaml_str(text: &str, origin: &str) -> Result<ChainSpec, YamlError> {
+        let mut spec: ChainSpec = parse_located(text, origin, ChainSpec::validate)?;
+        spec.origin = origin.to_string();
+        Ok(spec)
+    }
+
+    /// The chain's name: `name:` or the origin's file stem.
+    pub fn name(&self) -> String {
+        if let Some(n) = &self.name {
+            return n.clone();
+        }
+        let stem = Path::new(&self.origin).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        if valid_name(&stem) {
+            stem
+        } else {
+            "chain".into()
+        }
+    }
+
+    pub fn node(&self, name: &str) -> Option<Node> {
+        if let Some(i) = self.nfs.iter().position(|n| n.name == name) {
+            return Some(Node::Nf(i));
+        }
+        self.ports.iter().position(|p| p.name == name).map(Node::Port)
+    }
+
+    fn validate(&self) -> Result<(), Invalid> {
+        use Seg::{Index, Key};
+        if let Some(n) = &self.name {
+            if !valid_name(n) {
+                return Err((vec![Key("name")], bad_name(n)));
+            }
+        }
+        if self.domains.is_empty() {
+            return Err((vec![Key("domains")], "at least one domain is required".into()));
+        }
+        if self.nfs.is_empty() {
+            return Err((vec![Key("nfs")], "at least one NF is required".into()));
+        }
+        let mut names = HashSet::new();
+        for (i, d) in self.domains.iter().enumerate() {
+            let at = |f| vec![Key("domains"), Index(i), Key(f)];
+            if !valid_name(&d.name) {
+                return Err((at("name"), bad_name(&d.name)));
+            }
+            if !names.insert(d.name.as_str()) {
+                return Err((at("name"), format!("duplicate domain {:?}", d.name)));
+            }
+            if !d.frames.is_power_of_two() || !(64..=1 << 20).contains(&d.frames) {
+                return Err((at("frames"), format!("{} is not a power of two in 64..=1048576", d.frames)));
+            }
+            if d.frame_size != 2048 && d.frame_size != 4096 {
+                return Err((at("frame_size"), format!("{} must be 2048 or 4096", d.frame_size)));
+            }
+            if !d.ring_size.is_power_of_two() || !(64..=1 << 16).contains(&d.ring_size) {
+                return Err((at("ring_size"), format!("{} is not a power of two in 64..=65536", d.ring_size)));
+            }
+        }
+        let mut nodes = HashSet::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            let at = |f| vec![Key("ports"), Index(i), Key(f)];
+            if !valid_name(&p.name) {
+                return Err((at("name"), bad_name(&p.name)));
+            }
+            if !nodes.insert(p.name.as_str()) {
+                return Err((at("name"), format!("duplicate node name {:?}", p.name)));
+            }
+            if p.netdev.is_empty() || p.netdev.len() > 15 || p.netdev.contains(['/', ' ']) {
+                return Err((at("netdev"), format!("{:?} is not a device name", p.netdev)));
+            }
+            if !(1..=64).contains(&p.queues) {
+                return Err((at("queues"), format!("{} must be in 1..=64", p.queues)));
+            }
+        }
+        for (i, n) in self.nfs.iter().enumerate() {
+            let at = |f| vec![Key("nfs"), Index(i), Key(f)];
+            if !valid_name(&n.name) {
+                return Err((at("name"), bad_name(&n.name)));
+            }
+            if !nodes.insert(n.name.as_str()) {
+                return Err((at("name"), format!("duplicate node name {:?}", n.name)));
+            }
+            if !names.contains(n.domain.as_str()) {
+                return Err((at("domain"), format!("unknown domain {:?}", n.domain)));
+            }
+            match (&n.kind, &n.exec) {
+                (Some(_), Some(_)) => return Err((at("exec"), "give `kind` or `exec`, not both".into())),
+                (None, None) if n.spawn => {
+                    return Err((at("kind"), "needs `kind` or `exec` (or `spawn: false`)".into()))
+                }
+                (None, Some(argv)) if argv.is_empty() => return Err((at("exec"), "empty command".into())),
+                _ => {}
+            }
+            if !(1..=64).contains(&n.threads) {
+                return Err((at("threads"), format!("{} must be in 1..=64", n.threads)));
+            }
+            if !(1..=256).contains(&n.batch) {
+                return Err((at("batch"), format!("{} must be in 1..=256", n.batch)));
+            }
+            let t = n.backpressure.threshold;
+            if !(t > 0.0 && t <= 1.0) {
+                let path = vec![Key("nfs"), Index(i), Key("backpressure"), Key("threshold")];
+                return Err((path, format!("{t} must be in (0, 1]")));
+            }
+            if n.user.is_empty() || n.user.contains([':', '/', ' ']) {
+                return Err((at("user"), format!("{:?} is not a user name", n.user)));
+            }
+        }
+        // Each port queue is one AF_XDP socket, so one NF thread at most.
+        let mut port_user: HashMap<usize, usize> = HashMap::new();
+        for (i, l) in self.links.iter().enumerate() {
+            let at = |f| vec![Key("links"), Index(i), Key(f)];
+            let from = self.node(&l.from).ok_or_else(|| (at("from"), format!("unknown node {:?}", l.from)))?;
+            let to = self.node(&l.to).ok_or_else(|| (at("to"), format!("unknown node {:?}", l.to)))?;
+            let (nf, port) = match (from, to) {
+                (Node::Port(_), Node::Port(_)) => {
+                    return Err((at("to"), "a link joins a port to an NF, never two ports".into()))
+                }
+                (Node::Nf(a), Node::Nf(b)) => {
+                    if a == b {
+                        return Err((at("to"), "an NF cannot link to itself".into()));
+                    }
+                    let cross = self.nfs[a].domain != self.nfs[b].domain;
+                    if cross && l.mode == Some(LinkMode::ZeroCopy) {
+                        return Err((
+                            at("mode"),
+                            format!(
+                                "zero-copy needs one domain, but {:?} is in {:?} and {:?} in {:?}",
+                                l.from, self.nfs[a].domain, l.to, self.nfs[b].domain
+                            ),
+                        ));
+                    }
+                    continue;
+                }
+                (Node::Port(p), Node::Nf(n)) | (Node::Nf(n), Node::Port(p)) => (n, p),
+            };
+            if l.mode == Some(LinkMode::Copy) {
+                return Err((at("mode"), "port links are always AF_XDP sockets; `mode` is for NF-to-NF links".into()));
+            }
+            if let Some(&other) = port_user.get(&port) {
+                if other != nf {
+                    return Err((
+                        at("to"),
+                        format!(
+                            "port {:?} is already used by NF {:?}: a port queue is one AF_XDP socket, owned by one \
+                             NF thread (fan in through an NF instead)",
+                            self.ports[port].name, self.nfs[other].name
+                        ),
+                    ));
+                }
+            }
+            port_user.insert(port, nf);
+            if self.nfs[nf].threads > self.ports[port].queues {
+                return Err((
+                    at("to"),
+                    format!(
+                        "NF {:?} has {} threads but port {:?} only {} queues (thread i uses queue i)",
+                        self.nfs[nf].name, self.nfs[nf].threads, self.ports[port].name, self.ports[port].queues
+                    ),
+                ));
+            }
+        }
+        if self.links.iter().filter(|l| l.from == l.to).count() > 0 {
+            return Err((vec![Key("links")], "self links are not allowed".into()));
+        }
+        Ok(())
+    }
+}
+
+fn bad_name(s: &str) -> String {
+    format!("{s:?} is not a name (1-32 of a-z 0-9 - _, starting with a letter or digit)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name: t
+domains:
+  - { name: a }
+  - { name: b, frames: 1024 }
+ports:
+  - { name: in, netns: dut, netdev: d0 }
+  - { name: out, netdev: d1 }
+nfs:
+  - { name: x, domain: a, kind: l2fwd }
+  - { name: y, domain: b, kind: l2fwd, threads: 1, backpressure: { mode: sleep, sleep_us: 10 } }
+links:
+  - { from: in, to: x }
+  - { from: x, to: y }
+  - { from: y, to: out }
+"#;
+
+    #[test]
+    fn parses_a_good_chain() {
+        let c = ChainSpec::from_yaml_str(GOOD, "t.yaml").unwrap();
+        assert_eq!(c.nfs.len(), 2);
+        assert_eq!(c.nfs[1].backpressure.mode, BackpressureMode::Sleep);
+        assert_eq!(c.nfs[0].user, "nobody");
+        assert_eq!(c.node("out"), Some(Node::Port(1)));
+    }
+
+    fn err(text: &str) -> String {
+        ChainSpec::from_yaml_str(text, "c.yaml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let bad = GOOD.replace("{ from: x, to: y }", "{ from: x, to: z }");
+        assert_eq!(err(&bad), "c.yaml:14:20: links[1].to: unknown node \"z\"");
+        let bad = GOOD.replace("frames: 1024", "frames: 1000");
+        assert!(err(&bad).starts_with("c.yaml:5:"), "{}", err(&bad));
+        assert!(err(&bad).contains("domains[1].frames: 1000 is not a power of two"), "{}", err(&bad));
+        let bad = GOOD.replace("kind: l2fwd }", "kind: l2fwd, colour: red }");
+        assert!(err(&bad).contains("nfs[0].colour: unknown field `colour`"), "{}", err(&bad));
+    }
+
+    #[test]
+    fn zero_copy_across_domains_is_refused() {
+        let bad = GOOD.replace("{ from: x, to: y }", "{ from: x, to: y, mode: zero-copy }");
+        assert!(err(&bad).contains("links[1].mode: zero-copy needs one domain"), "{}", err(&bad));
+    }
+
+    #[test]
+    fn a_port_queue_has_one_owner() {
+        let bad = GOOD.replace("{ from: y, to: out }", "{ from: y, to: in }");
+        assert!(err(&bad).contains("port \"in\" is already used by NF \"x\""), "{}", err(&bad));
+    }
+
+    #[test]
+    fn threads_need_queues() {
+        let bad =
+            GOOD.replace("{ name: x, domain: a, kind: l2fwd }", "{ name: x, domain: a, kind: l2fwd, threads: 2 }");
+        assert!(err(&bad).contains("has 2 threads but port \"in\" only 1 queues"), "{}", err(&bad));
+    }
+}

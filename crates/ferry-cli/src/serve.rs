@@ -1,0 +1,207 @@
+//! `ferry nf serve`: the host process for built-in NFs in a ferryd chain.
+//! ferryd starts it (as the NF's unprivileged user) with `FERRY_SOCKET` and
+//! `FERRY_NF` set; `--kind` picks the NF, `--arg` passes its arguments.
+//!
+//! Kinds:
+//! * any per-packet NF of `ferry nf list`, or several joined with `+`
+//!   (`arp-responder+icmp-echo`, arguments of each separated by `--`):
+//!   `tx` replies out of the arrival port for responders and forwards on
+//!   out-link 0 for the others; `pass` forwards on out-link 0;
+//! * `fwd`: forward everything on out-link 0;
+//! * `split`: spread flows over all out-links by flow hash (fan-out);
+//! * `slow arg work_ns=N`: burn N ns of CPU per packet, then forward;
+//! * `source` (args `size=64`, `rate=PPS`, `flows=N`): make stamped UDP
+//!   frames in the domain's own UMEM, for measuring chaining without veth;
+//! * `sink`: count, check stamps, publish latency percentiles, free.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use ferry_nf::{PacketNf, Verdict};
+use ferry_sdk::{Nf, NfThread, Packet};
+use ferry_wire::{build_frame, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp};
+use hdrhistogram::Histogram;
+
+use crate::util::monotonic_ns;
+
+/// Exit status when ferryd closed the control socket.
+pub const EXIT_STOPPED: i32 = 0;
+
+const BURST: usize = 32;
+
+fn arg<'a>(args: &'a [String], key: &str) -> Option<&'a str> {
+    args.iter().find_map(|a| a.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+fn num_arg(args: &[String], key: &str, default: u64) -> Result<u64> {
+    match arg(args, key) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|_| anyhow!("bad {key}={v}: not a number")),
+    }
+}
+
+/// Runs NF kind `kind` until ferryd stops it.
+pub fn serve(kind: &str, args: &[String]) -> Result<()> {
+    match kind {
+        "source" => {
+            let nf = Nf::connect_from_env_with(&["made"])?;
+            let size = num_arg(args, "size", 64)? as usize;
+            let rate = num_arg(args, "rate", 0)?;
+            let flows = num_arg(args, "flows", 64)?.max(1);
+            nf.run(|th| source(th, size, rate, flows))?;
+        }
+        "sink" => {
+            let nf = Nf::connect_from_env_with(&["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"])?;
+            nf.run(sink)?;
+        }
+        "fwd" | "split" | "slow" => {
+            let work_ns = num_arg(args, "work_ns", 0)?;
+            if kind == "slow" && work_ns == 0 {
+                bail!("slow needs work_ns=N");
+            }
+            let nf = Nf::connect_from_env()?;
+            let split = kind == "split";
+            nf.run(|th| forward(th, split, work_ns))?;
+        }
+        _ => {
+            let build = || build_packet_nf(kind, args);
+            let first = build()?;
+            let names: Vec<&str> = first.spec().counters.to_vec();
+            let nf = Nf::connect_from_env_with(&names)?;
+            let reply = kind.split('+').any(|k| matches!(k, "arp-responder" | "icmp-echo"));
+            nf.run(|th| {
+                let pnf = build().expect("built once already");
+                packet_nf(th, pnf, reply)
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn build_packet_nf(kind: &str, args: &[String]) -> Result<Box<dyn PacketNf>> {
+    let kinds: Vec<&str> = kind.split('+').collect();
+    let groups: Vec<Vec<&str>> = args.split(|a| a == "--").map(|g| g.iter().map(String::as_str).collect()).collect();
+    if kinds.len() == 1 {
+        return Ok(ferry_nf::by_name(kind, groups.first().map_or(&[][..], |g| &g[..]))?);
+    }
+    if groups.len() != kinds.len() {
+        bail!("{kind}: give the arguments of each of the {} NFs, separated by --", kinds.len());
+    }
+    let nfs = kinds.iter().zip(&groups).map(|(k, g)| ferry_nf::by_name(k, g)).collect::<Result<Vec<_>, _>>()?;
+    Ok(Box::new(ferry_nf::NfChainLocal::new(nfs)))
+}
+
+fn packet_nf(mut th: NfThread, mut nf: Box<dyn PacketNf>, reply: bool) {
+    let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
+    while th.recv_burst(&mut burst, BURST).is_ok() {
+        for mut pkt in burst.drain(..) {
+            match nf.process(pkt.data_mut()) {
+                Verdict::Tx if reply => th.reply(pkt),
+                Verdict::Tx | Verdict::Pass if th.out_links() > 0 => th.send(pkt, 0),
+                Verdict::Tx => th.reply(pkt),
+                Verdict::Pass | Verdict::Drop => th.drop_packet(pkt),
+            }
+        }
+        for (i, &v) in nf.counters().iter().enumerate() {
+            th.set_nf_counter(i, v);
+        }
+    }
+}
+
+fn spin_for(ns: u64) {
+    let start = Instant::now();
+    while (start.elapsed().as_nanos() as u64) < ns {
+        std::hint::spin_loop();
+    }
+}
+
+fn forward(mut th: NfThread, split: bool, work_ns: u64) {
+    let outs = th.out_links().max(1);
+    let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
+    while th.recv_burst(&mut burst, BURST).is_ok() {
+        for pkt in burst.drain(..) {
+            if work_ns > 0 {
+                spin_for(work_ns);
+            }
+            let hop = if split { ferry_sdk::flow_hash(pkt.data()) as usize % outs } else { 0 };
+            th.send(pkt, hop);
+        }
+    }
+}
+
+fn source(mut th: NfThread, size: usize, rate: u64, flows: u64) {
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: size.max(60) };
+    let off = stamp_offset(L4Proto::Udp);
+    let mut templates = Vec::new();
+    for f in 0..flows {
+        let tuple = FiveTuple {
+            src_ip: [10, 0, 0, 1].into(),
+            dst_ip: [10, 0, 1, 1].into(),
+            src_port: 1024 + f as u16,
+            dst_port: 9,
+            proto: L4Proto::Udp,
+        };
+        let mut buf = vec![0u8; spec.frame_len];
+        if build_frame(&spec, &tuple, Some(&Stamp::default()), &mut buf).is_err() {
+            return;
+        }
+        templates.push(buf);
+    }
+    let stream = th.index() as u16;
+    let (mut seq, mut made) = (0u32, 0u64);
+    let start = Instant::now();
+    while th.service().is_ok() {
+        if rate > 0 {
+            let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
+            if made >= due {
+                std::thread::sleep(Duration::from_micros(50));
+                continue;
+            }
+        }
+        let now = monotonic_ns();
+        for _ in 0..BURST {
+            let Some(mut pkt) = th.alloc(spec.frame_len) else { break };
+            let t = &templates[(seq as u64 % flows) as usize];
+            let d = pkt.data_mut();
+            d.copy_from_slice(t);
+            Stamp { stream, seq, tx_ns: now }.write(&mut d[off..]);
+            seq = seq.wrapping_add(1);
+            made += 1;
+            th.send(pkt, 0);
+        }
+        th.set_nf_counter(0, made);
+    }
+}
+
+fn sink(mut th: NfThread) {
+    let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+    let (mut sunk, mut stamped) = (0u64, 0u64);
+    let mut window = Instant::now();
+    let off = stamp_offset(L4Proto::Udp);
+    loop {
+        let r = th.recv_burst(&mut burst, BURST);
+        let now = monotonic_ns();
+        for pkt in burst.drain(..) {
+            if let Some(s) = pkt.data().get(off..).and_then(Stamp::read) {
+                stamped += 1;
+                let _ = hist.record(now.saturating_sub(s.tx_ns).max(1));
+            }
+            sunk += 1;
+            th.drop_packet(pkt);
+        }
+        th.set_nf_counter(0, sunk);
+        th.set_nf_counter(1, stamped);
+        // Publish the last full window's percentiles.
+        if window.elapsed() >= Duration::from_millis(500) && !hist.is_empty() {
+            th.set_nf_counter(2, hist.value_at_quantile(0.5));
+            th.set_nf_counter(3, hist.value_at_quantile(0.99));
+            th.set_nf_counter(4, hist.max());
+            hist.reset();
+            window = Instant::now();
+        }
+        if r.is_err() {
+            return;
+        }
+    }
+}

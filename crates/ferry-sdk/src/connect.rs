@@ -1,0 +1,249 @@
+//! Connecting to ferryd and building the NF's threads from what it sends.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use ferry_chain::frames::FrameCache;
+use ferry_chain::plan::OutLink;
+use ferry_chain::proto::{self, FdRole, Msg, Welcome};
+use ferry_chain::shm::{self, ThreadBlock};
+use ferry_ring::{EventFd, Notify, ShmRegion};
+use ferry_xsk::{RingSizes, Umem, UmemConfig, XskSocket};
+
+use crate::thread::{NfThread, Out, PortSock, Target};
+use crate::wait::PollSet;
+use crate::SdkError;
+
+/// A connected NF: its plan, its shared memory and its fds.
+pub struct Nf {
+    welcome: Welcome,
+    umem: Arc<Umem>,
+    region: ShmRegion,
+    data: HashMap<u32, EventFd>,
+    room: HashMap<u32, EventFd>,
+    sockets: Mutex<HashMap<(u32, usize), OwnedFd>>,
+    stop: Arc<AtomicBool>,
+    _ctrl: Arc<UnixStream>,
+}
+
+impl Nf {
+    /// Connects using `FERRY_SOCKET` and `FERRY_NF`.
+    pub fn connect_from_env() -> Result<Nf, SdkError> {
+        Self::connect_from_env_with(&[])
+    }
+
+    /// As `connect_from_env`, declaring the NF's own counter names.
+    pub fn connect_from_env_with(counters: &[&str]) -> Result<Nf, SdkError> {
+        let path = std::env::var_os(proto::ENV_SOCKET).ok_or(SdkError::MissingEnv { var: proto::ENV_SOCKET })?;
+        let nf = std::env::var(proto::ENV_NF).map_err(|_| SdkError::MissingEnv { var: proto::ENV_NF })?;
+        Self::connect(Path::new(&path), &nf, counters)
+    }
+
+    /// Says hello to ferryd at `path` as NF `name` and maps what it sends.
+    pub fn connect(path: &Path, name: &str, counters: &[&str]) -> Result<Nf, SdkError> {
+        let ctrl = UnixStream::connect(path)
+            .map_err(|source| SdkError::Connect { path: path.display().to_string(), source })?;
+        let hello = Msg::Hello {
+            nf: name.to_string(),
+            pid: std::process::id(),
+            counters: counters.iter().map(|s| s.to_string()).collect(),
+        };
+        proto::send(&ctrl, &hello, &[])?;
+        let (msg, fds) = proto::recv(&ctrl)?;
+        let welcome = match msg {
+            Msg::Welcome(w) => *w,
+            Msg::Error { message } => return Err(SdkError::Refused { nf: name.to_string(), message }),
+            other => {
+                return Err(SdkError::Refused { nf: name.to_string(), message: format!("unexpected reply {other:?}") })
+            }
+        };
+        if fds.len() != welcome.fds.len() {
+            return Err(SdkError::FdCount { got: fds.len(), want: welcome.fds.len() });
+        }
+        let d = &welcome.domain;
+        let cfg = UmemConfig { frame_count: d.frames, frame_size: d.frame_size, headroom: 0 };
+        let mut umem = None;
+        let mut region = None;
+        let (mut data, mut room, mut sockets) = (HashMap::new(), HashMap::new(), HashMap::new());
+        for (role, fd) in welcome.fds.iter().zip(fds) {
+            match role {
+                FdRole::Umem => umem = Some(Arc::new(Umem::from_fd(fd, cfg)?)),
+                FdRole::Region => region = Some(ShmRegion::from_fd(fd)?),
+                FdRole::RingData(r) => {
+                    data.insert(*r, EventFd::from_owned(fd)?);
+                }
+                FdRole::RingRoom(r) => {
+                    room.insert(*r, EventFd::from_owned(fd)?);
+                }
+                FdRole::Xsk { thread, port } => {
+                    sockets.insert((*thread, *port), fd);
+                }
+            }
+        }
+        let missing = |what: &'static str| SdkError::Refused { nf: name.to_string(), message: format!("no {what} fd") };
+        let umem = umem.ok_or_else(|| missing("UMEM"))?;
+        let region = region.ok_or_else(|| missing("region"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let ctrl = Arc::new(ctrl);
+        // ferryd never talks to a running NF except to close the socket:
+        // EOF (or anything else) means stop.
+        let (watch, flag) = (ctrl.clone(), stop.clone());
+        let wake: Vec<EventFd> = welcome
+            .nf
+            .threads
+            .iter()
+            .filter_map(|t| data.get(&t.ring).and_then(|e: &EventFd| e.try_clone().ok()))
+            .collect();
+        std::thread::Builder::new().name("ferry-ctrl".into()).spawn(move || {
+            let _ = proto::recv(&watch);
+            flag.store(true, Ordering::Release);
+            for e in &wake {
+                let _ = e.notify(1);
+            }
+        })?;
+        Ok(Nf { welcome, umem, region, data, room, sockets: Mutex::new(sockets), stop, _ctrl: ctrl })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.welcome.nf.name
+    }
+
+    pub fn threads(&self) -> usize {
+        self.welcome.nf.threads.len()
+    }
+
+    /// Names of the out-links, in hop order.
+    pub fn out_links(&self) -> &[String] {
+        &self.welcome.nf.out_names
+    }
+
+    /// Arguments from the chain file (`args:`).
+    pub fn args(&self) -> &[String] {
+        &self.welcome.nf.args
+    }
+
+    /// True once ferryd asked the NF to stop (or went away).
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn eventfd(map: &HashMap<u32, EventFd>, ring: u32) -> Result<Arc<EventFd>, SdkError> {
+        let e = map
+            .get(&ring)
+            .ok_or(SdkError::Refused { nf: String::new(), message: format!("no eventfd for ring {ring}") })?;
+        Ok(Arc::new(e.try_clone()?))
+    }
+
+    fn target(&self, tid: u32, ring: u32, my_tid: u32) -> Result<Target, SdkError> {
+        let mut producer = self.region.ring(ring as usize)?.producer(my_tid as u16)?;
+        producer.set_data_notify(Self::eventfd(&self.data, ring)?);
+        producer.set_room_notify(Self::eventfd(&self.room, ring)?);
+        Ok(Target { producer, tid, pending: Vec::with_capacity(64) })
+    }
+
+    /// Builds thread `index` (each exactly once).
+    pub fn thread(&self, index: usize) -> Result<NfThread, SdkError> {
+        let w = &self.welcome;
+        let plan =
+            w.nf.threads
+                .get(index)
+                .ok_or(SdkError::Refused { nf: w.nf.name.clone(), message: format!("no thread {index}") })?;
+        let control = self.region.words(shm::CONTROL_WORDS)?;
+        let owners = self.region.words(shm::OWNER_WORDS)?;
+        if ThreadBlock::of(control.as_slice(), plan.tid).is_none() {
+            return Err(SdkError::Refused {
+                nf: w.nf.name.clone(),
+                message: "thread id outside the control block".into(),
+            });
+        }
+        let mut consumer = self.region.ring(plan.ring as usize)?.consumer()?;
+        consumer.set_room_notify(Self::eventfd(&self.room, plan.ring)?);
+        let mut ports = Vec::new();
+        let mut port_slot = HashMap::new();
+        let [rx, tx, fill, comp] = w.xsk_rings;
+        for &p in &plan.ports {
+            let fd = self.sockets.lock().expect("not poisoned").remove(&(plan.index, p)).ok_or(SdkError::Refused {
+                nf: w.nf.name.clone(),
+                message: format!("no socket for thread {} port {p}", plan.index),
+            })?;
+            let sock = XskSocket::from_fd(fd, self.umem.clone(), RingSizes { rx, tx, fill, comp })?;
+            port_slot.insert(p, ports.len());
+            // Receive frames only on ports that deliver to us.
+            let fill_target = if w.port_rx.get(p).copied().unwrap_or(false) { fill.min(rx) } else { 0 };
+            ports.push(PortSock { sock, pending: Vec::with_capacity(64), fill_target, on_fill: 0 });
+        }
+        let eventfd = self
+            .data
+            .get(&plan.ring)
+            .ok_or(SdkError::Refused { nf: w.nf.name.clone(), message: "no data eventfd".into() })?;
+        let pollset =
+            PollSet { eventfd: eventfd.try_clone()?, sockets: ports.iter().map(|p| p.sock.as_raw_fd()).collect() };
+        consumer.set_data_notify(Arc::new(pollset));
+        let mut outs = Vec::new();
+        for o in &w.nf.outs {
+            outs.push(match o {
+                OutLink::Nf { rings, tids, .. } => Out::Nf {
+                    targets: rings
+                        .iter()
+                        .zip(tids)
+                        .map(|(&r, &t)| self.target(t, r, plan.tid))
+                        .collect::<Result<_, _>>()?,
+                },
+                OutLink::Copy { ring, tid, .. } => Out::Copy { target: self.target(*tid, *ring, plan.tid)? },
+                OutLink::Port { port } => Out::Port {
+                    sock: *port_slot.get(port).ok_or(SdkError::Refused {
+                        nf: w.nf.name.clone(),
+                        message: format!("out-link to port {port} without a socket"),
+                    })?,
+                },
+            });
+        }
+        let block = ThreadBlock::of(control.as_slice(), plan.tid).expect("checked above");
+        block.set(shm::T_PID, std::process::id() as u64);
+        Ok(NfThread {
+            nf_name: w.nf.name.clone(),
+            index: plan.index,
+            tid: plan.tid,
+            cache: FrameCache::new(self.region.pool(shm::POOL)?, owners, plan.tid, w.domain.frame_size),
+            control,
+            consumer,
+            outs,
+            ports,
+            umem: self.umem.clone(),
+            frame_size: w.domain.frame_size as u64,
+            batch: w.nf.batch.max(1) as usize,
+            poll: w.nf.poll,
+            bp: w.nf.backpressure,
+            down: w.nf.on_downstream_down,
+            stop: self.stop.clone(),
+            last_ack: 0,
+            last_busy: Instant::now(),
+            scratch_desc: Vec::with_capacity(256),
+            scratch_xdp: Vec::with_capacity(256),
+            scratch_addr: Vec::with_capacity(1024),
+        })
+    }
+
+    /// Runs `body` on one OS thread per NF thread and waits for all of them.
+    pub fn run<F>(&self, body: F) -> Result<(), SdkError>
+    where
+        F: Fn(NfThread) + Sync,
+    {
+        let threads: Vec<NfThread> = (0..self.threads()).map(|i| self.thread(i)).collect::<Result<_, _>>()?;
+        std::thread::scope(|s| {
+            for (i, th) in threads.into_iter().enumerate() {
+                let body = &body;
+                std::thread::Builder::new()
+                    .name(format!("{}-{i}", self.name()))
+                    .spawn_scoped(s, move || body(th))
+                    .expect("spawn NF thread");
+            }
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,509 @@
+//! One NF data-path thread: its receive ring, its sockets, its out-links.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_chain::flow_hash;
+use ferry_chain::frames::FrameCache;
+use ferry_chain::shm::{self, c, ThreadBlock};
+use ferry_chain::spec::{BackpressureMode, BackpressureSpec, DownPolicy, PollSpec};
+use ferry_ring::{Consumer, Desc, Producer, SharedWords};
+use ferry_xsk::{Umem, XdpDesc, XskSocket};
+
+use crate::packet::{Origin, Packet, ORPHANS};
+use crate::SdkError;
+
+use ferry_chain::frames::CACHE_BATCH;
+/// Most sendto() kicks per flush in copy mode (the kernel sends 32 a kick).
+const MAX_KICKS: usize = 64;
+/// Longest single block, so pause requests and stops are seen promptly.
+const MAX_BLOCK: Duration = Duration::from_millis(50);
+
+pub(crate) struct Target {
+    pub(crate) producer: Producer,
+    pub(crate) tid: u32,
+    pub(crate) pending: Vec<Desc>,
+}
+
+pub(crate) enum Out {
+    Nf { targets: Vec<Target> },
+    Copy { target: Target },
+    Port { sock: usize },
+}
+
+pub(crate) struct PortSock {
+    pub(crate) sock: XskSocket,
+    pub(crate) pending: Vec<XdpDesc>,
+    /// Frames to keep on the fill ring (0 for a TX-only port).
+    pub(crate) fill_target: u32,
+    pub(crate) on_fill: u32,
+}
+
+/// Where a flush stopped.
+#[derive(Debug, Clone, Copy)]
+enum Blocked {
+    Ring { out: usize, target: usize },
+    DeadTarget,
+    Port,
+}
+
+/// One data-path thread of an NF. Not `Send` once running: packets borrow
+/// its UMEM mapping. Create it with [`crate::Nf::run`] or `Nf::take_threads`.
+pub struct NfThread {
+    pub(crate) nf_name: String,
+    pub(crate) index: u32,
+    pub(crate) tid: u32,
+    pub(crate) control: SharedWords,
+    pub(crate) cache: FrameCache,
+    pub(crate) consumer: Consumer,
+    pub(crate) outs: Vec<Out>,
+    pub(crate) ports: Vec<PortSock>,
+    pub(crate) umem: Arc<Umem>,
+    pub(crate) frame_size: u64,
+    pub(crate) batch: usize,
+    pub(crate) poll: PollSpec,
+    pub(crate) bp: BackpressureSpec,
+    pub(crate) down: DownPolicy,
+    pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) last_ack: u64,
+    pub(crate) last_busy: Instant,
+    pub(crate) scratch_desc: Vec<Desc>,
+    pub(crate) scratch_xdp: Vec<XdpDesc>,
+    pub(crate) scratch_addr: Vec<u64>,
+}
+
+// SAFETY: an NfThread is built on one thread and moved once to the thread
+// that runs it; everything inside is either owned or shared memory used
+// through atomics. Packets (which are !Send) are what pin frames to it.
+unsafe impl Send for NfThread {}
+
+impl NfThread {
+    pub fn nf_name(&self) -> &str {
+        &self.nf_name
+    }
+
+    /// Index of this thread within its NF.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Number of out-links.
+    pub fn out_links(&self) -> usize {
+        self.outs.len()
+    }
+
+    fn block(&self) -> ThreadBlock<'_> {
+        ThreadBlock::of(self.control.as_slice(), self.tid).expect("tid validated at connect")
+    }
+
+    /// Publishes NF-specific counter `i` (names given at connect).
+    pub fn set_nf_counter(&self, i: usize, value: u64) {
+        self.block().nf_counter(i).store(value, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn count(&self, i: usize, n: u64) {
+        if n > 0 {
+            self.block().add(i, n);
+        }
+    }
+
+    /// Allocates an empty packet of `len` bytes (for sources and replies
+    /// that need a new frame). None when the domain has no free frame.
+    pub fn alloc(&mut self, len: usize) -> Option<Packet> {
+        if len > self.frame_size as usize {
+            return None;
+        }
+        let f = self.cache.alloc()?;
+        self.count(c::ALLOC, 1);
+        // SAFETY: f is a whole frame of our UMEM, now owned by this thread.
+        Some(unsafe { Packet::new(self.umem.base(), f, len as u32, self.frame_size as u32, Origin::Alloc) })
+    }
+
+    /// Drops a packet (counted as `drop_nf`).
+    pub fn drop_packet(&mut self, pkt: Packet) {
+        let (addr, _, _) = pkt.into_raw();
+        self.count(c::DROP_NF, 1);
+        self.cache.free(addr);
+    }
+
+    /// Sends a packet on out-link `hop` (order of the chain file's links).
+    /// Frames queue per destination and move in batches; see `recv_burst`.
+    pub fn send(&mut self, pkt: Packet, hop: usize) {
+        let (addr, len, _) = pkt.into_raw();
+        let batch = self.batch;
+        let full = match self.outs.get_mut(hop) {
+            None => None,
+            Some(Out::Nf { targets }) => {
+                let i = if targets.len() > 1 {
+                    // SAFETY: the frame is ours until queued; read-only peek.
+                    let data = unsafe {
+                        std::slice::from_raw_parts(self.umem.base().add(addr as usize), (len as usize).min(64))
+                    };
+                    flow_hash(data) as usize % targets.len()
+                } else {
+                    0
+                };
+                let t = &mut targets[i];
+                t.pending.push(Desc { addr, len, next_hop: hop as u16, flags: 0 });
+                (t.pending.len() >= batch).then_some(Some((hop, i)))
+            }
+            Some(Out::Copy { target }) => {
+                target.pending.push(Desc { addr, len, next_hop: hop as u16, flags: 0 });
+                (target.pending.len() >= batch).then_some(Some((hop, 0)))
+            }
+            Some(Out::Port { sock }) => {
+                let s = *sock;
+                self.ports[s].pending.push(XdpDesc { addr, len, options: 0 });
+                (self.ports[s].pending.len() >= batch).then_some(None)
+            }
+        };
+        match full {
+            None if hop >= self.outs.len() => {
+                self.count(c::DROP_BAD_HOP, 1);
+                self.cache.free(addr);
+            }
+            Some(Some((o, t))) => {
+                let _ = self.flush_target(o, t);
+            }
+            Some(None) => {
+                if let Some(Out::Port { sock }) = self.outs.get(hop) {
+                    let s = *sock;
+                    let _ = self.flush_port(s);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Sends a packet back out of the port it arrived on; one that came
+    /// from another NF goes to out-link 0.
+    pub fn reply(&mut self, pkt: Packet) {
+        match pkt.origin {
+            Origin::Port(i) => {
+                let (addr, len, _) = pkt.into_raw();
+                let s = i as usize;
+                self.ports[s].pending.push(XdpDesc { addr, len, options: 0 });
+                if self.ports[s].pending.len() >= self.batch {
+                    let _ = self.flush_port(s);
+                }
+            }
+            _ => self.send(pkt, 0),
+        }
+    }
+
+    fn target_mut(&mut self, out: usize, t: usize) -> &mut Target {
+        match &mut self.outs[out] {
+            Out::Nf { targets } => &mut targets[t],
+            Out::Copy { target } => target,
+            Out::Port { .. } => unreachable!("ports have no ring target"),
+        }
+    }
+
+    /// Moves a target's pending descriptors into its ring: as many as fit
+    /// (the rest stay queued), or none while the ring is over the
+    /// backpressure threshold.
+    fn flush_target(&mut self, out: usize, t: usize) -> Option<Blocked> {
+        let bp = self.bp;
+        let down = self.down;
+        let is_copy = matches!(self.outs[out], Out::Copy { .. });
+        let control = self.control.clone();
+        let target = self.target_mut(out, t);
+        if target.pending.is_empty() {
+            return None;
+        }
+        let dead = ThreadBlock::of(control.as_slice(), target.tid)
+            .is_some_and(|b| b.get(shm::T_STATE) == shm::STATE_DEAD)
+            && !is_copy;
+        if dead {
+            if down == DownPolicy::Wait {
+                return Some(Blocked::DeadTarget);
+            }
+            let frames: Vec<Desc> = std::mem::take(&mut target.pending);
+            self.count(c::DROP_DOWN, frames.len() as u64);
+            for d in frames {
+                self.cache.free(d.addr);
+            }
+            return None;
+        }
+        let ring = target.producer.ring();
+        if bp.mode != BackpressureMode::None {
+            let limit = (bp.threshold * ring.capacity() as f64) as u64;
+            if ring.fill_level() >= limit.max(1) {
+                return Some(Blocked::Ring { out, target: t });
+            }
+        }
+        let n = target.producer.enqueue_batch(&target.pending);
+        let woke = n > 0 && target.producer.wake_consumer().unwrap_or(false);
+        target.pending.drain(..n);
+        let left = target.pending.len();
+        let rest: Vec<Desc> = if left > 0 && bp.mode == BackpressureMode::None {
+            std::mem::take(&mut target.pending)
+        } else {
+            Vec::new()
+        };
+        self.count(if is_copy { c::TO_COPY } else { c::TO_NF }, n as u64);
+        self.count(c::WAKEUPS_SENT, woke as u64);
+        if !rest.is_empty() {
+            self.count(c::DROP_FULL, rest.len() as u64);
+            for d in rest {
+                self.cache.free(d.addr);
+            }
+            return None;
+        }
+        (left > 0).then_some(Blocked::Ring { out, target: t })
+    }
+
+    /// Puts a socket's pending frames on its TX ring and kicks the kernel.
+    fn flush_port(&mut self, s: usize) -> Option<Blocked> {
+        let p = &mut self.ports[s];
+        if p.pending.is_empty() {
+            return None;
+        }
+        let tx = p.sock.tx_ring()?;
+        let n = tx.produce(&p.pending);
+        p.pending.drain(..n);
+        let mut pending = p.sock.tx_ring().map_or(0, |t| t.pending());
+        // Copy mode sends only inside sendto(), at most 32 frames a call.
+        for _ in 0..MAX_KICKS {
+            if pending == 0 || p.sock.kick_tx().is_err() {
+                break;
+            }
+            let now = p.sock.tx_ring().map_or(0, |t| t.pending());
+            if now == pending {
+                break;
+            }
+            pending = now;
+        }
+        let left = p.pending.len();
+        self.count(c::TX_PORT, n as u64);
+        (left > 0).then_some(Blocked::Port)
+    }
+
+    /// Flushes every out-link; returns the first one that could not drain.
+    fn flush_all(&mut self) -> Option<Blocked> {
+        let mut blocked = None;
+        for o in 0..self.outs.len() {
+            let targets = match &self.outs[o] {
+                Out::Nf { targets } => targets.len(),
+                Out::Copy { .. } => 1,
+                Out::Port { .. } => 0,
+            };
+            for t in 0..targets {
+                if let Some(b) = self.flush_target(o, t) {
+                    blocked = blocked.or(Some(b));
+                }
+            }
+        }
+        for s in 0..self.ports.len() {
+            if let Some(b) = self.flush_port(s) {
+                blocked = blocked.or(Some(b));
+            }
+        }
+        blocked
+    }
+
+    /// Sends everything queued now (also done by every `recv_burst`).
+    pub fn flush(&mut self) {
+        self.take_orphans();
+        let _ = self.flush_all();
+    }
+
+    fn take_orphans(&mut self) {
+        let orphans: Vec<u64> = ORPHANS.with(|o| std::mem::take(&mut *o.borrow_mut()));
+        self.count(c::DROP_NF, orphans.len() as u64);
+        for a in orphans {
+            self.cache.free(a);
+        }
+    }
+
+    /// Completed transmissions go back to the cache.
+    fn reap_completions(&mut self) {
+        let mut done = std::mem::take(&mut self.scratch_addr);
+        for s in 0..self.ports.len() {
+            done.clear();
+            if let Some(comp) = self.ports[s].sock.comp_ring() {
+                comp.consume(1024, &mut done);
+            }
+            self.count(c::TX_COMPLETED, done.len() as u64);
+            for &a in &done {
+                self.cache.free(a);
+            }
+        }
+        self.scratch_addr = done;
+    }
+
+    /// Tops up every receiving socket's fill ring from the pool.
+    fn refill(&mut self) {
+        for s in 0..self.ports.len() {
+            let want = self.ports[s].fill_target.saturating_sub(self.ports[s].on_fill);
+            if want < CACHE_BATCH as u32 / 2 {
+                continue;
+            }
+            let mut frames = Vec::with_capacity(want as usize);
+            while frames.len() < want as usize {
+                match self.cache.alloc() {
+                    Some(f) => frames.push(f),
+                    None => break,
+                }
+            }
+            let n = self.ports[s].sock.fill_ring().map_or(0, |f| f.produce(&frames));
+            self.ports[s].on_fill += n as u32;
+            for &f in &frames[n..] {
+                self.cache.free(f);
+            }
+        }
+    }
+
+    /// Reads up to `max` packets from the sockets and the receive ring.
+    fn read_input(&mut self, out: &mut Vec<Packet>, max: usize) -> usize {
+        let base = self.umem.base();
+        let umem_len = self.umem.config().len() as u64;
+        let fs = self.frame_size;
+        let mut got = 0;
+        for s in 0..self.ports.len() {
+            if got >= max {
+                break;
+            }
+            let p = &mut self.ports[s];
+            if p.fill_target == 0 {
+                continue;
+            }
+            if p.sock.fill_needs_wakeup() {
+                p.sock.poll_rx(0);
+            }
+            let mut descs = std::mem::take(&mut self.scratch_xdp);
+            descs.clear();
+            let n = p.sock.rx_ring().map_or(0, |rx| rx.consume(max - got, &mut descs));
+            p.on_fill = p.on_fill.saturating_sub(n as u32);
+            for d in &descs {
+                let room = (fs - d.addr % fs) as u32;
+                // SAFETY: the kernel gave us this frame of our UMEM.
+                out.push(unsafe { Packet::new(base, d.addr, d.len, room, Origin::Port(s as u16)) });
+            }
+            self.count(c::RX_PORT, n as u64);
+            got += n;
+            self.scratch_xdp = descs;
+        }
+        if got < max {
+            let mut descs = std::mem::take(&mut self.scratch_desc);
+            descs.clear();
+            let cache = &self.cache;
+            let n = self.consumer.dequeue_batch_with(max - got, &mut descs, |d| cache.mark_mine(d.addr));
+            if n > 0 {
+                let _ = self.consumer.signal_room();
+            }
+            let mut bad = 0;
+            for d in &descs {
+                let room = fs - d.addr % fs;
+                if d.addr >= umem_len || d.len as u64 > room {
+                    // A garbled descriptor: count it, free the frame if it is one.
+                    bad += 1;
+                    if d.addr < umem_len {
+                        self.cache.free(d.addr);
+                    }
+                    continue;
+                }
+                // SAFETY: in range, and handed to us by the ring.
+                out.push(unsafe { Packet::new(base, d.addr, d.len, room as u32, Origin::Ring) });
+            }
+            self.count(c::RX_RING, n as u64 - bad);
+            self.count(c::DROP_MALFORMED, bad);
+            got += n - bad as usize;
+            self.scratch_desc = descs;
+        }
+        got
+    }
+
+    /// Answers a pause request from ferryd (see `ferry_chain::shm`).
+    fn maybe_pause(&mut self) {
+        let req = &self.control.as_slice()[shm::PAUSE_REQ];
+        let p = req.load(Ordering::Acquire);
+        if p == 0 || p == self.last_ack {
+            return;
+        }
+        self.last_ack = p;
+        self.block().set(shm::T_PAUSE_ACK, p);
+        while req.load(Ordering::Acquire) == p && !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    fn throttle(&mut self, b: Blocked) {
+        match b {
+            Blocked::Ring { out, target } => match self.bp.mode {
+                BackpressureMode::Sleep => {
+                    self.count(c::BP_SLEEPS, 1);
+                    std::thread::sleep(Duration::from_micros(self.bp.sleep_us));
+                }
+                _ => {
+                    self.count(c::BP_BLOCKS, 1);
+                    let t = self.target_mut(out, target);
+                    let cap = t.producer.ring().capacity();
+                    let need = cap - (self.bp.threshold * cap as f64) as u64 + 1;
+                    let t = self.target_mut(out, target);
+                    let _ = t.producer.wait_for_room(need, Some(MAX_BLOCK));
+                }
+            },
+            Blocked::DeadTarget => std::thread::sleep(Duration::from_millis(1)),
+            Blocked::Port => std::thread::yield_now(),
+        }
+    }
+
+    /// One round of the framework's work without reading input, for NFs
+    /// that only produce (sources): flush, backpressure, completions, pause.
+    pub fn service(&mut self) -> Result<(), SdkError> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(SdkError::Stopped { reason: "ferryd stopped the NF or went away" });
+        }
+        self.maybe_pause();
+        self.take_orphans();
+        self.reap_completions();
+        if let Some(b) = self.flush_all() {
+            self.throttle(b);
+        }
+        Ok(())
+    }
+
+    /// Receives a burst of up to `max` packets into `out`, doing all the
+    /// framework's work first (see the crate docs). Blocks while idle.
+    /// Returns `Err(SdkError::Stopped)` when the NF must exit.
+    pub fn recv_burst(&mut self, out: &mut Vec<Packet>, max: usize) -> Result<usize, SdkError> {
+        let max = max.clamp(1, 1024);
+        let idle = Duration::from_micros(self.poll.idle_timeout_us);
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(SdkError::Stopped { reason: "ferryd stopped the NF or went away" });
+            }
+            self.maybe_pause();
+            let loops = self.block().word(shm::T_LOOPS);
+            loops.store(loops.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+            self.take_orphans();
+            self.reap_completions();
+            if let Some(b) = self.flush_all() {
+                // Backpressure: take no new input until downstream has room.
+                self.throttle(b);
+                continue;
+            }
+            self.refill();
+            let n = self.read_input(out, max);
+            if n > 0 {
+                if n as u32 >= self.poll.busy_threshold {
+                    self.last_busy = Instant::now();
+                }
+                return Ok(n);
+            }
+            if self.last_busy.elapsed() >= idle {
+                self.count(c::SLEEPS, 1);
+                // A sleeping thread must not sit on free frames others need.
+                self.cache.spill_all();
+                let _ = self.consumer.wait_for_data(Some(MAX_BLOCK));
+                // Woken: poll busily again for a while.
+                self.last_busy = Instant::now();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Copy links: a ferryd thread per link that maps both domains, copies each
+//! frame from the sender's UMEM into a frame of the receiver's, and queues
+//! it on the receiving NF's ring. This is what FLASH's kernel does for NFs
+//! in different UMEMs; NFs themselves never map another domain's memory.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use ferry_chain::frames::FrameCache;
+use ferry_chain::shm::{self, c};
+use ferry_ring::{Desc, Notify, Producer};
+
+use crate::server::Daemon;
+
+const BURST: usize = 64;
+
+struct Target {
+    producer: Producer,
+    tid: u32,
+    pending: Vec<Desc>,
+}
+
+pub fn start(d: Arc<Daemon>, b: usize) -> Result<()> {
+    let plan = d.plan.bridges[b].clone();
+    let (from, to) = (&d.domains[plan.from_domain], &d.domains[plan.to_domain]);
+    let mut consumer = from.ring(plan.ring).consumer()?;
+    consumer.set_data_notify(Arc::new(from.data[plan.ring as usize].try_clone()?));
+    consumer.set_room_notify(Arc::new(from.room[plan.ring as usize].try_clone()?));
+    let mut targets = Vec::new();
+    for (&r, &tid) in plan.to_rings.iter().zip(&plan.to_tids) {
+        let mut p = to.ring(r).producer(plan.to_tid as u16)?;
+        p.set_data_notify(Arc::new(to.data[r as usize].try_clone()?));
+        p.set_room_notify(Arc::new(to.room[r as usize].try_clone()?));
+        targets.push(Target { producer: p, tid, pending: Vec::with_capacity(BURST) });
+    }
+    from.block(plan.from_tid).set(shm::T_STATE, shm::STATE_ALIVE);
+    to.block(plan.to_tid).set(shm::T_STATE, shm::STATE_ALIVE);
+    let name = format!("bridge-{}-{}", d.plan.nfs[plan.from_nf].name, d.plan.nfs[plan.to_nf].name);
+    std::thread::Builder::new().name(name).spawn(move || {
+        let (from, to) = (&d.domains[plan.from_domain], &d.domains[plan.to_domain]);
+        let fs_from = from.plan.frame_size as u64;
+        let fs_to = to.plan.frame_size as u64;
+        let mut src = FrameCache::new(from.pool.clone(), from.owners.clone(), plan.from_tid, from.plan.frame_size);
+        let mut dst = FrameCache::new(to.pool.clone(), to.owners.clone(), plan.to_tid, to.plan.frame_size);
+        let (bf, bt) = (from.block(plan.from_tid), to.block(plan.to_tid));
+        let mut acks = [0u64; 2];
+        let mut descs = Vec::with_capacity(BURST);
+        while !d.stop.load(Ordering::Acquire) {
+            // Pause handshake with both domains (see ferry_chain::shm).
+            for (k, (dom, blk)) in [(from, bf), (to, bt)].into_iter().enumerate() {
+                let req = &dom.control.as_slice()[shm::PAUSE_REQ];
+                let p = req.load(Ordering::Acquire);
+                if p != 0 && p != acks[k] {
+                    acks[k] = p;
+                    blk.set(shm::T_PAUSE_ACK, p);
+                    while req.load(Ordering::Acquire) == p && !d.stop.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            }
+            let mut blocked = None;
+            for (i, t) in targets.iter_mut().enumerate() {
+                if t.pending.is_empty() {
+                    continue;
+                }
+                if to.block(t.tid).get(shm::T_STATE) == shm::STATE_DEAD {
+                    bt.add(c::DROP_DOWN, t.pending.len() as u64);
+                    for d in t.pending.drain(..) {
+                        dst.free(d.addr);
+                    }
+                    continue;
+                }
+                let n = t.producer.enqueue_batch(&t.pending);
+                if n > 0 && t.producer.wake_consumer().unwrap_or(false) {
+                    bt.add(c::WAKEUPS_SENT, 1);
+                }
+                bt.add(c::TO_NF, n as u64);
+                t.pending.drain(..n);
+                if !t.pending.is_empty() {
+                    blocked = blocked.or(Some(i));
+                }
+            }
+            if let Some(i) = blocked {
+                bt.add(c::BP_BLOCKS, 1);
+                let _ = targets[i].producer.wait_for_room(BURST as u64, Some(Duration::from_millis(20)));
+                continue;
+            }
+            descs.clear();
+            let n = consumer.dequeue_batch_with(BURST, &mut descs, |d| src.mark_mine(d.addr));
+            if n == 0 {
+                dst.spill_all();
+                src.spill_all();
+                bf.add(c::SLEEPS, 1);
+                let _ = consumer.wait_for_data(Some(Duration::from_millis(50)));
+                continue;
+            }
+            let _ = consumer.signal_room();
+            bf.add(c::RX_RING, n as u64);
+            for s in &descs {
+                let room = fs_from - s.addr % fs_from;
+                if s.addr >= from.umem.config().len() as u64 || s.len as u64 > room || s.len as u64 > fs_to {
+                    bf.add(c::DROP_MALFORMED, 1);
+                    if s.addr < from.umem.config().len() as u64 {
+                        src.free(s.addr);
+                    }
+                    continue;
+                }
+                let Some(f) = dst.alloc() else {
+                    bf.add(c::DROP_FULL, 1);
+                    src.free(s.addr);
+                    continue;
+                };
+                // SAFETY: both ranges were checked against their UMEMs; the
+                // source frame is ours (dequeued), the destination frame is
+                // fresh from the receiver's pool.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        from.umem.base().add(s.addr as usize),
+                        to.umem.base().add(f as usize),
+                        s.len as usize,
+                    );
+                }
+                src.free(s.addr);
+                let data =
+                    unsafe { std::slice::from_raw_parts(to.umem.base().add(f as usize), (s.len as usize).min(64)) };
+                let i = if targets.len() > 1 { ferry_chain::flow_hash(data) as usize % targets.len() } else { 0 };
+                targets[i].pending.push(Desc { addr: f, len: s.len, next_hop: 0, flags: 0 });
+                bf.add(c::COPIED, 1);
+            }
+        }
+        let _ = (from.data.first().map(|e| e.notify(1)), to.data.first().map(|e| e.notify(1)));
+    })?;
+    Ok(())
+}

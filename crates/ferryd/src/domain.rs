@@ -1,0 +1,192 @@
+//! A trust domain's memory: the UMEM, the shared region (rings, pool,
+//! control words, owner table) and the eventfds of its rings; and the audit
+//! that pauses the domain, reclaims dead threads' frames and checks that
+//! every frame is in exactly one place.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use ferry_chain::plan::DomainPlan;
+use ferry_chain::proto::AuditReport;
+use ferry_chain::shm::{self, ThreadBlock, NO_OWNER};
+use ferry_ring::{EventFd, FramePool, MpscRing, Notify, PoolConfig, RegionLayout, RingConfig, SharedWords, ShmRegion};
+use ferry_xsk::{Umem, UmemConfig};
+
+pub struct Domain {
+    pub plan: DomainPlan,
+    pub umem: Arc<Umem>,
+    pub region: ShmRegion,
+    /// Per ring: data signal (its consumer waits) and room signal (its
+    /// producers wait).
+    pub data: Vec<EventFd>,
+    pub room: Vec<EventFd>,
+    pub control: SharedWords,
+    pub owners: SharedWords,
+    pub pool: FramePool,
+    /// Pause epochs; also serialises audits.
+    epoch: Mutex<u64>,
+}
+
+impl Domain {
+    pub fn create(plan: &DomainPlan) -> Result<Domain> {
+        let cfg = UmemConfig { frame_count: plan.frames, frame_size: plan.frame_size, headroom: 0 };
+        let umem = Arc::new(Umem::create(&format!("ferry-{}", plan.name), cfg).context("creating the UMEM")?);
+        let producers = u16::try_from(plan.tids.max(1)).context("too many threads")?;
+        let ring = RingConfig::new(plan.ring_size, producers)?.with_low_watermark(plan.ring_size / 2)?;
+        let mut layout = RegionLayout::new();
+        for _ in 0..plan.rings {
+            layout = layout.ring(ring);
+        }
+        let layout = layout.pool(PoolConfig::new(plan.frames)?).words(shm::control_words(plan.tids)).words(plan.frames);
+        let region = ShmRegion::create(&layout).context("creating the shared region")?;
+        let pool = region.pool(shm::POOL)?;
+        let control = region.words(shm::CONTROL_WORDS)?;
+        let owners = region.words(shm::OWNER_WORDS)?;
+        for w in owners.as_slice() {
+            w.store(NO_OWNER, Ordering::Relaxed);
+        }
+        let frames: Vec<u64> = (0..plan.frames).map(|i| umem.frame_addr(i)).collect();
+        pool.seed(&frames)?;
+        let mut data = Vec::new();
+        let mut room = Vec::new();
+        for _ in 0..plan.rings {
+            data.push(EventFd::new()?);
+            room.push(EventFd::new_semaphore()?);
+        }
+        Ok(Domain { plan: plan.clone(), umem, region, data, room, control, owners, pool, epoch: Mutex::new(0) })
+    }
+
+    pub fn block(&self, tid: u32) -> ThreadBlock<'_> {
+        ThreadBlock::of(self.control.as_slice(), tid).expect("tid from the plan")
+    }
+
+    pub fn ring(&self, i: u32) -> MpscRing {
+        self.region.ring(i as usize).expect("ring from the plan")
+    }
+
+    fn wake_everyone(&self) {
+        for e in &self.data {
+            let _ = e.notify(1);
+        }
+        for e in &self.room {
+            let _ = e.notify(8);
+        }
+    }
+
+    /// Pauses the domain, reclaims the frames of threads `dead` (whose
+    /// processes are gone), resets their receive rings `dead_rings`, checks
+    /// conservation and resumes.
+    pub fn audit(&self, dead: &[u32], dead_rings: &[u32]) -> AuditReport {
+        let mut epoch = self.epoch.lock().expect("audit lock");
+        *epoch += 1;
+        let ep = *epoch;
+        let ctl = self.control.as_slice();
+        for &t in dead {
+            self.block(t).set(shm::T_STATE, shm::STATE_DEAD);
+        }
+        ctl[shm::PAUSE_REQ].store(ep, Ordering::Release);
+        let live: Vec<u32> =
+            (0..self.plan.tids).filter(|&t| self.block(t).get(shm::T_STATE) == shm::STATE_ALIVE).collect();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut waiting: Vec<u32> = live.clone();
+        while !waiting.is_empty() && Instant::now() < deadline {
+            self.wake_everyone();
+            std::thread::sleep(Duration::from_micros(300));
+            waiting.retain(|&t| {
+                let b = self.block(t);
+                b.get(shm::T_PAUSE_ACK) != ep && b.get(shm::T_STATE) == shm::STATE_ALIVE
+            });
+        }
+        let mut report = AuditReport {
+            domain: self.plan.name.clone(),
+            frames_total: self.plan.frames as u64,
+            unresponsive: waiting.clone(),
+            ..Default::default()
+        };
+        if !waiting.is_empty() {
+            // Never touch memory a running thread may be using.
+            ctl[shm::PAUSE_REQ].store(0, Ordering::Release);
+            self.wake_everyone();
+            return report;
+        }
+        for &t in dead {
+            for r in 0..self.plan.rings {
+                self.ring(r).repair_after_producer_death(t as u16);
+            }
+        }
+        let fs = self.plan.frame_size as u64;
+        let n = self.plan.frames as usize;
+        let mut place = vec![0u8; n];
+        let in_pool = self.pool.snapshot();
+        let mut keep: Vec<u64> = Vec::with_capacity(n);
+        let mut dup = 0u64;
+        for &a in &in_pool {
+            let i = (a / fs) as usize;
+            if i < n {
+                if place[i] != 0 {
+                    dup += 1;
+                    continue;
+                }
+                place[i] = 1;
+                keep.push(a - a % fs);
+            }
+        }
+        let dead_ring_set: HashSet<u32> = dead_rings.iter().copied().collect();
+        let mut in_dead_ring = vec![false; n];
+        for r in 0..self.plan.rings {
+            let ring = self.ring(r);
+            for d in ring.snapshot() {
+                let i = (d.addr / fs) as usize;
+                if i >= n {
+                    continue;
+                }
+                if dead_ring_set.contains(&r) {
+                    in_dead_ring[i] = true;
+                } else if place[i] != 0 {
+                    dup += 1;
+                } else {
+                    place[i] = 2;
+                    report.in_rings += 1;
+                }
+            }
+        }
+        let dead_set: HashSet<u64> = dead.iter().map(|&t| t as u64).collect();
+        let live_set: HashSet<u64> = live.iter().map(|&t| t as u64).collect();
+        for i in 0..n {
+            if place[i] != 0 {
+                continue;
+            }
+            let owner = self.owners.as_slice()[i].load(Ordering::Relaxed);
+            if !in_dead_ring[i] && live_set.contains(&owner) {
+                report.held_by_threads += 1;
+                continue;
+            }
+            // Nobody live has it: a dead thread's frame, or (with no thread
+            // dead) a frame lost by a bug, which the report shows.
+            if in_dead_ring[i] || dead_set.contains(&owner) {
+                report.reclaimed += 1;
+            } else {
+                report.lost += 1;
+            }
+            self.owners.as_slice()[i].store(NO_OWNER, Ordering::Relaxed);
+            keep.push(i as u64 * fs);
+        }
+        report.duplicated = dup;
+        for &r in dead_rings {
+            self.ring(r).reset();
+        }
+        if self.pool.rebuild(&keep).is_err() {
+            report.lost += keep.len() as u64;
+        }
+        // Reclaimed (and lost-then-found) frames now sit in the pool.
+        report.in_pool = keep.len() as u64;
+        ctl[shm::AUDITS].fetch_add(1, Ordering::Relaxed);
+        ctl[shm::RECLAIMED].fetch_add(report.reclaimed, Ordering::Relaxed);
+        ctl[shm::PAUSE_REQ].store(0, Ordering::Release);
+        self.wake_everyone();
+        report
+    }
+}

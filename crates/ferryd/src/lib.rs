@@ -1,0 +1,26 @@
+//! `ferryd`, the monitor (FLASH §3's monitor, on a stock kernel).
+//!
+//! It alone holds privileges: it creates each trust domain's UMEM and
+//! shared region (sealed memfds), the eventfds, the AF_XDP sockets (inside
+//! the ports' network namespaces) and the XDP redirect programs. NFs, which
+//! run as unprivileged users with no capabilities, connect to its Unix
+//! socket, prove who they are (SO_PEERCRED against the chain file's `user`)
+//! and receive their fds by SCM_RIGHTS. ferryd also runs the copy bridges
+//! between domains and, when an NF dies, reclaims every frame it held.
+//!
+//! # When ferryd itself goes away
+//! NFs treat the closed control socket as "stop": they leave their data
+//! loop and exit (status 75 from `ferry nf serve`), and NFs ferryd started
+//! die with it anyway (PR_SET_PDEATHSIG). Nothing is shared between two
+//! ferryd instances — a restarted ferryd builds new memfds, sockets and XDP
+//! programs and starts the NFs again — so no process can ever see memory
+//! that another instance reinitialised. In-flight packets are lost.
+
+mod bridge;
+mod domain;
+mod ports;
+mod server;
+mod spawn;
+
+pub use server::{run, socket_for, Daemon, Options};
+pub use spawn::{lookup_user, process_gone};

@@ -1,0 +1,425 @@
+//! The daemon: sets a chain up, serves its Unix socket, starts and watches
+//! NFs, recovers after an NF dies.
+
+use std::io::ErrorKind;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use ferry_chain::plan::ChainPlan;
+use ferry_chain::proto::{self, DomainStatus, FdRole, Msg, NfStatus, ProtoError, Status, Welcome};
+use ferry_chain::shm::{self, COUNTERS};
+use ferry_xsk::XskSocket;
+
+use crate::bridge;
+use crate::domain::Domain;
+use crate::ports::{Port, XSK_RINGS};
+use crate::spawn;
+
+/// What `ferryd` is started with.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub chain: PathBuf,
+    pub socket: Option<PathBuf>,
+    /// Start the NFs marked `spawn: true` (default).
+    pub spawn: bool,
+}
+
+#[derive(Default)]
+struct NfState {
+    pid: Option<u32>,
+    connected: bool,
+    restarts: u32,
+    generation: u64,
+    counters: Vec<String>,
+}
+
+pub struct Daemon {
+    pub plan: ChainPlan,
+    pub socket: PathBuf,
+    pub domains: Vec<Domain>,
+    ports: Vec<Option<Mutex<Port>>>,
+    nfs: Vec<Mutex<NfState>>,
+    ferry_bin: Option<PathBuf>,
+    spawn: bool,
+    pub stop: AtomicBool,
+}
+
+fn log(msg: impl AsRef<str>) {
+    eprintln!("ferryd: {}", msg.as_ref());
+}
+
+/// Sets the chain up, serves until `Shutdown` or SIGTERM/SIGINT, tears down.
+pub fn run(opts: &Options) -> Result<()> {
+    let spec = ferry_chain::spec::parse(&opts.chain)?;
+    let plan = ChainPlan::compile(&spec);
+    let socket = opts.socket.clone().unwrap_or_else(|| proto::default_socket(&plan.name));
+    let daemon = Arc::new(Daemon::setup(plan, socket, opts.spawn)?);
+    install_signal_handlers();
+    let listener = daemon.listen()?;
+    log(format!("chain {:?} up; listening on {}", daemon.plan.name, daemon.socket.display()));
+    for b in 0..daemon.plan.bridges.len() {
+        bridge::start(daemon.clone(), b)?;
+    }
+    for i in 0..daemon.plan.nfs.len() {
+        if daemon.spawn && daemon.plan.nfs[i].spawn {
+            Daemon::start_nf(&daemon, i)?;
+        }
+    }
+    listener.set_nonblocking(true)?;
+    while !daemon.stop.load(Ordering::Acquire) && !signalled() {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let _ = stream.set_nonblocking(false);
+                let d = daemon.clone();
+                std::thread::spawn(move || d.serve(stream));
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut pfd, 1, 100) };
+            }
+            Err(e) => log(format!("accept: {e}")),
+        }
+    }
+    daemon.stop.store(true, Ordering::Release);
+    daemon.stop_nfs();
+    let _ = std::fs::remove_file(&daemon.socket);
+    log("stopped");
+    Ok(())
+}
+
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    SIGNALLED.store(true, Ordering::Release);
+}
+
+fn install_signal_handlers() {
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+fn signalled() -> bool {
+    SIGNALLED.load(Ordering::Acquire)
+}
+
+impl Daemon {
+    fn setup(plan: ChainPlan, socket: PathBuf, spawn: bool) -> Result<Daemon> {
+        let domains = plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?;
+        let mut ports = Vec::new();
+        for p in &plan.ports {
+            ports.push(match p.nf {
+                Some(_) => Some(Mutex::new(Port::open(p).with_context(|| format!("port {}", p.name))?)),
+                None => None,
+            });
+        }
+        let nfs = plan.nfs.iter().map(|_| Mutex::new(NfState::default())).collect();
+        let ferry_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
+            Some(spawn::ferry_bin()?)
+        } else {
+            None
+        };
+        Ok(Daemon { plan, socket, domains, ports, nfs, ferry_bin, spawn, stop: AtomicBool::new(false) })
+    }
+
+    fn listen(&self) -> Result<UnixListener> {
+        if let Some(dir) = self.socket.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        if self.socket.exists() {
+            if UnixStream::connect(&self.socket).is_ok() {
+                bail!("another ferryd is serving {}", self.socket.display());
+            }
+            std::fs::remove_file(&self.socket)?;
+        }
+        let l = UnixListener::bind(&self.socket).with_context(|| format!("binding {}", self.socket.display()))?;
+        // Anyone may connect; who may be which NF is checked per connection
+        // with SO_PEERCRED.
+        std::fs::set_permissions(&self.socket, std::fs::Permissions::from_mode(0o666))?;
+        Ok(l)
+    }
+
+    fn start_nf(daemon: &Arc<Daemon>, i: usize) -> Result<()> {
+        let nf = &daemon.plan.nfs[i];
+        let ferry = daemon.ferry_bin.clone().unwrap_or_default();
+        let mut child = spawn::spawn_nf(nf, &daemon.socket, &ferry)?;
+        log(format!("started NF {} (pid {}, user {})", nf.name, child.id(), nf.user));
+        let d = daemon.clone();
+        // The reaper restarts the NF once the connection handler has
+        // reclaimed its frames (connected == false).
+        std::thread::spawn(move || {
+            let status = child.wait();
+            let name = &d.plan.nfs[i].name;
+            log(format!("NF {name} exited: {status:?}"));
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while d.nfs[i].lock().expect("nf lock").connected && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if d.stop.load(Ordering::Acquire) || signalled() || !d.plan.nfs[i].restart {
+                return;
+            }
+            let restarts = {
+                let mut st = d.nfs[i].lock().expect("nf lock");
+                st.restarts += 1;
+                st.restarts
+            };
+            // Back off a little more for an NF that keeps dying.
+            std::thread::sleep(Duration::from_millis(100 * restarts.min(20) as u64));
+            if let Err(e) = Daemon::start_nf(&d, i) {
+                log(format!("restarting NF {name}: {e:#}"));
+            }
+        });
+        Ok(())
+    }
+
+    fn stop_nfs(&self) {
+        for st in &self.nfs {
+            if let Some(pid) = st.lock().expect("nf lock").pid {
+                // SAFETY: plain kill on a pid we started or admitted.
+                unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            }
+        }
+    }
+
+    /// One connection: a request loop for the CLI, or an NF's lifetime.
+    fn serve(self: Arc<Self>, stream: UnixStream) {
+        loop {
+            let msg = match proto::recv(&stream) {
+                Ok((m, _fds)) => m,
+                Err(ProtoError::Closed) => return,
+                Err(e) => {
+                    let _ = proto::send(&stream, &Msg::Error { message: e.to_string() }, &[]);
+                    return;
+                }
+            };
+            let reply = match msg {
+                Msg::Hello { nf, pid, counters } => {
+                    match self.admit(&stream, &nf, pid, counters) {
+                        Ok(i) => self.nf_lifetime(&stream, i),
+                        Err(e) => {
+                            log(format!("refused NF {nf:?}: {e:#}"));
+                            let _ = proto::send(&stream, &Msg::Error { message: format!("{e:#}") }, &[]);
+                        }
+                    }
+                    return;
+                }
+                Msg::Status => Msg::StatusReply(Box::new(self.status())),
+                Msg::Audit => match self.require_admin(&stream) {
+                    Ok(()) => Msg::AuditReply { domains: self.domains.iter().map(|d| d.audit(&[], &[])).collect() },
+                    Err(e) => Msg::Error { message: format!("{e:#}") },
+                },
+                Msg::Shutdown => match self.require_admin(&stream) {
+                    Ok(()) => {
+                        self.stop.store(true, Ordering::Release);
+                        Msg::Ok
+                    }
+                    Err(e) => Msg::Error { message: format!("{e:#}") },
+                },
+                other => Msg::Error { message: format!("unexpected message {:?}", kind_name(&other)) },
+            };
+            if proto::send(&stream, &reply, &[]).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn require_admin(&self, stream: &UnixStream) -> Result<()> {
+        let (_, uid, _) = spawn::peer_cred(stream)?;
+        // SAFETY: plain getter.
+        if uid != 0 && uid != unsafe { libc::geteuid() } {
+            bail!("only root may do that (peer uid {uid})");
+        }
+        Ok(())
+    }
+
+    /// Checks an NF's credentials, creates its sockets and sends it
+    /// everything it needs.
+    fn admit(&self, stream: &UnixStream, name: &str, _claimed_pid: u32, counters: Vec<String>) -> Result<usize> {
+        let i = self.plan.nf_index(name).ok_or_else(|| anyhow!("no NF {name:?} in chain {:?}", self.plan.name))?;
+        let nf = &self.plan.nfs[i];
+        let (pid, uid, _) = spawn::peer_cred(stream)?;
+        let (want_uid, _) = spawn::lookup_user(&nf.user)?;
+        if uid != want_uid {
+            bail!("peer uid {uid} is not NF {name:?}'s user {:?} (uid {want_uid})", nf.user);
+        }
+        if counters.len() > shm::MAX_NF_COUNTERS {
+            bail!("{} NF counters, at most {}", counters.len(), shm::MAX_NF_COUNTERS);
+        }
+        let mut st = self.nfs[i].lock().expect("nf lock");
+        if st.connected {
+            bail!("NF {name:?} is already connected (pid {:?})", st.pid);
+        }
+        let dom = &self.domains[nf.domain];
+        let mut sockets: Vec<(FdRole, XskSocket)> = Vec::new();
+        for t in &nf.threads {
+            for &p in &t.ports {
+                let port = self.ports[p].as_ref().ok_or_else(|| anyhow!("port {p} not open"))?;
+                let sock = port.lock().expect("port lock").socket(&dom.umem, t.index)?;
+                sockets.push((FdRole::Xsk { thread: t.index, port: p }, sock));
+            }
+        }
+        let mut roles = vec![FdRole::Umem, FdRole::Region];
+        let mut fds: Vec<RawFd> = vec![dom.umem.as_fd().as_raw_fd(), dom.region.fd().as_raw_fd()];
+        for r in 0..dom.plan.rings {
+            roles.push(FdRole::RingData(r));
+            fds.push(dom.data[r as usize].as_fd().as_raw_fd());
+            roles.push(FdRole::RingRoom(r));
+            fds.push(dom.room[r as usize].as_fd().as_raw_fd());
+        }
+        for (role, s) in &sockets {
+            roles.push(role.clone());
+            fds.push(s.as_raw_fd());
+        }
+        for t in &nf.threads {
+            let b = dom.block(t.tid);
+            b.reset_counters();
+            b.set(shm::T_PID, pid as u64);
+            b.set(shm::T_STATE, shm::STATE_ALIVE);
+        }
+        st.generation += 1;
+        let welcome = Welcome {
+            chain: self.plan.name.clone(),
+            nf_index: i,
+            nf: nf.clone(),
+            domain: dom.plan.clone(),
+            fds: roles,
+            xsk_rings: [XSK_RINGS.rx, XSK_RINGS.tx, XSK_RINGS.fill, XSK_RINGS.comp],
+            port_rx: self.plan.ports.iter().map(|p| p.rx).collect(),
+            generation: st.generation,
+        };
+        if let Err(e) = proto::send(stream, &Msg::Welcome(Box::new(welcome)), &fds) {
+            for t in &nf.threads {
+                dom.block(t.tid).set(shm::T_STATE, shm::STATE_DEAD);
+            }
+            return Err(e.into());
+        }
+        // Our copies of the sockets close here: the NF holds the only ones,
+        // so its death releases them.
+        drop(sockets);
+        st.connected = true;
+        st.pid = Some(pid);
+        st.counters = counters;
+        log(format!("NF {name} connected (pid {pid}, uid {uid})"));
+        Ok(i)
+    }
+
+    /// Waits for an admitted NF's connection to close, then recovers.
+    fn nf_lifetime(&self, stream: &UnixStream, i: usize) {
+        while proto::recv(stream).is_ok() {
+            let m = Msg::Error { message: "an NF sends nothing after hello".into() };
+            let _ = proto::send(stream, &m, &[]);
+        }
+        self.nf_gone(i);
+    }
+
+    /// The NF's connection closed: make sure the process is gone, then
+    /// reclaim every frame it held or had queued.
+    fn nf_gone(&self, i: usize) {
+        let nf = &self.plan.nfs[i];
+        let pid = self.nfs[i].lock().expect("nf lock").pid;
+        if let Some(pid) = pid {
+            let start = Instant::now();
+            while !spawn::process_gone(pid) {
+                if start.elapsed() > Duration::from_millis(200) {
+                    // It closed the socket but lives on: its frames cannot be
+                    // reclaimed while it might touch them, so end it.
+                    // SAFETY: plain kill.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }
+                if start.elapsed() > Duration::from_secs(5) {
+                    log(format!("NF {} (pid {pid}) will not die; its frames stay out", nf.name));
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let dom = &self.domains[nf.domain];
+        let tids: Vec<u32> = nf.threads.iter().map(|t| t.tid).collect();
+        let rings: Vec<u32> = nf.threads.iter().map(|t| t.ring).collect();
+        let report = dom.audit(&tids, &rings);
+        log(format!(
+            "NF {} gone: reclaimed {} frames; domain {}: {} in pool, {} in rings, {} held, {} lost, {} duplicated",
+            nf.name,
+            report.reclaimed,
+            report.domain,
+            report.in_pool,
+            report.in_rings,
+            report.held_by_threads,
+            report.lost,
+            report.duplicated
+        ));
+        let mut st = self.nfs[i].lock().expect("nf lock");
+        st.connected = false;
+        st.pid = None;
+    }
+
+    pub fn status(&self) -> Status {
+        let mut s = Status { chain: self.plan.name.clone(), ..Default::default() };
+        for (i, nf) in self.plan.nfs.iter().enumerate() {
+            let st = self.nfs[i].lock().expect("nf lock");
+            let dom = &self.domains[nf.domain];
+            let threads = nf
+                .threads
+                .iter()
+                .map(|t| {
+                    let b = dom.block(t.tid);
+                    let mut v: Vec<(String, u64)> =
+                        COUNTERS.iter().enumerate().map(|(k, n)| (n.to_string(), b.counter(k))).collect();
+                    for (k, n) in st.counters.iter().enumerate() {
+                        v.push((n.clone(), b.nf_counter(k).load(Ordering::Relaxed)));
+                    }
+                    v
+                })
+                .collect();
+            s.nfs.push(NfStatus {
+                name: nf.name.clone(),
+                domain: dom.plan.name.clone(),
+                pid: st.pid,
+                connected: st.connected,
+                restarts: st.restarts,
+                threads,
+            });
+        }
+        for d in &self.domains {
+            let ctl = d.control.as_slice();
+            s.domains.push(DomainStatus {
+                name: d.plan.name.clone(),
+                frames_total: d.pool.frames_total(),
+                in_pool: d.pool.available(),
+                reclaimed: ctl[shm::RECLAIMED].load(Ordering::Relaxed),
+                audits: ctl[shm::AUDITS].load(Ordering::Relaxed),
+            });
+        }
+        s
+    }
+}
+
+fn kind_name(m: &Msg) -> &'static str {
+    match m {
+        Msg::Hello { .. } => "hello",
+        Msg::Welcome(_) => "welcome",
+        Msg::Status => "status",
+        Msg::StatusReply(_) => "status-reply",
+        Msg::Audit => "audit",
+        Msg::AuditReply { .. } => "audit-reply",
+        Msg::Shutdown => "shutdown",
+        Msg::Ok => "ok",
+        Msg::Error { .. } => "error",
+    }
+}
+
+/// For `ferry chain` and tests: the socket of a chain file.
+pub fn socket_for(chain: &Path) -> Result<PathBuf> {
+    let spec = ferry_chain::spec::parse(chain)?;
+    Ok(proto::default_socket(&spec.name()))
+}

@@ -1,0 +1,111 @@
+//! Starting NF processes as their configured user, with no capabilities.
+
+use std::ffi::CString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use anyhow::{anyhow, bail, Result};
+use ferry_chain::plan::NfPlan;
+use ferry_chain::proto;
+
+/// uid and gid of a user name.
+pub fn lookup_user(name: &str) -> Result<(u32, u32)> {
+    let c = CString::new(name)?;
+    // SAFETY: getpwnam returns NULL or a pointer to static storage, read at
+    // once (ferryd looks users up from one thread at a time).
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    if pw.is_null() {
+        bail!("no such user {name:?}");
+    }
+    // SAFETY: non-null result of getpwnam.
+    Ok(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+}
+
+/// The `ferry` binary that hosts built-in NFs: `FERRY_BIN`, else the one
+/// next to this ferryd.
+pub fn ferry_bin() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("FERRY_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe()?;
+    let p = me.with_file_name("ferry");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(anyhow!("cannot find the ferry binary next to {} (set FERRY_BIN)", me.display()))
+    }
+}
+
+/// Starts NF `nf` so that it connects back to `socket`. The child runs as
+/// the NF's user: std drops supplementary groups and, since the uid changes
+/// from root to non-root, the kernel clears every capability; no_new_privs
+/// stops it from regaining any, and it dies with ferryd.
+pub fn spawn_nf(nf: &NfPlan, socket: &Path, ferry: &Path) -> Result<Child> {
+    let (uid, gid) = lookup_user(&nf.user)?;
+    let mut cmd = match (&nf.kind, &nf.exec) {
+        (Some(kind), _) => {
+            let mut c = Command::new(ferry);
+            c.args(["nf", "serve", "--kind", kind]);
+            for a in &nf.args {
+                c.arg("--arg").arg(a);
+            }
+            c
+        }
+        (None, Some(argv)) => {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        }
+        (None, None) => bail!("NF {} has nothing to run", nf.name),
+    };
+    cmd.env(proto::ENV_SOCKET, socket).env(proto::ENV_NF, &nf.name).current_dir("/");
+    if uid != 0 {
+        cmd.uid(uid).gid(gid);
+    }
+    // SAFETY: only async-signal-safe prctl calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(|e| anyhow!("starting NF {}: {e}", nf.name))
+}
+
+/// Peer credentials of a Unix socket: (pid, uid, gid).
+pub fn peer_cred(sock: &std::os::unix::net::UnixStream) -> Result<(u32, u32, u32)> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt into a live ucred of the right size.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        bail!("SO_PEERCRED: {}", std::io::Error::last_os_error());
+    }
+    Ok((cred.pid as u32, cred.uid, cred.gid))
+}
+
+/// True once process `pid` has exited (gone or a zombie): all its fds are
+/// closed then, so the kernel no longer uses its sockets' frames.
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|c| c == 'Z' || c == 'X'),
+    }
+}
