@@ -149,36 +149,41 @@ impl Daemon {
         Ok(l)
     }
 
+    /// Starts NF `i` under a supervisor thread that restarts it after it
+    /// dies, once the connection handler has reclaimed its frames. The
+    /// supervisor is the NF's parent thread for its whole life, which
+    /// PR_SET_PDEATHSIG (tied to the parent thread) needs.
     fn start_nf(daemon: &Arc<Daemon>, i: usize) -> Result<()> {
-        let nf = &daemon.plan.nfs[i];
         let ferry = daemon.ferry_bin.clone().unwrap_or_default();
-        let mut child = spawn::spawn_nf(nf, &daemon.socket, &ferry)?;
-        log(format!("started NF {} (pid {}, user {})", nf.name, child.id(), nf.user));
         let d = daemon.clone();
-        // The reaper restarts the NF once the connection handler has
-        // reclaimed its frames (connected == false).
-        std::thread::spawn(move || {
-            let status = child.wait();
-            let name = &d.plan.nfs[i].name;
-            log(format!("NF {name} exited: {status:?}"));
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while d.nfs[i].lock().expect("nf lock").connected && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
+        let first = spawn::spawn_nf(&d.plan.nfs[i], &d.socket, &ferry)?;
+        std::thread::Builder::new().name(format!("nf-{}", d.plan.nfs[i].name)).spawn(move || {
+            let name = d.plan.nfs[i].name.clone();
+            let mut child = Some(first);
+            while let Some(mut c) = child.take() {
+                log(format!("started NF {name} (pid {}, user {})", c.id(), d.plan.nfs[i].user));
+                let status = c.wait();
+                log(format!("NF {name} exited: {status:?}"));
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while d.nfs[i].lock().expect("nf lock").connected && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if d.stop.load(Ordering::Acquire) || signalled() || !d.plan.nfs[i].restart {
+                    return;
+                }
+                let restarts = {
+                    let mut st = d.nfs[i].lock().expect("nf lock");
+                    st.restarts += 1;
+                    st.restarts
+                };
+                // Back off a little more for an NF that keeps dying.
+                std::thread::sleep(Duration::from_millis(50 * restarts.min(20) as u64));
+                match spawn::spawn_nf(&d.plan.nfs[i], &d.socket, &ferry) {
+                    Ok(c) => child = Some(c),
+                    Err(e) => log(format!("restarting NF {name}: {e:#}")),
+                }
             }
-            if d.stop.load(Ordering::Acquire) || signalled() || !d.plan.nfs[i].restart {
-                return;
-            }
-            let restarts = {
-                let mut st = d.nfs[i].lock().expect("nf lock");
-                st.restarts += 1;
-                st.restarts
-            };
-            // Back off a little more for an NF that keeps dying.
-            std::thread::sleep(Duration::from_millis(100 * restarts.min(20) as u64));
-            if let Err(e) = Daemon::start_nf(&d, i) {
-                log(format!("restarting NF {name}: {e:#}"));
-            }
-        });
+        })?;
         Ok(())
     }
 

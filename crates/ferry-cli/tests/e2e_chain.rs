@@ -1,0 +1,290 @@
+//! End-to-end tests of chains run by ferryd: real AF_XDP ports in network
+//! namespaces, NF processes as user `nobody`, kill -9 recovery, copy links,
+//! protocol robustness, ferryd restarts.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferry_chain::proto::{self, Msg, Status};
+use ferry_cli::chainctl::{self, counter, RunningChain};
+
+fn start(dir: &TempDir, yaml: &str) -> (RunningChain, PathBuf) {
+    let chain = dir.path("chain.yaml");
+    std::fs::write(&chain, yaml).unwrap();
+    let socket = dir.path("ferryd.sock");
+    let rc = chainctl::start(&chain, &socket, false).unwrap_or_else(|e| panic!("chain up: {e:#}"));
+    (rc, chain)
+}
+
+fn c(s: &Status, nf: &str, name: &str) -> u64 {
+    counter(s, nf, name)
+}
+
+fn pid_of(s: &Status, nf: &str) -> u32 {
+    s.nfs.iter().find(|n| n.name == nf).and_then(|n| n.pid).unwrap_or_else(|| panic!("no pid for {nf}"))
+}
+
+fn assert_conserved(rc: &RunningChain) {
+    for r in rc.audit().expect("audit") {
+        assert!(r.conserved(), "frame conservation violated: {r:?}");
+    }
+}
+
+/// The NF process has the `nobody` uid, no capabilities and no_new_privs.
+fn assert_unprivileged(pid: u32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("NF /proc status");
+    let field =
+        |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string()).unwrap_or_default();
+    assert!(field("Uid:").split_whitespace().all(|u| u == "65534"), "uids: {}", field("Uid:"));
+    for cap in ["CapEff:", "CapPrm:", "CapInh:", "CapAmb:"] {
+        assert_eq!(field(cap), "0000000000000000", "{cap} of NF pid {pid}");
+    }
+    assert_eq!(field("NoNewPrivs:"), "1");
+}
+
+const PORTS_TESTBED: &str = r#"
+name: chain-e2e
+namespaces:
+  - name: gen
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: dut
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: sink
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+links:
+  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
+    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
+  - a: { ns: dut, dev: d1, mac: "02:00:00:00:02:02" }
+    b: { ns: sink, dev: s0, mac: "02:00:00:00:02:01" }
+"#;
+
+#[test]
+fn fan_out_and_fan_in_forward_generator_traffic_with_consistent_counters() {
+    if !privileged("fan_out_and_fan_in") {
+        return;
+    }
+    let tb = testbed(PORTS_TESTBED, "chain-e2e.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let dir = TempDir::new("fan");
+    let yaml = format!(
+        r#"
+name: fan
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: in, netns: {dut}, netdev: d0 }}
+  - {{ name: out, netns: {dut}, netdev: d1 }}
+nfs:
+  - {{ name: s, domain: main, kind: split }}
+  - {{ name: a, domain: main, kind: fwd }}
+  - {{ name: b, domain: main, kind: fwd }}
+  - {{ name: c, domain: main, kind: l2fwd }}
+links:
+  - {{ from: in, to: s }}
+  - {{ from: s, to: a }}
+  - {{ from: s, to: b }}
+  - {{ from: a, to: c }}
+  - {{ from: b, to: c }}
+  - {{ from: c, to: out }}
+"#
+    );
+    let (rc, _) = start(&dir, &yaml);
+    let st = rc.status().unwrap();
+    for nf in ["s", "a", "b", "c"] {
+        assert_unprivileged(pid_of(&st, nf));
+    }
+    let mut sink = Ferry::spawn(&tb, "sink", &["sink", "--dev", "s0", "--idle-exit", "1500ms", "--json"]);
+    wait_attached(&tb, "sink", "s0", &mut sink);
+    let sent = 20_000u64;
+    let gen = Ferry::spawn(
+        &tb,
+        "gen",
+        &[
+            "gen",
+            "xsk",
+            "--dev",
+            "g0",
+            "--count",
+            "20000",
+            "--rate",
+            "20000",
+            "--dst-mac",
+            "02:00:00:00:01:02",
+            "--set",
+            "flows=64",
+            "--json",
+        ],
+    )
+    .wait_json(Duration::from_secs(30));
+    assert_eq!(u(&gen, "/sent"), sent, "{gen:#}");
+    let report = sink.wait_json(Duration::from_secs(30));
+    let got = u(&report, "/packets");
+    let st = rc.status().unwrap();
+    eprintln!("{}", chainctl::status_table(&st));
+    assert!(got >= sent * 9 / 10, "only {got} of {sent} arrived: {report:#}");
+    assert_eq!(c(&st, "c", "tx_port"), got, "c sent exactly what the sink got");
+    assert_eq!(c(&st, "s", "rx_port"), c(&st, "s", "to_nf"), "split forwards everything");
+    let (a, b) = (c(&st, "a", "rx_ring"), c(&st, "b", "rx_ring"));
+    assert!(a > 0 && b > 0, "both branches carry flows: a={a} b={b}");
+    assert_eq!(a + b, c(&st, "s", "to_nf"), "fan-out: the branches got what split sent");
+    assert_eq!(c(&st, "c", "rx_ring"), c(&st, "a", "to_nf") + c(&st, "b", "to_nf"), "fan-in");
+    assert_eq!(c(&st, "c", "rx_ring"), c(&st, "c", "tx_port"));
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+    down_and_check(tb);
+}
+
+fn memory_chain(name: &str, src_args: &str, mid: &str) -> String {
+    format!(
+        r#"
+name: {name}
+domains: [ {{ name: main, frames: 4096, ring_size: 512 }} ]
+nfs:
+  - {{ name: src, domain: main, kind: source, args: [{src_args}] }}
+  - {{ name: mid, domain: main, {mid} }}
+  - {{ name: snk, domain: main, kind: sink }}
+links:
+  - {{ from: src, to: mid }}
+  - {{ from: mid, to: snk }}
+"#
+    )
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kill_9_of_an_nf_under_load_leaks_no_frame_and_the_chain_resumes() {
+    if !privileged("kill_9") {
+        return;
+    }
+    let dir = TempDir::new("kill9");
+    let (rc, _) = start(&dir, &memory_chain("kill9", "\"rate=300000\"", "kind: fwd"));
+    for round in 1..=3u32 {
+        std::thread::sleep(Duration::from_millis(400));
+        let before = rc.status().unwrap();
+        assert!(c(&before, "snk", "sunk") > 0, "traffic flows before kill {round}");
+        let pid = pid_of(&before, "mid");
+        // SAFETY: plain kill of the NF process ferryd started.
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+        wait_until("mid to be restarted", Duration::from_secs(10), || {
+            rc.status().is_ok_and(|s| s.nfs.iter().any(|n| n.name == "mid" && n.connected && n.restarts >= round))
+        });
+        let restarted = rc.status().unwrap();
+        assert_ne!(pid_of(&restarted, "mid"), pid);
+        let sunk = c(&restarted, "snk", "sunk");
+        wait_until("traffic after the restart", Duration::from_secs(10), || {
+            rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > sunk + 10_000)
+        });
+    }
+    let st = rc.status().unwrap();
+    eprintln!("{}", chainctl::status_table(&st));
+    assert!(st.domains[0].reclaimed > 0, "ferryd reclaimed the dead NF's frames");
+    assert!(
+        c(&st, "src", "drop_down") + c(&st, "src", "bp_blocks") > 0,
+        "upstream saw the dead NF (drops or backpressure)"
+    );
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+}
+
+#[test]
+fn ferryd_answers_bad_messages_with_errors_and_checks_credentials() {
+    if !privileged("bad_messages") {
+        return;
+    }
+    let dir = TempDir::new("proto");
+    let (rc, _) = start(&dir, &memory_chain("proto", "\"rate=1000\"", "kind: fwd"));
+    let expect_error = |s: &UnixStream, what: &str| match proto::recv(s).map(|m| m.0) {
+        Ok(Msg::Error { message }) => assert!(message.contains(what), "{message:?} lacks {what:?}"),
+        other => panic!("expected an error about {what:?}, got {other:?}"),
+    };
+    let s = UnixStream::connect(&rc.socket).unwrap();
+    (&s).write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    expect_error(&s, "bad magic");
+    let s = UnixStream::connect(&rc.socket).unwrap();
+    (&s).write_all(&[b'F', b'Y', 1, 0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f]).unwrap();
+    expect_error(&s, "over the");
+    let s = UnixStream::connect(&rc.socket).unwrap();
+    proto::send(&s, &Msg::Hello { nf: "nope".into(), pid: 1, counters: vec![] }, &[]).unwrap();
+    expect_error(&s, "no NF \"nope\"");
+    // We are root; the NF's user is nobody.
+    let s = UnixStream::connect(&rc.socket).unwrap();
+    proto::send(&s, &Msg::Hello { nf: "mid".into(), pid: 1, counters: vec![] }, &[]).unwrap();
+    expect_error(&s, "is not NF \"mid\"'s user");
+    let s = UnixStream::connect(&rc.socket).unwrap();
+    proto::send(&s, &Msg::Ok, &[]).unwrap();
+    expect_error(&s, "unexpected message");
+    // Still serving, and the chain still runs.
+    let st = rc.status().unwrap();
+    assert!(st.nfs.iter().all(|n| n.connected && n.restarts == 0), "{st:?}");
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+}
+
+#[test]
+fn copy_link_between_domains_delivers_copies() {
+    if !privileged("copy_link") {
+        return;
+    }
+    let dir = TempDir::new("copy");
+    let yaml = r#"
+name: copy
+domains: [ { name: a, frames: 2048 }, { name: b, frames: 2048 } ]
+nfs:
+  - { name: src, domain: a, kind: source, args: ["rate=100000"] }
+  - { name: f, domain: b, kind: fwd }
+  - { name: snk, domain: b, kind: sink }
+links:
+  - { from: src, to: f }
+  - { from: f, to: snk }
+"#;
+    let (rc, _) = start(&dir, yaml);
+    wait_until("copied traffic at the sink", Duration::from_secs(10), || {
+        rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > 20_000)
+    });
+    let st = rc.status().unwrap();
+    assert!(c(&st, "src", "to_copy") >= c(&st, "f", "rx_ring"));
+    assert!(c(&st, "snk", "stamped") > 0, "stamps survive the copy");
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+}
+
+fn gone(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z"))
+}
+
+#[test]
+fn nfs_stop_cleanly_when_ferryd_dies_and_a_new_ferryd_starts_afresh() {
+    if !privileged("ferryd_restart") {
+        return;
+    }
+    let dir = TempDir::new("restart");
+    let (mut rc, chain) = start(&dir, &memory_chain("restart", "\"rate=100000\"", "kind: fwd"));
+    std::thread::sleep(Duration::from_millis(500));
+    let st = rc.status().unwrap();
+    let pids: Vec<u32> = ["src", "mid", "snk"].iter().map(|n| pid_of(&st, n)).collect();
+    rc.child.kill().unwrap();
+    rc.child.wait().unwrap();
+    wait_until("the NFs to exit after ferryd died", Duration::from_secs(5), || pids.iter().all(|&p| gone(p)));
+    drop(rc);
+    let socket = dir.path("ferryd.sock");
+    let rc = chainctl::start(&chain, &socket, false).expect("second ferryd");
+    wait_until("traffic with the new ferryd", Duration::from_secs(10), || {
+        rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > 10_000)
+    });
+    let st = rc.status().unwrap();
+    assert!(st.nfs.iter().all(|n| n.restarts == 0), "fresh NFs, not restarts: {st:?}");
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+}
