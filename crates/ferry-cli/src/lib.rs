@@ -2,6 +2,7 @@
 //! only parses arguments and calls them.
 
 pub mod bench;
+pub mod benchchain;
 pub mod chainctl;
 pub mod demo;
 pub mod genlive;

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
-use ferry_cli::{bench, chainctl, demo, genlive, genxsk, nfrun, sink, xdprun};
+use ferry_cli::{bench, benchchain, chainctl, demo, genlive, genxsk, nfrun, sink, xdprun};
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
 use serde::Serialize;
@@ -377,6 +377,25 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// FLASH's chaining experiments (Fig. 10, Fig. 11, Table 1, idle CPU).
+    Chain {
+        /// Scenarios (comma separated): fig10, fig11, table1, idle.
+        #[arg(long, value_delimiter = ',', default_value = "fig10,fig11,table1,idle")]
+        scenarios: Vec<String>,
+        /// Chain lengths for fig10.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+        nfs: Vec<usize>,
+        #[arg(long, value_parser = parse_duration, default_value = "700ms")]
+        warmup: Duration,
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        window: Duration,
+        /// Leave out the kernel (veth + XDP redirect) chain.
+        #[arg(long)]
+        no_kernel: bool,
+        /// Also write the JSON report here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 /// Prints a report as JSON (`--json`) or as text.
@@ -558,6 +577,19 @@ fn run(cli: Cli) -> Result<()> {
             };
             let report = bench::run_io(&opts)?;
             print!("{}", bench::table(&report));
+            if let Some(path) = json {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+                println!("JSON: {}", path.display());
+            }
+            Ok(())
+        }
+        Cmd::Bench(BenchCmd::Chain { scenarios, nfs, warmup, window, no_kernel, json }) => {
+            let opts = benchchain::BenchChainOptions { scenarios, nfs, warmup, window, kernel: !no_kernel };
+            let report = benchchain::run(&opts)?;
+            print!("{}", benchchain::table(&report));
             if let Some(path) = json {
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir)?;

@@ -1,0 +1,332 @@
+//! `ferry bench chain`: FLASH's chaining experiments, each side by side in
+//! one run, 64-byte frames.
+//!
+//! * `fig10`: throughput and latency of chains of N l2fwd-style NFs —
+//!   Ferry zero-copy (one domain), Ferry copy links (each NF its own
+//!   domain, ferryd bridges copy between them), all NFs as threads of one
+//!   process (the upper bound), and a kernel chain (each NF a namespace,
+//!   veth pairs, XDP redirect).
+//! * `fig11`: batched redirect on (32) versus off (1).
+//! * `table1`: a 4-NF chain whose third NF is slow, with and without
+//!   backpressure: per-NF CPU and end-to-end rate.
+//! * `idle`: CPU of a 4-NF chain with no traffic.
+//!
+//! Mode: Ferry and in-process runs use the in-memory source and sink NFs
+//! (frames made and consumed inside the chain's domain), so they measure
+//! chaining alone; the kernel chain cannot run without devices and goes
+//! through veth with the BPF live-frames generator, so it is a different
+//! mode, marked `veth` in the table. Sources run flat out, so latency there
+//! is mostly queueing in full rings.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use ferry_chain::proto::Status;
+use serde::Serialize;
+
+use crate::chainctl::{self, counter};
+use crate::inproc::{run_inproc_chain, InprocOptions};
+use crate::kchain::{run_kernel_chain, KernelChainMode, KernelChainOptions};
+
+#[derive(Debug, Clone)]
+pub struct BenchChainOptions {
+    pub scenarios: Vec<String>,
+    pub nfs: Vec<usize>,
+    pub warmup: Duration,
+    pub window: Duration,
+    pub kernel: bool,
+}
+
+impl Default for BenchChainOptions {
+    fn default() -> Self {
+        BenchChainOptions {
+            scenarios: ["fig10", "fig11", "table1", "idle"].map(String::from).to_vec(),
+            nfs: vec![1, 2, 4, 8],
+            warmup: Duration::from_millis(700),
+            window: Duration::from_secs(2),
+            kernel: true,
+        }
+    }
+}
+
+/// One measured configuration.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Row {
+    pub scenario: String,
+    pub variant: String,
+    pub nfs: usize,
+    /// `memory` (in-chain source/sink) or `veth`.
+    pub mode: String,
+    pub mpps: f64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    /// CPU use per NF (percent of one CPU), chain order.
+    pub cpu_percent: BTreeMap<String, f64>,
+    /// Other facts (ratios, counters).
+    pub notes: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchChainReport {
+    pub machine: String,
+    pub rows: Vec<Row>,
+}
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    let Some((_, rest)) = s.rsplit_once(')') else { return 0 };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the name.
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
+fn ticks_per_sec() -> f64 {
+    // SAFETY: plain sysconf.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+}
+
+/// An NF line of a generated chain file.
+struct NfLine {
+    name: String,
+    domain: String,
+    kind: String,
+    args: Vec<String>,
+    extra: String,
+}
+
+fn chain_yaml(name: &str, domains: &[String], nfs: &[NfLine]) -> String {
+    let mut y = format!("name: {name}\ndomains:\n");
+    for d in domains {
+        y += &format!("  - {{ name: {d}, frames: 8192 }}\n");
+    }
+    y += "nfs:\n";
+    for n in nfs {
+        let args = n.args.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
+        y += &format!(
+            "  - {{ name: {}, domain: {}, kind: {}, args: [{args}]{} }}\n",
+            n.name, n.domain, n.kind, n.extra
+        );
+    }
+    y += "links:\n";
+    for w in nfs.windows(2) {
+        y += &format!("  - {{ from: {}, to: {} }}\n", w[0].name, w[1].name);
+    }
+    y
+}
+
+/// Options of the chains a scenario builds.
+#[derive(Clone, Copy)]
+struct ChainShape<'a> {
+    fwds: usize,
+    copy: bool,
+    batch: u32,
+    /// (index among the fwds, work ns) of a slow NF.
+    slow: Option<(usize, u64)>,
+    backpressure: &'a str,
+    source: bool,
+}
+
+fn build_chain(name: &str, s: ChainShape) -> String {
+    let extra = format!(", batch: {}, backpressure: {{ mode: {} }}", s.batch, s.backpressure);
+    let mut nfs = Vec::new();
+    let dom = |i: usize| if s.copy { format!("d{i}") } else { "main".to_string() };
+    if s.source {
+        nfs.push(NfLine { name: "src".into(), domain: dom(0), kind: "source".into(), args: vec![], extra: extra.clone() });
+    }
+    for i in 0..s.fwds {
+        let (kind, args) = match s.slow {
+            Some((k, ns)) if k == i => ("slow".to_string(), vec![format!("work_ns={ns}")]),
+            _ => ("fwd".to_string(), vec![]),
+        };
+        nfs.push(NfLine { name: format!("nf{}", i + 1), domain: dom(i + 1), kind, args, extra: extra.clone() });
+    }
+    if s.source {
+        nfs.push(NfLine {
+            name: "snk".into(),
+            domain: dom(s.fwds + 1),
+            kind: "sink".into(),
+            args: vec![],
+            extra: extra.clone(),
+        });
+    }
+    let mut domains: Vec<String> = nfs.iter().map(|n| n.domain.clone()).collect();
+    domains.dedup();
+    chain_yaml(name, &domains, &nfs)
+}
+
+/// Runs one chain file under ferryd and measures it over the window.
+fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOptions) -> Result<(Row, Status)> {
+    let chain = dir.join(format!("{name}.yaml"));
+    std::fs::write(&chain, yaml)?;
+    let socket = dir.join(format!("{name}.sock"));
+    let rc = chainctl::start(&chain, &socket, true).with_context(|| format!("chain {name}"))?;
+    std::thread::sleep(o.warmup);
+    let s1 = rc.status()?;
+    let pids: Vec<(String, u32)> = s1.nfs.iter().filter_map(|n| n.pid.map(|p| (n.name.clone(), p))).collect();
+    let ferryd_pid = rc.child.id();
+    let t1: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    let d1 = cpu_ticks(ferryd_pid);
+    let start = Instant::now();
+    std::thread::sleep(o.window);
+    let s2 = rc.status()?;
+    let secs = start.elapsed().as_secs_f64();
+    let mut row = Row { mode: "memory".into(), ..Default::default() };
+    let sunk = counter(&s2, "snk", "sunk").saturating_sub(counter(&s1, "snk", "sunk"));
+    row.mpps = sunk as f64 / secs / 1e6;
+    let p50 = counter(&s2, "snk", "lat_p50_ns");
+    if p50 > 0 {
+        row.p50_us = Some(p50 as f64 / 1e3);
+        row.p99_us = Some(counter(&s2, "snk", "lat_p99_ns") as f64 / 1e3);
+    }
+    let hz = ticks_per_sec();
+    for ((n, p), t) in pids.iter().zip(t1) {
+        row.cpu_percent.insert(n.clone(), (cpu_ticks(*p) - t) as f64 / hz / secs * 100.0);
+    }
+    row.cpu_percent.insert("ferryd".into(), (cpu_ticks(ferryd_pid) - d1) as f64 / hz / secs * 100.0);
+    let audit = rc.audit()?;
+    row.notes.insert("conserved".into(), audit.iter().all(|a| a.conserved()) as u8 as f64);
+    rc.shutdown()?;
+    Ok((row, s2))
+}
+
+fn inproc_row(scenario: &str, variant: &str, nfs: usize, batch: usize, o: &BenchChainOptions) -> Result<Row> {
+    let r = run_inproc_chain(&InprocOptions {
+        nfs,
+        batch,
+        duration: o.window + o.warmup,
+        warmup: o.warmup,
+        ..Default::default()
+    })?;
+    let mut row = Row {
+        scenario: scenario.into(),
+        variant: variant.into(),
+        nfs,
+        mode: "memory".into(),
+        mpps: r.mpps,
+        p50_us: Some(r.latency_p50_us),
+        p99_us: Some(r.latency_p99_us),
+        ..Default::default()
+    };
+    row.notes.insert("conserved".into(), r.conserved as u8 as f64);
+    Ok(row)
+}
+
+pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
+    let dir = std::env::temp_dir().join(format!("ferry-bench-chain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut rows = Vec::new();
+    let want = |s: &str| o.scenarios.iter().any(|x| x == s);
+    let zc = ChainShape { fwds: 1, copy: false, batch: 32, slow: None, backpressure: "block", source: true };
+    if want("fig10") {
+        for &n in &o.nfs {
+            for (variant, copy) in [("ferry-zero-copy", false), ("ferry-copy", true)] {
+                let yaml = build_chain(&format!("f10-{variant}-{n}"), ChainShape { fwds: n, copy, ..zc });
+                let (mut row, _) = measure_chain(&dir, &format!("f10-{n}-{copy}"), &yaml, o)?;
+                row.scenario = "fig10".into();
+                row.variant = variant.into();
+                row.nfs = n;
+                rows.push(row);
+            }
+            rows.push(inproc_row("fig10", "one-process-threads", n, 32, o)?);
+            if o.kernel {
+                let r = run_kernel_chain(&KernelChainOptions {
+                    nfs: n,
+                    mode: KernelChainMode::XdpRedirect,
+                    duration: o.window + o.warmup,
+                    ..Default::default()
+                })?;
+                rows.push(Row {
+                    scenario: "fig10".into(),
+                    variant: "kernel-xdp-redirect".into(),
+                    nfs: n,
+                    mode: "veth".into(),
+                    mpps: r.rx_mpps,
+                    p50_us: r.latency_p50_us,
+                    p99_us: r.latency_p99_us,
+                    notes: BTreeMap::from([("loss_ratio".to_string(), r.loss_ratio)]),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    if want("fig11") {
+        let n = 4;
+        for batch in [32u32, 1] {
+            let yaml = build_chain(&format!("f11-{batch}"), ChainShape { fwds: n, batch, ..zc });
+            let (mut row, _) = measure_chain(&dir, &format!("f11-{batch}"), &yaml, o)?;
+            row.scenario = "fig11".into();
+            row.variant = format!("ferry-batch-{batch}");
+            row.nfs = n;
+            rows.push(row);
+            rows.push(inproc_row("fig11", &format!("one-process-batch-{batch}"), n, batch as usize, o)?);
+        }
+    }
+    if want("table1") {
+        for bp in ["block", "sleep", "none"] {
+            let shape = ChainShape { fwds: 4, slow: Some((2, 2000)), backpressure: bp, ..zc };
+            let yaml = build_chain(&format!("t1-{bp}"), shape);
+            let (mut row, st) = measure_chain(&dir, &format!("t1-{bp}"), &yaml, o)?;
+            row.scenario = "table1".into();
+            row.variant = format!("backpressure-{bp}");
+            row.nfs = 4;
+            let dropped: u64 = ["src", "nf1", "nf2", "nf3", "nf4"].iter().map(|n| counter(&st, n, "drop_full")).sum();
+            row.notes.insert("drop_full".into(), dropped as f64);
+            rows.push(row);
+        }
+    }
+    if want("idle") {
+        let shape = ChainShape { fwds: 4, source: false, ..zc };
+        let yaml = build_chain("idle", shape);
+        let (mut row, _) = measure_chain(&dir, "idle", &yaml, o)?;
+        row.scenario = "idle".into();
+        row.variant = "ferry-4-nfs-no-traffic".into();
+        row.nfs = 4;
+        row.mpps = 0.0;
+        rows.push(row);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(BenchChainReport { machine: crate::bench::machine_summary(), rows })
+}
+
+pub fn table(r: &BenchChainReport) -> String {
+    let mut out = format!("machine: {}\n", r.machine);
+    out += &format!(
+        "{:<8} {:<24} {:>3} {:<6} {:>7} {:>9} {:>9}  {}\n",
+        "scenario", "variant", "nfs", "mode", "Mpps", "p50 us", "p99 us", "CPU % per NF / notes"
+    );
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
+    for row in &r.rows {
+        let cpu: Vec<String> = row.cpu_percent.iter().map(|(k, v)| format!("{k}={v:.0}")).collect();
+        let notes: Vec<String> = row.notes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out += &format!(
+            "{:<8} {:<24} {:>3} {:<6} {:>7.3} {:>9} {:>9}  {} {}\n",
+            row.scenario,
+            row.variant,
+            row.nfs,
+            row.mode,
+            row.mpps,
+            f(row.p50_us),
+            f(row.p99_us),
+            cpu.join(" "),
+            notes.join(" ")
+        );
+    }
+    // Ratios against the one-process upper bound, per chain length.
+    for row in r.rows.iter().filter(|x| x.scenario == "fig10" && x.variant.starts_with("ferry")) {
+        if let Some(ub) =
+            r.rows.iter().find(|x| x.scenario == "fig10" && x.variant == "one-process-threads" && x.nfs == row.nfs)
+        {
+            if ub.mpps > 0.0 {
+                out += &format!(
+                    "ratio fig10 {} nfs={}: {:.2} of the one-process upper bound\n",
+                    row.variant,
+                    row.nfs,
+                    row.mpps / ub.mpps
+                );
+            }
+        }
+    }
+    out
+}
