@@ -1,5 +1,5 @@
 # Ferry — two commands on a fresh Debian 12 machine, as root:
-#   make demo   build, set up a netns testbed, run NFs on AF_XDP, tear down
+#   make demo   build, set up a netns testbed, run a ferryd chain on AF_XDP, tear down
 #   make test   lint and run every test (unit, BPF test-run tables, netns e2e,
 #               loom models of the shared-memory rings)
 SHELL := /bin/bash
@@ -9,7 +9,7 @@ APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-pin
 FERRY_RELEASE := target/release/ferry
 FERRY_DEBUG := target/debug/ferry
 
-.PHONY: all deps build demo test lint bench bench-io clean sweep
+.PHONY: all deps build demo test lint bench bench-io bench-chain clean sweep
 
 all: build
 
@@ -49,9 +49,12 @@ test: deps lint
 	awk '/^test result:/ {p += $$4; f += $$6} END {printf "%d passed, %d failed\n", p, f}' target/test.log; \
 	exit $$rc
 
-bench: bench-io
+bench: bench-io bench-chain
 bench-io: build
 	$(FERRY_RELEASE) bench io --json target/ferry-bench/io.json
+bench-chain: build
+	$(FERRY_RELEASE) testbed sweep
+	$(FERRY_RELEASE) bench chain --json target/ferry-bench/chain.json
 
 sweep:
 	$(FERRY_DEBUG) testbed sweep

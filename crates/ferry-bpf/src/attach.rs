@@ -3,7 +3,7 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use aya::{
-    maps::{Array, PerCpuArray, XskMap},
+    maps::{Array, DevMap, PerCpuArray, XskMap},
     programs::{Xdp, XdpFlags},
     Ebpf,
 };
@@ -117,6 +117,17 @@ impl LoadedXdp {
         let mut arr: Array<_, GenConfig> =
             Array::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
         arr.set(0, config, 0).map_err(|source| BpfError::Map { name: NAME, source })
+    }
+
+    /// Makes `ferry_redirect` forward every frame out of device `ifindex`
+    /// (Redirect only). The kernel resolves `ifindex` in the network
+    /// namespace of the calling thread, so call this from the namespace
+    /// the device lives in.
+    pub fn set_redirect_target(&mut self, ifindex: u32) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_redirect_devs";
+        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut devs = DevMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        devs.set(0, ifindex, None, 0).map_err(|source| BpfError::XdpMap { name: NAME, source })
     }
 }
 

@@ -22,6 +22,9 @@ pub enum Object {
     Basic,
     /// `xdp_gen.bpf.c`: the live-frames generator.
     Gen,
+    /// `xdp_redirect.bpf.c`: forwards every frame out of one device (a
+    /// DEVMAP entry), the kernel-only l2fwd of the kernel-chain baseline.
+    Redirect,
 }
 
 /// ELF parsing needs the bytes 8-byte aligned; `include_bytes!` alone only
@@ -35,6 +38,7 @@ static XSK_REDIRECT: &Aligned<[u8]> =
     &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xsk_redirect.bpf.o")) };
 static BASIC: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_basic.bpf.o")) };
 static GEN: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_gen.bpf.o")) };
+static REDIRECT: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.bpf.o")) };
 
 impl Object {
     /// The ELF bytes of the object.
@@ -43,6 +47,7 @@ impl Object {
             Object::XskRedirect => &XSK_REDIRECT.bytes,
             Object::Basic => &BASIC.bytes,
             Object::Gen => &GEN.bytes,
+            Object::Redirect => &REDIRECT.bytes,
         }
     }
 }
@@ -71,6 +76,12 @@ pub enum BpfError {
         name: &'static str,
         #[source]
         source: aya::maps::MapError,
+    },
+    #[error("map {name}: {source}")]
+    XdpMap {
+        name: &'static str,
+        #[source]
+        source: aya::maps::xdp::XdpMapError,
     },
     #[error("not supported: needs {need} ({source})")]
     NotSupported {
