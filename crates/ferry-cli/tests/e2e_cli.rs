@@ -179,3 +179,40 @@ fn bench_io_smoke() {
     // The text table went to stdout as well.
     assert!(r.stdout.contains("xdp-drop"), "{}", r.stdout);
 }
+
+#[test]
+fn bench_chain_smoke() {
+    if !privileged("bench_chain_smoke") {
+        return;
+    }
+    let dir = TempDir::new("bench-chain");
+    let out = dir.path("chain.json");
+    let bench = Ferry::spawn_here(&[
+        "bench",
+        "chain",
+        "--scenarios",
+        "fig10,fig11,table1,idle",
+        "--nfs",
+        "1",
+        "--no-kernel",
+        "--warmup",
+        "200ms",
+        "--window",
+        "300ms",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    let done = bench.finish(Duration::from_secs(180));
+    assert!(done.status.success(), "bench chain failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    for variant in ["ferry-zero-copy", "ferry-copy", "one-process-threads", "ferry-batch-1", "backpressure-none"] {
+        let row = rows.iter().find(|x| x["variant"] == variant).unwrap_or_else(|| panic!("no {variant} row: {r:#}"));
+        assert!(row["mpps"].as_f64().unwrap() > 0.0, "{row:#}");
+        assert_eq!(row["notes"]["conserved"], 1.0, "{row:#}");
+    }
+    let idle = rows.iter().find(|x| x["scenario"] == "idle").unwrap();
+    for (nf, cpu) in idle["cpu_percent"].as_object().unwrap() {
+        assert!(cpu.as_f64().unwrap() < 20.0, "idle NF {nf} uses {cpu}% CPU: {idle:#}");
+    }
+}
