@@ -7,7 +7,9 @@
 //!   (`arp-responder+icmp-echo`, arguments of each separated by `--`):
 //!   `tx` replies out of the arrival port for responders and forwards on
 //!   out-link 0 for the others; `pass` forwards on out-link 0;
-//! * `fwd`: forward everything on out-link 0;
+//! * `fwd`: forward everything on out-link 0; with `by_port=1`, a frame
+//!   that arrived on the thread's i-th port goes to out-link i (to route
+//!   through an external program on a veth and back);
 //! * `split`: spread flows over all out-links by flow hash (fan-out);
 //! * `slow arg work_ns=N`: burn N ns of CPU per packet, then forward;
 //! * `source` (args `size=64`, `rate=PPS`, `flows=N`): make stamped UDP
@@ -60,8 +62,12 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
                 bail!("slow needs work_ns=N");
             }
             let nf = Nf::connect_from_env()?;
-            let split = kind == "split";
-            nf.run(|th| forward(th, split, work_ns))?;
+            let route = match (kind, num_arg(args, "by_port", 0)?) {
+                ("split", _) => Route::FlowHash,
+                (_, 0) => Route::First,
+                _ => Route::ByPort,
+            };
+            nf.run(|th| forward(th, route, work_ns))?;
         }
         _ => {
             let build = || build_packet_nf(kind, args);
@@ -115,7 +121,15 @@ fn spin_for(ns: u64) {
     }
 }
 
-fn forward(mut th: NfThread, split: bool, work_ns: u64) {
+/// How `fwd`/`split`/`slow` pick the out-link.
+#[derive(Clone, Copy)]
+enum Route {
+    First,
+    FlowHash,
+    ByPort,
+}
+
+fn forward(mut th: NfThread, route: Route, work_ns: u64) {
     let outs = th.out_links().max(1);
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     while th.recv_burst(&mut burst, BURST).is_ok() {
@@ -123,7 +137,11 @@ fn forward(mut th: NfThread, split: bool, work_ns: u64) {
             if work_ns > 0 {
                 spin_for(work_ns);
             }
-            let hop = if split { ferry_sdk::flow_hash(pkt.data()) as usize % outs } else { 0 };
+            let hop = match route {
+                Route::First => 0,
+                Route::FlowHash => ferry_sdk::flow_hash(pkt.data()) as usize % outs,
+                Route::ByPort => pkt.arrived_on_port().map_or(0, usize::from),
+            };
             th.send(pkt, hop);
         }
     }

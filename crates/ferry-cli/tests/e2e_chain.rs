@@ -288,3 +288,89 @@ fn nfs_stop_cleanly_when_ferryd_dies_and_a_new_ferryd_starts_afresh() {
     assert_conserved(&rc);
     rc.shutdown().unwrap();
 }
+
+const LEGACY_TESTBED: &str = r#"
+name: chain-legacy
+namespaces:
+  - name: gen
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: dut
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: sink
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: legacy
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+links:
+  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
+    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
+  - a: { ns: dut, dev: d1, mac: "02:00:00:00:02:02" }
+    b: { ns: sink, dev: s0, mac: "02:00:00:00:02:01" }
+  - a: { ns: dut, dev: d2, mac: "02:00:00:00:03:02" }
+    b: { ns: legacy, dev: l0, mac: "02:00:00:00:03:01" }
+"#;
+
+/// A legacy AF_XDP program with its own UMEM (`ferry nf run`, which knows
+/// nothing of ferryd) joins the chain through a veth port, unmodified.
+#[test]
+fn legacy_af_xdp_program_joins_the_chain_through_a_veth_port() {
+    if !privileged("legacy_af_xdp") {
+        return;
+    }
+    let tb = testbed(LEGACY_TESTBED, "chain-legacy.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let mut legacy = Ferry::spawn(&tb, "legacy", &["nf", "run", "--dev", "l0", "--mode", "generic", "--json", "l2fwd"]);
+    wait_attached(&tb, "legacy", "l0", &mut legacy);
+    let dir = TempDir::new("legacy");
+    let yaml = format!(
+        r#"
+name: legacy
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: in, netns: {dut}, netdev: d0 }}
+  - {{ name: leg, netns: {dut}, netdev: d2 }}
+  - {{ name: out, netns: {dut}, netdev: d1 }}
+nfs:
+  - {{ name: x, domain: main, kind: fwd, args: ["by_port=1"] }}
+links:
+  - {{ from: in, to: x }}
+  - {{ from: x, to: leg }}
+  - {{ from: leg, to: x }}
+  - {{ from: x, to: out }}
+"#
+    );
+    let (rc, _) = start(&dir, &yaml);
+    let mut sink = Ferry::spawn(&tb, "sink", &["sink", "--dev", "s0", "--idle-exit", "1500ms", "--json"]);
+    wait_attached(&tb, "sink", "s0", &mut sink);
+    let gen = Ferry::spawn(
+        &tb,
+        "gen",
+        &[
+            "gen",
+            "xsk",
+            "--dev",
+            "g0",
+            "--count",
+            "5000",
+            "--rate",
+            "10000",
+            "--dst-mac",
+            "02:00:00:00:01:02",
+            "--json",
+        ],
+    )
+    .wait_json(Duration::from_secs(30));
+    assert_eq!(u(&gen, "/sent"), 5000);
+    let report = sink.wait_json(Duration::from_secs(30));
+    let got = u(&report, "/packets");
+    let st = rc.status().unwrap();
+    let legacy = legacy.stop_json();
+    let l2 = nf_counters(&legacy, "l2fwd");
+    eprintln!("{}\nlegacy: {legacy:#}", chainctl::status_table(&st));
+    assert!(got >= 4500, "only {got} of 5000 came back through the legacy program: {report:#}");
+    assert!(common::counter(&l2, "tx") >= got, "the legacy l2fwd bounced them");
+    assert_eq!(c(&st, "x", "tx_port"), c(&st, "x", "rx_port"), "x sent everything it got, both ways");
+    assert!(c(&st, "x", "rx_port") >= 2 * got, "x saw each frame twice: from the generator and back from legacy");
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+    down_and_check(tb);
+}
