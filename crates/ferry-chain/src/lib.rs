@@ -36,5 +36,33 @@ pub fn flow_hash(frame: &[u8]) -> u32 {
     if ihl >= 20 && frame.len() >= l4 + 4 {
         mix(u32::from_be_bytes([frame[l4], frame[l4 + 1], frame[l4 + 2], frame[l4 + 3]]) as u64);
     }
-    (h ^ (h >> 32)) as u32
+    // splitmix64's finaliser: every input bit reaches the low bits that
+    // `% threads` looks at.
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    h as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flow_hash;
+
+    #[test]
+    fn flow_hash_spreads_flows_that_differ_only_in_a_port() {
+        let mut frame = [0u8; 64];
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        frame[14] = 0x45;
+        frame[23] = 17;
+        for n in [2usize, 3, 4, 8] {
+            let mut seen = vec![0u32; n];
+            for port in 1024u16..1088 {
+                frame[34..36].copy_from_slice(&port.to_be_bytes());
+                seen[flow_hash(&frame) as usize % n] += 1;
+            }
+            assert!(seen.iter().all(|&c| c >= 64 / n as u32 / 3), "{n} targets: {seen:?}");
+        }
+    }
 }

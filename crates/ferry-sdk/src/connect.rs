@@ -223,6 +223,7 @@ impl Nf {
             stop: self.stop.clone(),
             last_ack: 0,
             last_busy: Instant::now(),
+            busy: false,
             scratch_desc: Vec::with_capacity(256),
             scratch_xdp: Vec::with_capacity(256),
             scratch_addr: Vec::with_capacity(1024),

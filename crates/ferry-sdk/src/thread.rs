@@ -68,6 +68,8 @@ pub struct NfThread {
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) last_ack: u64,
     pub(crate) last_busy: Instant,
+    /// The last non-empty burst reached `busy_threshold`.
+    pub(crate) busy: bool,
     pub(crate) scratch_desc: Vec<Desc>,
     pub(crate) scratch_xdp: Vec<XdpDesc>,
     pub(crate) scratch_addr: Vec<u64>,
@@ -489,21 +491,23 @@ impl NfThread {
             self.refill();
             let n = self.read_input(out, max);
             if n > 0 {
-                if n as u32 >= self.poll.busy_threshold {
+                // Smart polling (FLASH §4): only a busy burst keeps the
+                // thread polling through the next empty ones.
+                self.busy = n as u32 >= self.poll.busy_threshold;
+                if self.busy {
                     self.last_busy = Instant::now();
                 }
                 return Ok(n);
             }
-            if self.last_busy.elapsed() >= idle {
-                self.count(c::SLEEPS, 1);
-                // A sleeping thread must not sit on free frames others need.
-                self.cache.spill_all();
-                let _ = self.consumer.wait_for_data(Some(MAX_BLOCK));
-                // Woken: poll busily again for a while.
-                self.last_busy = Instant::now();
-            } else {
+            if self.busy && self.last_busy.elapsed() < idle {
                 std::thread::yield_now();
+                continue;
             }
+            self.busy = false;
+            self.count(c::SLEEPS, 1);
+            // A sleeping thread must not sit on free frames others need.
+            self.cache.spill_all();
+            let _ = self.consumer.wait_for_data(Some(MAX_BLOCK));
         }
     }
 }

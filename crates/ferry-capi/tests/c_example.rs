@@ -1,0 +1,212 @@
+//! End to end, through the C header: compiles `examples/c-nf/l2fwd.c` and
+//! `tests/c/api_checks.c` with `cc` against `libferry.so`, runs them as
+//! unprivileged NFs in a ferryd chain between an in-memory source and sink
+//! (no network), and checks their counters and the domain's frame
+//! conservation.
+//!
+//! Needs root (ferryd starts NFs as `nobody`) and a C compiler (`CC`, else
+//! `cc`); without them the test is skipped, or fails under `CI=true`.
+//! Runs `cargo build -p ferry-capi` first (a no-op when fresh) so that the
+//! C NFs link the current `libferry.so`, and builds `ferryd` and `ferry` if
+//! they are missing from the target directory.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ferry_chain::proto::Status;
+use ferry_cli::chainctl;
+
+fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// Skips (returns false) or, under CI=true, fails.
+fn can_run(test: &str, why: &str) -> bool {
+    if ci() {
+        panic!("CI=true but {test} cannot run: {why}");
+    }
+    eprintln!("SKIP {test}: {why}");
+    false
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+}
+
+/// The profile directory this test was built into (target/release for
+/// `cargo test --release`): where cargo puts libferry.so, ferryd and ferry.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/c_example-<hash>
+    exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf()
+}
+
+/// Runs `cargo build` for `packages` in this test's profile.
+fn cargo_build(packages: &[&str]) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build").current_dir(workspace());
+    if profile_dir().file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    let st = cmd.status().expect("running cargo build");
+    assert!(st.success(), "cargo build {packages:?} failed");
+}
+
+/// Makes sure the artifacts the chain needs exist, and that libferry.so is
+/// the library this test was built with: `cargo test` rebuilds only the copy
+/// in deps/, `cargo build` also the one in the profile directory.
+fn ensure_built() -> PathBuf {
+    let dir = profile_dir();
+    cargo_build(&["ferry-capi"]);
+    if !dir.join("ferryd").is_file() || !dir.join("ferry").is_file() {
+        cargo_build(&["ferryd", "ferry-cli"]);
+    }
+    for f in ["libferry.so", "ferryd", "ferry"] {
+        assert!(dir.join(f).is_file(), "{} missing after cargo build", dir.join(f).display());
+    }
+    dir
+}
+
+/// The C compiler, if there is one.
+fn c_compiler() -> Option<String> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    Command::new(&cc).arg("--version").output().ok().filter(|o| o.status.success()).map(|_| cc)
+}
+
+/// A directory `nobody` can read and search, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let p = std::env::temp_dir().join(format!("ferry-capi-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Compiles `src` the way the example's build comment says, into `out`
+/// (mode 0755).
+fn compile(cc: &str, src: &Path, out: &Path, libdir: &Path) {
+    let include = workspace().join("crates/ferry-capi/include");
+    let output = Command::new(cc)
+        .args(["-O2", "-Wall", "-Wextra", "-std=c11", "-D_DEFAULT_SOURCE"])
+        .arg("-I")
+        .arg(&include)
+        .arg(src)
+        .arg("-L")
+        .arg(libdir)
+        .arg("-lferry")
+        .arg(format!("-Wl,-rpath,{}", libdir.display()))
+        .arg("-lpthread")
+        .arg("-o")
+        .arg(out)
+        .output()
+        .expect("running the C compiler");
+    assert!(output.status.success(), "{cc} {} failed:\n{}", src.display(), String::from_utf8_lossy(&output.stderr));
+    std::fs::set_permissions(out, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Counter `name` of each thread of NF `nf`.
+fn per_thread(s: &Status, nf: &str, name: &str) -> Vec<u64> {
+    let n = s.nfs.iter().find(|n| n.name == nf).unwrap_or_else(|| panic!("no NF {nf} in status"));
+    n.threads
+        .iter()
+        .map(|t| {
+            t.iter().find(|(k, _)| k == name).map(|(_, v)| *v).unwrap_or_else(|| panic!("{nf}: no counter {name}"))
+        })
+        .collect()
+}
+
+const TEST: &str = "c_example::c_nfs_in_a_chain";
+
+#[test]
+fn c_nfs_in_a_chain() {
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 && !can_run(TEST, "needs root (ferryd runs NFs as user nobody)") {
+        return;
+    }
+    let Some(cc) = c_compiler() else {
+        can_run(TEST, "no C compiler: install one (apt-get install gcc) or set CC");
+        return;
+    };
+    let libdir = ensure_built();
+    let dir = TempDir::new("chain");
+    let l2fwd = dir.0.join("l2fwd");
+    let checks = dir.0.join("api_checks");
+    compile(&cc, &workspace().join("examples/c-nf/l2fwd.c"), &l2fwd, &libdir);
+    compile(&cc, &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/api_checks.c"), &checks, &libdir);
+
+    let chain = dir.0.join("chain.yaml");
+    let yaml = format!(
+        r#"name: capi-test
+domains: [ {{ name: main, frames: 4096 }} ]
+nfs:
+  - {{ name: src, domain: main, kind: source, args: ["rate=200000"] }}
+  - {{ name: cnf, domain: main, exec: ["{}"], threads: 2 }}
+  - {{ name: snk, domain: main, kind: sink }}
+  - {{ name: chk, domain: main, exec: ["{}"], args: ["mode=check"] }}
+links:
+  - {{ from: src, to: cnf }}
+  - {{ from: cnf, to: snk }}
+"#,
+        l2fwd.display(),
+        checks.display()
+    );
+    std::fs::write(&chain, yaml).unwrap();
+    let socket = dir.0.join("ferryd.sock");
+    let quiet = std::env::var_os("FERRY_TEST_VERBOSE").is_none();
+    let rc = chainctl::start(&chain, &socket, quiet).expect("ferryd starts and every NF connects");
+    std::thread::sleep(Duration::from_millis(1500));
+
+    // Counters are read while packets flow, and `swapped` is published after
+    // each burst: look for a moment between bursts.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (s, swapped, rx) = loop {
+        let s = rc.status().expect("status");
+        let (swapped, rx) = (per_thread(&s, "cnf", "swapped"), per_thread(&s, "cnf", "rx_ring"));
+        if swapped == rx || Instant::now() > deadline {
+            break (s, swapped, rx);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let sunk = chainctl::counter(&s, "snk", "sunk");
+    assert!(sunk > 10_000, "the sink got {sunk} packets through the C NF in 1.5 s:\n{}", chainctl::status_table(&s));
+    assert_eq!(swapped, rx, "per thread, the C NF swapped every packet it received:\n{}", chainctl::status_table(&s));
+    // Both C threads run; which of them get packets is up to the flow hash
+    // over the source's flows (all of them land on one thread today).
+    assert_eq!(rx.len(), 2, "two C threads");
+    for nf in ["cnf", "chk"] {
+        let n = s.nfs.iter().find(|n| n.name == nf).unwrap();
+        assert!(n.connected && n.restarts == 0, "{nf} runs without restarts:\n{}", chainctl::status_table(&s));
+    }
+
+    // The checks NF's verdicts through the C API.
+    let run = chainctl::counter(&s, "chk", "checks_run");
+    let failed = chainctl::counter(&s, "chk", "checks_failed");
+    assert_eq!(run, 19, "api_checks.c ran all its checks");
+    let bits: Vec<u32> = (0..64).filter(|b| failed & (1 << b) != 0).collect();
+    assert!(bits.is_empty(), "api_checks.c: checks {bits:?} failed (numbered in the source)");
+    let c = |name| chainctl::counter(&s, "chk", name);
+    assert_eq!((c("alloc"), c("drop_nf"), c("drop_bad_hop")), (3, 2, 1), "each frame got exactly one verdict");
+
+    let reports = rc.audit().expect("audit");
+    assert!(!reports.is_empty());
+    for r in &reports {
+        assert!(r.conserved(), "domain {} conserves its frames: {r:?}", r.domain);
+    }
+    rc.shutdown().expect("shutdown");
+}
