@@ -79,7 +79,8 @@ fn cpu_ticks(pid: u32) -> u64 {
     let Some((_, rest)) = s.rsplit_once(')') else { return 0 };
     let f: Vec<&str> = rest.split_whitespace().collect();
     // Fields 14 and 15 (utime, stime) are at 11 and 12 after the name.
-    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
 fn ticks_per_sec() -> f64 {
@@ -104,10 +105,8 @@ fn chain_yaml(name: &str, domains: &[String], nfs: &[NfLine]) -> String {
     y += "nfs:\n";
     for n in nfs {
         let args = n.args.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
-        y += &format!(
-            "  - {{ name: {}, domain: {}, kind: {}, args: [{args}]{} }}\n",
-            n.name, n.domain, n.kind, n.extra
-        );
+        y +=
+            &format!("  - {{ name: {}, domain: {}, kind: {}, args: [{args}]{} }}\n", n.name, n.domain, n.kind, n.extra);
     }
     y += "links:\n";
     for w in nfs.windows(2) {
@@ -133,7 +132,13 @@ fn build_chain(name: &str, s: ChainShape) -> String {
     let mut nfs = Vec::new();
     let dom = |i: usize| if s.copy { format!("d{i}") } else { "main".to_string() };
     if s.source {
-        nfs.push(NfLine { name: "src".into(), domain: dom(0), kind: "source".into(), args: vec![], extra: extra.clone() });
+        nfs.push(NfLine {
+            name: "src".into(),
+            domain: dom(0),
+            kind: "source".into(),
+            args: vec![],
+            extra: extra.clone(),
+        });
     }
     for i in 0..s.fwds {
         let (kind, args) = match s.slow {
