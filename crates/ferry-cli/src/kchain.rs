@@ -41,8 +41,9 @@
 //! an upstream NF's thread then starves the downstream ones, whose veth
 //! rings overflow (most of the loss is there, see `hops`).
 //!
-//! The testbed is torn down on every path: it is owned by the run (dropped
-//! on error), and its reaper removes it even if this process is killed.
+//! The testbed is torn down on every path: after the run whether it
+//! succeeded or failed (errors name its `fy??????` prefix), and by its
+//! reaper process even if this process is killed.
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -224,41 +225,14 @@ pub fn run_kernel_chain(o: &KernelChainOptions) -> Result<KernelChainResult> {
     let yaml = testbed_yaml(o.nfs);
     let spec = ferry_testbed::TestbedSpec::from_yaml_str(&yaml, "kernel chain (generated)")?;
     let tb = ferry_testbed::up(&spec).context("building the kernel-chain testbed")?;
-    let programs = match o.mode {
-        KernelChainMode::XdpRedirect => attach_redirects(&tb, o.nfs)?,
-        KernelChainMode::Bridge => {
-            build_bridges(&tb, o.nfs)?;
-            Vec::new()
-        }
-    };
-    if let Some(cpu) = o.napi_cpu {
-        for i in 1..=o.nfs {
-            let ns = tb.ns_name(&nf_ns(i));
-            let devs: &[&str] = match o.mode {
-                KernelChainMode::XdpRedirect => &["in", "out"],
-                // Only nf1's `in` runs NAPI (for the generator's frames).
-                KernelChainMode::Bridge if i == 1 => &["in"],
-                KernelChainMode::Bridge => &[],
-            };
-            for dev in devs {
-                set_napi_thread(ns, dev, Some(cpu))?;
-            }
-        }
-    }
-    let (result_gen, result_sink) = run_traffic(&tb, &exe, o)?;
-
-    let mut hops = Vec::new();
-    for i in 1..=o.nfs {
-        let ns = tb.ns_name(&nf_ns(i));
-        let (in_rx, _) = link_packets(ns, "in")?;
-        let (_, out_tx) = link_packets(ns, "out")?;
-        let xdp_redirected =
-            programs.get(i - 1).map(|p| p.redirect.verdicts().map(|v| v.packets[SLOT_REDIRECT])).transpose()?;
-        hops.push(NfHop { nf: i, in_rx_packets: in_rx, out_tx_packets: out_tx, xdp_redirected });
-    }
-    drop(programs);
     let testbed_instance = tb.instance().to_string();
-    tb.down().context("tearing down the kernel-chain testbed")?;
+    let measured = measure(&tb, &exe, o);
+    // Torn down whatever happened (dropping `tb` would too, but could only
+    // log a failure); errors name the testbed so leftovers can be traced.
+    let down = tb.down();
+    let (result_gen, result_sink, hops) =
+        measured.with_context(|| format!("kernel chain on testbed {testbed_instance}"))?;
+    down.with_context(|| format!("tearing down the kernel-chain testbed {testbed_instance}"))?;
 
     let sent = num(&result_gen, "/sent") as u64;
     // Distinct stamped frames (duplicates and strays not counted).
@@ -287,14 +261,58 @@ pub fn run_kernel_chain(o: &KernelChainOptions) -> Result<KernelChainResult> {
     })
 }
 
+/// Wires the NFs on a testbed that is up, runs the traffic, reads the NF
+/// counters; returns the generator's and the sink's reports and the hops.
+fn measure(tb: &ferry_testbed::Testbed, exe: &Path, o: &KernelChainOptions) -> Result<(Value, Value, Vec<NfHop>)> {
+    let programs = match o.mode {
+        KernelChainMode::XdpRedirect => attach_redirects(tb, o.nfs)?,
+        KernelChainMode::Bridge => {
+            build_bridges(tb, o.nfs)?;
+            Vec::new()
+        }
+    };
+    if let Some(cpu) = o.napi_cpu {
+        for i in 1..=o.nfs {
+            let ns = tb.ns_name(&nf_ns(i));
+            let devs: &[&str] = match o.mode {
+                KernelChainMode::XdpRedirect => &["in", "out"],
+                // Only nf1's `in` runs NAPI (for the generator's frames).
+                KernelChainMode::Bridge if i == 1 => &["in"],
+                KernelChainMode::Bridge => &[],
+            };
+            for dev in devs {
+                set_napi_thread(ns, dev, Some(cpu))?;
+            }
+        }
+    }
+    let (result_gen, result_sink) = run_traffic(tb, exe, o)?;
+    let mut hops = Vec::new();
+    for i in 1..=o.nfs {
+        let ns = tb.ns_name(&nf_ns(i));
+        let (in_rx, _) = link_packets(ns, "in")?;
+        let (_, out_tx) = link_packets(ns, "out")?;
+        let xdp_redirected =
+            programs.get(i - 1).map(|p| p.redirect.verdicts().map(|v| v.packets[SLOT_REDIRECT])).transpose()?;
+        hops.push(NfHop { nf: i, in_rx_packets: in_rx, out_tx_packets: out_tx, xdp_redirected });
+    }
+    Ok((result_gen, result_sink, hops))
+}
+
 /// Starts the sink, then the generator; waits for the generator to finish
 /// and for the chain to drain, stops the sink. Returns both reports.
 fn run_traffic(tb: &ferry_testbed::Testbed, exe: &Path, o: &KernelChainOptions) -> Result<(Value, Value)> {
     let (gen_ns, sink_ns) = (tb.ns_name("gen"), tb.ns_name("sink"));
     let ms = |d: Duration| format!("{}ms", d.as_millis());
-    // The sink's own limit only guards against a run that never ends.
-    let sink_cap = o.duration + Duration::from_secs(60);
-    let sink = FerryProcess::spawn(exe, sink_ns, &["sink", "--dev", "s0", "--duration", &ms(sink_cap)], SINK_CPU)?;
+    // The sink ends by itself once all frames are in (with a count) or
+    // after a second without traffic; its own time limit only guards
+    // against a run that never ends.
+    let sink_cap = ms(o.duration + Duration::from_secs(60));
+    let count = o.count.map(|c| c.to_string());
+    let mut sink_args = vec!["sink", "--dev", "s0", "--idle-exit", "1s", "--duration", &sink_cap];
+    if let Some(c) = &count {
+        sink_args.extend(["--count", c.as_str()]);
+    }
+    let sink = FerryProcess::spawn(exe, sink_ns, &sink_args, SINK_CPU)?;
     wait_for_xdp(sink_ns, "s0", Duration::from_secs(10))?;
     let size = o.frame_len.to_string();
     let mut args = vec!["gen", "live", "--dev", "g0", "--dst-mac", SINK_MAC, "--size", &size];
@@ -302,7 +320,6 @@ fn run_traffic(tb: &ferry_testbed::Testbed, exe: &Path, o: &KernelChainOptions) 
     if let Some(r) = &rate {
         args.extend(["--rate", r.as_str()]);
     }
-    let count = o.count.map(|c| c.to_string());
     if let Some(c) = &count {
         args.extend(["--count", c.as_str()]);
     }
@@ -310,9 +327,9 @@ fn run_traffic(tb: &ferry_testbed::Testbed, exe: &Path, o: &KernelChainOptions) 
     args.extend(["--duration", &duration]);
     let gen = FerryProcess::spawn(exe, gen_ns, &args, GEN_CPU)?;
     let gen_report = gen.wait(o.duration + Duration::from_secs(30)).context("generator")?;
-    // Everything in flight is in kernel queues a few hundred frames deep.
-    std::thread::sleep(Duration::from_millis(500));
-    let sink_report = sink.stop().context("sink")?;
+    // Frames still in flight sit in kernel queues a few hundred deep and
+    // in the sink's socket; it stops once it has drained them.
+    let sink_report = sink.finish(Duration::from_secs(10)).context("sink")?;
     Ok((gen_report, sink_report))
 }
 
@@ -463,8 +480,14 @@ impl FerryProcess {
         serde_json::from_str(out.trim()).with_context(|| format!("report of {}: {out:?}", self.what))
     }
 
-    /// SIGINT (`ip netns exec` execs, so the pid is ferry's), then the report.
-    fn stop(self) -> Result<Value> {
+    /// Waits up to `grace` for the process to end by itself; then sends
+    /// SIGINT (`ip netns exec` execs, so the pid is ferry's) and collects
+    /// the report.
+    fn finish(mut self, grace: Duration) -> Result<Value> {
+        let deadline = Instant::now() + grace;
+        while self.child.try_wait()?.is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // SAFETY: signalling our own child (a zombie if it already ended).
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
         self.wait(Duration::from_secs(10))

@@ -63,8 +63,26 @@ fn chain(
     r
 }
 
+/// Tries a bounded run up to three times. The sink is a user process:
+/// when other jobs load the machine it can be kept off its CPU for 100 ms
+/// and more, and its socket then drops frames that the chain delivered
+/// (every NF's counters show them forwarded). A broken chain fails every
+/// attempt.
 fn check_bounded_run(mode: KernelChainMode) {
-    let r = chain(2, mode, Some(RATE_PPS), Some(PACKETS), None);
+    let mut r = chain(2, mode, Some(RATE_PPS), Some(PACKETS), None);
+    for _ in 0..2 {
+        if r.received * 10 > PACKETS * 9 {
+            break;
+        }
+        eprintln!(
+            "{}: {} of {PACKETS} frames reached the sink (NFs forwarded {:?}); p99 latency {:?} us: trying again",
+            mode.name(),
+            r.received,
+            r.hops.iter().map(|h| h.in_rx_packets).collect::<Vec<_>>(),
+            r.latency_p99_us
+        );
+        r = chain(2, mode, Some(RATE_PPS), Some(PACKETS), None);
+    }
     let report = serde_json::to_string_pretty(&r).unwrap();
     assert_eq!(r.sent, PACKETS, "generator sent its count: {report}");
     assert!(r.received * 10 > PACKETS * 9, "over 90% reach the sink: {report}");
@@ -111,16 +129,6 @@ fn failed_run_tears_the_testbed_down() {
         return;
     }
     let _one = ONE_CHAIN.lock().unwrap_or_else(|e| e.into_inner());
-    // A kernel chain's namespaces: fy??????-gen, -nf1.., -sink.
-    let chains = || -> Vec<String> {
-        let all = netns_list();
-        all.iter()
-            .filter_map(|n| n.strip_suffix("-sink"))
-            .filter(|p| all.contains(&format!("{p}-nf1")) && all.contains(&format!("{p}-gen")))
-            .map(String::from)
-            .collect()
-    };
-    let before = chains();
     // The generator refuses a frame too short for its headers, after the
     // testbed is up and the NFs and the sink are attached.
     let opts = KernelChainOptions {
@@ -130,9 +138,16 @@ fn failed_run_tears_the_testbed_down() {
         ferry_exe: Some(PathBuf::from(FERRY)),
         ..Default::default()
     };
-    let e = run_kernel_chain(&opts).expect_err("a 20-byte frame cannot be generated");
-    assert!(format!("{e:#}").contains("generator"), "the error names the failed step: {e:#}");
-    let left: Vec<String> = chains().into_iter().filter(|p| !before.contains(p)).collect();
+    let e = format!("{:#}", run_kernel_chain(&opts).expect_err("a 20-byte frame cannot be generated"));
+    assert!(e.contains("generator"), "the error names the failed step: {e}");
+    // "... on testbed fy123456: ...": the namespaces' prefix.
+    let instance = e
+        .split_once("on testbed ")
+        .map(|(_, rest)| rest.chars().take_while(char::is_ascii_alphanumeric).collect::<String>())
+        .unwrap_or_else(|| panic!("the error names the testbed: {e}"));
+    assert!(instance.starts_with("fy") && instance.len() == 8, "testbed instance {instance:?} in: {e}");
+    let prefix = format!("{instance}-");
+    let left: Vec<String> = netns_list().into_iter().filter(|n| n.starts_with(&prefix)).collect();
     assert!(left.is_empty(), "a failed kernel chain left its namespaces behind: {left:?}");
 }
 
