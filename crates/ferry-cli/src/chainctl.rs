@@ -16,35 +16,30 @@ pub struct RunningChain {
     pub socket: PathBuf,
 }
 
-/// The ferryd binary: `FERRYD_BIN`, else next to this executable (or its
-/// parent directory, for test binaries in target/*/deps).
-pub fn ferryd_bin() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("FERRYD_BIN") {
+/// A Ferry binary: `$env` if set, else `name` next to this executable or
+/// in its parent directory (test binaries live in target/*/deps).
+fn sibling_bin(name: &str, env: &str) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
         return Ok(PathBuf::from(p));
     }
     let me = std::env::current_exe()?;
     for dir in me.ancestors().skip(1).take(2) {
-        let p = dir.join("ferryd");
+        let p = dir.join(name);
         if p.is_file() {
             return Ok(p);
         }
     }
-    Err(anyhow!("cannot find ferryd next to {} (build it, or set FERRYD_BIN)", me.display()))
+    Err(anyhow!("cannot find {name} next to {} (build it, or set {env})", me.display()))
+}
+
+/// The ferryd binary.
+pub fn ferryd_bin() -> Result<PathBuf> {
+    sibling_bin("ferryd", "FERRYD_BIN")
 }
 
 /// The `ferry` binary, for ferryd to host built-in NFs with.
 pub fn ferry_bin() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("FERRY_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let me = std::env::current_exe()?;
-    for dir in me.ancestors().skip(1).take(2) {
-        let p = dir.join("ferry");
-        if p.is_file() {
-            return Ok(p);
-        }
-    }
-    Err(anyhow!("cannot find ferry next to {} (set FERRY_BIN)", me.display()))
+    sibling_bin("ferry", "FERRY_BIN")
 }
 
 /// Starts ferryd on `chain`, serving `socket`, and waits until every NF

@@ -45,12 +45,10 @@
 //! succeeded or failed (errors name its `fy??????` prefix), and by its
 //! reaper process even if this process is killed.
 
-use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_bpf::{AttachMode, LoadedXdp, Object};
@@ -312,7 +310,7 @@ fn run_traffic(tb: &ferry_testbed::Testbed, exe: &Path, o: &KernelChainOptions) 
     if let Some(c) = &count {
         sink_args.extend(["--count", c.as_str()]);
     }
-    let sink = FerryProcess::spawn(exe, sink_ns, &sink_args, SINK_CPU)?;
+    let sink = crate::proc::spawn_exe(exe, sink_ns, &sink_args, Some(SINK_CPU))?;
     wait_for_xdp(sink_ns, "s0", Duration::from_secs(10))?;
     let size = o.frame_len.to_string();
     let mut args = vec!["gen", "live", "--dev", "g0", "--dst-mac", SINK_MAC, "--size", &size];
@@ -325,7 +323,7 @@ fn run_traffic(tb: &ferry_testbed::Testbed, exe: &Path, o: &KernelChainOptions) 
     }
     let duration = ms(o.duration);
     args.extend(["--duration", &duration]);
-    let gen = FerryProcess::spawn(exe, gen_ns, &args, GEN_CPU)?;
+    let gen = crate::proc::spawn_exe(exe, gen_ns, &args, Some(GEN_CPU))?;
     let gen_report = gen.wait(o.duration + Duration::from_secs(30)).context("generator")?;
     // Frames still in flight sit in kernel queues a few hundred deep and
     // in the sink's socket; it stops once it has drained them.
@@ -426,82 +424,6 @@ fn link_packets(ns: &str, dev: &str) -> Result<(u64, u64)> {
         serde_json::from_slice(&out.stdout).with_context(|| format!("ip -j -s link show {dev} (netns {ns})"))?;
     let stats = &v[0]["stats64"];
     Ok((num(stats, "/rx/packets") as u64, num(stats, "/tx/packets") as u64))
-}
-
-/// A `ferry` subcommand in a namespace, like [`crate::proc::NsProcess`]
-/// but with an explicit binary, so that tests can drive the chain through
-/// the library.
-struct FerryProcess {
-    child: Child,
-    what: String,
-}
-
-impl FerryProcess {
-    /// `ip netns exec NS EXE ARGS --json`, pinned to `cpu`. `--json` goes
-    /// after the subcommand words.
-    fn spawn(exe: &Path, ns: &str, args: &[&str], cpu: usize) -> Result<FerryProcess> {
-        let words = args.iter().take(2).take_while(|a| !a.starts_with('-')).count();
-        let mut full = args.to_vec();
-        full.insert(words, "--json");
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns]).arg(exe).args(&full).stdin(Stdio::null()).stdout(Stdio::piped());
-        // SAFETY: sched_setaffinity is async-signal-safe; the mask is
-        // inherited across exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-                Ok(())
-            });
-        }
-        let what = format!("{} {} (netns {ns})", exe.display(), args.join(" "));
-        let child = cmd.spawn().with_context(|| format!("starting {what}"))?;
-        Ok(FerryProcess { child, what })
-    }
-
-    /// Waits up to `timeout` for the process to end, then parses its report.
-    fn wait(mut self, timeout: Duration) -> Result<Value> {
-        let deadline = Instant::now() + timeout;
-        while self.child.try_wait()?.is_none() {
-            if Instant::now() >= deadline {
-                return Err(anyhow!("{} did not finish within {timeout:?}", self.what));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let status = self.child.wait()?;
-        let mut out = String::new();
-        if let Some(mut s) = self.child.stdout.take() {
-            s.read_to_string(&mut out)?;
-        }
-        if !status.success() {
-            bail!("{} failed ({status})", self.what);
-        }
-        serde_json::from_str(out.trim()).with_context(|| format!("report of {}: {out:?}", self.what))
-    }
-
-    /// Waits up to `grace` for the process to end by itself; then sends
-    /// SIGINT (`ip netns exec` execs, so the pid is ferry's) and collects
-    /// the report.
-    fn finish(mut self, grace: Duration) -> Result<Value> {
-        let deadline = Instant::now() + grace;
-        while self.child.try_wait()?.is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // SAFETY: signalling our own child (a zombie if it already ended).
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-        self.wait(Duration::from_secs(10))
-    }
-}
-
-impl Drop for FerryProcess {
-    /// A process whose report nobody collected must not outlive the testbed.
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 /// The readable table of several runs.

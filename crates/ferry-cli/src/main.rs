@@ -408,6 +408,18 @@ fn emit<T: Serialize>(json: bool, value: &T, text: impl FnOnce(&T) -> String) ->
     Ok(())
 }
 
+/// Writes a benchmark report to `path` (if given), creating its directory.
+fn write_json<T: Serialize>(path: Option<&std::path::Path>, report: &T) -> Result<()> {
+    if let Some(path) = path {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, serde_json::to_string_pretty(report)?)?;
+        println!("JSON: {}", path.display());
+    }
+    Ok(())
+}
+
 fn pretty<T: Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
 }
@@ -577,27 +589,13 @@ fn run(cli: Cli) -> Result<()> {
             };
             let report = bench::run_io(&opts)?;
             print!("{}", bench::table(&report));
-            if let Some(path) = json {
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-                println!("JSON: {}", path.display());
-            }
-            Ok(())
+            write_json(json.as_deref(), &report)
         }
         Cmd::Bench(BenchCmd::Chain { scenarios, nfs, warmup, window, no_kernel, json }) => {
             let opts = benchchain::BenchChainOptions { scenarios, nfs, warmup, window, kernel: !no_kernel };
             let report = benchchain::run(&opts)?;
             print!("{}", benchchain::table(&report));
-            if let Some(path) = json {
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-                println!("JSON: {}", path.display());
-            }
-            Ok(())
+            write_json(json.as_deref(), &report)
         }
         Cmd::Demo { packets, json } => {
             let report = demo::run(packets)?;

@@ -18,13 +18,20 @@ pub struct NsProcess {
 /// Starts `ferry ARGS... --json` in namespace `ns`, pinned to `cpu` if given.
 pub fn spawn(ns: &str, args: &[String], cpu: Option<usize>) -> Result<NsProcess> {
     let exe = std::env::current_exe().context("locating the ferry binary")?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    spawn_exe(&exe, ns, &args, cpu)
+}
+
+/// As [`spawn`], with an explicit `ferry` binary (for callers that are not
+/// `ferry` themselves, such as tests driving the library).
+pub fn spawn_exe(exe: &std::path::Path, ns: &str, args: &[&str], cpu: Option<usize>) -> Result<NsProcess> {
     // `--json` goes right after the subcommand words ("nf run", "sink"), before
     // any trailing free arguments such as an NF list.
     let words = args.iter().take(2).take_while(|a| !a.starts_with('-')).count();
-    let mut full: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut full: Vec<&str> = args.to_vec();
     full.insert(words, "--json");
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", ns]).arg(&exe).args(&full).stdout(Stdio::piped()).stdin(Stdio::null());
+    cmd.args(["netns", "exec", ns]).arg(exe).args(&full).stdout(Stdio::piped()).stdin(Stdio::null());
     if let Some(cpu) = cpu {
         // SAFETY: sched_setaffinity is async-signal-safe; the mask is
         // inherited across exec, so the whole subcommand stays on `cpu`.
@@ -61,6 +68,16 @@ impl NsProcess {
     }
 
     /// Asks the process to stop (SIGINT), then waits for its report.
+    /// Waits up to `grace` for the process to end by itself, then stops it
+    /// as `stop` does.
+    pub fn finish(mut self, grace: Duration) -> Result<Value> {
+        let deadline = Instant::now() + grace;
+        while self.child.try_wait()?.is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.stop()
+    }
+
     pub fn stop(self) -> Result<Value> {
         // `ip netns exec` execs the command, so the pid is ferry's own.
         // SAFETY: signalling our own child.

@@ -289,25 +289,12 @@ fn nfs_stop_cleanly_when_ferryd_dies_and_a_new_ferryd_starts_afresh() {
     rc.shutdown().unwrap();
 }
 
-const LEGACY_TESTBED: &str = r#"
-name: chain-legacy
-namespaces:
-  - name: gen
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: dut
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: sink
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: legacy
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-links:
-  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
-    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
-  - a: { ns: dut, dev: d1, mac: "02:00:00:00:02:02" }
-    b: { ns: sink, dev: s0, mac: "02:00:00:00:02:01" }
-  - a: { ns: dut, dev: d2, mac: "02:00:00:00:03:02" }
-    b: { ns: legacy, dev: l0, mac: "02:00:00:00:03:01" }
-"#;
+/// PORTS_TESTBED plus a `legacy` namespace behind d2.
+fn legacy_testbed() -> String {
+    let legacy_ns = "  - name: legacy\n    sysctls: { net.ipv6.conf.all.disable_ipv6: \"1\" }\nlinks:\n";
+    let legacy_link = "  - a: { ns: dut, dev: d2, mac: \"02:00:00:00:03:02\" }\n    b: { ns: legacy, dev: l0, mac: \"02:00:00:00:03:01\" }\n";
+    PORTS_TESTBED.replace("name: chain-e2e", "name: chain-legacy").replace("links:\n", legacy_ns) + legacy_link
+}
 
 /// A legacy AF_XDP program with its own UMEM (`ferry nf run`, which knows
 /// nothing of ferryd) joins the chain through a veth port, unmodified.
@@ -316,7 +303,7 @@ fn legacy_af_xdp_program_joins_the_chain_through_a_veth_port() {
     if !privileged("legacy_af_xdp") {
         return;
     }
-    let tb = testbed(LEGACY_TESTBED, "chain-legacy.yaml");
+    let tb = testbed(&legacy_testbed(), "chain-legacy.yaml");
     let dut = tb.ns_name("dut").to_string();
     let mut legacy = Ferry::spawn(&tb, "legacy", &["nf", "run", "--dev", "l0", "--mode", "generic", "--json", "l2fwd"]);
     wait_attached(&tb, "legacy", "l0", &mut legacy);
