@@ -93,3 +93,25 @@ fn threads_conserve_frames() {
     assert_eq!(all.len() as u64, pool.frames_total());
     assert_eq!(all.iter().collect::<HashSet<_>>().len(), TOTAL as usize, "no duplicates");
 }
+
+#[test]
+fn snapshot_and_rebuild_for_the_monitor() {
+    let pool = FramePool::new_heap(PoolConfig::new(16).unwrap());
+    pool.seed(&(0..10).map(|i| i * 2048).collect::<Vec<_>>()).unwrap();
+    let mut took = Vec::new();
+    pool.take_batch(4, &mut took);
+    let mut snap = pool.snapshot();
+    snap.sort();
+    assert_eq!(snap.len(), 6);
+    assert!(took.iter().all(|t| !snap.contains(t)));
+    // The monitor reclaims what a dead thread held.
+    let mut all = snap.clone();
+    all.extend(&took);
+    pool.rebuild(&all).unwrap();
+    assert_eq!(pool.available(), 10);
+    assert_eq!(pool.frames_total(), 10);
+    let mut again = pool.snapshot();
+    again.sort();
+    all.sort();
+    assert_eq!(again, all);
+}

@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use ferry_ring::{Desc, PoolConfig, RegionLayout, RingConfig, RingError, ShmRegion, REGION_MAGIC};
+use ferry_ring::{Desc, PoolConfig, RegionLayout, RingConfig, RingError, ShmRegion, REGION_MAGIC, REGION_VERSION};
 
 fn layout() -> RegionLayout {
     RegionLayout::new()
@@ -110,7 +110,7 @@ fn rejects_foreign_magic() {
 fn rejects_other_version() {
     let a = ShmRegion::create(&layout()).unwrap();
     poke(&a, 8, &7u32.to_le_bytes());
-    assert!(matches!(ShmRegion::from_fd(dup(&a)), Err(RingError::BadVersion { found: 7, expected: 1 })));
+    assert!(matches!(ShmRegion::from_fd(dup(&a)), Err(RingError::BadVersion { found: 7, expected: REGION_VERSION })));
 }
 
 #[test]
@@ -139,4 +139,17 @@ fn rejects_inconsistent_object_table() {
     assert!(matches!(ShmRegion::from_fd(dup(&a)), Err(RingError::Corrupt { .. })));
     poke(&a, 12, &2u32.to_le_bytes());
     assert!(ShmRegion::from_fd(dup(&a)).is_ok(), "restored header is accepted again");
+}
+
+#[test]
+fn word_arrays_are_shared_and_checked() {
+    use std::sync::atomic::Ordering;
+    let layout = layout().words(3).words(1000);
+    let a = ShmRegion::create(&layout).unwrap();
+    a.words(1).unwrap().as_slice()[999].store(42, Ordering::Relaxed);
+    let b = ShmRegion::from_fd(dup(&a)).unwrap();
+    assert_eq!(b.words(0).unwrap().len(), 3);
+    assert_eq!(b.words(1).unwrap().as_slice()[999].load(Ordering::Relaxed), 42);
+    assert!(matches!(b.words(2), Err(RingError::NoSuchObject { .. })));
+    assert!(ShmRegion::create(&ferry_ring::RegionLayout::new().words(0)).is_err());
 }

@@ -219,3 +219,26 @@ fn producer_waits_for_room() {
     assert!(waited >= Duration::from_millis(90) && waited < Duration::from_secs(5), "{waited:?}");
     t.join().unwrap();
 }
+
+#[test]
+fn dequeue_marks_before_release_and_reset_empties() {
+    let ring = MpscRing::new_heap(RingConfig::new(8, 2).unwrap());
+    let p = ring.producer(0).unwrap();
+    assert_eq!(p.enqueue_batch(&[Desc::new(0, 60), Desc::new(2048, 60), Desc::new(4096, 60)]), 3);
+    assert_eq!(ring.snapshot().len(), 3);
+    let mut c = ring.consumer().unwrap();
+    let mut out = Vec::new();
+    let mut marked = Vec::new();
+    // While `on_take` runs, the slot is still published: a monitor looking
+    // now would still find the frame in the ring.
+    let n = c.dequeue_batch_with(2, &mut out, |d| {
+        marked.push(d.addr);
+    });
+    assert_eq!((n, marked.as_slice()), (2, &[0, 2048][..]));
+    assert_eq!(ring.snapshot(), vec![Desc::new(4096, 60)]);
+    drop(c);
+    ring.reset();
+    assert!(ring.snapshot().is_empty());
+    assert_eq!(ring.fill_level(), 0);
+    assert!(ring.consumer().is_ok(), "a new consumer may attach after a reset");
+}
