@@ -17,6 +17,7 @@ pub struct ChainPlan {
     pub name: String,
     pub domains: Vec<DomainPlan>,
     pub ports: Vec<PortPlan>,
+    pub kernel: Vec<crate::spec::KernelSpec>,
     pub nfs: Vec<NfPlan>,
     pub bridges: Vec<BridgePlan>,
 }
@@ -90,6 +91,8 @@ pub enum OutLink {
     Copy { bridge: usize, ring: u32, tid: u32 },
     /// Out of a port, on this thread's own socket.
     Port { port: usize },
+    /// Into the kernel stack: a write to TAP device `kernel`.
+    Kernel { kernel: usize },
 }
 
 /// A copy link, served by a ferryd thread that maps both domains.
@@ -225,10 +228,14 @@ impl ChainPlan {
                     nfs[a].outs.push(out);
                     nfs[a].out_names.push(l.to.clone());
                 }
-                (Node::Port(_), Node::Port(_)) => unreachable!("validated"),
+                (Node::Nf(n), Node::Kernel(k)) => {
+                    nfs[n].outs.push(OutLink::Kernel { kernel: k });
+                    nfs[n].out_names.push(l.to.clone());
+                }
+                _ => unreachable!("validated"),
             }
         }
-        ChainPlan { name: spec.name(), domains, ports, nfs, bridges }
+        ChainPlan { name: spec.name(), domains, ports, kernel: spec.kernel.clone(), nfs, bridges }
     }
 
     pub fn nf_index(&self, name: &str) -> Option<usize> {

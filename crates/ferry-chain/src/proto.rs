@@ -81,6 +81,8 @@ pub enum FdRole {
         thread: u32,
         port: usize,
     },
+    /// The TAP device of kernel hop `i`.
+    Tap(usize),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -70,7 +70,8 @@ pub const STATE_DEAD: u64 = 2;
 
 /// The framework's per-thread counters, in block order from `T_COUNTERS`.
 /// Every frame a thread takes in (`rx_port`, `rx_ring`, `alloc`) leaves by
-/// exactly one of the verdict counters (`tx_port` .. `drop_bad_hop`).
+/// exactly one of the verdict counters (`tx_port`, `to_nf`, `to_copy`,
+/// `to_kernel`, `drop_*`).
 pub const COUNTERS: &[&str] = &[
     "rx_port",
     "rx_ring",
@@ -89,6 +90,7 @@ pub const COUNTERS: &[&str] = &[
     "sleeps",
     "wakeups_sent",
     "copied",
+    "to_kernel",
 ];
 
 /// Index (within [`COUNTERS`]) of each counter, for the writers.
@@ -110,6 +112,7 @@ pub mod c {
     pub const SLEEPS: usize = 14;
     pub const WAKEUPS_SENT: usize = 15;
     pub const COPIED: usize = 16;
+    pub const TO_KERNEL: usize = 17;
 }
 
 const _: () = assert!(T_COUNTERS + COUNTERS.len() <= T_NF_COUNTERS);

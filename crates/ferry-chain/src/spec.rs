@@ -43,6 +43,9 @@ pub struct ChainSpec {
     pub domains: Vec<DomainSpec>,
     #[serde(default)]
     pub ports: Vec<PortSpec>,
+    /// Ways into the kernel stack: TAP devices ferryd creates.
+    #[serde(default)]
+    pub kernel: Vec<KernelSpec>,
     pub nfs: Vec<NfSpec>,
     #[serde(default)]
     pub links: Vec<LinkSpec>,
@@ -82,6 +85,23 @@ pub struct PortSpec {
     /// XDP attach mode: `generic` (default, works everywhere) or `driver`.
     #[serde(default)]
     pub xdp_mode: XdpMode,
+}
+
+/// A hop into the kernel's network stack. AF_XDP cannot hand a frame
+/// back to the stack of the device it came from, so ferryd creates a TAP
+/// device: a frame an NF sends to it is received by the kernel as if it
+/// had arrived on that device (one copy, one write() per frame).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelSpec {
+    pub name: String,
+    #[serde(default)]
+    pub netns: Option<String>,
+    /// The TAP device's name.
+    pub dev: String,
+    /// Addresses to give it (`10.0.9.1/24`), so the stack accepts packets.
+    #[serde(default)]
+    pub addrs: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,6 +295,7 @@ fn valid_name(s: &str) -> bool {
 pub enum Node {
     Nf(usize),
     Port(usize),
+    Kernel(usize),
 }
 
 type Invalid = (Vec<Seg>, String);
@@ -302,6 +323,9 @@ impl ChainSpec {
     pub fn node(&self, name: &str) -> Option<Node> {
         if let Some(i) = self.nfs.iter().position(|n| n.name == name) {
             return Some(Node::Nf(i));
+        }
+        if let Some(i) = self.kernel.iter().position(|k| k.name == name) {
+            return Some(Node::Kernel(i));
         }
         self.ports.iter().position(|p| p.name == name).map(Node::Port)
     }
@@ -354,6 +378,21 @@ impl ChainSpec {
                 return Err((at("queues"), format!("{} must be in 1..=64", p.queues)));
             }
         }
+        for (i, k) in self.kernel.iter().enumerate() {
+            let at = |f| vec![Key("kernel"), Index(i), Key(f)];
+            if !valid_name(&k.name) {
+                return Err((at("name"), bad_name(&k.name)));
+            }
+            if !nodes.insert(k.name.as_str()) {
+                return Err((at("name"), format!("duplicate node name {:?}", k.name)));
+            }
+            if k.dev.is_empty() || k.dev.len() > 15 || k.dev.contains(['/', ' ']) {
+                return Err((at("dev"), format!("{:?} is not a device name", k.dev)));
+            }
+            if let Some(a) = k.addrs.iter().find(|a| !a.contains('/') || a.contains(' ')) {
+                return Err((at("addrs"), format!("{a:?} is not an address/prefix")));
+            }
+        }
         for (i, n) in self.nfs.iter().enumerate() {
             let at = |f| vec![Key("nfs"), Index(i), Key(f)];
             if !valid_name(&n.name) {
@@ -395,7 +434,16 @@ impl ChainSpec {
             let from = self.node(&l.from).ok_or_else(|| (at("from"), format!("unknown node {:?}", l.from)))?;
             let to = self.node(&l.to).ok_or_else(|| (at("to"), format!("unknown node {:?}", l.to)))?;
             let (nf, port) = match (from, to) {
-                (Node::Port(_), Node::Port(_)) => {
+                (Node::Kernel(_), _) => {
+                    return Err((at("from"), "the kernel hop only takes frames (NF -> kernel)".into()))
+                }
+                (Node::Nf(_), Node::Kernel(_)) => {
+                    if l.mode.is_some() {
+                        return Err((at("mode"), "a kernel hop is always a copy (TAP write)".into()));
+                    }
+                    continue;
+                }
+                (Node::Port(_), Node::Port(_) | Node::Kernel(_)) => {
                     return Err((at("to"), "a link joins a port to an NF, never two ports".into()))
                 }
                 (Node::Nf(a), Node::Nf(b)) => {
@@ -508,6 +556,19 @@ links:
     fn a_port_queue_has_one_owner() {
         let bad = GOOD.replace("{ from: y, to: out }", "{ from: y, to: in }");
         assert!(err(&bad).contains("port \"in\" is already used by NF \"x\""), "{}", err(&bad));
+    }
+
+    #[test]
+    fn the_kernel_hop_only_takes_frames() {
+        let with_kernel =
+            GOOD.replace("nfs:\n", "kernel:\n  - { name: host, dev: fk0, addrs: [\"10.0.9.1/24\"] }\nnfs:\n");
+        let ok = with_kernel.replace("{ from: y, to: out }", "{ from: y, to: host }");
+        let c = ChainSpec::from_yaml_str(&ok, "c.yaml").unwrap();
+        assert_eq!(c.node("host"), Some(Node::Kernel(0)));
+        let bad = with_kernel.replace("{ from: in, to: x }", "{ from: host, to: x }");
+        assert!(err(&bad).contains("links[0].from: the kernel hop only takes frames"), "{}", err(&bad));
+        let bad = with_kernel.replace("addrs: [\"10.0.9.1/24\"]", "addrs: [\"10.0.9.1\"]");
+        assert!(err(&bad).contains("kernel[0].addrs"), "{}", err(&bad));
     }
 
     #[test]

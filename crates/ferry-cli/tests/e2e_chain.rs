@@ -361,3 +361,68 @@ links:
     rc.shutdown().unwrap();
     down_and_check(tb);
 }
+
+/// rx packets of `dev` in namespace `ns`, from `ip -s -j link`.
+fn rx_packets(ns: &str, dev: &str) -> u64 {
+    let out = std::process::Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show", dev]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
+    v[0]["stats64"]["rx"]["packets"].as_u64().unwrap_or(0)
+}
+
+/// Out-link to the kernel stack: ferryd's TAP device hands frames to the
+/// kernel as if they had arrived on it.
+#[test]
+fn frames_sent_to_the_kernel_hop_reach_the_kernel_stack() {
+    if !privileged("kernel_hop") {
+        return;
+    }
+    let tb = testbed(PORTS_TESTBED, "chain-kernel.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let dir = TempDir::new("kernel");
+    let yaml = format!(
+        r#"
+name: kernel
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: in, netns: {dut}, netdev: d0 }}
+kernel:
+  - {{ name: host, netns: {dut}, dev: fk0, addrs: ["10.0.9.1/24"] }}
+nfs:
+  - {{ name: x, domain: main, kind: fwd }}
+links:
+  - {{ from: in, to: x }}
+  - {{ from: x, to: host }}
+"#
+    );
+    let (rc, _) = start(&dir, &yaml);
+    let before = rx_packets(&dut, "fk0");
+    let gen = Ferry::spawn(
+        &tb,
+        "gen",
+        &[
+            "gen",
+            "xsk",
+            "--dev",
+            "g0",
+            "--count",
+            "2000",
+            "--rate",
+            "20000",
+            "--dst-mac",
+            "02:00:00:00:01:02",
+            "--json",
+        ],
+    )
+    .wait_json(Duration::from_secs(30));
+    assert_eq!(u(&gen, "/sent"), 2000);
+    wait_until("frames at the kernel's fk0", Duration::from_secs(5), || {
+        rc.status().is_ok_and(|s| c(&s, "x", "to_kernel") == c(&s, "x", "rx_port") && c(&s, "x", "rx_port") > 0)
+    });
+    let st = rc.status().unwrap();
+    let to_kernel = c(&st, "x", "to_kernel");
+    assert!(to_kernel >= 1900, "{}", chainctl::status_table(&st));
+    assert_eq!(rx_packets(&dut, "fk0") - before, to_kernel, "the kernel received every frame on fk0");
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+    down_and_check(tb);
+}

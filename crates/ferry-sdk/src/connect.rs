@@ -27,6 +27,7 @@ pub struct Nf {
     data: HashMap<u32, EventFd>,
     room: HashMap<u32, EventFd>,
     sockets: Mutex<HashMap<(u32, usize), OwnedFd>>,
+    taps: HashMap<usize, Arc<OwnedFd>>,
     stop: Arc<AtomicBool>,
     _ctrl: Arc<UnixStream>,
 }
@@ -70,6 +71,7 @@ impl Nf {
         let mut umem = None;
         let mut region = None;
         let (mut data, mut room, mut sockets) = (HashMap::new(), HashMap::new(), HashMap::new());
+        let mut taps = HashMap::new();
         for (role, fd) in welcome.fds.iter().zip(fds) {
             match role {
                 FdRole::Umem => umem = Some(Arc::new(Umem::from_fd(fd, cfg)?)),
@@ -82,6 +84,9 @@ impl Nf {
                 }
                 FdRole::Xsk { thread, port } => {
                     sockets.insert((*thread, *port), fd);
+                }
+                FdRole::Tap(k) => {
+                    taps.insert(*k, Arc::new(fd));
                 }
             }
         }
@@ -106,7 +111,7 @@ impl Nf {
                 let _ = e.notify(1);
             }
         })?;
-        Ok(Nf { welcome, umem, region, data, room, sockets: Mutex::new(sockets), stop, _ctrl: ctrl })
+        Ok(Nf { welcome, umem, region, data, room, sockets: Mutex::new(sockets), taps, stop, _ctrl: ctrl })
     }
 
     pub fn name(&self) -> &str {
@@ -195,6 +200,12 @@ impl Nf {
                         .collect::<Result<_, _>>()?,
                 },
                 OutLink::Copy { ring, tid, .. } => Out::Copy { target: self.target(*tid, *ring, plan.tid)? },
+                OutLink::Kernel { kernel } => Out::Kernel {
+                    tap: self.taps.get(kernel).cloned().ok_or(SdkError::Refused {
+                        nf: w.nf.name.clone(),
+                        message: format!("no TAP fd for kernel hop {kernel}"),
+                    })?,
+                },
                 OutLink::Port { port } => Out::Port {
                     sock: *port_slot.get(port).ok_or(SdkError::Refused {
                         nf: w.nf.name.clone(),

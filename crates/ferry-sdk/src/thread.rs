@@ -27,9 +27,19 @@ pub(crate) struct Target {
 }
 
 pub(crate) enum Out {
-    Nf { targets: Vec<Target> },
-    Copy { target: Target },
-    Port { sock: usize },
+    Nf {
+        targets: Vec<Target>,
+    },
+    Copy {
+        target: Target,
+    },
+    Port {
+        sock: usize,
+    },
+    /// The kernel stack, through a TAP device (one write per frame).
+    Kernel {
+        tap: Arc<std::os::fd::OwnedFd>,
+    },
 }
 
 pub(crate) struct PortSock {
@@ -155,6 +165,21 @@ impl NfThread {
                 target.pending.push(Desc { addr, len, next_hop: hop as u16, flags: 0 });
                 (target.pending.len() >= batch).then_some(Some((hop, 0)))
             }
+            Some(Out::Kernel { tap }) => {
+                use std::os::fd::AsRawFd;
+                // SAFETY: writes `len` bytes of a frame we own.
+                let r = unsafe {
+                    libc::write(
+                        tap.as_raw_fd(),
+                        self.umem.base().add(addr as usize) as *const libc::c_void,
+                        len as usize,
+                    )
+                };
+                let counter = if r == len as isize { c::TO_KERNEL } else { c::DROP_FULL };
+                self.count(counter, 1);
+                self.cache.free(addr);
+                None
+            }
             Some(Out::Port { sock }) => {
                 let s = *sock;
                 self.ports[s].pending.push(XdpDesc { addr, len, options: 0 });
@@ -199,7 +224,7 @@ impl NfThread {
         match &mut self.outs[out] {
             Out::Nf { targets } => &mut targets[t],
             Out::Copy { target } => target,
-            Out::Port { .. } => unreachable!("ports have no ring target"),
+            Out::Port { .. } | Out::Kernel { .. } => unreachable!("no ring target"),
         }
     }
 
@@ -290,7 +315,7 @@ impl NfThread {
             let targets = match &self.outs[o] {
                 Out::Nf { targets } => targets.len(),
                 Out::Copy { .. } => 1,
-                Out::Port { .. } => 0,
+                Out::Port { .. } | Out::Kernel { .. } => 0,
             };
             for t in 0..targets {
                 if let Some(b) = self.flush_target(o, t) {

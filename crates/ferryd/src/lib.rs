@@ -21,6 +21,7 @@ mod domain;
 mod ports;
 mod server;
 mod spawn;
+mod tap;
 
 pub use server::{run, socket_for, Daemon, Options};
 pub use spawn::{lookup_user, process_gone};

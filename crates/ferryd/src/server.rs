@@ -20,6 +20,7 @@ use crate::bridge;
 use crate::domain::Domain;
 use crate::ports::{Port, XSK_RINGS};
 use crate::spawn;
+use crate::tap::Tap;
 
 /// What `ferryd` is started with.
 #[derive(Debug, Clone)]
@@ -44,6 +45,7 @@ pub struct Daemon {
     pub socket: PathBuf,
     pub domains: Vec<Domain>,
     ports: Vec<Option<Mutex<Port>>>,
+    taps: Vec<Tap>,
     nfs: Vec<Mutex<NfState>>,
     ferry_bin: Option<PathBuf>,
     spawn: bool,
@@ -123,13 +125,14 @@ impl Daemon {
                 None => None,
             });
         }
+        let taps = plan.kernel.iter().map(Tap::create).collect::<Result<Vec<_>>>()?;
         let nfs = plan.nfs.iter().map(|_| Mutex::new(NfState::default())).collect();
         let ferry_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
             Some(spawn::ferry_bin()?)
         } else {
             None
         };
-        Ok(Daemon { plan, socket, domains, ports, nfs, ferry_bin, spawn, stop: AtomicBool::new(false) })
+        Ok(Daemon { plan, socket, domains, ports, taps, nfs, ferry_bin, spawn, stop: AtomicBool::new(false) })
     }
 
     fn listen(&self) -> Result<UnixListener> {
@@ -284,6 +287,12 @@ impl Daemon {
         for (role, s) in &sockets {
             roles.push(role.clone());
             fds.push(s.as_raw_fd());
+        }
+        for o in &nf.outs {
+            if let ferry_chain::plan::OutLink::Kernel { kernel } = o {
+                roles.push(FdRole::Tap(*kernel));
+                fds.push(self.taps[*kernel].fd.as_raw_fd());
+            }
         }
         for t in &nf.threads {
             let b = dom.block(t.tid);
