@@ -1,6 +1,9 @@
 //! BPF_PROG_TEST_RUN tables: for each program, input frame → expected
 //! action and output bytes, plus the verdict counters it must have bumped.
 
+mod common;
+
+use common::{privileged, udp_frame};
 use ferry_bpf::{test_run, GenConfig, LoadedXdp, Object, SLOT_MALFORMED};
 
 const XDP_ABORTED: u32 = 0;
@@ -9,26 +12,6 @@ const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 const XDP_REDIRECT: u32 = 4;
 
-/// Loading BPF needs root; without it the test is skipped, except in CI.
-fn privileged() -> bool {
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "BPF tests need root (CAP_BPF, CAP_NET_ADMIN) in CI");
-    eprintln!("skipping: BPF tests need root");
-    false
-}
-
-/// A 60-byte UDP frame: dst 02:..:02, src 02:..:01, 10.0.0.1:1000 → 10.0.0.2:2000.
-fn udp_frame() -> Vec<u8> {
-    let mut f = vec![
-        0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01, 0x08, 0x00, // ethernet
-        0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, // ipv4 (csum unchecked here)
-        0x03, 0xe8, 0x07, 0xd0, 0, 26, 0, 0, // udp
-    ];
-    f.resize(60, 0);
-    f
-}
 
 struct Case {
     name: &'static str,

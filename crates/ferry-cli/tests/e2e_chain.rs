@@ -63,6 +63,37 @@ links:
     b: { ns: sink, dev: s0, mac: "02:00:00:00:02:01" }
 "#;
 
+/// Sends `count` UDP frames (64 flows) from g0 to d0's MAC at `rate` pps
+/// and checks the generator sent them all.
+fn send_from_gen(tb: &ferry_testbed::Testbed, count: u64, rate: u64) {
+    let (count_s, rate_s) = (count.to_string(), rate.to_string());
+    let args = [
+        "gen",
+        "xsk",
+        "--dev",
+        "g0",
+        "--count",
+        &count_s,
+        "--rate",
+        &rate_s,
+        "--dst-mac",
+        "02:00:00:00:01:02",
+        "--set",
+        "flows=64",
+        "--json",
+    ];
+    let gen = Ferry::spawn(tb, "gen", &args).wait_json(Duration::from_secs(60));
+    assert_eq!(u(&gen, "/sent"), count, "{gen:#}");
+}
+
+/// `send_from_gen` with an AF_XDP sink on s0; returns the sink's report.
+fn generator_to_sink(tb: &ferry_testbed::Testbed, count: u64, rate: u64) -> serde_json::Value {
+    let mut sink = Ferry::spawn(tb, "sink", &["sink", "--dev", "s0", "--idle-exit", "1500ms", "--json"]);
+    wait_attached(tb, "sink", "s0", &mut sink);
+    send_from_gen(tb, count, rate);
+    sink.wait_json(Duration::from_secs(30))
+}
+
 #[test]
 fn fan_out_and_fan_in_forward_generator_traffic_with_consistent_counters() {
     if !privileged("fan_out_and_fan_in") {
@@ -97,31 +128,8 @@ links:
     for nf in ["s", "a", "b", "c"] {
         assert_unprivileged(pid_of(&st, nf));
     }
-    let mut sink = Ferry::spawn(&tb, "sink", &["sink", "--dev", "s0", "--idle-exit", "1500ms", "--json"]);
-    wait_attached(&tb, "sink", "s0", &mut sink);
     let sent = 20_000u64;
-    let gen = Ferry::spawn(
-        &tb,
-        "gen",
-        &[
-            "gen",
-            "xsk",
-            "--dev",
-            "g0",
-            "--count",
-            "20000",
-            "--rate",
-            "20000",
-            "--dst-mac",
-            "02:00:00:00:01:02",
-            "--set",
-            "flows=64",
-            "--json",
-        ],
-    )
-    .wait_json(Duration::from_secs(30));
-    assert_eq!(u(&gen, "/sent"), sent, "{gen:#}");
-    let report = sink.wait_json(Duration::from_secs(30));
+    let report = generator_to_sink(&tb, sent, 20_000);
     let got = u(&report, "/packets");
     let st = rc.status().unwrap();
     eprintln!("{}", chainctl::status_table(&st));
@@ -326,28 +334,7 @@ links:
 "#
     );
     let (rc, _) = start(&dir, &yaml);
-    let mut sink = Ferry::spawn(&tb, "sink", &["sink", "--dev", "s0", "--idle-exit", "1500ms", "--json"]);
-    wait_attached(&tb, "sink", "s0", &mut sink);
-    let gen = Ferry::spawn(
-        &tb,
-        "gen",
-        &[
-            "gen",
-            "xsk",
-            "--dev",
-            "g0",
-            "--count",
-            "5000",
-            "--rate",
-            "10000",
-            "--dst-mac",
-            "02:00:00:00:01:02",
-            "--json",
-        ],
-    )
-    .wait_json(Duration::from_secs(30));
-    assert_eq!(u(&gen, "/sent"), 5000);
-    let report = sink.wait_json(Duration::from_secs(30));
+    let report = generator_to_sink(&tb, 5000, 10_000);
     let got = u(&report, "/packets");
     let st = rc.status().unwrap();
     let legacy = legacy.stop_json();
@@ -396,25 +383,7 @@ links:
     );
     let (rc, _) = start(&dir, &yaml);
     let before = rx_packets(&dut, "fk0");
-    let gen = Ferry::spawn(
-        &tb,
-        "gen",
-        &[
-            "gen",
-            "xsk",
-            "--dev",
-            "g0",
-            "--count",
-            "2000",
-            "--rate",
-            "20000",
-            "--dst-mac",
-            "02:00:00:00:01:02",
-            "--json",
-        ],
-    )
-    .wait_json(Duration::from_secs(30));
-    assert_eq!(u(&gen, "/sent"), 2000);
+    send_from_gen(&tb, 2000, 20000);
     wait_until("frames at the kernel's fk0", Duration::from_secs(5), || {
         rc.status().is_ok_and(|s| c(&s, "x", "to_kernel") == c(&s, "x", "rx_port") && c(&s, "x", "rx_port") > 0)
     });
