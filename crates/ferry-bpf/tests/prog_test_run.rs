@@ -12,7 +12,6 @@ const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 const XDP_REDIRECT: u32 = 4;
 
-
 struct Case {
     name: &'static str,
     program: &'static str,
