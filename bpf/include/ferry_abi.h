@@ -10,6 +10,7 @@
 #define FERRY_ABI_H
 
 #include <linux/types.h>
+#include <linux/bpf.h>
 
 /* Payload stamp written by every Ferry generator right after the L4 header. */
 #define FERRY_STAMP_MAGIC 0x7946
@@ -56,5 +57,147 @@ struct ferry_gen_state {
 	__u64 next_ns;   /* pacing: earliest time of the next frame */
 };
 _Static_assert(sizeof(struct ferry_gen_state) == 24, "ferry_gen_state layout");
+
+/*
+ * The run-time programmable stage pipeline (bpf/pipeline.bpf.c): P4SFC's
+ * dynamic data plane on XDP. Every struct is mirrored in
+ * crates/ferry-bpf/src/pipeline.rs with compile-time size checks.
+ */
+#define FERRY_PL_STAGES 4
+/* next_stage value: the chain ends here (a forward element decides first). */
+#define FERRY_PL_END 0xff
+/* Most stage passes of one packet (recirculations by tail call + 1). */
+#define FERRY_PL_MAX_PASSES 8
+#define FERRY_PL_ACL_MAX_RULES 32
+
+enum ferry_pl_element {
+	FERRY_EL_NONE = 0,
+	FERRY_EL_ACL = 1,
+	FERRY_EL_COUNTER = 2,
+	FERRY_EL_FLOWMON = 3,
+	FERRY_EL_REWRITE = 4,
+	FERRY_EL_POLICER = 5,
+	FERRY_EL_FORWARD = 6,
+};
+
+/* Where a packet arriving on an ifindex starts: stage-control table. */
+struct ferry_pl_entry {
+	__u32 chain;
+	__u32 nf;
+	__u32 stage;
+	__u32 _pad;
+};
+
+/* Key of every per-stage element-control map and of isolation. */
+struct ferry_pl_key {
+	__u32 chain;
+	__u32 nf;
+};
+
+/* Element-control value: what runs at this stage for (chain, nf). */
+struct ferry_pl_ctl {
+	__u32 element;
+	__u32 config;
+	__u8 nf_complete;
+	__u8 next_stage;
+	__u16 _pad;
+	__u32 next_nf;
+};
+
+/* ACL rule; all fields network order; prefix lengths 0..32. */
+#define FERRY_ACL_ALLOW 0
+#define FERRY_ACL_DENY 1
+struct ferry_pl_acl_key {
+	__u32 config;
+	__u32 rule;
+};
+struct ferry_pl_acl_rule {
+	__be32 src;
+	__be32 dst;
+	__u8 src_plen;
+	__u8 dst_plen;
+	__u8 proto; /* 0 = any */
+	__u8 action;
+	__u16 sport_lo; /* host order, inclusive */
+	__u16 sport_hi;
+	__u16 dport_lo;
+	__u16 dport_hi;
+};
+struct ferry_pl_acl_meta {
+	__u32 rules;
+	__u32 default_action;
+};
+
+struct ferry_pl_count {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* Flow monitor key: config + IPv4 5-tuple. */
+struct ferry_pl_flow_key {
+	__u32 config;
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 _pad[3];
+};
+
+#define FERRY_RW_SRC_IP (1 << 0)
+#define FERRY_RW_DST_IP (1 << 1)
+#define FERRY_RW_SPORT (1 << 2)
+#define FERRY_RW_DPORT (1 << 3)
+#define FERRY_RW_SRC_MAC (1 << 4)
+#define FERRY_RW_DST_MAC (1 << 5)
+struct ferry_pl_rewrite {
+	__u32 fields;
+	__be32 src_ip;
+	__be32 dst_ip;
+	__be16 sport;
+	__be16 dport;
+	__u8 src_mac[6];
+	__u8 dst_mac[6];
+};
+
+/* Token bucket in packets. */
+struct ferry_pl_policer {
+	struct bpf_spin_lock lock;
+	__u32 _pad;
+	__u64 rate_pps;
+	__u64 burst;
+	__u64 tokens_milli; /* thousandths of a token */
+	__u64 last_ns;
+};
+
+#define FERRY_FWD_DROP 0
+#define FERRY_FWD_TX 1
+#define FERRY_FWD_REDIRECT 2
+#define FERRY_FWD_XSK 3
+#define FERRY_FWD_PASS 4
+struct ferry_pl_forward {
+	__u32 action;
+	__u32 ifindex; /* FERRY_FWD_REDIRECT: key in ferry_pl_devs */
+};
+
+/* Written in front of frames sent to an AF_XDP slow path (XDP metadata). */
+#define FERRY_SLOW_NO_RULE 1
+#define FERRY_SLOW_FORWARDED 2
+struct ferry_pl_slow_meta {
+	__u32 reason;
+	__u32 chain;
+	__u32 nf;
+	__u32 stage;
+};
+
+/* Per-CPU state carried across a recirculation (tail call). */
+struct ferry_pl_state {
+	__u32 chain;
+	__u32 nf;
+	__u32 stage;
+	__u32 passes;
+	__u32 recirculating;
+	__u32 _pad;
+};
 
 #endif

@@ -12,6 +12,47 @@
 #include <linux/ip.h>
 #include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+/* From <linux/in.h>, which drags in libc headers a BPF build cannot use. */
+#ifndef IPPROTO_TCP
+#define IPPROTO_ICMP 1
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#endif
+
+/*
+ * IPv6, TCP and ICMP headers declared here: <linux/ipv6.h> and <linux/tcp.h>
+ * include libc headers too. Same layouts as the kernel's.
+ */
+struct ferry_ipv6hdr {
+	__u8 vtc;
+	__u8 flow[3];
+	__be16 payload_len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+struct ferry_tcphdr {
+	__be16 source;
+	__be16 dest;
+	__be32 seq;
+	__be32 ack_seq;
+	__u8 doff_res; /* data offset in the high nibble */
+	__u8 flags;
+	__be16 window;
+	__sum16 check;
+	__be16 urg_ptr;
+};
+
+struct ferry_icmphdr {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be32 rest;
+};
 
 struct ferry_cursor {
 	void *pos;
@@ -50,6 +91,137 @@ static __always_inline struct udphdr *ferry_parse_udp(struct ferry_cursor *c)
 		return NULL;
 	c->pos = udp + 1;
 	return udp;
+}
+
+/* One 802.1Q/802.1ad tag; returns the inner ethertype (network order). */
+struct ferry_vlan {
+	__be16 tci;
+	__be16 proto;
+};
+
+static __always_inline struct ferry_vlan *ferry_parse_vlan(struct ferry_cursor *c)
+{
+	struct ferry_vlan *v = c->pos;
+
+	if ((void *)(v + 1) > c->end)
+		return NULL;
+	c->pos = v + 1;
+	return v;
+}
+
+static __always_inline struct ferry_ipv6hdr *ferry_parse_ipv6(struct ferry_cursor *c)
+{
+	struct ferry_ipv6hdr *ip6 = c->pos;
+
+	if ((void *)(ip6 + 1) > c->end)
+		return NULL;
+	c->pos = ip6 + 1;
+	return ip6;
+}
+
+static __always_inline struct ferry_tcphdr *ferry_parse_tcp(struct ferry_cursor *c)
+{
+	struct ferry_tcphdr *tcp = c->pos;
+	__u32 hlen;
+
+	if ((void *)(tcp + 1) > c->end)
+		return NULL;
+	hlen = (tcp->doff_res >> 4) * 4;
+	if (hlen < sizeof(*tcp) || c->pos + hlen > c->end)
+		return NULL;
+	c->pos += hlen;
+	return tcp;
+}
+
+static __always_inline struct ferry_icmphdr *ferry_parse_icmp(struct ferry_cursor *c)
+{
+	struct ferry_icmphdr *icmp = c->pos;
+
+	if ((void *)(icmp + 1) > c->end)
+		return NULL;
+	c->pos = icmp + 1;
+	return icmp;
+}
+
+/*
+ * A frame parsed to L4. `ok` is 0 for a frame too short for a header it
+ * announces (the caller counts it as malformed). Non-IP frames, IPv4
+ * fragments after the first and unknown L4 protocols parse fine with
+ * the fields they have (l4 == NULL, ports 0).
+ */
+struct ferry_pkt {
+	struct ethhdr *eth;
+	struct iphdr *ip4;
+	struct ferry_ipv6hdr *ip6;
+	void *l4;
+	__be16 ethertype;
+	__u8 proto;
+	__u8 ok;
+	/* IPv4 only, network order; 0 otherwise. */
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+};
+
+static __always_inline void ferry_parse_l4(struct ferry_cursor *c, struct ferry_pkt *p)
+{
+	struct ferry_vlan *v;
+	struct ferry_tcphdr *tcp;
+	struct udphdr *udp;
+
+	__builtin_memset(p, 0, sizeof(*p));
+	p->eth = ferry_parse_eth(c);
+	if (!p->eth)
+		return;
+	p->ethertype = p->eth->h_proto;
+	if (p->ethertype == bpf_htons(ETH_P_8021Q) || p->ethertype == bpf_htons(ETH_P_8021AD)) {
+		v = ferry_parse_vlan(c);
+		if (!v)
+			return;
+		p->ethertype = v->proto;
+	}
+	if (p->ethertype == bpf_htons(ETH_P_IP)) {
+		p->ip4 = ferry_parse_ipv4(c);
+		if (!p->ip4)
+			return;
+		p->proto = p->ip4->protocol;
+		p->saddr = p->ip4->saddr;
+		p->daddr = p->ip4->daddr;
+		/* Later fragments carry no L4 header. */
+		if (p->ip4->frag_off & bpf_htons(0x1fff)) {
+			p->ok = 1;
+			return;
+		}
+	} else if (p->ethertype == bpf_htons(ETH_P_IPV6)) {
+		p->ip6 = ferry_parse_ipv6(c);
+		if (!p->ip6)
+			return;
+		p->proto = p->ip6->nexthdr;
+	} else {
+		p->ok = 1;
+		return;
+	}
+	if (p->proto == IPPROTO_TCP) {
+		tcp = ferry_parse_tcp(c);
+		if (!tcp)
+			return;
+		p->l4 = tcp;
+		p->sport = tcp->source;
+		p->dport = tcp->dest;
+	} else if (p->proto == IPPROTO_UDP) {
+		udp = ferry_parse_udp(c);
+		if (!udp)
+			return;
+		p->l4 = udp;
+		p->sport = udp->source;
+		p->dport = udp->dest;
+	} else if (p->proto == IPPROTO_ICMP) {
+		p->l4 = ferry_parse_icmp(c);
+		if (!p->l4)
+			return;
+	}
+	p->ok = 1;
 }
 
 static __always_inline void ferry_swap_macs(struct ethhdr *eth)

@@ -77,6 +77,23 @@ impl LoadedXdp {
         Ok(loaded)
     }
 
+    /// Attaches the already loaded program to one more device.
+    pub fn attach_to(&mut self, ifindex: u32, mode: AttachMode) -> Result<(), BpfError> {
+        let name = self.program.clone();
+        let prog = xdp_mut(&mut self.ebpf, self.object, &name)?;
+        prog.attach_to_if_index(ifindex, mode.flags()).map_err(|source| BpfError::Program { name, source })?;
+        Ok(())
+    }
+
+    /// The loaded object, for typed map access by the program's own module.
+    pub(crate) fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    pub(crate) fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
     /// The program's fd, for BPF_PROG_RUN.
     pub fn program_fd(&self) -> Result<BorrowedFd<'_>, BpfError> {
         let prog: &Xdp = self

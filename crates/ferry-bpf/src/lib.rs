@@ -7,6 +7,7 @@
 
 pub mod abi;
 mod attach;
+pub mod pipeline;
 mod test_run;
 
 pub use abi::{GenConfig, GenState, Verdicts, SLOT_MALFORMED, VERDICT_NAMES, VERDICT_SLOTS};
@@ -25,6 +26,8 @@ pub enum Object {
     /// `xdp_redirect.bpf.c`: forwards every frame out of one device (a
     /// DEVMAP entry), the kernel-only l2fwd of the kernel-chain baseline.
     Redirect,
+    /// `pipeline.bpf.c`: the run-time programmable stage pipeline.
+    Pipeline,
 }
 
 /// ELF parsing needs the bytes 8-byte aligned; `include_bytes!` alone only
@@ -38,6 +41,7 @@ static XSK_REDIRECT: &Aligned<[u8]> =
     &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xsk_redirect.bpf.o")) };
 static BASIC: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_basic.bpf.o")) };
 static GEN: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_gen.bpf.o")) };
+static PIPELINE: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/pipeline.bpf.o")) };
 static REDIRECT: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.bpf.o")) };
 
 impl Object {
@@ -48,6 +52,7 @@ impl Object {
             Object::Basic => &BASIC.bytes,
             Object::Gen => &GEN.bytes,
             Object::Redirect => &REDIRECT.bytes,
+            Object::Pipeline => &PIPELINE.bytes,
         }
     }
 }
@@ -97,4 +102,6 @@ pub enum BpfError {
     },
     #[error("no such device {0}")]
     NoDevice(String),
+    #[error("bad configuration: {0}")]
+    Config(String),
 }

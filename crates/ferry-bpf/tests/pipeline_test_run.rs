@@ -1,0 +1,207 @@
+//! `ferry_pipeline` (bpf/pipeline.bpf.c): BPF_PROG_TEST_RUN tables. Test
+//! runs without a context see the frame arrive on the loopback device
+//! (ifindex 1), so chains are deployed for ifindex 1. The output of a test
+//! run starts with the XDP metadata, if the program wrote any.
+
+mod common;
+
+use common::privileged;
+use ferry_bpf::pipeline::*;
+use ferry_bpf::{test_run, SLOT_MALFORMED};
+use ferry_wire::{build_frame, verify_checksums, FiveTuple, FrameSpec, L4Proto};
+
+const XDP_ABORTED: u32 = 0;
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+const LO: u32 = 1;
+
+fn frame(proto: L4Proto, dport: u16) -> Vec<u8> {
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 80 };
+    let t = FiveTuple {
+        src_ip: [10, 0, 0, 1].into(),
+        dst_ip: [10, 0, 1, 2].into(),
+        src_port: 1000,
+        dst_port: dport,
+        proto,
+    };
+    let mut f = vec![0u8; 80];
+    build_frame(&spec, &t, None, &mut f).unwrap();
+    f
+}
+
+fn el(kind: ElementKind, config: u32, nf: u32) -> Element {
+    Element { kind, config, nf }
+}
+
+fn run(p: &Pipeline, f: &[u8]) -> (u32, Vec<u8>) {
+    let out = test_run(p.program().program_fd().unwrap(), f, 1).unwrap();
+    (out.action, out.data)
+}
+
+fn verdict(p: &Pipeline, slot: usize) -> u64 {
+    p.program().verdicts().unwrap().packets[slot]
+}
+
+fn loaded() -> Pipeline {
+    Pipeline::load().expect("load the pipeline (verifier)")
+}
+
+#[test]
+fn unknown_ingress_goes_to_the_kernel() {
+    if !privileged() {
+        return;
+    }
+    let p = loaded();
+    assert_eq!(run(&p, &frame(L4Proto::Udp, 53)).0, XDP_PASS);
+    assert_eq!(verdict(&p, XDP_PASS as usize), 1);
+}
+
+#[test]
+fn firewall_counter_forward_chain() {
+    if !privileged() {
+        return;
+    }
+    let mut p = loaded();
+    // NF 1 = firewall (ACL), NF 2 = monitor (counter, flows), NF 3 = forwarder.
+    let deny_dns = AclRule { proto: 17, dport_lo: 53, dport_hi: 53, action: ACL_DENY, ..AclRule::any(ACL_DENY) };
+    p.set_acl(1, &[deny_dns], ACL_ALLOW).unwrap();
+    p.set_forward(1, Forward { action: FWD_TX, ifindex: 0 }).unwrap();
+    let chain = [
+        el(ElementKind::Acl, 1, 1),
+        el(ElementKind::Counter, 7, 2),
+        el(ElementKind::FlowMonitor, 7, 2),
+        el(ElementKind::Forward, 1, 3),
+    ];
+    p.deploy(10, LO, &chain).unwrap();
+    let dns = frame(L4Proto::Udp, 53);
+    assert_eq!(run(&p, &dns).0, XDP_DROP, "denied by the ACL");
+    let web = frame(L4Proto::Tcp, 80);
+    let (action, out) = run(&p, &web);
+    assert_eq!(action, XDP_TX);
+    assert_eq!(&out[..6], &web[6..12], "TX swaps the MACs");
+    assert_eq!(&out[12..], &web[12..], "and changes nothing else");
+    assert_eq!(p.counter(7).unwrap(), PlCount { packets: 1, bytes: web.len() as u64 });
+    let flows = p.flows(7).unwrap();
+    assert_eq!(flows.len(), 1);
+    assert_eq!((u16::from_be(flows[0].0.dport), flows[0].1.packets), (80, 1));
+    assert_eq!(verdict(&p, XDP_DROP as usize) + verdict(&p, XDP_TX as usize), 2, "one verdict per frame");
+}
+
+#[test]
+fn rewrite_keeps_checksums_valid() {
+    if !privileged() {
+        return;
+    }
+    let mut p = loaded();
+    let rw = Rewrite {
+        fields: RW_DST_IP | RW_DPORT | RW_DST_MAC,
+        dst_ip: u32::from_ne_bytes([192, 168, 7, 9]),
+        dport: 8080u16.to_be(),
+        dst_mac: [2, 0, 0, 0, 0, 0x99],
+        ..Default::default()
+    };
+    p.set_rewrite(3, rw).unwrap();
+    p.set_forward(2, Forward { action: FWD_PASS, ifindex: 0 }).unwrap();
+    p.deploy(11, LO, &[el(ElementKind::Rewrite, 3, 1), el(ElementKind::Forward, 2, 1)]).unwrap();
+    let f = frame(L4Proto::Tcp, 80);
+    assert!(verify_checksums(&f).unwrap());
+    let (action, out) = run(&p, &f);
+    assert_eq!(action, XDP_PASS);
+    assert_eq!(&out[..6], &[2, 0, 0, 0, 0, 0x99]);
+    assert_eq!(&out[30..34], &[192, 168, 7, 9], "destination address");
+    assert_eq!(&out[36..38], &8080u16.to_be_bytes(), "destination port");
+    assert!(verify_checksums(&out).unwrap(), "IPv4 and TCP checksums updated incrementally");
+}
+
+#[test]
+fn chains_longer_than_the_stages_recirculate() {
+    if !privileged() {
+        return;
+    }
+    let mut p = loaded();
+    p.set_forward(4, Forward { action: FWD_DROP, ifindex: 0 }).unwrap();
+    // Nine elements over four stages: three passes, two tail calls.
+    let mut chain: Vec<Element> = (0..8).map(|i| el(ElementKind::Counter, 20 + i, 1 + i)).collect();
+    chain.push(el(ElementKind::Forward, 4, 9));
+    p.deploy(12, LO, &chain).unwrap();
+    assert_eq!(run(&p, &frame(L4Proto::Udp, 9)).0, XDP_DROP);
+    for i in 0..8 {
+        assert_eq!(p.counter(20 + i).unwrap().packets, 1, "counter {i}");
+    }
+    assert_eq!(verdict(&p, XDP_DROP as usize), 1);
+}
+
+#[test]
+fn missing_stage_entry_goes_to_the_slow_path_with_metadata() {
+    if !privileged() {
+        return;
+    }
+    let mut p = loaded();
+    // Stage 1 of NF 2 has no entry: the slow path (no AF_XDP socket on
+    // this queue, so the kernel) gets it, with the reason in the metadata.
+    p.set_ctl(
+        0,
+        PlKey { chain: 13, nf: 1 },
+        PlCtl { element: ElementKind::Counter as u32, config: 30, nf_complete: 1, next_stage: 1, next_nf: 2, _pad: 0 },
+    )
+    .unwrap();
+    p.set_entry(LO, PlEntry { chain: 13, nf: 1, stage: 0, _pad: 0 }).unwrap();
+    let f = frame(L4Proto::Udp, 9);
+    let (action, out) = run(&p, &f);
+    assert_eq!(action, XDP_PASS);
+    let meta: Vec<u32> = out[..16].chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(meta, vec![SLOW_NO_RULE, 13, 2, 1], "reason, chain, NF, stage");
+    assert_eq!(&out[16..], &f[..]);
+}
+
+#[test]
+fn policer_drops_beyond_the_burst() {
+    if !privileged() {
+        return;
+    }
+    let mut p = loaded();
+    p.set_policer(5, 0, 2).unwrap();
+    p.set_forward(5, Forward { action: FWD_PASS, ifindex: 0 }).unwrap();
+    p.deploy(14, LO, &[el(ElementKind::Policer, 5, 1), el(ElementKind::Forward, 5, 1)]).unwrap();
+    let f = frame(L4Proto::Udp, 9);
+    let actions: Vec<u32> = (0..4).map(|_| run(&p, &f).0).collect();
+    assert_eq!(actions, vec![XDP_PASS, XDP_PASS, XDP_DROP, XDP_DROP], "burst of 2, no refill at rate 0");
+}
+
+#[test]
+fn malformed_frames_are_counted_and_dropped() {
+    if !privileged() {
+        return;
+    }
+    let mut p = loaded();
+    p.set_forward(6, Forward { action: FWD_PASS, ifindex: 0 }).unwrap();
+    p.deploy(15, LO, &[el(ElementKind::Forward, 6, 1)]).unwrap();
+    let mut f = frame(L4Proto::Tcp, 80);
+    f.truncate(40); // IPv4 header, then half a TCP header
+    let (action, _) = run(&p, &f);
+    assert_eq!(action, XDP_DROP);
+    assert_eq!(verdict(&p, SLOT_MALFORMED), 1);
+    assert_eq!(verdict(&p, XDP_ABORTED as usize), 0);
+}
+
+#[test]
+fn removing_a_chain_leaves_the_others_alone() {
+    if !privileged() {
+        return;
+    }
+    let mut p = loaded();
+    p.set_forward(7, Forward { action: FWD_DROP, ifindex: 0 }).unwrap();
+    let a = [el(ElementKind::Counter, 40, 1), el(ElementKind::Forward, 7, 1)];
+    let b = [el(ElementKind::Counter, 41, 1), el(ElementKind::Forward, 7, 1)];
+    p.deploy(1, LO, &a).unwrap();
+    // Chain 2 enters on another ifindex; same NF id, other chain: isolated.
+    p.deploy(2, 999, &b).unwrap();
+    p.remove(2, 999, &b).unwrap();
+    assert_eq!(run(&p, &frame(L4Proto::Udp, 9)).0, XDP_DROP);
+    assert_eq!(p.counter(40).unwrap().packets, 1);
+    assert_eq!(p.counter(41).unwrap().packets, 0);
+    // Two elements of one NF at one stage cannot be expressed.
+    let long: Vec<Element> = (0..5).map(|i| el(ElementKind::Counter, 50 + i, 1)).collect();
+    assert!(p.deploy(3, 998, &long).is_err());
+}
