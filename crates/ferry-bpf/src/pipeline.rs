@@ -392,7 +392,7 @@ impl Pipeline {
             let ctl = PlCtl {
                 element: e.kind as u32,
                 config: e.config,
-                nf_complete: next.map_or(true, |n| n.nf != e.nf) as u8,
+                nf_complete: !matches!(next, Some(n) if n.nf == e.nf) as u8,
                 next_stage: if next.is_some() { ((i as u32 + 1) % STAGES) as u8 } else { END },
                 next_nf: next.map_or(e.nf, |n| n.nf),
                 _pad: 0,
