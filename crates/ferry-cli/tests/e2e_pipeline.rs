@@ -1,0 +1,94 @@
+//! The XDP stage pipeline under live traffic: deploying and removing other
+//! chains (map updates only) while one chain forwards costs it nothing.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::*;
+use ferry_bpf::pipeline::{Element, ElementKind, Forward, Pipeline, FWD_DROP, FWD_TX};
+use ferry_bpf::{AttachMode, LoadedXdp, Object};
+
+const TESTBED: &str = r#"
+name: pipeline-e2e
+namespaces:
+  - name: gen
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: dut
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+links:
+  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
+    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
+"#;
+
+#[test]
+fn deploying_and_removing_chains_loses_nothing_on_a_running_chain() {
+    if !privileged("pipeline_reconfiguration_under_load") {
+        return;
+    }
+    let tb = testbed(TESTBED, "pipeline-e2e.yaml");
+    let (gen_ns, dut_ns) = (tb.ns_name("gen").to_string(), tb.ns_name("dut").to_string());
+    // The far end counts what comes back.
+    let returned = ferry_testbed::in_netns(Some(&gen_ns), || {
+        let ifindex = ferry_xsk::ifindex("g0").expect("g0");
+        LoadedXdp::attach(Object::Basic, "ferry_drop", ifindex, AttachMode::Driver).expect("attach the counting drop")
+    })
+    .unwrap();
+    let (mut pl, d0) = ferry_testbed::in_netns(Some(&dut_ns), || {
+        let ifindex = ferry_xsk::ifindex("d0").expect("d0");
+        let mut pl = Pipeline::load().expect("load the pipeline");
+        pl.attach(ifindex, AttachMode::Driver).expect("attach the pipeline");
+        (pl, ifindex)
+    })
+    .unwrap();
+    // Chain 1 on d0: count, send back.
+    pl.set_forward(1, Forward { action: FWD_TX, ifindex: 0 }).unwrap();
+    let a = [
+        Element { kind: ElementKind::Counter, config: 1, nf: 1 },
+        Element { kind: ElementKind::Forward, config: 1, nf: 2 },
+    ];
+    pl.deploy(1, d0, &a).unwrap();
+    pl.set_forward(2, Forward { action: FWD_DROP, ifindex: 0 }).unwrap();
+    let b: Vec<Element> = (0..6)
+        .map(|i| Element { kind: ElementKind::Counter, config: 10 + i, nf: i + 1 })
+        .chain([Element { kind: ElementKind::Forward, config: 2, nf: 7 }])
+        .collect();
+
+    let gen = Ferry::spawn(
+        &tb,
+        "gen",
+        &["gen", "live", "--dev", "g0", "--count", "300000", "--rate", "150000", "--dst-mac", "02:00:00:00:01:02"],
+    );
+    // While chain 1 carries traffic, deploy and remove chain 2 (entering on
+    // other ifindexes, sharing stages, NF ids and element tables) again and again.
+    let done = AtomicBool::new(false);
+    let mut cycles = 0u32;
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let r = gen.wait_json(Duration::from_secs(60));
+            done.store(true, Ordering::Release);
+            r
+        });
+        while !done.load(Ordering::Acquire) {
+            let ingress = 1000 + cycles % 7;
+            pl.deploy(2, ingress, &b).unwrap();
+            pl.remove(2, ingress, &b).unwrap();
+            cycles += 1;
+        }
+        let report = waiter.join().unwrap();
+        let sent = u(&report, "/sent");
+        assert_eq!(sent, 300_000, "{report:#}");
+        // Let the last frames come back.
+        std::thread::sleep(Duration::from_millis(200));
+        let counted = pl.counter(1).unwrap().packets;
+        let back = returned.verdicts().unwrap().packets[1];
+        eprintln!("sent {sent}, chain 1 counted {counted}, {back} came back, {cycles} deploy/remove cycles of chain 2");
+        assert!(cycles > 100, "chain 2 was reconfigured only {cycles} times");
+        assert_eq!(counted, sent, "chain 1 saw every frame");
+        assert_eq!(back, sent, "and sent every frame back");
+    });
+    drop(pl);
+    drop(returned);
+    down_and_check(tb);
+}
