@@ -19,22 +19,37 @@
  * goes to the AF_XDP socket of its queue with metadata saying why and
  * where (or to the kernel when no socket is registered).
  */
-#include "ferry_common.h"
-#include "ferry_parse.h"
-#include "ferry_csum.h"
+#include "ferry_elements.h"
 
-#define STAGE_MAP(n)                                                                                          \
-	struct {                                                                                              \
-		__uint(type, BPF_MAP_TYPE_HASH);                                                              \
-		__uint(max_entries, 4096);                                                                    \
-		__type(key, struct ferry_pl_key);                                                             \
-		__type(value, struct ferry_pl_ctl);                                                           \
-	} ferry_pl_stage##n SEC(".maps")
+/* The element-control tables, one per stage. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct ferry_pl_key);
+	__type(value, struct ferry_pl_ctl);
+} ferry_pl_stage0 SEC(".maps");
 
-STAGE_MAP(0);
-STAGE_MAP(1);
-STAGE_MAP(2);
-STAGE_MAP(3);
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct ferry_pl_key);
+	__type(value, struct ferry_pl_ctl);
+} ferry_pl_stage1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct ferry_pl_key);
+	__type(value, struct ferry_pl_ctl);
+} ferry_pl_stage2 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct ferry_pl_key);
+	__type(value, struct ferry_pl_ctl);
+} ferry_pl_stage3 SEC(".maps");
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -42,55 +57,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ferry_pl_entry);
 } ferry_pl_chains SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, struct ferry_pl_acl_key);
-	__type(value, struct ferry_pl_acl_rule);
-} ferry_pl_acl SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct ferry_pl_acl_meta);
-} ferry_pl_acl_meta SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct ferry_pl_count);
-} ferry_pl_counters SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct ferry_pl_flow_key);
-	__type(value, struct ferry_pl_count);
-} ferry_pl_flows SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct ferry_pl_rewrite);
-} ferry_pl_rewrites SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct ferry_pl_policer);
-} ferry_pl_policers SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct ferry_pl_forward);
-} ferry_pl_forwards SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
@@ -120,20 +86,6 @@ struct {
 	__type(value, __u32);
 } ferry_pl_progs SEC(".maps");
 
-/*
- * What an element or the stages decided, besides a plain XDP action (>= 0).
- * Actions that need a helper which moves packet data or redirects are done
- * by the entry function after the stages, so no stage code ever runs with
- * packet pointers the verifier has invalidated.
- */
-enum verdict {
-	CONTINUE = -1,	   /* run the next stage */
-	RECIRCULATE = -2,  /* tail-call self at st->stage */
-	SLOW_NO_RULE = -3, /* no element-control entry: slow path */
-	SLOW_FORWARD = -4, /* a forward element chose the slow path */
-	REDIRECT = -5,	   /* out of the device the forward element named */
-};
-
 static __always_inline struct ferry_pl_ctl *stage_ctl(__u32 stage, struct ferry_pl_key *key)
 {
 	switch (stage) {
@@ -147,222 +99,6 @@ static __always_inline struct ferry_pl_ctl *stage_ctl(__u32 stage, struct ferry_
 		return bpf_map_lookup_elem(&ferry_pl_stage3, key);
 	}
 	return NULL;
-}
-
-/*
- * What the elements see of a packet: fields extracted once by the parser
- * and header offsets. Elements are global (non-inlined) BPF functions,
- * verified once each instead of once per stage and path, which keeps the
- * whole program within the verifier's budget; the ones that write the
- * packet re-derive and re-check their pointers from ctx and the offsets.
- */
-struct ferry_pl_fields {
-	__be32 saddr;
-	__be32 daddr;
-	__be16 sport;
-	__be16 dport;
-	__u8 proto;
-	__u8 is_ip4;
-	__u8 has_ports;
-	__u8 _pad;
-	__u32 l3_off;
-	__u32 l4_off;
-	__u32 bytes;
-};
-
-static __always_inline int prefix_match(__be32 addr, __be32 net, __u8 plen)
-{
-	__u32 mask;
-
-	if (plen == 0)
-		return 1;
-	if (plen > 32)
-		return 0;
-	mask = plen == 32 ? 0xffffffff : ~(0xffffffffu >> plen);
-	return (bpf_ntohl(addr) & mask) == (bpf_ntohl(net) & mask);
-}
-
-__attribute__((noinline)) int ferry_el_acl(__u32 config, struct ferry_pl_fields *f)
-{
-	struct ferry_pl_acl_meta *meta;
-	struct ferry_pl_acl_key k = { .config = config };
-	__u16 sport, dport;
-	__u32 action, n;
-
-	if (!f)
-		return XDP_ABORTED;
-	meta = bpf_map_lookup_elem(&ferry_pl_acl_meta, &config);
-	if (!meta)
-		return XDP_DROP;
-	sport = bpf_ntohs(f->sport);
-	dport = bpf_ntohs(f->dport);
-	action = meta->default_action;
-	n = meta->rules;
-	for (__u32 i = 0; i < FERRY_PL_ACL_MAX_RULES; i++) {
-		struct ferry_pl_acl_rule *r;
-
-		if (i >= n)
-			break;
-		k.rule = i;
-		r = bpf_map_lookup_elem(&ferry_pl_acl, &k);
-		if (!r)
-			continue;
-		if (r->proto && r->proto != f->proto)
-			continue;
-		if (!prefix_match(f->saddr, r->src, r->src_plen) || !prefix_match(f->daddr, r->dst, r->dst_plen))
-			continue;
-		if (sport < r->sport_lo || sport > r->sport_hi || dport < r->dport_lo || dport > r->dport_hi)
-			continue;
-		action = r->action;
-		break;
-	}
-	return action == FERRY_ACL_ALLOW ? CONTINUE : XDP_DROP;
-}
-
-__attribute__((noinline)) int ferry_el_counter(__u32 config, __u32 bytes)
-{
-	struct ferry_pl_count *c = bpf_map_lookup_elem(&ferry_pl_counters, &config);
-
-	if (c) {
-		c->packets += 1;
-		c->bytes += bytes;
-	}
-	return CONTINUE;
-}
-
-__attribute__((noinline)) int ferry_el_flowmon(__u32 config, struct ferry_pl_fields *f)
-{
-	struct ferry_pl_flow_key k = { .config = config };
-	struct ferry_pl_count *c;
-
-	if (!f)
-		return XDP_ABORTED;
-	k.saddr = f->saddr;
-	k.daddr = f->daddr;
-	k.sport = f->sport;
-	k.dport = f->dport;
-	k.proto = f->proto;
-	c = bpf_map_lookup_elem(&ferry_pl_flows, &k);
-	if (c) {
-		__sync_fetch_and_add(&c->packets, 1);
-		__sync_fetch_and_add(&c->bytes, f->bytes);
-	} else {
-		struct ferry_pl_count init = { .packets = 1, .bytes = f->bytes };
-
-		bpf_map_update_elem(&ferry_pl_flows, &k, &init, BPF_NOEXIST);
-	}
-	return CONTINUE;
-}
-
-/* Largest L3/L4 offsets the elements accept (VLAN + IPv4 with options). */
-#define MAX_L3_OFF 18
-#define MAX_L4_OFF (MAX_L3_OFF + 60)
-
-__attribute__((noinline)) int ferry_el_rewrite(struct xdp_md *ctx, __u32 config, struct ferry_pl_fields *f)
-{
-	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
-	struct ferry_pl_rewrite *rw = bpf_map_lookup_elem(&ferry_pl_rewrites, &config);
-	struct ethhdr *eth = data;
-	struct iphdr *ip;
-	__sum16 *l4 = NULL;
-	__be16 *ports = NULL;
-	__u32 l3, l4off;
-
-	if (!rw || !f)
-		return XDP_DROP;
-	if ((void *)(eth + 1) > end)
-		return XDP_DROP;
-	if (rw->fields & FERRY_RW_SRC_MAC)
-		__builtin_memcpy(eth->h_source, rw->src_mac, ETH_ALEN);
-	if (rw->fields & FERRY_RW_DST_MAC)
-		__builtin_memcpy(eth->h_dest, rw->dst_mac, ETH_ALEN);
-	if (!f->is_ip4)
-		return CONTINUE;
-	l3 = f->l3_off;
-	l4off = f->l4_off;
-	if (l3 > MAX_L3_OFF || l4off > MAX_L4_OFF)
-		return XDP_DROP;
-	ip = data + l3;
-	if ((void *)(ip + 1) > end)
-		return XDP_DROP;
-	if (f->has_ports && data + l4off + 4 <= end) {
-		ports = data + l4off;
-		if (f->proto == IPPROTO_TCP && data + l4off + sizeof(struct ferry_tcphdr) <= end)
-			l4 = &((struct ferry_tcphdr *)(data + l4off))->check;
-		else if (f->proto == IPPROTO_UDP && data + l4off + sizeof(struct udphdr) <= end &&
-			 ((struct udphdr *)(data + l4off))->check)
-			l4 = &((struct udphdr *)(data + l4off))->check;
-	}
-	if (rw->fields & FERRY_RW_SRC_IP) {
-		ferry_csum_replace4(&ip->check, ip->saddr, rw->src_ip);
-		if (l4)
-			ferry_csum_replace4(l4, ip->saddr, rw->src_ip);
-		ip->saddr = f->saddr = rw->src_ip;
-	}
-	if (rw->fields & FERRY_RW_DST_IP) {
-		ferry_csum_replace4(&ip->check, ip->daddr, rw->dst_ip);
-		if (l4)
-			ferry_csum_replace4(l4, ip->daddr, rw->dst_ip);
-		ip->daddr = f->daddr = rw->dst_ip;
-	}
-	if (ports && (rw->fields & FERRY_RW_SPORT)) {
-		if (l4)
-			ferry_csum_replace2(l4, ports[0], rw->sport);
-		ports[0] = f->sport = rw->sport;
-	}
-	if (ports && (rw->fields & FERRY_RW_DPORT)) {
-		if (l4)
-			ferry_csum_replace2(l4, ports[1], rw->dport);
-		ports[1] = f->dport = rw->dport;
-	}
-	return CONTINUE;
-}
-
-__attribute__((noinline)) int ferry_el_policer(__u32 config)
-{
-	struct ferry_pl_policer *pol = bpf_map_lookup_elem(&ferry_pl_policers, &config);
-	__u64 now = bpf_ktime_get_ns(), cap, tokens;
-	int pass;
-
-	if (!pol)
-		return XDP_DROP;
-	bpf_spin_lock(&pol->lock);
-	cap = pol->burst * 1000;
-	tokens = pol->tokens_milli + (now - pol->last_ns) * pol->rate_pps / 1000000;
-	if (tokens > cap)
-		tokens = cap;
-	pol->last_ns = now;
-	pass = tokens >= 1000;
-	pol->tokens_milli = pass ? tokens - 1000 : tokens;
-	bpf_spin_unlock(&pol->lock);
-	return pass ? CONTINUE : XDP_DROP;
-}
-
-/* The forward element: an XDP action, or a code the entry function
- * carries out (REDIRECT with the device in *ifindex, SLOW_FORWARD). */
-__attribute__((noinline)) int ferry_el_forward(struct xdp_md *ctx, __u32 config, __u32 *ifindex)
-{
-	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
-	struct ferry_pl_forward *f = bpf_map_lookup_elem(&ferry_pl_forwards, &config);
-	struct ethhdr *eth = data;
-
-	if (!f || !ifindex)
-		return XDP_DROP;
-	switch (f->action) {
-	case FERRY_FWD_TX:
-		if ((void *)(eth + 1) > end)
-			return XDP_DROP;
-		ferry_swap_macs(eth);
-		return XDP_TX;
-	case FERRY_FWD_REDIRECT:
-		*ifindex = f->ifindex;
-		return REDIRECT;
-	case FERRY_FWD_XSK:
-		return SLOW_FORWARD;
-	case FERRY_FWD_PASS:
-		return XDP_PASS;
-	}
-	return XDP_DROP;
 }
 
 /* Sends the frame to the AF_XDP socket of its queue, with metadata. */
@@ -470,19 +206,7 @@ int ferry_pipeline(struct xdp_md *ctx)
 	ferry_parse_l4(&c, &p);
 	if (!p.ok)
 		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
-	__builtin_memset(&f, 0, sizeof(f));
-	f.saddr = p.saddr;
-	f.daddr = p.daddr;
-	f.sport = p.sport;
-	f.dport = p.dport;
-	f.proto = p.proto;
-	f.is_ip4 = p.ip4 != NULL;
-	f.has_ports = (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP) && p.l4;
-	if (p.ip4)
-		f.l3_off = (void *)p.ip4 - (void *)(long)ctx->data;
-	if (p.l4)
-		f.l4_off = p.l4 - (void *)(long)ctx->data;
-	f.bytes = ctx->data_end - ctx->data;
+	ferry_pl_fields_of(ctx, &p, &f);
 	action = run_stages(ctx, &f, st, &ifindex_out);
 	switch (action) {
 	case RECIRCULATE:

@@ -28,6 +28,8 @@ pub enum Object {
     Redirect,
     /// `pipeline.bpf.c`: the run-time programmable stage pipeline.
     Pipeline,
+    /// `elements.bpf.c`: each pipeline element as a dedicated program.
+    Elements,
 }
 
 /// ELF parsing needs the bytes 8-byte aligned; `include_bytes!` alone only
@@ -42,6 +44,7 @@ static XSK_REDIRECT: &Aligned<[u8]> =
 static BASIC: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_basic.bpf.o")) };
 static GEN: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_gen.bpf.o")) };
 static PIPELINE: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/pipeline.bpf.o")) };
+static ELEMENTS: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/elements.bpf.o")) };
 static REDIRECT: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.bpf.o")) };
 
 impl Object {
@@ -53,6 +56,7 @@ impl Object {
             Object::Gen => &GEN.bytes,
             Object::Redirect => &REDIRECT.bytes,
             Object::Pipeline => &PIPELINE.bytes,
+            Object::Elements => &ELEMENTS.bytes,
         }
     }
 }

@@ -259,6 +259,14 @@ impl Pipeline {
         Ok(Pipeline { xdp })
     }
 
+    /// One element as a dedicated program (`ferry_only_counter`, …, of
+    /// `elements.bpf.c`), with the same config tables and setters, for
+    /// measuring what the pipeline around an element costs. Stage and
+    /// entry setters fail on it (it has no such maps).
+    pub fn load_dedicated(program: &str) -> Result<Pipeline, BpfError> {
+        Ok(Pipeline { xdp: LoadedXdp::load(Object::Elements, program)? })
+    }
+
     /// Attaches to a device (in the calling thread's namespace).
     pub fn attach(&mut self, ifindex: u32, mode: AttachMode) -> Result<(), BpfError> {
         self.xdp.attach_to(ifindex, mode)

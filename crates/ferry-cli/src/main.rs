@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
-use ferry_cli::{bench, benchchain, chainctl, demo, genlive, genxsk, nfrun, sink, xdprun};
+use ferry_cli::{bench, benchchain, benchpipeline, chainctl, demo, genlive, genxsk, nfrun, sink, xdprun};
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
 use serde::Serialize;
@@ -377,6 +377,17 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Cost of the XDP stage pipeline per element (P4SFC Fig. 6).
+    Pipeline {
+        /// Runs per measurement (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Packets per BPF_PROG_TEST_RUN call.
+        #[arg(long, default_value_t = 1_000_000)]
+        repeat: u32,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// FLASH's chaining experiments (Fig. 10, Fig. 11, Table 1, idle CPU).
     Chain {
         /// Scenarios (comma separated): fig10, fig11, table1, idle.
@@ -595,6 +606,11 @@ fn run(cli: Cli) -> Result<()> {
             let opts = benchchain::BenchChainOptions { scenarios, nfs, warmup, window, kernel: !no_kernel };
             let report = benchchain::run(&opts)?;
             print!("{}", benchchain::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        Cmd::Bench(BenchCmd::Pipeline { runs, repeat, json }) => {
+            let report = benchpipeline::run(repeat, runs.max(1))?;
+            print!("{}", benchpipeline::table(&report));
             write_json(json.as_deref(), &report)
         }
         Cmd::Demo { packets, json } => {

@@ -216,3 +216,17 @@ fn bench_chain_smoke() {
         assert!(cpu.as_f64().unwrap() < 20.0, "idle NF {nf} uses {cpu}% CPU: {idle:#}");
     }
 }
+
+#[test]
+fn bench_pipeline_smoke() {
+    if !privileged("bench_pipeline_smoke") {
+        return;
+    }
+    let done =
+        Ferry::spawn_here(&["bench", "pipeline", "--runs", "1", "--repeat", "10000"]).finish(Duration::from_secs(60));
+    assert!(done.status.success(), "bench pipeline failed: {}", done.stderr);
+    for row in ["none (parse + drop)", "counter", "acl (8 rules)", "flow monitor", "rewrite (IP + port)", "policer"] {
+        assert!(done.stdout.contains(row), "no {row} row:\n{}", done.stdout);
+    }
+    assert!(done.stdout.contains("9-element chain"), "{}", done.stdout);
+}

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0)
+/*
+ * Each pipeline element as a dedicated XDP program: parse, run the element
+ * with config 1, drop. `ferry bench pipeline` compares these with the same
+ * element run through the stage pipeline (P4SFC Fig. 6). The element's
+ * verdict is ignored: every program ends in a counted drop.
+ */
+#include "ferry_elements.h"
+
+/* Parses the frame into the element view; 0 if it is malformed. */
+static __always_inline int parse_fields(struct xdp_md *ctx, struct ferry_pl_fields *f)
+{
+	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
+	struct ferry_pkt p;
+
+	ferry_parse_l4(&c, &p);
+	if (!p.ok)
+		return 0;
+	ferry_pl_fields_of(ctx, &p, f);
+	return 1;
+}
+
+SEC("xdp")
+int ferry_only_drop(struct xdp_md *ctx)
+{
+	struct ferry_pl_fields f;
+
+	if (!parse_fields(ctx, &f))
+		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
+	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
+}
+
+SEC("xdp")
+int ferry_only_counter(struct xdp_md *ctx)
+{
+	struct ferry_pl_fields f;
+
+	if (!parse_fields(ctx, &f))
+		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
+	ferry_el_counter(1, f.bytes);
+	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
+}
+
+SEC("xdp")
+int ferry_only_acl(struct xdp_md *ctx)
+{
+	struct ferry_pl_fields f;
+
+	if (!parse_fields(ctx, &f))
+		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
+	ferry_el_acl(1, &f);
+	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
+}
+
+SEC("xdp")
+int ferry_only_flowmon(struct xdp_md *ctx)
+{
+	struct ferry_pl_fields f;
+
+	if (!parse_fields(ctx, &f))
+		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
+	ferry_el_flowmon(1, &f);
+	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
+}
+
+SEC("xdp")
+int ferry_only_rewrite(struct xdp_md *ctx)
+{
+	struct ferry_pl_fields f;
+
+	if (!parse_fields(ctx, &f))
+		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
+	ferry_el_rewrite(ctx, 1, &f);
+	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
+}
+
+SEC("xdp")
+int ferry_only_policer(struct xdp_md *ctx)
+{
+	struct ferry_pl_fields f;
+
+	if (!parse_fields(ctx, &f))
+		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
+	ferry_el_policer(1);
+	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,152 @@
+//! `ferry bench pipeline`: what the run-time programmable stage pipeline
+//! costs per element (P4SFC Fig. 6). Each element runs twice on the same
+//! 64-byte TCP frame with BPF_PROG_TEST_RUN (the kernel times `repeat`
+//! runs): alone in a dedicated XDP program (parse, element, drop), and as
+//! a chain [element, forward-drop] through the pipeline (parse, chain and
+//! element-control lookups per stage, element, forward). Both use the same
+//! element code (`bpf/include/ferry_elements.h`). Also a nine-element
+//! chain, which recirculates twice by tail call.
+
+use anyhow::{Context, Result};
+use ferry_bpf::pipeline::*;
+use ferry_bpf::test_run;
+use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
+use serde::Serialize;
+
+/// Test runs see the frame arrive on the loopback device.
+const LO: u32 = 1;
+const DROP_CONFIG: u32 = 9;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ElementCost {
+    pub element: String,
+    /// Nanoseconds per packet, median of the runs.
+    pub dedicated_ns: f64,
+    pub pipeline_ns: f64,
+    pub overhead_ns: f64,
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchPipelineReport {
+    pub machine: String,
+    pub repeat: u32,
+    pub runs: usize,
+    pub elements: Vec<ElementCost>,
+    /// Nine elements (eight counters and a drop) through four stages.
+    pub long_chain_ns: f64,
+}
+
+fn frame() -> Vec<u8> {
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 64 };
+    let t = FiveTuple {
+        src_ip: [10, 0, 0, 1].into(),
+        dst_ip: [10, 0, 1, 2].into(),
+        src_port: 1000,
+        dst_port: 80,
+        proto: L4Proto::Tcp,
+    };
+    let mut f = vec![0u8; 64];
+    build_frame(&spec, &t, None, &mut f).expect("a 64-byte TCP frame");
+    f
+}
+
+/// Gives config 1 of `kind` a realistic setting in `p`'s tables.
+fn configure(p: &mut Pipeline, kind: ElementKind) -> Result<()> {
+    match kind {
+        ElementKind::Acl => {
+            // Eight rules that do not match, then the default: a full scan.
+            let rules: Vec<AclRule> = (0..8)
+                .map(|i| AclRule { proto: 17, dport_lo: 1000 + i, dport_hi: 1000 + i, ..AclRule::any(ACL_DENY) })
+                .collect();
+            p.set_acl(1, &rules, ACL_ALLOW)?;
+        }
+        ElementKind::Rewrite => p.set_rewrite(
+            1,
+            Rewrite {
+                fields: RW_DST_IP | RW_DPORT,
+                dst_ip: u32::from_ne_bytes([10, 9, 9, 9]),
+                dport: 8080u16.to_be(),
+                ..Default::default()
+            },
+        )?,
+        ElementKind::Policer => p.set_policer(1, u64::MAX / 4_000_000, u64::MAX / 4000)?,
+        ElementKind::Counter | ElementKind::FlowMonitor | ElementKind::Forward => {}
+    }
+    Ok(())
+}
+
+fn ns_per_packet(p: &Pipeline, f: &[u8], repeat: u32, runs: usize) -> Result<f64> {
+    let fd = p.program().program_fd()?;
+    let mut v: Vec<f64> = (0..runs)
+        .map(|_| test_run(fd, f, repeat).map(|o| o.duration_ns as f64))
+        .collect::<Result<_, _>>()
+        .context("BPF_PROG_TEST_RUN")?;
+    v.sort_by(f64::total_cmp);
+    Ok(v[v.len() / 2])
+}
+
+fn pipeline_with(elements: &[Element], kind: Option<ElementKind>) -> Result<Pipeline> {
+    let mut p = Pipeline::load()?;
+    if let Some(k) = kind {
+        configure(&mut p, k)?;
+    }
+    p.set_forward(DROP_CONFIG, Forward { action: FWD_DROP, ifindex: 0 })?;
+    p.deploy(1, LO, elements)?;
+    Ok(p)
+}
+
+pub fn run(repeat: u32, runs: usize) -> Result<BenchPipelineReport> {
+    let f = frame();
+    let drop = Element { kind: ElementKind::Forward, config: DROP_CONFIG, nf: 2 };
+    let kinds: [(&str, Option<ElementKind>, &str); 6] = [
+        ("none (parse + drop)", None, "ferry_only_drop"),
+        ("counter", Some(ElementKind::Counter), "ferry_only_counter"),
+        ("acl (8 rules)", Some(ElementKind::Acl), "ferry_only_acl"),
+        ("flow monitor", Some(ElementKind::FlowMonitor), "ferry_only_flowmon"),
+        ("rewrite (IP + port)", Some(ElementKind::Rewrite), "ferry_only_rewrite"),
+        ("policer", Some(ElementKind::Policer), "ferry_only_policer"),
+    ];
+    let mut elements = Vec::new();
+    for (name, kind, program) in kinds {
+        let mut dedicated = Pipeline::load_dedicated(program)?;
+        if let Some(k) = kind {
+            configure(&mut dedicated, k)?;
+        }
+        let chain: Vec<Element> = match kind {
+            Some(k) => vec![Element { kind: k, config: 1, nf: 1 }, drop],
+            None => vec![drop],
+        };
+        let pipeline = pipeline_with(&chain, kind)?;
+        let d = ns_per_packet(&dedicated, &f, repeat, runs)?;
+        let pl = ns_per_packet(&pipeline, &f, repeat, runs)?;
+        elements.push(ElementCost {
+            element: name.to_string(),
+            dedicated_ns: d,
+            pipeline_ns: pl,
+            overhead_ns: pl - d,
+            ratio: if d > 0.0 { pl / d } else { 0.0 },
+        });
+    }
+    let mut long: Vec<Element> =
+        (0..8).map(|i| Element { kind: ElementKind::Counter, config: 20 + i, nf: 10 + i }).collect();
+    long.push(Element { kind: ElementKind::Forward, config: DROP_CONFIG, nf: 30 });
+    let long_chain_ns = ns_per_packet(&pipeline_with(&long, None)?, &f, repeat, runs)?;
+    Ok(BenchPipelineReport { machine: crate::bench::machine_summary(), repeat, runs, elements, long_chain_ns })
+}
+
+pub fn table(r: &BenchPipelineReport) -> String {
+    let mut s = format!(
+        "machine: {}\nBPF_PROG_TEST_RUN, 64 B TCP frame, {} runs x {} repeats, median ns per packet\n",
+        r.machine, r.runs, r.repeat
+    );
+    s += &format!("{:<22} {:>10} {:>10} {:>10} {:>7}\n", "element", "dedicated", "pipeline", "overhead", "ratio");
+    for e in &r.elements {
+        s += &format!(
+            "{:<22} {:>10.1} {:>10.1} {:>10.1} {:>7.2}\n",
+            e.element, e.dedicated_ns, e.pipeline_ns, e.overhead_ns, e.ratio
+        );
+    }
+    s += &format!("9-element chain (2 recirculations): {:.1} ns per packet\n", r.long_chain_ns);
+    s
+}
