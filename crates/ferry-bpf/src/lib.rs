@@ -8,6 +8,7 @@
 pub mod abi;
 mod attach;
 pub mod pipeline;
+pub mod state;
 mod test_run;
 
 pub use abi::{GenConfig, GenState, Verdicts, SLOT_MALFORMED, VERDICT_NAMES, VERDICT_SLOTS};
