@@ -112,18 +112,8 @@ fn demo_json_smoke() {
     assert!(u(&d, "/sink/packets") > 0, "demo report: {d:#}");
     assert_eq!(u(&d, "/generator/sent"), 20000, "demo report: {d:#}");
     // The chain's counters: what the last NF sent out of d1 is what the sink got.
-    let nf = |name: &str, counter: &str| -> u64 {
-        d["chain"]["nfs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|n| n["name"] == name)
-            .flat_map(|n| n["threads"].as_array().into_iter().flatten())
-            .flat_map(|t| t.as_array().into_iter().flatten())
-            .filter(|kv| kv[0] == counter)
-            .map(|kv| kv[1].as_u64().unwrap_or(0))
-            .sum()
-    };
+    let chain: ferry_chain::proto::Status = serde_json::from_value(d["chain"].clone()).expect("chain status");
+    let nf = |name: &str, counter: &str| ferry_cli::chainctl::counter(&chain, name, counter);
     assert_eq!(nf("fwd", "tx_port"), u(&d, "/sink/packets"), "{d:#}");
     assert!(nf("resp", "tx_port") >= 5, "ping replies went out of d0: {d:#}");
     assert_eq!(nf("l2fwd", "rx_ring"), nf("resp", "to_nf"), "{d:#}");

@@ -144,11 +144,14 @@ impl NfThread {
     /// Frames queue per destination and move in batches; see `recv_burst`.
     pub fn send(&mut self, pkt: Packet, hop: usize) {
         let (addr, len, _) = pkt.into_raw();
-        let batch = self.batch;
-        let full = match self.outs.get_mut(hop) {
-            None => None,
+        let desc = Desc { addr, len, next_hop: hop as u16, flags: 0 };
+        match self.outs.get(hop) {
+            None => {
+                self.count(c::DROP_BAD_HOP, 1);
+                self.cache.free(addr);
+            }
             Some(Out::Nf { targets }) => {
-                let i = if targets.len() > 1 {
+                let t = if targets.len() > 1 {
                     // SAFETY: the frame is ours until queued; read-only peek.
                     let data = unsafe {
                         std::slice::from_raw_parts(self.umem.base().add(addr as usize), (len as usize).min(64))
@@ -157,14 +160,10 @@ impl NfThread {
                 } else {
                     0
                 };
-                let t = &mut targets[i];
-                t.pending.push(Desc { addr, len, next_hop: hop as u16, flags: 0 });
-                (t.pending.len() >= batch).then_some(Some((hop, i)))
+                self.queue_ring(hop, t, desc);
             }
-            Some(Out::Copy { target }) => {
-                target.pending.push(Desc { addr, len, next_hop: hop as u16, flags: 0 });
-                (target.pending.len() >= batch).then_some(Some((hop, 0)))
-            }
+            Some(Out::Copy { .. }) => self.queue_ring(hop, 0, desc),
+            Some(Out::Port { sock }) => self.queue_port(*sock, addr, len),
             Some(Out::Kernel { tap }) => {
                 use std::os::fd::AsRawFd;
                 // SAFETY: writes `len` bytes of a frame we own.
@@ -178,29 +177,7 @@ impl NfThread {
                 let counter = if r == len as isize { c::TO_KERNEL } else { c::DROP_FULL };
                 self.count(counter, 1);
                 self.cache.free(addr);
-                None
             }
-            Some(Out::Port { sock }) => {
-                let s = *sock;
-                self.ports[s].pending.push(XdpDesc { addr, len, options: 0 });
-                (self.ports[s].pending.len() >= batch).then_some(None)
-            }
-        };
-        match full {
-            None if hop >= self.outs.len() => {
-                self.count(c::DROP_BAD_HOP, 1);
-                self.cache.free(addr);
-            }
-            Some(Some((o, t))) => {
-                let _ = self.flush_target(o, t);
-            }
-            Some(None) => {
-                if let Some(Out::Port { sock }) = self.outs.get(hop) {
-                    let s = *sock;
-                    let _ = self.flush_port(s);
-                }
-            }
-            None => {}
         }
     }
 
@@ -210,13 +187,28 @@ impl NfThread {
         match pkt.origin {
             Origin::Port(i) => {
                 let (addr, len, _) = pkt.into_raw();
-                let s = i as usize;
-                self.ports[s].pending.push(XdpDesc { addr, len, options: 0 });
-                if self.ports[s].pending.len() >= self.batch {
-                    let _ = self.flush_port(s);
-                }
+                self.queue_port(i as usize, addr, len);
             }
             _ => self.send(pkt, 0),
+        }
+    }
+
+    /// Queues a descriptor for target `t` of out-link `out`; a full batch
+    /// goes at once.
+    fn queue_ring(&mut self, out: usize, t: usize, desc: Desc) {
+        let batch = self.batch;
+        let target = self.target_mut(out, t);
+        target.pending.push(desc);
+        if target.pending.len() >= batch {
+            let _ = self.flush_target(out, t);
+        }
+    }
+
+    /// Queues a frame for socket `s`'s TX ring; a full batch goes at once.
+    fn queue_port(&mut self, s: usize, addr: u64, len: u32) {
+        self.ports[s].pending.push(XdpDesc { addr, len, options: 0 });
+        if self.ports[s].pending.len() >= self.batch {
+            let _ = self.flush_port(s);
         }
     }
 
@@ -235,25 +227,26 @@ impl NfThread {
         let bp = self.bp;
         let down = self.down;
         let is_copy = matches!(self.outs[out], Out::Copy { .. });
-        let control = self.control.clone();
         let target = self.target_mut(out, t);
         if target.pending.is_empty() {
             return None;
         }
-        let dead = ThreadBlock::of(control.as_slice(), target.tid)
-            .is_some_and(|b| b.get(shm::T_STATE) == shm::STATE_DEAD)
-            && !is_copy;
+        let tid = target.tid;
+        // A copy link's target is a ferryd bridge, which does not die alone.
+        let dead = !is_copy
+            && ThreadBlock::of(self.control.as_slice(), tid).is_some_and(|b| b.get(shm::T_STATE) == shm::STATE_DEAD);
         if dead {
             if down == DownPolicy::Wait {
                 return Some(Blocked::DeadTarget);
             }
-            let frames: Vec<Desc> = std::mem::take(&mut target.pending);
+            let frames: Vec<Desc> = std::mem::take(&mut self.target_mut(out, t).pending);
             self.count(c::DROP_DOWN, frames.len() as u64);
             for d in frames {
                 self.cache.free(d.addr);
             }
             return None;
         }
+        let target = self.target_mut(out, t);
         let ring = target.producer.ring();
         if bp.mode != BackpressureMode::None {
             let limit = (bp.threshold * ring.capacity() as f64) as u64;

@@ -23,5 +23,5 @@ mod server;
 mod spawn;
 mod tap;
 
-pub use server::{run, socket_for, Daemon, Options};
+pub use server::{run, Daemon, Options};
 pub use spawn::{lookup_user, process_gone};

@@ -5,7 +5,7 @@ use std::io::ErrorKind;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -430,10 +430,4 @@ fn kind_name(m: &Msg) -> &'static str {
         Msg::Ok => "ok",
         Msg::Error { .. } => "error",
     }
-}
-
-/// For `ferry chain` and tests: the socket of a chain file.
-pub fn socket_for(chain: &Path) -> Result<PathBuf> {
-    let spec = ferry_chain::spec::parse(chain)?;
-    Ok(proto::default_socket(&spec.name()))
 }
