@@ -5,7 +5,8 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
-APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-ping iputils-arping tshark ethtool
+APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-ping iputils-arping tshark ethtool \
+  curl nginx-light wrk iperf3 haproxy nftables libndpi-dev
 FERRY_RELEASE := target/release/ferry
 FERRY_DEBUG := target/debug/ferry
 
