@@ -200,4 +200,128 @@ struct ferry_pl_state {
 	__u32 _pad;
 };
 
+/*
+ * eVNF hybrid NFs (bpf/evnf.bpf.c): eFW, eLB (forward and reply halves)
+ * and eDPI, each its own XDP program, chained by tail calls through
+ * ferry_ev_progs in the order ferry_ev_next says. Mirrored in
+ * crates/ferry-bpf/src/evnf.rs.
+ */
+#define FERRY_EV_FW 0
+#define FERRY_EV_LB 1
+#define FERRY_EV_LB_REPLY 2
+#define FERRY_EV_DPI 3
+#define FERRY_EV_NFS 4
+/* ferry_ev_next value: no next NF, the frame goes to the kernel stack. */
+#define FERRY_EV_END 0xffffffff
+/* Counter slots per NF in ferry_ev_stats (index nf * FERRY_EV_COUNTERS + slot). */
+#define FERRY_EV_COUNTERS 8
+
+/* eFW counters. */
+#define FERRY_FW_C_ALLOW 0
+#define FERRY_FW_C_DENY 1
+#define FERRY_FW_C_KERNEL 2 /* no fast rule decided: nftables decides */
+#define FERRY_FW_C_NOT_IP 3
+#define FERRY_FW_C_MALFORMED 4
+
+#define FERRY_FW_ALLOW 0
+#define FERRY_FW_DENY 1
+#define FERRY_FW_MAX_RULES 1024
+/* Source-subnet matcher (LPM trie key). */
+struct ferry_fw_subnet_key {
+	__u32 prefixlen;
+	__be32 addr;
+};
+/* Destination-port matcher. */
+struct ferry_fw_port_key {
+	__u8 proto;
+	__u8 _pad;
+	__be16 port;
+};
+struct ferry_fw_rule {
+	__u32 action;
+	__u32 rule_id; /* index into ferry_fw_hits */
+};
+
+/* eLB counters (forward half). */
+#define FERRY_LB_C_NEW 0
+#define FERRY_LB_C_TRACKED 1
+#define FERRY_LB_C_NOT_VIP 2
+#define FERRY_LB_C_NO_BACKEND 3
+#define FERRY_LB_C_MALFORMED 4
+/* eLB reply-half counters. */
+#define FERRY_LBR_C_REWRITTEN 0
+#define FERRY_LBR_C_NOT_TRACKED 1
+#define FERRY_LBR_C_MALFORMED 2
+/*
+ * Counters of the chain's end (row FERRY_EV_ROUTE of ferry_ev_stats):
+ * frames routed out by XDP_REDIRECT after a FIB lookup, and frames left
+ * to the kernel stack (local destination, no route or neighbour yet).
+ */
+#define FERRY_EV_ROUTE FERRY_EV_NFS
+#define FERRY_RT_C_ROUTED 0
+#define FERRY_RT_C_KERNEL 1
+
+#define FERRY_LB_MAX_VIPS 16
+#define FERRY_LB_RING 1024 /* server-selection slots per VIP */
+#define FERRY_LB_MAX_BACKENDS 256
+#define FERRY_LB_NO_BACKEND 0xffffffff
+struct ferry_lb_vip_key {
+	__be32 addr;
+	__be16 port;
+	__u8 proto;
+	__u8 _pad;
+};
+struct ferry_lb_vip {
+	__u32 vip_id;
+	__u32 _pad;
+};
+struct ferry_lb_backend {
+	__be32 addr;
+	__be16 port;
+	__u16 _pad;
+};
+/* A directional IPv4 5-tuple, network order. */
+struct ferry_ev_flow {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 _pad[3];
+};
+#define FERRY_LB_CLOSING 1 /* FIN or RST seen */
+struct ferry_lb_conn {
+	__u32 backend;
+	__u32 flags;
+	__u64 last_seen_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u64 packets;
+	__u64 bytes;
+};
+/* Reply half: keyed by (backend -> client) flow. */
+struct ferry_lb_reply {
+	__be32 vip;
+	__be16 vport;
+	__u16 _pad;
+	__u64 last_seen_ns;
+};
+
+/* eDPI counters. */
+#define FERRY_DPI_C_BYPASS 0
+#define FERRY_DPI_C_TO_SLOW 1
+#define FERRY_DPI_C_NOT_INSPECTED 2
+#define FERRY_DPI_C_MALFORMED 3
+struct ferry_dpi_bypass {
+	__u32 app; /* nDPI protocol id the slow path found */
+	__u32 _pad;
+	__u64 last_seen_ns;
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* XDP metadata in front of frames sent to an eVNF slow path. */
+struct ferry_ev_slow_meta {
+	__u32 reason; /* FERRY_SLOW_NO_RULE */
+	__u32 nf;
+};
+
 #endif

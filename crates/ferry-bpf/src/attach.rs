@@ -21,7 +21,7 @@ pub enum AttachMode {
 }
 
 impl AttachMode {
-    fn flags(self) -> XdpFlags {
+    pub(crate) fn flags(self) -> XdpFlags {
         match self {
             AttachMode::Driver => XdpFlags::DRV_MODE,
             AttachMode::Generic => XdpFlags::SKB_MODE,
@@ -51,18 +51,7 @@ pub struct LoadedXdp {
 impl LoadedXdp {
     /// Loads `object` and the XDP program `program` in it, without attaching.
     pub fn load(object: Object, program: &str) -> Result<Self, BpfError> {
-        raise_memlock_limit();
-        let mut ebpf = Ebpf::load(object.bytes()).map_err(|source| match &source {
-            aya::EbpfError::MapError(aya::maps::MapError::CreateError { io_error, .. })
-                if io_error.raw_os_error() == Some(libc::EPERM) =>
-            {
-                BpfError::NotSupported {
-                    need: "CAP_BPF and CAP_NET_ADMIN (run as root or through ferryd)",
-                    source: std::io::Error::from_raw_os_error(libc::EPERM),
-                }
-            }
-            _ => BpfError::Load { object, source },
-        })?;
+        let mut ebpf = load_object(object)?;
         let prog = xdp_mut(&mut ebpf, object, program)?;
         prog.load().map_err(|source| BpfError::Program { name: program.to_string(), source })?;
         Ok(LoadedXdp { ebpf, object, program: program.to_string() })
@@ -148,7 +137,42 @@ impl LoadedXdp {
     }
 }
 
-fn xdp_mut<'a>(ebpf: &'a mut Ebpf, object: Object, name: &str) -> Result<&'a mut Xdp, BpfError> {
+/// An independent handle (a dup'd fd) on map `name` of `ebpf`, for the
+/// state library (`crate::state`) and control planes that outlive a borrow.
+pub(crate) fn map_handle(ebpf: &Ebpf, name: &'static str) -> Result<aya::maps::Map, BpfError> {
+    use aya::maps::{Map, MapData};
+    let map = ebpf.map(name).ok_or(BpfError::NoMap { name })?;
+    let dup = |d: &MapData| -> Result<MapData, BpfError> {
+        let fd = d.fd().as_fd().try_clone_to_owned().map_err(|source| BpfError::Syscall { what: "dup map fd", source })?;
+        MapData::from_fd(fd).map_err(|source| BpfError::Map { name, source })
+    };
+    Ok(match map {
+        Map::HashMap(d) => Map::HashMap(dup(d)?),
+        Map::LruHashMap(d) => Map::LruHashMap(dup(d)?),
+        Map::PerCpuArray(d) => Map::PerCpuArray(dup(d)?),
+        Map::Array(d) => Map::Array(dup(d)?),
+        Map::LpmTrie(d) => Map::LpmTrie(dup(d)?),
+        _ => return Err(BpfError::NoMap { name }),
+    })
+}
+
+/// Loads an embedded object's maps (no program yet).
+pub(crate) fn load_object(object: Object) -> Result<Ebpf, BpfError> {
+    raise_memlock_limit();
+    Ebpf::load(object.bytes()).map_err(|source| match &source {
+        aya::EbpfError::MapError(aya::maps::MapError::CreateError { io_error, .. })
+            if io_error.raw_os_error() == Some(libc::EPERM) =>
+        {
+            BpfError::NotSupported {
+                need: "CAP_BPF and CAP_NET_ADMIN (run as root or through ferryd)",
+                source: std::io::Error::from_raw_os_error(libc::EPERM),
+            }
+        }
+        _ => BpfError::Load { object, source },
+    })
+}
+
+pub(crate) fn xdp_mut<'a>(ebpf: &'a mut Ebpf, object: Object, name: &str) -> Result<&'a mut Xdp, BpfError> {
     ebpf.program_mut(name)
         .and_then(|p| p.try_into().ok())
         .ok_or_else(|| BpfError::NoProgram { object, name: name.to_string() })

@@ -7,6 +7,7 @@
 
 pub mod abi;
 mod attach;
+pub mod evnf;
 pub mod pipeline;
 pub mod state;
 mod test_run;
@@ -31,6 +32,8 @@ pub enum Object {
     Pipeline,
     /// `elements.bpf.c`: each pipeline element as a dedicated program.
     Elements,
+    /// `evnf.bpf.c`: the fast paths of the hybrid NFs (eFW, eLB, eDPI).
+    Evnf,
 }
 
 /// ELF parsing needs the bytes 8-byte aligned; `include_bytes!` alone only
@@ -46,6 +49,7 @@ static BASIC: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("O
 static GEN: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_gen.bpf.o")) };
 static PIPELINE: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/pipeline.bpf.o")) };
 static ELEMENTS: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/elements.bpf.o")) };
+static EVNF: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/evnf.bpf.o")) };
 static REDIRECT: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.bpf.o")) };
 
 impl Object {
@@ -58,6 +62,7 @@ impl Object {
             Object::Redirect => &REDIRECT.bytes,
             Object::Pipeline => &PIPELINE.bytes,
             Object::Elements => &ELEMENTS.bytes,
+            Object::Evnf => &EVNF.bytes,
         }
     }
 }

@@ -270,23 +270,7 @@ impl Pipeline {
     /// An independent handle (a dup'd fd) on one of the program's maps,
     /// for the state library (`crate::state`).
     pub fn map_handle(&self, name: &'static str) -> Result<aya::maps::Map, BpfError> {
-        use aya::maps::Map;
-        use std::os::fd::AsFd;
-        let map = self.xdp.ebpf().map(name).ok_or(BpfError::NoMap { name })?;
-        let dup = |d: &MapData| -> Result<MapData, BpfError> {
-            let fd = d
-                .fd()
-                .as_fd()
-                .try_clone_to_owned()
-                .map_err(|source| BpfError::Syscall { what: "dup map fd", source })?;
-            MapData::from_fd(fd).map_err(|source| BpfError::Map { name, source })
-        };
-        Ok(match map {
-            Map::HashMap(d) => Map::HashMap(dup(d)?),
-            Map::LruHashMap(d) => Map::LruHashMap(dup(d)?),
-            Map::PerCpuArray(d) => Map::PerCpuArray(dup(d)?),
-            _ => return Err(BpfError::NoMap { name }),
-        })
+        crate::attach::map_handle(self.xdp.ebpf(), name)
     }
 
     /// Attaches to a device (in the calling thread's namespace).

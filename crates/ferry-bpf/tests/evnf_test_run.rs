@@ -1,0 +1,273 @@
+//! The eVNF fast paths (bpf/evnf.bpf.c): BPF_PROG_TEST_RUN tables. Each
+//! test runs in a fresh network namespace with one device, dummy0
+//! (10.9.0.1/24) and one neighbour (10.9.0.2), so the chain's end routes
+//! frames for 10.9.0.2 out of that device and leaves every other
+//! destination to the kernel: nothing depends on the host's routes.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+use aya::maps::HashMap;
+use common::privileged;
+use ferry_bpf::evnf::*;
+use ferry_bpf::{test_run, SLOT_MALFORMED};
+use ferry_wire::{build_frame, verify_checksums, FiveTuple, FrameSpec, L4Proto};
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const XDP_REDIRECT: u32 = 4;
+const CLIENT: [u8; 4] = [10, 10, 1, 2];
+const VIP: [u8; 4] = [10, 10, 9, 9];
+const BACKEND: [u8; 4] = [10, 9, 0, 2];
+const BACKEND_MAC: [u8; 6] = [2, 0, 0, 0, 9, 2];
+const DUMMY_MAC: [u8; 6] = [2, 0, 0, 0, 9, 1];
+
+/// A namespace with the dummy device; deleted on drop.
+struct TestNs(String);
+
+impl TestNs {
+    fn new() -> TestNs {
+        let name = format!("fyevnf{}-{}", std::process::id(), rand_suffix());
+        let ip = |args: &[&str]| {
+            let ok = Command::new("ip").args(args).status().map(|s| s.success()).unwrap_or(false);
+            assert!(ok, "ip {}", args.join(" "));
+        };
+        ip(&["netns", "add", &name]);
+        let ns = TestNs(name);
+        let n = ns.0.as_str();
+        ip(&["-n", n, "link", "set", "lo", "up"]);
+        // A router: bpf_fib_lookup refuses to forward otherwise.
+        ip(&["netns", "exec", n, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        // No dummy driver on every kernel: a veth pair with one end used.
+        ip(&["-n", n, "link", "add", "dummy0", "address", "02:00:00:00:09:01", "type", "veth", "peer", "name", "peer0"]);
+        ip(&["-n", n, "link", "set", "peer0", "up"]);
+        ip(&["-n", n, "link", "set", "dummy0", "up"]);
+        ip(&["-n", n, "addr", "add", "10.9.0.1/24", "dev", "dummy0"]);
+        ip(&["-n", n, "neigh", "add", "10.9.0.2", "lladdr", "02:00:00:00:09:02", "dev", "dummy0"]);
+        ns
+    }
+
+    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        ferry_testbed::in_netns(Some(&self.0), f).expect("enter the test namespace")
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() % 100_000
+}
+
+fn frame(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, proto: L4Proto) -> Vec<u8> {
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 1, 2], dst_mac: [2, 0, 0, 0, 1, 1], frame_len: 80 };
+    let t = FiveTuple { src_ip: src.into(), dst_ip: dst.into(), src_port: sport, dst_port: dport, proto };
+    let mut f = vec![0u8; 80];
+    build_frame(&spec, &t, None, &mut f).unwrap();
+    f
+}
+
+fn ip_of(f: &[u8], offset: usize) -> Ipv4Addr {
+    Ipv4Addr::new(f[offset], f[offset + 1], f[offset + 2], f[offset + 3])
+}
+fn src_of(f: &[u8]) -> (Ipv4Addr, u16) {
+    (ip_of(f, 26), u16::from_be_bytes([f[34], f[35]]))
+}
+fn dst_of(f: &[u8]) -> (Ipv4Addr, u16) {
+    (ip_of(f, 30), u16::from_be_bytes([f[36], f[37]]))
+}
+
+fn run(ev: &Evnf, nf: EvNf, f: &[u8]) -> (u32, Vec<u8>) {
+    let out = test_run(ev.program_fd(nf).unwrap(), f, 1).unwrap();
+    (out.action, out.data)
+}
+
+fn firewall() -> Evnf {
+    let mut ev = Evnf::load().expect("load evnf.bpf.c (verifier)");
+    ev.fw_set_subnet(Ipv4Addr::new(10, 10, 66, 0), 24, FwRule { action: FW_DENY, rule_id: 1 }).unwrap();
+    ev.fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
+    ev.fw_set_port(17, 0, FwRule { action: FW_ALLOW, rule_id: 3 }).unwrap();
+    ev
+}
+
+#[test]
+fn firewall_table() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    ns.run(|| {
+        let ev = firewall();
+        let web = frame(CLIENT, 40000, VIP, 80, L4Proto::Tcp);
+        let denied = frame([10, 10, 66, 2], 40000, VIP, 80, L4Proto::Tcp);
+        let ssh = frame(CLIENT, 40000, VIP, 22, L4Proto::Tcp);
+        let dns_to_backend = frame(CLIENT, 40000, BACKEND, 53, L4Proto::Udp);
+        let mut arp = frame(CLIENT, 1, VIP, 1, L4Proto::Udp);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let mut short_ip = web.clone();
+        short_ip.truncate(30);
+        // (frame, expected action, output bytes equal to input?)
+        let table: [(&str, &[u8], u32, bool); 6] = [
+            ("subnet deny beats the port allow", &denied, XDP_DROP, true),
+            ("port allow, no route here: kernel", &web, XDP_PASS, true),
+            ("no fast rule: nftables decides", &ssh, XDP_PASS, true),
+            ("protocol-wide allow, routed out", &dns_to_backend, XDP_REDIRECT, false),
+            ("ARP is not the firewall's", &arp, XDP_PASS, true),
+            ("truncated IPv4 header", &short_ip, XDP_DROP, true),
+        ];
+        for (what, f, action, same) in table {
+            let (got, out) = run(&ev, EvNf::Firewall, f);
+            assert_eq!(got, action, "{what}");
+            assert_eq!(out == f, same, "{what}: output bytes");
+        }
+        let c = ev.counters(EvNf::Firewall).unwrap();
+        let count = |n: &str| c.iter().find(|(name, _)| *name == n).unwrap().1.packets;
+        assert_eq!((count("allow"), count("deny"), count("to_kernel")), (2, 1, 1));
+        assert_eq!((count("not_ip"), count("malformed")), (1, 1));
+        assert_eq!(ev.fw_rule_hits(1).unwrap().packets, 1);
+        assert_eq!(ev.fw_rule_hits(2).unwrap().packets, 1);
+        assert_eq!(ev.verdicts().unwrap().packets[SLOT_MALFORMED], 1);
+        let [routed, kernel] = ev.route_counters().unwrap();
+        assert_eq!((routed.packets, kernel.packets), (1, 1));
+        // The routed frame: neighbour's MAC, the device's MAC, TTL - 1, valid checksum.
+        let (_, out) = run(&ev, EvNf::Firewall, &dns_to_backend);
+        assert_eq!(&out[0..6], &BACKEND_MAC);
+        assert_eq!(&out[6..12], &DUMMY_MAC);
+        assert_eq!(out[22], dns_to_backend[22] - 1);
+        assert!(verify_checksums(&out).unwrap());
+    });
+}
+
+fn balancer() -> Evnf {
+    let mut ev = Evnf::load().expect("load evnf.bpf.c (verifier)");
+    ev.lb_set_vip(VIP.into(), 80, 6, 0).unwrap();
+    ev.lb_set_vip(VIP.into(), 53, 17, 1).unwrap();
+    ev.lb_set_backend(0, BACKEND.into(), 8080).unwrap();
+    ev.lb_set_backend(1, Ipv4Addr::new(10, 9, 0, 3), 8080).unwrap();
+    ev.lb_set_ring(0, &[0; LB_RING]).unwrap();
+    ev.lb_set_ring(1, &[LB_NO_BACKEND; LB_RING]).unwrap();
+    ev
+}
+
+#[test]
+fn balancer_table() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    ns.run(|| {
+        let mut ev = balancer();
+        let syn = frame(CLIENT, 40000, VIP, 80, L4Proto::Tcp);
+        let (action, out) = run(&ev, EvNf::Balancer, &syn);
+        assert_eq!(action, XDP_REDIRECT, "DNAT to the backend, routed out of dummy0");
+        assert_eq!(dst_of(&out), (BACKEND.into(), 8080));
+        assert_eq!(src_of(&out), (CLIENT.into(), 40000));
+        assert_eq!(&out[0..6], &BACKEND_MAC);
+        assert!(verify_checksums(&out).unwrap(), "IP and TCP checksums after DNAT");
+
+        let conns: HashMap<_, EvFlow, LbConn> = HashMap::try_from(ev.map_handle("ferry_lb_conns").unwrap()).unwrap();
+        let flow = EvFlow::new(CLIENT.into(), 40000, VIP.into(), 80, 6);
+        assert_eq!(conns.get(&flow, 0).unwrap().backend, 0);
+
+        // The reply half puts the VIP back as the source.
+        let reply = frame(BACKEND, 8080, CLIENT, 40000, L4Proto::Tcp);
+        let (action, out) = run(&ev, EvNf::BalancerReply, &reply);
+        assert_eq!(action, XDP_PASS, "no route to the client in this namespace");
+        assert_eq!(src_of(&out), (VIP.into(), 80));
+        assert!(verify_checksums(&out).unwrap(), "checksums after the reverse NAT");
+        let stranger = frame(BACKEND, 8080, CLIENT, 40001, L4Proto::Tcp);
+        assert_eq!(run(&ev, EvNf::BalancerReply, &stranger).1, stranger, "untracked replies pass untouched");
+
+        // New weights: new flows go to backend 1, the tracked flow stays.
+        ev.lb_set_ring(0, &[1; LB_RING]).unwrap();
+        assert_eq!(dst_of(&run(&ev, EvNf::Balancer, &syn).1).0, Ipv4Addr::from(BACKEND));
+        let other = frame(CLIENT, 40001, VIP, 80, L4Proto::Tcp);
+        assert_eq!(dst_of(&run(&ev, EvNf::Balancer, &other).1).0, Ipv4Addr::new(10, 9, 0, 3));
+
+        let not_vip = frame(CLIENT, 40000, VIP, 443, L4Proto::Tcp);
+        assert_eq!(run(&ev, EvNf::Balancer, &not_vip).1, not_vip);
+        let no_backend = frame(CLIENT, 40000, VIP, 53, L4Proto::Udp);
+        assert_eq!(run(&ev, EvNf::Balancer, &no_backend).0, XDP_DROP);
+        let count = |n: &str| ev.counter(EvNf::Balancer, n).unwrap();
+        assert_eq!((count("new_conn"), count("tracked"), count("not_vip"), count("no_backend")), (2, 1, 1, 1));
+        assert_eq!(ev.lb_backend_load(0).unwrap().packets, 2);
+        assert_eq!(ev.lb_backend_load(1).unwrap().packets, 1);
+    });
+}
+
+#[test]
+fn udp_without_checksum_keeps_none() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    ns.run(|| {
+        let mut ev = balancer();
+        ev.lb_set_ring(1, &[0; LB_RING]).unwrap();
+        let mut f = frame(CLIENT, 5000, VIP, 53, L4Proto::Udp);
+        f[40..42].copy_from_slice(&[0, 0]);
+        let (_, out) = run(&ev, EvNf::Balancer, &f);
+        assert_eq!(dst_of(&out), (BACKEND.into(), 8080));
+        assert_eq!(&out[40..42], &[0, 0], "a UDP frame without checksum gets none");
+    });
+}
+
+#[test]
+fn firewall_then_balancer_by_tail_call() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    ns.run(|| {
+        let mut ev = balancer();
+        ev.fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
+        ev.set_chain(&[EvNf::Firewall, EvNf::Balancer]).unwrap();
+        let (action, out) = run(&ev, EvNf::Firewall, &frame(CLIENT, 40000, VIP, 80, L4Proto::Tcp));
+        assert_eq!(action, XDP_REDIRECT);
+        assert_eq!(dst_of(&out), (BACKEND.into(), 8080), "the balancer ran after the firewall");
+        assert_eq!(ev.counter(EvNf::Firewall, "allow").unwrap(), 1);
+        assert_eq!(ev.counter(EvNf::Balancer, "new_conn").unwrap(), 1);
+        // Unchained again: the firewall is the last NF.
+        ev.set_chain(&[EvNf::Firewall]).unwrap();
+        let (_, out) = run(&ev, EvNf::Firewall, &frame(CLIENT, 40001, VIP, 80, L4Proto::Tcp));
+        assert_eq!(dst_of(&out), (VIP.into(), 80));
+    });
+}
+
+#[test]
+fn dpi_table() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    ns.run(|| {
+        let ev = Evnf::load().expect("load evnf.bpf.c (verifier)");
+        let f = frame(CLIENT, 40000, BACKEND, 5201, L4Proto::Tcp);
+        let (action, out) = run(&ev, EvNf::Dpi, &f);
+        assert_eq!(action, XDP_PASS, "no slow-path socket bound: the kernel gets it");
+        // Metadata in front: reason 1 (no rule), NF 3 (eDPI).
+        assert_eq!(&out[..8], &[1, 0, 0, 0, 3, 0, 0, 0]);
+        assert_eq!(&out[8..], &f[..]);
+
+        let mut bypass: HashMap<_, EvFlow, DpiBypass> =
+            HashMap::try_from(ev.map_handle("ferry_dpi_bypass").unwrap()).unwrap();
+        bypass.insert(EvFlow::new(CLIENT.into(), 40000, BACKEND.into(), 5201, 6), DpiBypass::default(), 0).unwrap();
+        let (action, out) = run(&ev, EvNf::Dpi, &f);
+        assert_eq!(action, XDP_REDIRECT, "bypassed flows are routed straight out");
+        assert_eq!(&out[0..6], &BACKEND_MAC);
+        let rule = bypass.get(&EvFlow::new(CLIENT.into(), 40000, BACKEND.into(), 5201, 6), 0).unwrap();
+        assert_eq!((rule.packets, rule.bytes), (1, 80));
+        assert!(rule.last_seen_ns > 0);
+
+        let mut icmp = f.clone();
+        icmp[23] = 1;
+        assert_eq!(run(&ev, EvNf::Dpi, &icmp).0, XDP_REDIRECT, "not inspected: routed on");
+        let count = |n: &str| ev.counter(EvNf::Dpi, n).unwrap();
+        assert_eq!((count("to_slow_path"), count("bypass"), count("not_inspected")), (1, 1, 1));
+    });
+}
