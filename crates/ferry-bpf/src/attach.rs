@@ -143,7 +143,8 @@ pub(crate) fn map_handle(ebpf: &Ebpf, name: &'static str) -> Result<aya::maps::M
     use aya::maps::{Map, MapData};
     let map = ebpf.map(name).ok_or(BpfError::NoMap { name })?;
     let dup = |d: &MapData| -> Result<MapData, BpfError> {
-        let fd = d.fd().as_fd().try_clone_to_owned().map_err(|source| BpfError::Syscall { what: "dup map fd", source })?;
+        let fd =
+            d.fd().as_fd().try_clone_to_owned().map_err(|source| BpfError::Syscall { what: "dup map fd", source })?;
         MapData::from_fd(fd).map_err(|source| BpfError::Map { name, source })
     };
     Ok(match map {

@@ -374,6 +374,27 @@ impl Evnf {
         ports.insert(key, rule, 0).map_err(|source| BpfError::Map { name: NAME, source })
     }
 
+    /// Removes every fast firewall rule (before installing a new set).
+    pub fn fw_clear(&mut self) -> Result<(), BpfError> {
+        const SUBNETS: &str = "ferry_fw_subnets";
+        const PORTS: &str = "ferry_fw_ports";
+        let map = self.ebpf.map_mut(SUBNETS).ok_or(BpfError::NoMap { name: SUBNETS })?;
+        let mut trie: LpmTrie<&mut MapData, u32, FwRule> =
+            LpmTrie::try_from(map).map_err(|source| BpfError::Map { name: SUBNETS, source })?;
+        let keys: Vec<LpmKey<u32>> = trie.keys().filter_map(Result::ok).collect();
+        for k in keys {
+            trie.remove(&k).map_err(|source| BpfError::Map { name: SUBNETS, source })?;
+        }
+        let map = self.ebpf.map_mut(PORTS).ok_or(BpfError::NoMap { name: PORTS })?;
+        let mut ports: HashMap<&mut MapData, FwPortKey, FwRule> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: PORTS, source })?;
+        let keys: Vec<FwPortKey> = ports.keys().filter_map(Result::ok).collect();
+        for k in keys {
+            ports.remove(&k).map_err(|source| BpfError::Map { name: PORTS, source })?;
+        }
+        Ok(())
+    }
+
     /// Packets and bytes rule `rule_id` matched.
     pub fn fw_rule_hits(&self, rule_id: u32) -> Result<PlCount, BpfError> {
         self.per_cpu_sum("ferry_fw_hits", rule_id)

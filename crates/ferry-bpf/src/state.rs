@@ -157,6 +157,12 @@ impl<K: Pod + Eq + Hash + Send + 'static, V: Pod + Send + 'static> StateTable<K,
         }
     }
 
+    /// Every entry the data path sees right now (entries the data path
+    /// created itself included), e.g. to read per-entry statistics.
+    pub fn entries_in_kernel(&self) -> Vec<(K, V)> {
+        self.kernel.lock().expect("state map lock").iter().filter_map(Result::ok).collect()
+    }
+
     /// `remove(KeyArgs)`.
     pub fn remove(&mut self, key: &K, mode: Update) -> Result<(), BpfError> {
         self.submit(Op::Remove(*key), mode)?;

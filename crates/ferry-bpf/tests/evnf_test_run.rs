@@ -41,7 +41,20 @@ impl TestNs {
         // A router: bpf_fib_lookup refuses to forward otherwise.
         ip(&["netns", "exec", n, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
         // No dummy driver on every kernel: a veth pair with one end used.
-        ip(&["-n", n, "link", "add", "dummy0", "address", "02:00:00:00:09:01", "type", "veth", "peer", "name", "peer0"]);
+        ip(&[
+            "-n",
+            n,
+            "link",
+            "add",
+            "dummy0",
+            "address",
+            "02:00:00:00:09:01",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "peer0",
+        ]);
         ip(&["-n", n, "link", "set", "peer0", "up"]);
         ip(&["-n", n, "link", "set", "dummy0", "up"]);
         ip(&["-n", n, "addr", "add", "10.9.0.1/24", "dev", "dummy0"]);

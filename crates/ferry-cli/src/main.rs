@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
-use ferry_cli::{bench, benchchain, benchpipeline, chainctl, demo, genlive, genxsk, nfrun, sink, xdprun};
+use ferry_cli::{bench, benchchain, benchpipeline, chainctl, demo, evnfrun, genlive, genxsk, nfrun, sink, xdprun};
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
 use serde::Serialize;
@@ -34,6 +34,9 @@ enum Cmd {
     /// Chains run by ferryd (see `ferryd --help` and docs/ARCHITECTURE.md).
     #[command(subcommand)]
     Chain(ChainCmd),
+    /// Hybrid NFs (eVNF): eFW, eLB, eDPI with XDP fast paths.
+    #[command(subcommand)]
+    Evnf(EvnfCmd),
     /// Traffic generators.
     #[command(subcommand)]
     Gen(GenCmd),
@@ -359,6 +362,24 @@ struct SinkArgs {
 }
 
 #[derive(Subcommand)]
+enum EvnfCmd {
+    /// Runs the NFs of FILE (examples/evnf/*.yaml) in this network
+    /// namespace until SIGINT/SIGTERM; SIGHUP reloads FILE.
+    Run {
+        file: PathBuf,
+        /// Write the JSON report here after every timer tick and reload.
+        #[arg(long)]
+        status: Option<PathBuf>,
+        /// Stop after this long.
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// Print the final report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum BenchCmd {
     /// XDP_DROP, XDP_TX, AF_XDP RX-and-drop and AF_XDP l2fwd at 64 and 1500 B.
     Io {
@@ -541,6 +562,10 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 Err(anyhow!("frame conservation violated"))
             }
+        }
+        Cmd::Evnf(EvnfCmd::Run { file, status, duration, json }) => {
+            let report = evnfrun::run(&file, status.as_deref(), duration)?;
+            emit(json, &report, pretty)
         }
         Cmd::Chain(ChainCmd::Down { socket, name }) => chainctl::shutdown(&chain_socket(socket, &name)),
         Cmd::Nf(NfCmd::List) => {

@@ -73,12 +73,7 @@ pub enum NdpiError {
     },
     /// A rule nDPI 4.2 would skip silently or misread.
     #[error("{}:{line}: {reason}: {text:?}", path.display())]
-    ProtocolsRule {
-        path: PathBuf,
-        line: usize,
-        text: String,
-        reason: &'static str,
-    },
+    ProtocolsRule { path: PathBuf, line: usize, text: String, reason: &'static str },
     #[error("nDPI could not load protocols file {}", path.display())]
     ProtocolsFileRejected { path: PathBuf },
 }
@@ -215,9 +210,7 @@ impl Ndpi {
     pub fn protocol_name(&self, id: u16) -> String {
         // SAFETY: the shim returns a static or module-owned NUL-terminated
         // string (never null); it is copied before `self` can change.
-        unsafe { CStr::from_ptr(ffi::fy_ndpi_proto_name(self.raw.as_ptr(), id)) }
-            .to_string_lossy()
-            .into_owned()
+        unsafe { CStr::from_ptr(ffi::fy_ndpi_proto_name(self.raw.as_ptr(), id)) }.to_string_lossy().into_owned()
     }
 
     /// The id of a built-in or custom protocol, by case-insensitive name.

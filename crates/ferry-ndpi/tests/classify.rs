@@ -62,7 +62,8 @@ fn protocols_file(name: &str, text: &str) -> PathBuf {
     path
 }
 
-const GET: &[u8] = b"GET /index.html HTTP/1.1\r\nHost: www.example.com\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n";
+const GET: &[u8] =
+    b"GET /index.html HTTP/1.1\r\nHost: www.example.com\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n";
 
 #[test]
 fn http_get_with_host_is_http_on_the_first_payload_packet() {
@@ -134,7 +135,8 @@ fn unknown_payload_stays_open_until_giveup_or_packet_32() {
 fn short_and_malformed_packets_are_not_classified_and_do_not_crash() {
     let mut ndpi = Ndpi::new(None).unwrap();
     let good = tcp(80, Tcp::Data, GET);
-    let mut cases: Vec<Vec<u8>> = vec![vec![], vec![0x45], good[..19].to_vec(), good[..20].to_vec(), good[..30].to_vec()];
+    let mut cases: Vec<Vec<u8>> =
+        vec![vec![], vec![0x45], good[..19].to_vec(), good[..20].to_vec(), good[..30].to_vec()];
     let mut ihl_too_big = good.clone();
     ihl_too_big[0] = 0x4f;
     cases.push(ihl_too_big[..40].to_vec());

@@ -15,6 +15,7 @@ mod port;
 mod ring;
 mod socket;
 pub mod sys;
+pub mod tun;
 mod umem;
 
 pub use port::{Port, PortCounters};

@@ -119,6 +119,19 @@ impl Port {
         unsafe { self.sock.umem().slice_mut(desc.addr, desc.len as usize) }
     }
 
+    /// The `meta_len` bytes of XDP metadata the XDP program wrote in front
+    /// of a received frame (AF_XDP copies them too), or None when the frame
+    /// has no room for them in front of the packet.
+    pub fn metadata(&self, desc: &XdpDesc, meta_len: usize) -> Option<&[u8]> {
+        let frame_start = desc.addr & self.frame_mask;
+        if desc.addr < frame_start + meta_len as u64 {
+            return None;
+        }
+        // SAFETY: the bytes lie in the same UMEM frame as a descriptor this
+        // port holds, so nobody else writes them while we read.
+        unsafe { self.sock.umem().slice_mut(desc.addr - meta_len as u64, meta_len).map(|s| &*s) }
+    }
+
     /// A free frame for building a packet of `len` bytes, or None.
     pub fn alloc(&mut self, len: u32) -> Option<XdpDesc> {
         if len > self.frame_size {

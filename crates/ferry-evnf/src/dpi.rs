@@ -1,0 +1,215 @@
+//! eDPI: deep packet inspection in reactive mode. Frames of flows without
+//! a bypass rule go to the slow path, where nDPI classifies the flow; once
+//! a flow is classified as one of the configured elephant protocols, a
+//! 5-tuple bypass rule (both directions) lets the rest of it skip the slow
+//! path in XDP. Idle bypass rules age out. With `bypass: false` it is
+//! nDPI alone: every frame is inspected in user space.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use ferry_bpf::evnf::{DpiBypass, EvFlow, EvNf, EvSlowMeta, Evnf};
+use ferry_ndpi::{Classification, Flow, Ndpi};
+use serde_json::json;
+
+use crate::config::DpiSpec;
+use crate::hybrid::{ip_packet, monotonic_ns, FastTable, HybridNf, Mode, SlowVerdict};
+use crate::EvnfError;
+
+struct FlowState {
+    flow: Flow,
+    class: Option<Classification>,
+    last_seen_ns: u64,
+    packets: u64,
+}
+
+pub struct Dpi {
+    spec: DpiSpec,
+    ndpi: Ndpi,
+    elephants: Vec<u16>,
+    /// nDPI state per flow, keyed by the direction seen first.
+    flows: HashMap<EvFlow, FlowState>,
+    bypass: FastTable<EvFlow, DpiBypass>,
+    classified: HashMap<String, u64>,
+    bypass_installed: u64,
+    bypass_expired: u64,
+    bypass_errors: u64,
+    inspected: u64,
+    not_ipv4: u64,
+}
+
+/// The 5-tuple of an IPv4 TCP/UDP packet (ports 0 for other protocols).
+pub fn flow_of(ip: &[u8]) -> Option<EvFlow> {
+    if ip.len() < 20 || ip[0] >> 4 != 4 {
+        return None;
+    }
+    let ihl = (ip[0] & 0x0f) as usize * 4;
+    let proto = ip[9];
+    let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+    let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+    let (sport, dport) = match (proto, ip.get(ihl..ihl + 4)) {
+        (6 | 17, Some(p)) => (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])),
+        (6 | 17, None) => return None,
+        _ => (0, 0),
+    };
+    Some(EvFlow::new(src, sport, dst, dport, proto))
+}
+
+impl Dpi {
+    pub fn new(fast: &Evnf, spec: DpiSpec) -> Result<Dpi, EvnfError> {
+        let ndpi = Ndpi::new(spec.protocols_file.as_deref())?;
+        let elephants = resolve_elephants(&ndpi, &spec)?;
+        let bypass = FastTable::new(
+            fast.map_handle("ferry_dpi_bypass")?,
+            "dpi_bypass",
+            &["saddr", "daddr", "sport", "dport", "proto"],
+            &["app", "last_seen_ns", "packets", "bytes"],
+            Duration::from_secs_f64(spec.idle_timeout_s),
+        )?;
+        Ok(Dpi {
+            spec,
+            ndpi,
+            elephants,
+            flows: HashMap::new(),
+            bypass,
+            classified: HashMap::new(),
+            bypass_installed: 0,
+            bypass_expired: 0,
+            bypass_errors: 0,
+            inspected: 0,
+            not_ipv4: 0,
+        })
+    }
+
+    /// Timeouts, elephants and the bypass switch may change on reload;
+    /// the protocols file is read once, at start.
+    pub fn set_spec(&mut self, spec: DpiSpec) -> Result<(), EvnfError> {
+        self.elephants = resolve_elephants(&self.ndpi, &spec)?;
+        self.spec = spec;
+        Ok(())
+    }
+
+    fn install_bypass(&mut self, key: EvFlow, app: u16, now: u64) {
+        let rule = DpiBypass { app: app as u32, last_seen_ns: now, ..Default::default() };
+        for k in [key, key.reversed()] {
+            match self.bypass.install(k, rule) {
+                Ok(()) => self.bypass_installed += 1,
+                Err(e) => {
+                    self.bypass_errors += 1;
+                    tracing::warn!("eDPI: bypass rule for {k}: {e}");
+                }
+            }
+        }
+    }
+}
+
+fn resolve_elephants(ndpi: &Ndpi, spec: &DpiSpec) -> Result<Vec<u16>, EvnfError> {
+    spec.elephants
+        .iter()
+        .map(|name| {
+            ndpi.protocol_id(name)
+                .ok_or_else(|| EvnfError::Config(format!("dpi.elephants: nDPI knows no protocol {name:?}")))
+        })
+        .collect()
+}
+
+impl HybridNf for Dpi {
+    fn name(&self) -> &'static str {
+        "dpi"
+    }
+
+    fn mode(&self) -> Mode {
+        Mode::Reactive
+    }
+
+    fn install(&mut self, _fast: &mut Evnf) -> Result<(), EvnfError> {
+        Ok(())
+    }
+
+    fn on_slow_path(&mut self, _fast: &mut Evnf, frame: &[u8], _meta: EvSlowMeta) -> SlowVerdict {
+        let Some(ip) = ip_packet(frame) else { return SlowVerdict::Drop };
+        let Some(key) = flow_of(ip) else {
+            self.not_ipv4 += 1;
+            return SlowVerdict::Reinject;
+        };
+        let now = monotonic_ns();
+        let known = if self.flows.contains_key(&key) { key } else { key.reversed() };
+        let state = self.flows.entry(known).or_insert_with(|| FlowState {
+            flow: Flow::new(),
+            class: None,
+            last_seen_ns: now,
+            packets: 0,
+        });
+        state.last_seen_ns = now;
+        state.packets += 1;
+        if state.class.is_some() {
+            return SlowVerdict::Reinject;
+        }
+        self.inspected += 1;
+        let class = self.ndpi.process(&mut state.flow, ip, now / 1_000_000);
+        if !class.done {
+            return SlowVerdict::Reinject;
+        }
+        state.class = Some(class);
+        let app = class.protocol();
+        *self.classified.entry(self.ndpi.protocol_name(app)).or_default() += 1;
+        if self.spec.bypass && self.elephants.contains(&app) {
+            self.install_bypass(key, app, now);
+        }
+        SlowVerdict::Reinject
+    }
+
+    fn on_tick(&mut self, _fast: &mut Evnf, now_ns: u64) -> Result<(), EvnfError> {
+        self.bypass_expired += self.bypass.expire(now_ns, |_| false)?.len() as u64;
+        let idle = (self.spec.idle_timeout_s * 1e9) as u64;
+        // Bypassed flows never reach the slow path, so their nDPI state
+        // looks idle too; it is dropped with everything else that is.
+        self.flows.retain(|_, s| now_ns.saturating_sub(s.last_seen_ns) <= idle);
+        Ok(())
+    }
+
+    fn report(&self, fast: &Evnf) -> serde_json::Value {
+        let rules: Vec<serde_json::Value> = self
+            .bypass
+            .entries()
+            .iter()
+            .map(|(k, v)| json!({ "flow": k.to_string(), "app": self.ndpi.protocol_name(v.app as u16), "packets": v.packets, "bytes": v.bytes }))
+            .collect();
+        json!({
+            "mode": self.mode(),
+            "counters": crate::counters_json(fast, EvNf::Dpi),
+            "bypass": self.spec.bypass,
+            "elephants": self.spec.elephants,
+            "slow_path_flows": self.flows.len(),
+            "inspected_packets": self.inspected,
+            "classified_flows": self.classified,
+            "bypass_rules": rules,
+            "bypass_installed": self.bypass_installed,
+            "bypass_expired": self.bypass_expired,
+            "bypass_errors": self.bypass_errors,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_of_reads_tcp_and_rejects_short() {
+        let mut ip = vec![0u8; 40];
+        ip[0] = 0x45;
+        ip[9] = 6;
+        ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        ip[20..24].copy_from_slice(&[0x9c, 0x40, 0x14, 0x51]);
+        let f = flow_of(&ip).unwrap();
+        assert_eq!(f.src(), (Ipv4Addr::new(10, 0, 0, 1), 40000));
+        assert_eq!(f.dst(), (Ipv4Addr::new(10, 0, 0, 2), 5201));
+        assert!(flow_of(&ip[..22]).is_none());
+        assert!(flow_of(&ip[..10]).is_none());
+        ip[9] = 1;
+        assert_eq!(flow_of(&ip[..20]).unwrap().sport, 0);
+    }
+}

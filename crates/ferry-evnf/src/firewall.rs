@@ -1,0 +1,140 @@
+//! eFW: a firewall in offloading mode. Source-subnet and destination-port
+//! rules run in XDP (allow: on down the chain; deny: dropped there); a frame
+//! no fast rule decides goes up to the kernel, where the operator's
+//! nftables ruleset (the legacy NF) decides.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use ferry_bpf::evnf::{EvNf, Evnf, FwRule, FW_ALLOW, FW_DENY};
+use serde_json::json;
+
+use crate::config::{FirewallSpec, FwAction};
+use crate::hybrid::{HybridNf, Mode};
+use crate::EvnfError;
+
+pub struct Firewall {
+    spec: FirewallSpec,
+    /// `family name` of each table the nftables ruleset created.
+    nft_tables: Vec<String>,
+}
+
+impl Firewall {
+    pub fn new(spec: FirewallSpec) -> Firewall {
+        Firewall { spec, nft_tables: Vec::new() }
+    }
+
+    pub fn set_spec(&mut self, spec: FirewallSpec) {
+        self.spec = spec;
+    }
+
+    fn describe(&self, i: usize) -> String {
+        let r = &self.spec.rules[i];
+        let what = match (&r.src, r.proto, r.port) {
+            (Some(src), _, _) => format!("src {src}"),
+            (None, Some(p), Some(port)) => format!("{p:?} port {port}").to_lowercase(),
+            (None, Some(p), None) => format!("{p:?}").to_lowercase(),
+            (None, None, _) => "nothing".into(),
+        };
+        format!("{what} {:?}", r.action).to_lowercase()
+    }
+
+    fn remove_nft_tables(&mut self) {
+        for t in self.nft_tables.drain(..) {
+            let args: Vec<&str> = ["delete", "table"].into_iter().chain(t.split_whitespace()).collect();
+            let _ = Command::new("nft").args(&args).status();
+        }
+    }
+}
+
+/// `family name` of every `table` the ruleset declares.
+fn declared_tables(ruleset: &str) -> Vec<String> {
+    ruleset
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            match (w.next(), w.next(), w.next()) {
+                (Some("table"), Some(family), Some(name)) => {
+                    Some(format!("{family} {}", name.trim_end_matches('{').trim()))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Applies an nftables ruleset in the calling process's namespace.
+pub fn nft_apply(ruleset: &str) -> Result<(), EvnfError> {
+    let mut child = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| EvnfError::Nft(format!("not supported: needs nft (apt install nftables): {e}")))?;
+    child.stdin.take().expect("piped").write_all(ruleset.as_bytes()).map_err(|e| EvnfError::Nft(e.to_string()))?;
+    let out = child.wait_with_output().map_err(|e| EvnfError::Nft(e.to_string()))?;
+    if !out.status.success() {
+        return Err(EvnfError::Nft(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+    }
+    Ok(())
+}
+
+impl HybridNf for Firewall {
+    fn name(&self) -> &'static str {
+        "firewall"
+    }
+
+    fn mode(&self) -> Mode {
+        Mode::Offloading
+    }
+
+    fn install(&mut self, fast: &mut Evnf) -> Result<(), EvnfError> {
+        fast.fw_clear()?;
+        for (i, r) in self.spec.rules.iter().enumerate() {
+            let action = if r.action == FwAction::Allow { FW_ALLOW } else { FW_DENY };
+            // Rule ids start at 1 so that id 0 never counts a real rule.
+            let rule = FwRule { action, rule_id: i as u32 + 1 };
+            match (r.subnet(), r.proto) {
+                (Some((addr, prefix)), _) => fast.fw_set_subnet(addr, prefix, rule)?,
+                (None, Some(proto)) => fast.fw_set_port(proto.number(), r.port.unwrap_or(0), rule)?,
+                (None, None) => {}
+            }
+        }
+        self.remove_nft_tables();
+        if let Some(ruleset) = &self.spec.nftables {
+            nft_apply(ruleset)?;
+            self.nft_tables = declared_tables(ruleset);
+        }
+        Ok(())
+    }
+
+    fn on_tick(&mut self, _fast: &mut Evnf, _now_ns: u64) -> Result<(), EvnfError> {
+        Ok(())
+    }
+
+    fn report(&self, fast: &Evnf) -> serde_json::Value {
+        let counters = crate::counters_json(fast, EvNf::Firewall);
+        let rules: Vec<serde_json::Value> = (0..self.spec.rules.len())
+            .map(|i| {
+                let hits = fast.fw_rule_hits(i as u32 + 1).unwrap_or_default();
+                json!({ "rule": self.describe(i), "packets": hits.packets, "bytes": hits.bytes })
+            })
+            .collect();
+        json!({ "mode": self.mode(), "counters": counters, "rules": rules, "nftables_tables": self.nft_tables })
+    }
+
+    fn shutdown(&mut self) {
+        self.remove_nft_tables();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_declared_tables() {
+        let rs = "table inet ferry_fw {\n  chain input { }\n}\ntable ip nat_x{\n}\n  # table bogus\n";
+        assert_eq!(declared_tables(rs), vec!["inet ferry_fw".to_string(), "ip nat_x".to_string()]);
+    }
+}
