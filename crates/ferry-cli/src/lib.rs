@@ -6,6 +6,7 @@ pub mod benchchain;
 pub mod benchpipeline;
 pub mod chainctl;
 pub mod demo;
+pub mod evnfproc;
 pub mod evnfrun;
 pub mod genlive;
 pub mod genxsk;

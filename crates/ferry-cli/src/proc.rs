@@ -78,6 +78,22 @@ impl NsProcess {
         self.stop()
     }
 
+    /// The ferry process's pid (`ip netns exec` execs in place).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. SIGHUP) without waiting.
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+    }
+
+    /// True while the process runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     pub fn stop(self) -> Result<Value> {
         // `ip netns exec` execs the command, so the pid is ferry's own.
         // SAFETY: signalling our own child.

@@ -1,0 +1,150 @@
+//! The hybrid NFs end to end on examples/testbeds/sfc.yaml: real HTTP
+//! through eFW -> eLB to two nginx backends and back, weights changed at
+//! run time, the firewall's kernel half (nftables), and iperf3 flows
+//! through eFW -> eDPI with nDPI classifying and bypass rules aging out.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use ferry_cli::evnfproc::{established, run_in, sfc_testbed, EvnfProc, SFC1, SFC2, VIP};
+use ferry_testbed::apps::{self, CurlOpts, Iperf3Server, IperfJob, IperfOpts, Nginx, NginxOpts};
+
+fn backend_of(body: &str) -> String {
+    body.trim().strip_prefix("backend ").unwrap_or(body).to_string()
+}
+
+#[test]
+fn http_through_efw_and_elb_to_two_nginx_backends() {
+    if !privileged("evnf_http") {
+        return;
+    }
+    let tb = sfc_testbed().expect("SFC testbed");
+    // /big: 3 MiB at 1 MiB/s, a download of about 2 s.
+    let opts = NginxOpts { big_file_bytes: 3 << 20, limit_rate: Some(1 << 20), ..Default::default() };
+    let b1 = Nginx::start(&tb, "b1", "10.10.2.11:80".parse().unwrap(), "b1", opts.clone()).expect("nginx b1");
+    let b2 = Nginx::start(&tb, "b2", "10.10.3.12:80".parse().unwrap(), "b2", opts).expect("nginx b2");
+    let mut nf = EvnfProc::start(Path::new(FERRY), &tb, SFC1, None).expect("ferry evnf run");
+
+    // New connections spread over both backends.
+    let url = format!("http://{VIP}/");
+    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+    for _ in 0..20 {
+        let r = apps::curl_get(&tb, "client", &url, CurlOpts::default()).expect("GET through the chain");
+        assert_eq!(r.status, 200);
+        *seen.entry(backend_of(&r.body)).or_default() += 1;
+    }
+    assert_eq!(seen.keys().cloned().collect::<Vec<_>>(), ["b1", "b2"], "both backends answer: {seen:?}");
+
+    // Requests on one connection stay on its backend.
+    let urls: Vec<String> = (0..5).map(|_| url.clone()).collect();
+    let bodies = apps::curl_many(&tb, "client", &urls).expect("keep-alive requests");
+    assert!(bodies.iter().all(|b| *b == bodies[0]), "one connection, one backend: {bodies:?}");
+
+    // A long download is under way; its backend gets weight 0. New
+    // connections move to the other backend, the download does not.
+    let download = {
+        let names = (*tb).clone();
+        std::thread::spawn(move || {
+            let opts = CurlOpts { timeout: Duration::from_secs(15), local_port: Some(41_000) };
+            apps::curl_get(&names, "client", &format!("http://{VIP}/big"), opts)
+        })
+    };
+    let mut busy = None;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(50));
+        for ns in ["b1", "b2"] {
+            if established(&tb, ns, 80).unwrap().iter().any(|(_, peer)| peer.ends_with(":41000")) {
+                busy = Some(ns);
+            }
+        }
+        if busy.is_some() {
+            break;
+        }
+    }
+    let busy = busy.expect("the download's connection reached a backend");
+    let other = if busy == "b1" { "b2" } else { "b1" };
+    let reweighted = if busy == "b1" {
+        SFC1.replace("10.10.2.11:80, weight: 1", "10.10.2.11:80, weight: 0")
+    } else {
+        SFC1.replace("10.10.3.12:80, weight: 1", "10.10.3.12:80, weight: 0")
+    };
+    let status = nf.reload(&reweighted).expect("reload with new weights");
+    assert_eq!(status["generation"], 2);
+    for _ in 0..10 {
+        let r = apps::curl_get(&tb, "client", &url, CurlOpts::default()).expect("GET after the reload");
+        assert_eq!(backend_of(&r.body), other, "new connections avoid the weight-0 backend");
+    }
+    let big = download.join().unwrap().expect("the download survives the weight change");
+    assert_eq!((big.status, big.body.len()), (200, 3 << 20), "complete, from its original backend");
+
+    // The firewall: a denied subnet dropped in XDP; ping and SSH decided by
+    // nftables in the kernel (accepted, dropped).
+    let denied = tb
+        .exec("client", "curl", ["-s", "-m", "1", "--interface", "10.10.66.2", &url])
+        .status()
+        .expect("curl from the denied subnet");
+    assert!(!denied.success(), "the denied subnet gets no answer");
+    run_in(&tb, "client", "ping", &["-c", "2", "-W", "1", "10.10.2.11"]).expect("ping via the kernel's nftables");
+    let ssh = tb.exec("client", "curl", ["-s", "-m", "1", "http://10.10.2.11:22/"]).status().unwrap();
+    assert!(!ssh.success(), "port 22 is dropped by nftables");
+    let (accepted, _) = apps::nft_counter(&tb, "dut", "inet", "ferry_efw", "kernel_accepted").unwrap();
+    let (dropped, _) = apps::nft_counter(&tb, "dut", "inet", "ferry_efw", "kernel_dropped").unwrap();
+    assert!(accepted >= 2 && dropped >= 1, "nftables saw the undecided frames: {accepted} accepted, {dropped} dropped");
+
+    let report = nf.stop().expect("final report");
+    let fw = &report["nfs"]["firewall"]["counters"];
+    let lb = &report["nfs"]["balancer"]["counters"];
+    assert!(fw["deny"].as_u64().unwrap() >= 1, "{fw}");
+    assert!(fw["to_kernel"].as_u64().unwrap() >= 3, "{fw}");
+    assert!(lb["new_conn"].as_u64().unwrap() >= 32, "{lb}");
+    assert_eq!((fw["malformed"].as_u64(), lb["malformed"].as_u64()), (Some(0), Some(0)));
+    let nft_left = run_in(&tb, "dut", "nft", &["list", "tables"]).unwrap();
+    assert!(!nft_left.contains("ferry_efw"), "the firewall's nftables table is removed when it stops");
+    drop((b1, b2));
+    down_and_check(tb);
+}
+
+#[test]
+fn iperf3_through_efw_and_edpi_with_bypass_rules_that_age_out() {
+    if !privileged("evnf_dpi") {
+        return;
+    }
+    let tb = sfc_testbed().expect("SFC testbed");
+    let server = "10.10.2.11".parse().unwrap();
+    let _elephant = Iperf3Server::start(&tb, "b1", server, 5201, None).expect("iperf3 server 5201");
+    let _mouse = Iperf3Server::start(&tb, "b1", server, 5301, None).expect("iperf3 server 5301");
+    let config = SFC2.replace("idle_timeout_s: 5", "idle_timeout_s: 1");
+    let nf = EvnfProc::start(Path::new(FERRY), &tb, &config, None).expect("ferry evnf run");
+
+    let opts = IperfOpts { duration: Duration::from_secs(3), ..Default::default() };
+    let jobs =
+        [IperfJob { server, port: 5201, opts: opts.clone() }, IperfJob { server, port: 5301, opts: opts.clone() }];
+    let reports = apps::iperf3_clients(&tb, "client", &jobs).expect("iperf3 flows through the chain");
+    assert!(reports.iter().all(|r| r.bits_per_second > 1e6), "both flows carry traffic: {reports:?}");
+
+    let s = nf.status().unwrap();
+    let dpi = &s["nfs"]["dpi"];
+    assert!(dpi["classified_flows"]["Iperf"].as_u64().unwrap_or(0) >= 1, "{dpi}");
+    assert!(dpi["bypass_installed"].as_u64().unwrap() >= 2, "{dpi}");
+    let (bypassed, slow) =
+        (dpi["counters"]["bypass"].as_u64().unwrap(), dpi["counters"]["to_slow_path"].as_u64().unwrap());
+    assert!(bypassed > 1000 && slow > 1000, "the elephant is bypassed, the mouse inspected: {dpi}");
+    let reinjected = s["slow_path"][0]["reinjected"].as_u64().unwrap();
+    assert!(reinjected + 100 >= slow && reinjected > 0, "slow-path frames go back to the kernel: {s}");
+    // Only the elephant's flows have rules, and they name the port.
+    for r in dpi["bypass_rules"].as_array().unwrap() {
+        assert!(r["flow"].as_str().unwrap().contains("5201"), "{r}");
+    }
+    // Idle rules age out (idle timeout 1 s, checked every 0.5 s).
+    std::thread::sleep(Duration::from_millis(2500));
+    let s = nf.status().unwrap();
+    let dpi = &s["nfs"]["dpi"];
+    assert_eq!(dpi["bypass_rules"].as_array().map(Vec::len), Some(0), "{dpi}");
+    assert!(dpi["bypass_expired"].as_u64().unwrap() >= 2, "{dpi}");
+    let _ = nf.stop().expect("final report");
+    down_and_check(tb);
+}
