@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod benchchain;
+pub mod benchevnf;
 pub mod benchpipeline;
 pub mod chainctl;
 pub mod demo;

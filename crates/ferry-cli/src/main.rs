@@ -8,7 +8,9 @@ use clap::{Args, Parser, Subcommand};
 use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
-use ferry_cli::{bench, benchchain, benchpipeline, chainctl, demo, evnfrun, genlive, genxsk, nfrun, sink, xdprun};
+use ferry_cli::{
+    bench, benchchain, benchevnf, benchpipeline, chainctl, demo, evnfrun, genlive, genxsk, nfrun, sink, xdprun,
+};
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
 use serde::Serialize;
@@ -409,6 +411,24 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// eVNF §V in namespaces: SFC 1 (nftables+HAProxy vs eFW+eLB), SFC 2
+    /// (nDPI alone vs eDPI), and the pipeline overhead (P4SFC Fig. 6).
+    Evnf {
+        /// Scenarios (comma separated): sfc1, sfc2, pipeline.
+        #[arg(long, value_delimiter = ',', default_value = "sfc1,sfc2,pipeline")]
+        scenarios: Vec<String>,
+        /// wrk connection counts for SFC 1.
+        #[arg(long, value_delimiter = ',', default_value = "4,12,20,36")]
+        conns: Vec<u32>,
+        /// Elephant-flow shares (%) for SFC 2.
+        #[arg(long, value_delimiter = ',', default_value = "0,25,50,75,100")]
+        elephants: Vec<u32>,
+        /// Length of each measurement (whole seconds).
+        #[arg(long, value_parser = parse_duration, default_value = "5s")]
+        duration: Duration,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// FLASH's chaining experiments (Fig. 10, Fig. 11, Table 1, idle CPU).
     Chain {
         /// Scenarios (comma separated): fig10, fig11, table1, idle.
@@ -636,6 +656,13 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench(BenchCmd::Pipeline { runs, repeat, json }) => {
             let report = benchpipeline::run(repeat, runs.max(1))?;
             print!("{}", benchpipeline::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        Cmd::Bench(BenchCmd::Evnf { scenarios, conns, elephants, duration, json }) => {
+            let ferry = std::env::current_exe()?;
+            let opts = benchevnf::BenchEvnfOptions { scenarios, conns, elephants, duration, ferry };
+            let report = benchevnf::run(&opts)?;
+            print!("{}", benchevnf::table(&report));
             write_json(json.as_deref(), &report)
         }
         Cmd::Demo { packets, json } => {

@@ -20,9 +20,9 @@
 //! logs. Dropping one sends SIGTERM to the group, SIGKILL after a grace
 //! period, reaps the leader, waits until no member of the group is left
 //! and removes the directory. A small guard process (`sh`, in its own
-//! session) kills the group if this process dies without dropping (e.g.
-//! SIGKILL), so no server outlives its owner and keeps a deleted namespace
-//! alive. `start` returns only once the server listens (its own listening
+//! session) kills the group and removes the directory if this process dies
+//! without dropping (e.g. SIGKILL), so no server outlives its owner and
+//! keeps a deleted namespace alive. `start` returns only once the server listens (its own listening
 //! socket, checked in `/proc/<pid>/net/tcp` and `/proc/<pid>/fd`); if it
 //! exits first, or does not listen within 5 s, the error carries the tail
 //! of its logs.

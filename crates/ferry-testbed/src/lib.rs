@@ -28,6 +28,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod apps;
 mod cmd;
 mod error;
 mod netns;

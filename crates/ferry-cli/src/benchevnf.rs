@@ -1,0 +1,296 @@
+//! `ferry bench evnf`: eVNF §V reproduced in network namespaces, both
+//! variants on the same testbed (examples/testbeds/sfc.yaml), addresses
+//! and CPU pinning, side by side in one run:
+//!
+//! * SFC 1: wrk (client, CPU 0) -> firewall -> L4 balancer -> two nginx
+//!   (b1, b2, CPU 1). Kernel variant: nftables rules equal to the eFW's
+//!   fast rules and HAProxy in TCP mode (CPU 1) on the VIP. Ferry variant:
+//!   eFW -> eLB in XDP (`ferry evnf run`, control plane on CPU 1).
+//!   Requests/s and latency at each connection count; CPU of the balancer
+//!   process and of softirq (where XDP and nftables run).
+//! * SFC 2: four iperf3 flows (client, CPU 0) -> firewall -> DPI -> b1;
+//!   a share of them to the elephant protocol's ports. nDPI alone (every
+//!   frame inspected in user space) vs eDPI (bypass rules).
+//! * Pipeline overhead (P4SFC Fig. 6): `bench pipeline`'s measurement.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use ferry_testbed::apps::{
+    self, CpuMeter, Haproxy, HaproxyOpts, Iperf3Server, IperfJob, IperfOpts, Nginx, NginxOpts, WrkOpts,
+};
+use ferry_testbed::TestbedNames;
+use serde::Serialize;
+
+use crate::evnfproc::{run_in, sfc_testbed, EvnfProc, SFC1, SFC2, VIP};
+
+pub struct BenchEvnfOptions {
+    pub scenarios: Vec<String>,
+    pub conns: Vec<u32>,
+    pub elephants: Vec<u32>,
+    pub duration: Duration,
+    pub ferry: std::path::PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HttpRow {
+    pub variant: &'static str,
+    pub connections: u32,
+    pub requests_per_sec: f64,
+    pub latency_avg_us: f64,
+    pub latency_p50_us: f64,
+    pub latency_p99_us: f64,
+    pub socket_errors: u64,
+    /// CPU of the balancer's process (HAProxy, or the eLB control plane), % of one CPU.
+    pub balancer_process_cpu: f64,
+    /// Softirq CPU summed over CPUs (XDP, nftables, veth), % of one CPU.
+    pub softirq_cpu: f64,
+    pub busy_cpu: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HttpRatio {
+    pub connections: u32,
+    /// eFW+eLB requests/s over nftables+HAProxy requests/s.
+    pub rps_ratio: f64,
+    /// 1 - eFW+eLB average latency / nftables+HAProxy average latency.
+    pub latency_reduction: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DpiRow {
+    pub variant: &'static str,
+    pub elephant_percent: u32,
+    pub gbit_per_sec: f64,
+    /// CPU of the DPI process (the slow path), % of one CPU.
+    pub dpi_process_cpu: f64,
+    pub softirq_cpu: f64,
+    pub busy_cpu: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DpiRatio {
+    pub elephant_percent: u32,
+    /// eDPI throughput over nDPI-alone throughput.
+    pub throughput_ratio: f64,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct BenchEvnfReport {
+    pub machine: String,
+    pub duration_s: f64,
+    pub sfc1: Vec<HttpRow>,
+    pub sfc1_ratios: Vec<HttpRatio>,
+    pub sfc2: Vec<DpiRow>,
+    pub sfc2_ratios: Vec<DpiRatio>,
+    pub pipeline: Option<crate::benchpipeline::BenchPipelineReport>,
+    /// The hybrid NFs' own final reports (counters), one per Ferry run.
+    pub evnf_reports: Vec<serde_json::Value>,
+}
+
+const BACKENDS: [(&str, &str, &str); 2] = [("b1", "10.10.2.11:80", "b1"), ("b2", "10.10.3.12:80", "b2")];
+
+/// The eFW's fast rules as nftables rules, for the kernel variant (HAProxy
+/// terminates the connections, so they are on the input hook).
+const KERNEL_FIREWALL: &str = "table inet ferry_bench_fw {
+  chain input {
+    type filter hook input priority 0; policy accept;
+    iifname \"d0\" ip saddr 10.10.66.0/24 drop
+    iifname \"d0\" tcp dport 80 accept
+    iifname \"d0\" icmp type echo-request accept
+    iifname \"d0\" ct state established,related accept
+    iifname \"d0\" drop
+  }
+}
+";
+
+fn http_runs(tb: &TestbedNames, variant: &'static str, pid: u32, opts: &BenchEvnfOptions) -> Result<Vec<HttpRow>> {
+    let url = format!("http://{VIP}/");
+    // Warm-up: caches, neighbour entries, connection tracking.
+    let warm =
+        WrkOpts { connections: 4, threads: 1, duration: Duration::from_secs(1), cpu: Some(0), ..Default::default() };
+    apps::wrk(tb, "client", &url, warm).with_context(|| format!("{variant}: warm-up"))?;
+    let mut rows = Vec::new();
+    for &c in &opts.conns {
+        let meter = CpuMeter::start(&[pid])?;
+        let wrk = WrkOpts {
+            connections: c,
+            threads: c.min(2),
+            duration: opts.duration,
+            cpu: Some(0),
+            timeout: Duration::from_secs(2),
+        };
+        let r = apps::wrk(tb, "client", &url, wrk).with_context(|| format!("{variant}: wrk -c {c}"))?;
+        let cpu = meter.stop()?;
+        rows.push(HttpRow {
+            variant,
+            connections: c,
+            requests_per_sec: r.requests_per_sec,
+            latency_avg_us: r.latency_avg_us,
+            latency_p50_us: r.latency_p50_us,
+            latency_p99_us: r.latency_p99_us,
+            socket_errors: r.socket_errors,
+            balancer_process_cpu: cpu.pid_percent(pid).unwrap_or(0.0),
+            softirq_cpu: cpu.softirq_percent,
+            busy_cpu: cpu.total_busy_percent,
+        });
+    }
+    Ok(rows)
+}
+
+fn sfc1(opts: &BenchEvnfOptions, report: &mut BenchEvnfReport) -> Result<()> {
+    let tb = sfc_testbed()?;
+    let nginx_opts = NginxOpts { cpu: Some(1), keepalive_requests: 1_000_000, ..Default::default() };
+    let _nginx: Vec<Nginx> = BACKENDS
+        .iter()
+        .map(|(ns, addr, name)| Nginx::start(&tb, ns, addr.parse().expect("address"), name, nginx_opts.clone()))
+        .collect::<Result<_, _>>()?;
+    // (a) nftables + HAProxy: the VIP is the dut's own address.
+    run_in(&tb, "dut", "ip", &["addr", "add", &format!("{VIP}/32"), "dev", "lo"])?;
+    apps::nft_apply(&tb, "dut", KERNEL_FIREWALL)?;
+    let backends: Vec<_> = BACKENDS.iter().map(|(_, a, _)| (a.parse().expect("address"), 1)).collect();
+    let haproxy =
+        Haproxy::start(&tb, "dut", format!("{VIP}:80").parse()?, &backends, HaproxyOpts { cpu: Some(1), nbthread: 1 })?;
+    let kernel = http_runs(&tb, "nftables+haproxy", haproxy.pid(), opts)?;
+    drop(haproxy);
+    run_in(&tb, "dut", "nft", &["delete", "table", "inet", "ferry_bench_fw"])?;
+    run_in(&tb, "dut", "ip", &["addr", "del", &format!("{VIP}/32"), "dev", "lo"])?;
+    // (b) eFW + eLB in XDP.
+    let nf = EvnfProc::start(&opts.ferry, &tb, SFC1, Some(1))?;
+    let ferry = http_runs(&tb, "efw+elb", nf.pid(), opts)?;
+    report.evnf_reports.push(nf.stop()?);
+    for (k, f) in kernel.iter().zip(&ferry) {
+        report.sfc1_ratios.push(HttpRatio {
+            connections: k.connections,
+            rps_ratio: f.requests_per_sec / k.requests_per_sec.max(1e-9),
+            latency_reduction: 1.0 - f.latency_avg_us / k.latency_avg_us.max(1e-9),
+        });
+    }
+    report.sfc1.extend(kernel);
+    report.sfc1.extend(ferry);
+    Ok(())
+}
+
+fn dpi_runs(tb: &TestbedNames, variant: &'static str, pid: u32, opts: &BenchEvnfOptions) -> Result<Vec<DpiRow>> {
+    let server = "10.10.2.11".parse()?;
+    let mut rows = Vec::new();
+    for &pct in &opts.elephants {
+        let elephants = (4 * pct / 100) as u16;
+        let jobs: Vec<IperfJob> = (0..4u16)
+            .map(|i| IperfJob {
+                server,
+                port: if i < elephants { 5201 + i } else { 5301 + i },
+                opts: IperfOpts { duration: opts.duration, cpu: Some(0), ..Default::default() },
+            })
+            .collect();
+        let meter = CpuMeter::start(&[pid])?;
+        let reports = apps::iperf3_clients(tb, "client", &jobs).with_context(|| format!("{variant}: iperf3"))?;
+        let cpu = meter.stop()?;
+        rows.push(DpiRow {
+            variant,
+            elephant_percent: pct,
+            gbit_per_sec: reports.iter().map(|r| r.bits_per_second).sum::<f64>() / 1e9,
+            dpi_process_cpu: cpu.pid_percent(pid).unwrap_or(0.0),
+            softirq_cpu: cpu.softirq_percent,
+            busy_cpu: cpu.total_busy_percent,
+        });
+    }
+    Ok(rows)
+}
+
+fn sfc2(opts: &BenchEvnfOptions, report: &mut BenchEvnfReport) -> Result<()> {
+    let tb = sfc_testbed()?;
+    let server = "10.10.2.11".parse()?;
+    let _servers: Vec<Iperf3Server> = (0..4u16)
+        .flat_map(|i| [5201 + i, 5301 + i])
+        .map(|port| Iperf3Server::start(&tb, "b1", server, port, Some(1)))
+        .collect::<Result<_, _>>()?;
+    let alone = SFC2.replace("idle_timeout_s: 5", "idle_timeout_s: 5\n  bypass: false");
+    let nf = EvnfProc::start(&opts.ferry, &tb, &alone, Some(1))?;
+    let ndpi = dpi_runs(&tb, "ndpi-alone", nf.pid(), opts)?;
+    report.evnf_reports.push(nf.stop()?);
+    let nf = EvnfProc::start(&opts.ferry, &tb, SFC2, Some(1))?;
+    let edpi = dpi_runs(&tb, "edpi", nf.pid(), opts)?;
+    report.evnf_reports.push(nf.stop()?);
+    for (n, e) in ndpi.iter().zip(&edpi) {
+        report.sfc2_ratios.push(DpiRatio {
+            elephant_percent: n.elephant_percent,
+            throughput_ratio: e.gbit_per_sec / n.gbit_per_sec.max(1e-9),
+        });
+    }
+    report.sfc2.extend(ndpi);
+    report.sfc2.extend(edpi);
+    Ok(())
+}
+
+pub fn run(opts: &BenchEvnfOptions) -> Result<BenchEvnfReport> {
+    let mut report = BenchEvnfReport {
+        machine: crate::bench::machine_summary(),
+        duration_s: opts.duration.as_secs_f64(),
+        ..Default::default()
+    };
+    for s in &opts.scenarios {
+        match s.as_str() {
+            "sfc1" => sfc1(opts, &mut report).context("SFC 1")?,
+            "sfc2" => sfc2(opts, &mut report).context("SFC 2")?,
+            "pipeline" => report.pipeline = Some(crate::benchpipeline::run(200_000, 3)?),
+            other => anyhow::bail!("unknown scenario {other:?} (sfc1, sfc2, pipeline)"),
+        }
+    }
+    Ok(report)
+}
+
+pub fn table(r: &BenchEvnfReport) -> String {
+    let mut out = format!("machine: {}; {} s per point\n", r.machine, r.duration_s);
+    if !r.sfc1.is_empty() {
+        out += "\nSFC 1: wrk -> firewall -> L4 balancer -> 2 nginx (requests/s, latency in us, CPU in % of one CPU)\n";
+        out += &format!(
+            "{:<18} {:>5} {:>10} {:>9} {:>9} {:>9} {:>6} {:>9} {:>8} {:>6}\n",
+            "variant", "conns", "req/s", "lat avg", "p50", "p99", "errors", "lb proc", "softirq", "busy"
+        );
+        for x in &r.sfc1 {
+            out += &format!(
+                "{:<18} {:>5} {:>10.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>9.1} {:>8.1} {:>6.0}\n",
+                x.variant,
+                x.connections,
+                x.requests_per_sec,
+                x.latency_avg_us,
+                x.latency_p50_us,
+                x.latency_p99_us,
+                x.socket_errors,
+                x.balancer_process_cpu,
+                x.softirq_cpu,
+                x.busy_cpu
+            );
+        }
+        for x in &r.sfc1_ratios {
+            out += &format!(
+                "  {} conns: eFW+eLB / nftables+HAProxy = {:.2}x requests/s, {:.0}% lower latency\n",
+                x.connections,
+                x.rps_ratio,
+                x.latency_reduction * 100.0
+            );
+        }
+    }
+    if !r.sfc2.is_empty() {
+        out += "\nSFC 2: 4 iperf3 flows -> firewall -> DPI (Gbit/s, CPU in % of one CPU)\n";
+        out += &format!(
+            "{:<12} {:>10} {:>8} {:>9} {:>8} {:>6}\n",
+            "variant", "elephants", "Gbit/s", "dpi proc", "softirq", "busy"
+        );
+        for x in &r.sfc2 {
+            out += &format!(
+                "{:<12} {:>9}% {:>8.2} {:>9.1} {:>8.1} {:>6.0}\n",
+                x.variant, x.elephant_percent, x.gbit_per_sec, x.dpi_process_cpu, x.softirq_cpu, x.busy_cpu
+            );
+        }
+        for x in &r.sfc2_ratios {
+            out += &format!("  {}% elephants: eDPI / nDPI alone = {:.2}x\n", x.elephant_percent, x.throughput_ratio);
+        }
+    }
+    if let Some(p) = &r.pipeline {
+        out += "\nPipeline overhead (P4SFC Fig. 6)\n";
+        out += &crate::benchpipeline::table(p);
+    }
+    out
+}
