@@ -10,7 +10,7 @@ APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-pin
 FERRY_RELEASE := target/release/ferry
 FERRY_DEBUG := target/debug/ferry
 
-.PHONY: all deps build demo test lint bench bench-io bench-chain clean sweep
+.PHONY: all deps build demo test lint bench bench-io bench-chain bench-pipeline bench-evnf clean sweep
 
 all: build
 
@@ -50,12 +50,18 @@ test: deps lint
 	awk '/^test result:/ {p += $$4; f += $$6} END {printf "%d passed, %d failed\n", p, f}' target/test.log; \
 	exit $$rc
 
-bench: bench-io bench-chain
+bench: bench-io bench-chain bench-evnf
 bench-io: build
 	$(FERRY_RELEASE) bench io --json target/ferry-bench/io.json
 bench-chain: build
 	$(FERRY_RELEASE) testbed sweep
 	$(FERRY_RELEASE) bench chain --json target/ferry-bench/chain.json
+
+bench-pipeline: build
+	$(FERRY_RELEASE) bench pipeline --json target/ferry-bench/pipeline.json
+bench-evnf: build
+	$(FERRY_RELEASE) testbed sweep
+	$(FERRY_RELEASE) bench evnf --json target/ferry-bench/evnf.json
 
 sweep:
 	$(FERRY_DEBUG) testbed sweep

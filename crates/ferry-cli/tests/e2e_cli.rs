@@ -220,3 +220,27 @@ fn bench_pipeline_smoke() {
     }
     assert!(done.stdout.contains("9-element chain"), "{}", done.stdout);
 }
+
+#[test]
+fn bench_evnf_smoke() {
+    if !privileged("bench_evnf_smoke") {
+        return;
+    }
+    let dir = TempDir::new("bench-evnf");
+    let out = dir.path("evnf.json");
+    let args = ["bench", "evnf", "--scenarios", "sfc1,sfc2", "--conns", "4", "--elephants", "100"];
+    let bench = Ferry::spawn_here(&[&args[..], &["--duration", "1s", "--json", out.to_str().unwrap()]].concat());
+    let done = bench.finish(Duration::from_secs(180));
+    assert!(done.status.success(), "bench evnf failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let variants: Vec<&str> = r["sfc1"].as_array().unwrap().iter().map(|x| x["variant"].as_str().unwrap()).collect();
+    assert_eq!(variants, ["nftables+haproxy", "efw+elb"]);
+    for row in r["sfc1"].as_array().unwrap() {
+        assert!(row["requests_per_sec"].as_f64().unwrap() > 0.0, "{row}");
+        assert_eq!(row["socket_errors"], 0, "{row}");
+    }
+    let dpi: Vec<f64> = r["sfc2"].as_array().unwrap().iter().map(|x| x["gbit_per_sec"].as_f64().unwrap()).collect();
+    assert!(dpi.len() == 2 && dpi.iter().all(|g| *g > 0.0), "{dpi:?}");
+    assert!(r["sfc1_ratios"][0]["rps_ratio"].as_f64().unwrap() > 0.0);
+    assert!(done.stdout.contains("eDPI / nDPI alone"), "{}", done.stdout);
+}
