@@ -148,3 +148,51 @@ fn iperf3_through_efw_and_edpi_with_bypass_rules_that_age_out() {
     let _ = nf.stop().expect("final report");
     down_and_check(tb);
 }
+
+#[test]
+fn dynamic_feedback_shifts_weight_away_from_the_loaded_backend() {
+    if !privileged("evnf_feedback") {
+        return;
+    }
+    let tb = sfc_testbed().expect("SFC testbed");
+    // /big lasts ~4 s per download.
+    let opts = NginxOpts { big_file_bytes: 5 << 20, limit_rate: Some(1 << 20), ..Default::default() };
+    let _b1 = Nginx::start(&tb, "b1", "10.10.2.11:80".parse().unwrap(), "b1", opts.clone()).expect("nginx b1");
+    let _b2 = Nginx::start(&tb, "b2", "10.10.3.12:80".parse().unwrap(), "b2", opts).expect("nginx b2");
+    // All new connections to b1 first.
+    let only_b1 = SFC1.replace("10.10.3.12:80, weight: 1", "10.10.3.12:80, weight: 0");
+    let mut nf = EvnfProc::start(Path::new(FERRY), &tb, &only_b1, None).expect("ferry evnf run");
+    let downloads: Vec<_> = (0..4)
+        .map(|_| {
+            let names = (*tb).clone();
+            std::thread::spawn(move || {
+                let opts = CurlOpts { timeout: Duration::from_secs(15), local_port: None };
+                apps::curl_get(&names, "client", &format!("http://{VIP}/big"), opts)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // Equal weights, with feedback: b1 carries 4 open connections, b2 none.
+    let feedback = SFC1.replace("  idle_timeout_s: 60", "  idle_timeout_s: 60\n  feedback: { interval_ms: 100 }");
+    nf.reload(&feedback).expect("reload with feedback");
+    std::thread::sleep(Duration::from_millis(600));
+    let s = nf.status().unwrap();
+    let be = &s["nfs"]["balancer"]["backends"];
+    let (w1, w2) = (be[0]["weight_now"].as_f64().unwrap(), be[1]["weight_now"].as_f64().unwrap());
+    assert_eq!(be[0]["open_conns"], 4, "{be}");
+    assert!(w2 > w1 * 4.0, "the idle backend gets the larger weight: {be}");
+    assert!(s["nfs"]["balancer"]["feedback_rounds"].as_u64().unwrap() >= 1);
+    // New connections now go mostly to b2.
+    let mut to_b2 = 0;
+    for _ in 0..20 {
+        let r = apps::curl_get(&tb, "client", &format!("http://{VIP}/"), CurlOpts::default()).unwrap();
+        to_b2 += (backend_of(&r.body) == "b2") as u32;
+    }
+    assert!(to_b2 >= 14, "{to_b2} of 20 new connections went to the idle backend");
+    for d in downloads {
+        let r = d.join().unwrap().expect("downloads complete");
+        assert_eq!(r.body.len(), 5 << 20);
+    }
+    nf.stop().expect("final report");
+    down_and_check(tb);
+}
