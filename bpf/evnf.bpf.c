@@ -58,16 +58,13 @@ static __always_inline struct ferry_fw_rule *ferry_fw_match(const struct ferry_p
 SEC("xdp")
 int ferry_efw(struct xdp_md *ctx)
 {
-	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
 	struct ferry_fw_rule *rule;
 	struct ferry_pl_count *hits;
 	struct ferry_pkt p;
 	__u32 slot, rule_id;
 	int action;
 
-	ferry_parse_l4(&c, &p);
-	if (!p.ok) {
-		ferry_ev_count(ctx, FERRY_EV_FW, FERRY_FW_C_MALFORMED);
+	if (!ferry_ev_parse(ctx, &p, FERRY_EV_FW, FERRY_FW_C_MALFORMED)) {
 		action = XDP_DROP;
 		slot = FERRY_SLOT_MALFORMED;
 		goto out;
@@ -249,7 +246,6 @@ static __always_inline __u32 ferry_lb_pick(struct xdp_md *ctx, const struct ferr
 SEC("xdp")
 int ferry_elb(struct xdp_md *ctx)
 {
-	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
 	struct ferry_lb_vip_key vk = {};
 	struct ferry_ev_flow flow, back;
 	struct ferry_lb_reply reply = {};
@@ -262,9 +258,7 @@ int ferry_elb(struct xdp_md *ctx)
 	__u64 now = bpf_ktime_get_ns();
 	int action;
 
-	ferry_parse_l4(&c, &p);
-	if (!p.ok) {
-		ferry_ev_count(ctx, FERRY_EV_LB, FERRY_LB_C_MALFORMED);
+	if (!ferry_ev_parse(ctx, &p, FERRY_EV_LB, FERRY_LB_C_MALFORMED)) {
 		action = XDP_DROP;
 		slot = FERRY_SLOT_MALFORMED;
 		goto out;
@@ -327,16 +321,13 @@ out:
 SEC("xdp")
 int ferry_elb_reply(struct xdp_md *ctx)
 {
-	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
 	struct ferry_lb_reply *reply = NULL;
 	struct ferry_ev_flow flow;
 	struct ferry_pkt p;
 	__u32 slot;
 	int action;
 
-	ferry_parse_l4(&c, &p);
-	if (!p.ok) {
-		ferry_ev_count(ctx, FERRY_EV_LB_REPLY, FERRY_LBR_C_MALFORMED);
+	if (!ferry_ev_parse(ctx, &p, FERRY_EV_LB_REPLY, FERRY_LBR_C_MALFORMED)) {
 		action = XDP_DROP;
 		slot = FERRY_SLOT_MALFORMED;
 		goto out;
@@ -380,16 +371,13 @@ struct {
 SEC("xdp")
 int ferry_edpi(struct xdp_md *ctx)
 {
-	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
 	struct ferry_dpi_bypass *rule;
 	struct ferry_ev_flow flow;
 	struct ferry_pkt p;
 	__u32 slot;
 	int action;
 
-	ferry_parse_l4(&c, &p);
-	if (!p.ok) {
-		ferry_ev_count(ctx, FERRY_EV_DPI, FERRY_DPI_C_MALFORMED);
+	if (!ferry_ev_parse(ctx, &p, FERRY_EV_DPI, FERRY_DPI_C_MALFORMED)) {
 		action = XDP_DROP;
 		slot = FERRY_SLOT_MALFORMED;
 		goto out;

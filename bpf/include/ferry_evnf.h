@@ -54,6 +54,21 @@ static __always_inline void ferry_ev_count(struct xdp_md *ctx, __u32 nf, __u32 s
 	}
 }
 
+/*
+ * Parses the frame to L4 into `p`; a frame too short for a header it
+ * announces is counted in `nf`'s `malformed_slot` and 0 is returned (the
+ * caller drops it).
+ */
+static __always_inline int ferry_ev_parse(struct xdp_md *ctx, struct ferry_pkt *p, __u32 nf, __u32 malformed_slot)
+{
+	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
+
+	ferry_parse_l4(&c, p);
+	if (!p->ok)
+		ferry_ev_count(ctx, nf, malformed_slot);
+	return p->ok;
+}
+
 /* The directional 5-tuple of a parsed IPv4 frame. */
 static __always_inline void ferry_ev_flow_of(const struct ferry_pkt *p, struct ferry_ev_flow *f)
 {

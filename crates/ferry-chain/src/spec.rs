@@ -271,14 +271,7 @@ fn default_bp_sleep_us() -> u64 {
 
 /// Reads and validates a chain file.
 pub fn parse(path: &Path) -> Result<ChainSpec, YamlError> {
-    let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| YamlError {
-        origin: origin.clone(),
-        line: None,
-        column: None,
-        field: String::new(),
-        message: format!("cannot read: {e}"),
-    })?;
+    let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
     ChainSpec::from_yaml_str(&text, &origin)
 }
 

@@ -213,14 +213,7 @@ type Invalid = (Vec<Seg>, String);
 
 /// Reads and validates a hybrid-NF file.
 pub fn parse(path: &Path) -> Result<EvnfSpec, YamlError> {
-    let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| YamlError {
-        origin: origin.clone(),
-        line: None,
-        column: None,
-        field: String::new(),
-        message: format!("cannot read: {e}"),
-    })?;
+    let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
     let mut spec = EvnfSpec::from_yaml_str(&text, &origin)?;
     // Files named in the spec are relative to the spec's directory.
     if let Some(dpi) = spec.dpi.as_mut() {

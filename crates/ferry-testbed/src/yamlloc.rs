@@ -38,6 +38,21 @@ impl fmt::Display for YamlError {
 
 impl std::error::Error for YamlError {}
 
+/// Reads a config file; the error names it. Returns (text, origin).
+pub fn read_file(path: &std::path::Path) -> Result<(String, String), YamlError> {
+    let origin = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((text, origin)),
+        Err(e) => Err(YamlError {
+            origin,
+            line: None,
+            column: None,
+            field: String::new(),
+            message: format!("cannot read: {e}"),
+        }),
+    }
+}
+
 /// Deserializes `text` and runs `validate`; either failure becomes a
 /// [`YamlError`] naming `origin`, the line and the field.
 pub fn parse_located<T: DeserializeOwned>(
