@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-ping iputils-arping tshark ethtool \
-  curl nginx-light wrk iperf3 haproxy nftables libndpi-dev
+  clang-format curl nginx-light wrk iperf3 haproxy nftables libndpi-dev
 FERRY_RELEASE := target/release/ferry
 FERRY_DEBUG := target/debug/ferry
 
@@ -37,6 +37,7 @@ demo: build
 
 lint: deps
 	$(CARGO) fmt --all -- --check
+	clang-format --dry-run -Werror bpf/*.c bpf/include/*.h
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Testbeds left by a killed earlier run are swept before and after.

@@ -113,7 +113,7 @@ struct {
 /* vip_id * FERRY_LB_RING + slot -> backend index (FERRY_LB_NO_BACKEND if none). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, FERRY_LB_MAX_VIPS * FERRY_LB_RING);
+	__uint(max_entries, FERRY_LB_RING_SLOTS);
 	__type(key, __u32);
 	__type(value, __u32);
 } ferry_lb_ring SEC(".maps");
@@ -267,8 +267,8 @@ int ferry_elb(struct xdp_md *ctx)
 	vk.port = p.dport;
 	vk.proto = p.proto;
 	vip = (p.ip4 && p.l4 && (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP))
-		      ? bpf_map_lookup_elem(&ferry_lb_vips, &vk)
-		      : NULL;
+		  ? bpf_map_lookup_elem(&ferry_lb_vips, &vk)
+		  : NULL;
 	if (!vip) {
 		ferry_ev_count(ctx, FERRY_EV_LB, FERRY_LB_C_NOT_VIP);
 		action = ferry_ev_continue(ctx, FERRY_EV_LB);

@@ -50,7 +50,6 @@ struct {
 	__type(value, struct ferry_pl_ctl);
 } ferry_pl_stage3 SEC(".maps");
 
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 256);

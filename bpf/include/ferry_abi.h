@@ -37,24 +37,24 @@ _Static_assert(sizeof(struct ferry_verdicts) == 96, "ferry_verdicts layout");
 
 /* Configuration of the live-frames generator (xdp_gen.bpf.c), map entry 0. */
 struct ferry_gen_config {
-	__u32 ifindex;      /* device the frames are redirected out of */
-	__u16 stream;       /* stamp stream id of this generator thread */
+	__u32 ifindex;	    /* device the frames are redirected out of */
+	__u16 stream;	    /* stamp stream id of this generator thread */
 	__u16 stamp_offset; /* 0: do not stamp */
 	__u16 sport_offset; /* 0: do not vary the source port */
 	__u16 sport_min;    /* host order */
 	__u16 sport_count;  /* number of source ports to cycle through */
 	__u16 clock_shift;  /* read the clock every 2^clock_shift frames */
 	__u64 interval_ns;  /* pacing: at most one frame per interval (0: none) */
-	__u64 limit;        /* frames to send in all (0: no limit) */
+	__u64 limit;	    /* frames to send in all (0: no limit) */
 };
 _Static_assert(sizeof(struct ferry_gen_config) == 32, "ferry_gen_config layout");
 
 /* Per-CPU generator state (xdp_gen.bpf.c), map entry 0. */
 struct ferry_gen_state {
-	__u32 seq;       /* frames sent */
+	__u32 seq; /* frames sent */
 	__u32 sport_idx;
-	__u64 now_ns;    /* last clock reading, reused between readings */
-	__u64 next_ns;   /* pacing: earliest time of the next frame */
+	__u64 now_ns;  /* last clock reading, reused between readings */
+	__u64 next_ns; /* pacing: earliest time of the next frame */
 };
 _Static_assert(sizeof(struct ferry_gen_state) == 24, "ferry_gen_state layout");
 
@@ -263,6 +263,7 @@ struct ferry_fw_rule {
 
 #define FERRY_LB_MAX_VIPS 16
 #define FERRY_LB_RING 1024 /* server-selection slots per VIP */
+#define FERRY_LB_RING_SLOTS (FERRY_LB_MAX_VIPS * FERRY_LB_RING)
 #define FERRY_LB_MAX_BACKENDS 256
 #define FERRY_LB_NO_BACKEND 0xffffffff
 struct ferry_lb_vip_key {

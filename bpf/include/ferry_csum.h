@@ -18,10 +18,10 @@ static __always_inline __u16 ferry_csum_fold(__u32 sum)
 /* Updates checksum `*csum` for a 16-bit field going from `old` to `new`. */
 static __always_inline void ferry_csum_replace2(__sum16 *csum, __be16 old, __be16 new)
 {
-	__u32 sum = (__u16)~*csum;
+	__u32 sum = (__u16) ~*csum;
 
 	sum += (__u16)~old;
-	sum += (__u16)new;
+	sum += (__u16) new;
 	*csum = ~ferry_csum_fold(sum);
 }
 
