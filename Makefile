@@ -46,7 +46,7 @@ test: deps lint
 	$(FERRY_DEBUG) testbed sweep
 	set -o pipefail; $(CARGO) test --workspace -- --test-threads=2 2>&1 | tee target/test.log; rc=$$?; \
 	$(FERRY_DEBUG) testbed sweep; \
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p ferry-ring --release --test loom 2>&1 \
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p ferry-ring -p ferry-parallel --release --test loom 2>&1 \
 	  | tee -a target/test.log || rc=1; \
 	awk '/^test result:/ {p += $$4; f += $$6} END {printf "%d passed, %d failed\n", p, f}' target/test.log; \
 	exit $$rc

@@ -10,9 +10,42 @@ pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, Ord
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-/// Called in every wait loop. Under loom it yields so the model checker
-/// schedules the thread we wait for instead of exploring an endless spin;
-/// natively it is the CPU's spin-wait hint.
+/// A wait loop's pause. Under loom it yields so the model checker
+/// schedules the thread we wait for instead of exploring an endless spin.
+/// Natively it spins with the CPU's hint for a while and then yields the
+/// core: the thread we wait for (a committer holding a lock) may have been
+/// preempted, and spinning until its next time slice would cost
+/// milliseconds when workers outnumber cores.
+#[derive(Default)]
+pub(crate) struct SpinWait {
+    #[cfg_attr(loom, allow(dead_code))]
+    spins: u32,
+}
+
+/// Spins before [`SpinWait`] starts yielding (a commit's install phase is
+/// far shorter than this when its thread is running).
+#[cfg(not(loom))]
+const SPINS_BEFORE_YIELD: u32 = 64;
+
+impl SpinWait {
+    #[inline]
+    pub(crate) fn pause(&mut self) {
+        #[cfg(loom)]
+        loom::thread::yield_now();
+        #[cfg(not(loom))]
+        {
+            if self.spins < SPINS_BEFORE_YIELD {
+                self.spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// A single spin-wait hint (back-off loops that do not wait for anyone).
+#[cfg(not(loom))]
 #[inline]
 pub(crate) fn spin_hint() {
     #[cfg(loom)]

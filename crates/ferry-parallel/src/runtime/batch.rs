@@ -1,0 +1,175 @@
+//! One worker's processing: a receive batch runs as one transaction.
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+
+use super::nf::{Ctx, OutputPacket, Packet, ParallelNf};
+use super::set_table::{LiveSet, SetTable};
+use crate::packet_set::SetKey;
+use crate::stm::{TxStats, Worker};
+
+/// A packet and its set (`None`: orphan), as the dispatcher hands it over.
+pub(crate) struct BatchItem {
+    pub(crate) key: Option<SetKey>,
+    pub(crate) packet: Packet,
+}
+
+/// What the running attempt did to one set. Attempts work on copies, so an
+/// aborted attempt leaves the set table untouched.
+struct SetWork<S> {
+    /// `None`: not live (never was, or expired in this batch).
+    state: Option<S>,
+    last_seen_ns: u64,
+    /// Set when `first_packet` made the set live in this batch.
+    new_timeout_ns: Option<u64>,
+}
+
+/// Fires every `period_ns` of packet time, at most once per batch.
+pub(crate) struct PeriodicTimer {
+    period_ns: u64,
+    next_at_ns: Option<u64>,
+}
+
+impl PeriodicTimer {
+    pub(crate) fn new(period_ns: u64) -> PeriodicTimer {
+        PeriodicTimer { period_ns, next_at_ns: None }
+    }
+
+    fn due(&mut self, now_ns: u64) -> bool {
+        match self.next_at_ns {
+            None => {
+                self.next_at_ns = Some(now_ns.saturating_add(self.period_ns));
+                false
+            }
+            Some(at) if now_ns >= at => {
+                self.next_at_ns = Some(now_ns.saturating_add(self.period_ns));
+                true
+            }
+            Some(_) => false,
+        }
+    }
+}
+
+/// Everything one worker thread owns.
+pub(crate) struct WorkerLoop<'a, N: ParallelNf> {
+    nf: &'a N,
+    worker: Worker<'a>,
+    sets: SetTable<N::SetState>,
+    periodic: Option<PeriodicTimer>,
+    ports: u16,
+    outputs: Vec<OutputPacket>,
+    packets: u64,
+    batches: u64,
+    scratch: HashMap<SetKey, SetWork<N::SetState>>,
+    pending: Vec<OutputPacket>,
+    work_packet: Packet,
+}
+
+/// What a worker did over a run.
+#[derive(Debug, Clone)]
+pub struct WorkerReport {
+    pub packets: u64,
+    pub batches: u64,
+    /// Sets still live at the end.
+    pub live_sets: usize,
+    pub stats: TxStats,
+    /// Committed output, in commit order.
+    pub outputs: Vec<OutputPacket>,
+}
+
+impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
+    pub(crate) fn new(nf: &'a N, worker: Worker<'a>, ports: u16, periodic: Option<PeriodicTimer>) -> Self {
+        WorkerLoop {
+            nf,
+            worker,
+            sets: SetTable::new(),
+            periodic,
+            ports,
+            outputs: Vec::new(),
+            packets: 0,
+            batches: 0,
+            scratch: HashMap::new(),
+            pending: Vec::new(),
+            work_packet: Packet::new(0, 0, Vec::new()),
+        }
+    }
+
+    /// Runs the handlers of `batch` (expiries and the periodic timer due at
+    /// its first packet's time, then each packet) in one transaction,
+    /// retried until it commits; then applies set changes and releases the
+    /// output.
+    pub(crate) fn run_batch(&mut self, batch: &[BatchItem]) {
+        let Some(first) = batch.first() else { return };
+        let now_ns = first.packet.timestamp_ns();
+        let due = self.sets.due(now_ns);
+        let periodic_due = self.periodic.as_mut().is_some_and(|p| p.due(now_ns));
+        let (nf, sets, ports) = (self.nf, &self.sets, self.ports);
+        let (scratch, pending, work) = (&mut self.scratch, &mut self.pending, &mut self.work_packet);
+        self.worker.atomically(now_ns, |tx| {
+            scratch.clear();
+            pending.clear();
+            let mut ctx = Ctx::new(tx, pending, ports);
+            for key in &due {
+                if let Some(set) = sets.get(key) {
+                    nf.expired(&mut ctx, &set.state)?;
+                }
+                scratch.insert(*key, SetWork { state: None, last_seen_ns: now_ns, new_timeout_ns: None });
+            }
+            if periodic_due {
+                nf.periodic(&mut ctx)?;
+            }
+            for item in batch {
+                let at = item.packet.timestamp_ns();
+                ctx.tx().set_now_ns(at);
+                work.copy_from(&item.packet);
+                let Some(key) = item.key else {
+                    nf.orphan(&mut ctx, work)?;
+                    continue;
+                };
+                let set = match scratch.entry(key) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(v) => {
+                        let state = sets.get(&key).map(|s| s.state.clone());
+                        v.insert(SetWork { state, last_seen_ns: at, new_timeout_ns: None })
+                    }
+                };
+                set.last_seen_ns = at;
+                match &mut set.state {
+                    Some(state) => nf.packet(&mut ctx, state, work)?,
+                    None => {
+                        if let Some(new) = nf.first_packet(&mut ctx, work)? {
+                            set.state = Some(new.state);
+                            set.new_timeout_ns = Some(new.idle_timeout_ns);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        });
+        for (key, work) in self.scratch.drain() {
+            match (work.state, work.new_timeout_ns) {
+                (Some(state), Some(idle_timeout_ns)) => {
+                    self.sets.insert(key, LiveSet { state, last_seen_ns: work.last_seen_ns, idle_timeout_ns })
+                }
+                (Some(state), None) => self.sets.touch(&key, state, work.last_seen_ns),
+                (None, _) => self.sets.remove(&key),
+            }
+        }
+        self.outputs.append(&mut self.pending);
+        self.packets += batch.len() as u64;
+        self.batches += 1;
+    }
+
+    pub(crate) fn finish(mut self) -> WorkerReport {
+        WorkerReport {
+            packets: self.packets,
+            batches: self.batches,
+            live_sets: self.sets.len(),
+            stats: self.worker.take_stats(),
+            outputs: self.outputs,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -1,0 +1,40 @@
+//! The runtime: NFOS's programming model over the transaction engine.
+//!
+//! An NF implements [`ParallelNf`] (handlers for NF init and exit, the
+//! first packet of a set, a packet of a live set, a set's expiry, orphan
+//! packets and a periodic timer) and keeps its aggregate state in the
+//! built-in data structures ([`crate::ds`]). The runtime spreads packet
+//! sets over workers by the Toeplitz hash of their fields ([`worker_of`]),
+//! so all packets of a set run on one worker, in order, against that
+//! worker's copy of the set's state; orphans go round-robin. Each receive
+//! batch runs as one transaction: expiries and the timer due at the batch's
+//! first packet, then every packet's handler. An abort re-runs the batch
+//! from copies of the set states and the packets, and output leaves only
+//! after the commit.
+//!
+//! [`run_trace`] drives it from packets in memory with a software
+//! dispatcher; the live AF_XDP mode is not built yet.
+
+mod batch;
+mod nf;
+mod set_table;
+mod trace;
+
+pub use batch::WorkerReport;
+pub use nf::{Ctx, NewSet, OutputPacket, Packet, ParallelNf};
+pub use trace::{run_trace, worker_of, TraceConfig, TraceReport};
+
+use crate::stm::StmError;
+
+/// Errors starting or running the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("invalid {field}: {reason}")]
+    Config { field: &'static str, reason: &'static str },
+    #[error("the run asks for {config} workers but the engine has {engine}")]
+    WorkerCount { config: usize, engine: usize },
+    #[error(transparent)]
+    Stm(#[from] StmError),
+    #[error("worker {worker} panicked")]
+    WorkerPanicked { worker: usize },
+}

@@ -1,0 +1,178 @@
+//! Trace-driven runs: packets from memory (a pcap read into memory, or a
+//! generated trace) through the software dispatcher to worker threads.
+
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread;
+
+use ferry_traffic::rss::RSS_TABLE_SIZE;
+
+use super::batch::{BatchItem, PeriodicTimer, WorkerLoop, WorkerReport};
+use super::nf::{Ctx, OutputPacket, Packet, ParallelNf};
+use super::RuntimeError;
+use crate::packet_set::{PacketSetDef, SetKey};
+use crate::stm::{Abort, Stm, TxStats};
+
+/// Batches queued per worker before the dispatcher waits (bounds memory
+/// when a worker falls behind, as a NIC queue would).
+const QUEUED_BATCHES: usize = 8;
+
+/// How to run an NF over a trace.
+#[derive(Debug, Clone)]
+pub struct TraceConfig {
+    /// Worker threads; must equal the engine's worker count.
+    pub workers: usize,
+    /// Packets per receive batch, i.e. per transaction (NFOS: 32).
+    pub batch_size: usize,
+    /// Ports the NF has (for `flood`).
+    pub ports: u16,
+    /// Period of the periodic handler in packet time, if any.
+    pub periodic_ns: Option<u64>,
+    pub packet_sets: PacketSetDef,
+}
+
+/// The worker a packet set goes to: its Toeplitz hash through a 128-entry
+/// indirection table filled round-robin, as a NIC spreads queues.
+pub fn worker_of(key: &SetKey, workers: usize) -> usize {
+    ((key.rss_hash() % RSS_TABLE_SIZE) as usize) % workers
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct TraceReport {
+    pub workers: Vec<WorkerReport>,
+    /// Output of the init and exit handlers.
+    pub init_outputs: Vec<OutputPacket>,
+    pub exit_outputs: Vec<OutputPacket>,
+}
+
+impl TraceReport {
+    /// Transaction counts of all workers together.
+    pub fn total_stats(&self) -> TxStats {
+        let mut total = TxStats::default();
+        for w in &self.workers {
+            total.merge(&w.stats);
+        }
+        total
+    }
+
+    /// Busiest worker's packets over the mean (1.0 is perfect balance;
+    /// NFOS suggests finer packet sets above 1.5).
+    pub fn load_imbalance(&self) -> f64 {
+        let total: u64 = self.workers.iter().map(|w| w.packets).sum();
+        let max = self.workers.iter().map(|w| w.packets).max().unwrap_or(0);
+        if total == 0 {
+            1.0
+        } else {
+            max as f64 * self.workers.len() as f64 / total as f64
+        }
+    }
+
+    /// Every committed output packet of every worker.
+    pub fn all_outputs(&self) -> impl Iterator<Item = &OutputPacket> {
+        self.init_outputs.iter().chain(self.workers.iter().flat_map(|w| w.outputs.iter())).chain(&self.exit_outputs)
+    }
+}
+
+/// Runs `nf` over `packets` on `config.workers` threads: init on worker 0,
+/// then every packet (dispatched by packet set; orphans round-robin), then
+/// exit on worker 0.
+pub fn run_trace<N: ParallelNf>(
+    stm: &Stm,
+    nf: &N,
+    config: &TraceConfig,
+    packets: impl IntoIterator<Item = Packet>,
+) -> Result<TraceReport, RuntimeError> {
+    validate(stm, config)?;
+    let init_outputs = run_alone(stm, config, |ctx| nf.init(ctx))?;
+    let workers = thread::scope(|scope| {
+        let mut senders = Vec::with_capacity(config.workers);
+        let mut handles = Vec::with_capacity(config.workers);
+        for index in 0..config.workers {
+            let (sender, receiver) = sync_channel::<Vec<BatchItem>>(QUEUED_BATCHES);
+            senders.push(sender);
+            handles.push(scope.spawn(move || worker_thread(stm, nf, config, index, receiver)));
+        }
+        dispatch(config, packets, &senders);
+        drop(senders);
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(worker, h)| h.join().map_err(|_| RuntimeError::WorkerPanicked { worker })?)
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    let exit_outputs = run_alone(stm, config, |ctx| nf.exit(ctx))?;
+    Ok(TraceReport { workers, init_outputs, exit_outputs })
+}
+
+fn validate(stm: &Stm, config: &TraceConfig) -> Result<(), RuntimeError> {
+    if config.workers != stm.workers() {
+        return Err(RuntimeError::WorkerCount { config: config.workers, engine: stm.workers() });
+    }
+    if config.batch_size == 0 {
+        return Err(RuntimeError::Config { field: "batch_size", reason: "must be at least 1" });
+    }
+    if config.periodic_ns == Some(0) {
+        return Err(RuntimeError::Config { field: "periodic_ns", reason: "must be at least 1" });
+    }
+    Ok(())
+}
+
+/// Runs one handler as a transaction on worker 0 while no other worker
+/// runs (init, exit).
+fn run_alone<'a>(
+    stm: &'a Stm,
+    config: &TraceConfig,
+    mut handler: impl FnMut(&mut Ctx<'_, 'a>) -> Result<(), Abort>,
+) -> Result<Vec<OutputPacket>, RuntimeError> {
+    let mut worker = stm.worker(0)?;
+    let mut out = Vec::new();
+    worker.atomically(0, |tx| {
+        out.clear();
+        handler(&mut Ctx::new(tx, &mut out, config.ports))
+    });
+    Ok(out)
+}
+
+fn worker_thread<N: ParallelNf>(
+    stm: &Stm,
+    nf: &N,
+    config: &TraceConfig,
+    index: usize,
+    batches: Receiver<Vec<BatchItem>>,
+) -> Result<WorkerReport, RuntimeError> {
+    let periodic = config.periodic_ns.map(PeriodicTimer::new);
+    let mut worker = WorkerLoop::new(nf, stm.worker(index)?, config.ports, periodic);
+    for batch in batches {
+        worker.run_batch(&batch);
+    }
+    Ok(worker.finish())
+}
+
+/// The software dispatcher: classifies each packet, sends its set to the
+/// set's worker and orphans round-robin, in batches of `batch_size`.
+fn dispatch(config: &TraceConfig, packets: impl IntoIterator<Item = Packet>, senders: &[SyncSender<Vec<BatchItem>>]) {
+    let workers = senders.len();
+    let mut pending: Vec<Vec<BatchItem>> = (0..workers).map(|_| Vec::with_capacity(config.batch_size)).collect();
+    let mut next_orphan_worker = 0;
+    for packet in packets {
+        let key = config.packet_sets.classify(packet.port(), packet.data());
+        let target = match &key {
+            Some(key) => worker_of(key, workers),
+            None => {
+                next_orphan_worker = (next_orphan_worker + 1) % workers;
+                next_orphan_worker
+            }
+        };
+        pending[target].push(BatchItem { key, packet });
+        if pending[target].len() == config.batch_size {
+            let batch = std::mem::replace(&mut pending[target], Vec::with_capacity(config.batch_size));
+            // A worker that died is reported when it is joined.
+            let _ = senders[target].send(batch);
+        }
+    }
+    for (target, batch) in pending.into_iter().enumerate() {
+        if !batch.is_empty() {
+            let _ = senders[target].send(batch);
+        }
+    }
+}

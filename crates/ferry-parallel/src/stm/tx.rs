@@ -1,0 +1,379 @@
+//! One transaction attempt: its snapshot, read set and write set, and the
+//! commit protocol (see the module docs of [`crate::stm`]).
+
+use std::any::Any;
+use std::collections::HashMap;
+
+use super::abort::Abort;
+use super::access::Access;
+use super::addr_hash::AddrBuildHasher;
+use super::engine::Stm;
+use super::object::{is_locked, locked_by, pending_node, unlocked, version_of, ErasedObj, Node, TObj};
+use crate::sync::{Ordering, SpinWait};
+
+/// How many times a read may move the snapshot forward before it settles
+/// for the old version (bounds the work under a storm of commits).
+const MAX_EXTENSIONS_PER_READ: u32 = 4;
+
+/// Everything one transaction did to one object.
+pub(crate) struct Entry<'a> {
+    obj: &'a dyn ErasedObj,
+    /// The first access that read the committed state (not our own write).
+    read: Option<Access>,
+    /// The node that becomes the new head at commit, and the access that
+    /// last wrote it.
+    write: Option<(Box<dyn Any + Send>, Access)>,
+    /// At commit: the unlocked lock word we replaced, to restore on abort.
+    locked_from: Option<u64>,
+}
+
+/// The buffers a worker lends to each of its transactions, so a
+/// transaction allocates nothing but the version nodes it writes.
+#[derive(Default)]
+pub(crate) struct TxBuffers<'a> {
+    entries: Vec<Entry<'a>>,
+    index: HashMap<usize, u32, AddrBuildHasher>,
+}
+
+/// A running transaction. Handlers get `&mut Tx` (inside their context)
+/// and pass it to data-structure calls; it is the only way to touch
+/// aggregate state.
+pub struct Tx<'a> {
+    stm: &'a Stm,
+    worker: usize,
+    rv: u64,
+    now_ns: u64,
+    buffers: TxBuffers<'a>,
+    writes: usize,
+    /// Set when a read had to return a version older than the newest: the
+    /// transaction can still commit read-only, but not write.
+    doomed: Option<Abort>,
+}
+
+impl<'a> Tx<'a> {
+    pub(crate) fn begin(stm: &'a Stm, worker: usize, now_ns: u64, buffers: TxBuffers<'a>) -> Tx<'a> {
+        let rv = stm.begin(worker);
+        Tx { stm, worker, rv, now_ns, buffers, writes: 0, doomed: None }
+    }
+
+    /// Ends the attempt (committed or not) and hands the buffers back.
+    pub(crate) fn finish(mut self) -> TxBuffers<'a> {
+        self.stm.end(self.worker);
+        self.buffers.entries.clear();
+        self.buffers.index.clear();
+        self.buffers
+    }
+
+    /// The time this transaction runs at, in nanoseconds (the runtime sets
+    /// it per receive batch: the clock in live mode, packet timestamps in
+    /// a trace).
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// Moves the transaction's time forward: the runtime sets it to each
+    /// packet's arrival time within a batch.
+    pub(crate) fn set_now_ns(&mut self, now_ns: u64) {
+        self.now_ns = now_ns;
+    }
+
+    /// The index of the worker running this transaction (per-core parts of
+    /// data structures are indexed by it).
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
+    /// How many workers the engine has.
+    pub fn workers(&self) -> usize {
+        self.stm.workers()
+    }
+
+    /// True once this transaction has buffered a write.
+    pub fn is_writer(&self) -> bool {
+        self.writes > 0
+    }
+
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.writes == 0
+    }
+
+    fn entry_of(&self, obj: &dyn ErasedObj) -> Option<usize> {
+        self.buffers.index.get(&address(obj)).map(|i| *i as usize)
+    }
+
+    fn entry_or_insert(&mut self, obj: &'a dyn ErasedObj) -> usize {
+        if let Some(i) = self.entry_of(obj) {
+            return i;
+        }
+        let i = self.buffers.entries.len();
+        self.buffers.entries.push(Entry { obj, read: None, write: None, locked_from: None });
+        self.buffers.index.insert(address(obj), i as u32);
+        i
+    }
+
+    fn check_engine(&self, obj: &dyn ErasedObj) {
+        assert_eq!(obj.engine_id(), self.stm.id(), "{} belongs to another Stm than this transaction", obj.object_id());
+    }
+
+    /// Calls `f` on the value of `obj` this transaction sees.
+    pub(crate) fn read_with<T, R>(
+        &mut self,
+        obj: &'a TObj<T>,
+        access: Access,
+        f: impl FnOnce(&T) -> R,
+    ) -> Result<R, Abort>
+    where
+        T: Send + Sync + 'static,
+    {
+        self.check_engine(obj);
+        let existing = self.entry_of(obj);
+        if let Some((pending, _)) = existing.and_then(|i| self.buffers.entries[i].write.as_ref()) {
+            return Ok(f(pending_value(pending)));
+        }
+        self.settle_snapshot(obj, access)?;
+        let result = obj.with_visible(self.rv, f);
+        let i = match existing {
+            Some(i) => i,
+            None => self.entry_or_insert(obj),
+        };
+        self.buffers.entries[i].read.get_or_insert(access);
+        Ok(result)
+    }
+
+    /// Makes sure reading `obj` at `self.rv` is safe: no commit that must
+    /// be in our snapshot still holds its lock. Moves the snapshot forward
+    /// if `obj` has a newer version and nothing we read has changed; else
+    /// the read will be of an older version and the transaction is doomed.
+    fn settle_snapshot(&mut self, obj: &'a dyn ErasedObj, access: Access) -> Result<(), Abort> {
+        let mut extensions = 0;
+        loop {
+            let newest = obj.wait_unlocked();
+            if newest <= self.rv {
+                return Ok(());
+            }
+            if extensions < MAX_EXTENSIONS_PER_READ && self.try_extend() {
+                // The snapshot moved: a commit whose version is now below it
+                // may have locked `obj` since we looked, so look again.
+                extensions += 1;
+                continue;
+            }
+            let abort = Abort::ReadThenOverwritten {
+                object: obj.object_id(),
+                ours: access,
+                theirs: obj.first_write_after(self.rv),
+            };
+            if self.is_writer() {
+                return Err(abort);
+            }
+            self.doomed.get_or_insert(abort);
+            return Ok(());
+        }
+    }
+
+    /// Moves the snapshot to the current clock if everything read so far
+    /// is still the newest version (LSA-style extension).
+    fn try_extend(&mut self) -> bool {
+        let now = self.stm.current_version();
+        for entry in &self.buffers.entries {
+            if entry.read.is_none() {
+                continue;
+            }
+            let word = entry.obj.lock_word().load(Ordering::Acquire);
+            if is_locked(word) || version_of(word) > self.rv {
+                return false;
+            }
+        }
+        self.rv = now;
+        true
+    }
+
+    /// Buffers `value` as the new value of `obj`.
+    pub(crate) fn write<T>(&mut self, obj: &'a TObj<T>, access: Access, value: T) -> Result<(), Abort>
+    where
+        T: Send + Sync + 'static,
+    {
+        self.check_engine(obj);
+        let i = self.prepare_write(obj, access)?;
+        match &mut self.buffers.entries[i].write {
+            Some((pending, last)) => {
+                let node = pending_node_mut::<T>(pending);
+                *node.value_mut() = value;
+                node.set_written_by(access);
+                *last = access;
+            }
+            slot @ None => {
+                *slot = Some((pending_node(value, access), access));
+                self.writes += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read-modify-write of `obj`: `f` sees our pending value if we wrote
+    /// `obj` before, else a copy of the snapshot value.
+    pub(crate) fn update<T, R>(
+        &mut self,
+        obj: &'a TObj<T>,
+        access: Access,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> Result<R, Abort>
+    where
+        T: Clone + Send + Sync + 'static,
+    {
+        self.check_engine(obj);
+        if let Some(i) = self.entry_of(obj) {
+            if self.buffers.entries[i].write.is_some() {
+                self.prepare_write(obj, access)?;
+                let (pending, last) = self.buffers.entries[i].write.as_mut().expect("checked above");
+                let node = pending_node_mut::<T>(pending);
+                node.set_written_by(access);
+                *last = access;
+                return Ok(f(node.value_mut()));
+            }
+        }
+        let mut value = self.read_with(obj, access, T::clone)?;
+        let result = f(&mut value);
+        self.write(obj, access, value)?;
+        Ok(result)
+    }
+
+    /// Checks a write may go ahead and returns the object's entry. Aborts
+    /// early when the commit would certainly fail: the transaction already
+    /// read a stale version, or it read `obj` itself and `obj` has changed.
+    fn prepare_write(&mut self, obj: &'a dyn ErasedObj, access: Access) -> Result<usize, Abort> {
+        if let Some(abort) = self.doomed {
+            return Err(abort);
+        }
+        let i = self.entry_or_insert(obj);
+        if self.buffers.entries[i].read.is_some() {
+            let word = obj.lock_word().load(Ordering::Acquire);
+            if is_locked(word) {
+                let mut abort = Abort::ReadWhileCommitting { object: obj.object_id(), ours: access, theirs: None };
+                abort.set_theirs(self.wait_for_theirs(obj));
+                return Err(abort);
+            }
+            if version_of(word) > self.rv {
+                let theirs = obj.first_write_after(self.rv);
+                return Err(Abort::ReadThenOverwritten { object: obj.object_id(), ours: access, theirs });
+            }
+        }
+        Ok(i)
+    }
+
+    /// Waits out another commit holding `obj` and returns its access, if it
+    /// committed (commits never wait, so this is short).
+    fn wait_for_theirs(&self, obj: &dyn ErasedObj) -> Option<Access> {
+        let mut wait = SpinWait::default();
+        while is_locked(obj.lock_word().load(Ordering::Acquire)) {
+            wait.pause();
+        }
+        obj.first_write_after(self.rv)
+    }
+
+    /// Commits: lock the write set, take a version, validate the read set,
+    /// install, unlock. `horizon` bounds what may be reclaimed. On abort
+    /// every lock taken is released and nothing is visible.
+    pub(crate) fn commit(&mut self, horizon: u64) -> Result<(), Abort> {
+        if self.is_read_only() {
+            return Ok(());
+        }
+        if let Err((abort, at)) = self.lock_write_set() {
+            return Err(self.abort_commit(abort, at));
+        }
+        let wv = self.stm.next_commit_version();
+        if wv != self.rv + 1 {
+            if let Err((abort, at)) = self.validate_read_set() {
+                return Err(self.abort_commit(abort, at));
+            }
+        }
+        for entry in &mut self.buffers.entries {
+            if let Some((pending, _)) = entry.write.take() {
+                entry.obj.install(pending, wv, horizon);
+                entry.obj.lock_word().store(unlocked(wv), Ordering::Release);
+                entry.locked_from = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Errors carry the index of the entry that conflicted.
+    fn lock_write_set(&mut self) -> Result<(), (Abort, usize)> {
+        let mine = locked_by(self.worker);
+        for (i, entry) in self.buffers.entries.iter_mut().enumerate() {
+            let Some((_, access)) = &entry.write else { continue };
+            let lock = entry.obj.lock_word();
+            let mut word = lock.load(Ordering::Acquire);
+            loop {
+                if is_locked(word) {
+                    let abort =
+                        Abort::WriteWhileCommitting { object: entry.obj.object_id(), ours: *access, theirs: None };
+                    return Err((abort, i));
+                }
+                match lock.compare_exchange_weak(word, mine, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        entry.locked_from = Some(word);
+                        break;
+                    }
+                    Err(current) => word = current,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_read_set(&self) -> Result<(), (Abort, usize)> {
+        let mine = locked_by(self.worker);
+        for (i, entry) in self.buffers.entries.iter().enumerate() {
+            let Some(access) = entry.read else { continue };
+            let word = entry.obj.lock_word().load(Ordering::Acquire);
+            let newest = if word == mine {
+                version_of(entry.locked_from.expect("an object locked by us has its old word"))
+            } else if is_locked(word) {
+                let abort = Abort::ReadWhileCommitting { object: entry.obj.object_id(), ours: access, theirs: None };
+                return Err((abort, i));
+            } else {
+                version_of(word)
+            };
+            if newest > self.rv {
+                let theirs = entry.obj.first_write_after(self.rv);
+                return Err((Abort::ReadThenOverwritten { object: entry.obj.object_id(), ours: access, theirs }, i));
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases the locks a failed commit took and learns the other side of
+    /// a "while committing" conflict.
+    fn abort_commit(&mut self, mut abort: Abort, at: usize) -> Abort {
+        for entry in &mut self.buffers.entries {
+            if let Some(word) = entry.locked_from.take() {
+                entry.obj.lock_word().store(word, Ordering::Release);
+            }
+        }
+        if abort.theirs().is_none() {
+            abort.set_theirs(self.wait_for_theirs(self.buffers.entries[at].obj));
+        }
+        abort
+    }
+}
+
+fn address(obj: &dyn ErasedObj) -> usize {
+    obj as *const dyn ErasedObj as *const () as usize
+}
+
+// Both helpers take the Box itself and deref it explicitly: a `&Box<dyn
+// Any>` would coerce to `&dyn Any` of the *Box* and never downcast.
+#[allow(clippy::borrowed_box)]
+fn pending_value<T: 'static>(pending: &Box<dyn Any + Send>) -> &T {
+    match (**pending).downcast_ref::<Node<T>>() {
+        Some(node) => node.value(),
+        None => unreachable!("pending write of another type than its object"),
+    }
+}
+
+fn pending_node_mut<T: 'static>(pending: &mut Box<dyn Any + Send>) -> &mut Node<T> {
+    match (**pending).downcast_mut::<Node<T>>() {
+        Some(node) => node,
+        None => unreachable!("pending write of another type than its object"),
+    }
+}

@@ -1,0 +1,157 @@
+//! A worker's handle on the engine: runs transactions to commit, retrying
+//! aborted attempts, and counts what happened.
+
+use super::abort::Abort;
+use super::engine::Stm;
+use super::stats::TxStats;
+use super::tx::{Tx, TxBuffers};
+
+/// Writing commits between two refreshes of the reclamation horizon: a
+/// fresh horizon costs a read of every worker's announce slot.
+const DEFAULT_RECLAIM_PERIOD: u32 = 32;
+
+/// Aborts after which the back-off stops growing (2^10 spin hints).
+#[cfg(not(loom))]
+const MAX_BACKOFF_SHIFT: u32 = 10;
+
+/// One worker thread's access to an [`Stm`]. Not shareable: a worker runs
+/// one transaction at a time.
+pub struct Worker<'a> {
+    stm: &'a Stm,
+    index: usize,
+    buffers: Option<TxBuffers<'a>>,
+    stats: TxStats,
+    horizon: u64,
+    reclaim_period: u32,
+    commits_since_horizon: u32,
+    #[cfg_attr(loom, allow(dead_code))]
+    backoff_state: u64,
+}
+
+impl<'a> Worker<'a> {
+    pub(crate) fn new(stm: &'a Stm, index: usize) -> Worker<'a> {
+        Worker {
+            stm,
+            index,
+            buffers: Some(TxBuffers::default()),
+            stats: TxStats::default(),
+            horizon: 0,
+            reclaim_period: DEFAULT_RECLAIM_PERIOD,
+            commits_since_horizon: DEFAULT_RECLAIM_PERIOD,
+            backoff_state: 0x2545_f491_4f6c_dd1d ^ (index as u64 + 1),
+        }
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    pub fn stm(&self) -> &'a Stm {
+        self.stm
+    }
+
+    /// Runs `body` as one transaction at time `now_ns` until it commits and
+    /// returns its result. An attempt that aborts (a data-structure call
+    /// returned [`Abort`], or the commit failed) is discarded, counted and
+    /// re-run from the start after a randomised back-off, so `body` must
+    /// keep its side effects (output packets) in buffers it resets at its
+    /// start and releases only after this returns.
+    ///
+    /// No starvation guarantee (as in NFOS): a transaction that keeps
+    /// losing on a hot object retries until it wins; the profiler shows
+    /// such objects and their recipes.
+    pub fn atomically<R>(&mut self, now_ns: u64, mut body: impl FnMut(&mut Tx<'a>) -> Result<R, Abort>) -> R {
+        let mut aborts = 0u32;
+        loop {
+            match self.attempt(now_ns, &mut body) {
+                Ok(value) => return value,
+                Err(abort) => {
+                    self.stats.record_abort(&abort);
+                    aborts += 1;
+                    self.back_off(aborts);
+                }
+            }
+        }
+    }
+
+    /// Runs `body` once: its result if it committed, the abort otherwise.
+    /// For callers that want their own retry policy.
+    pub fn try_once<R>(
+        &mut self,
+        now_ns: u64,
+        mut body: impl FnMut(&mut Tx<'a>) -> Result<R, Abort>,
+    ) -> Result<R, Abort> {
+        let result = self.attempt(now_ns, &mut body);
+        if let Err(abort) = &result {
+            self.stats.record_abort(abort);
+        }
+        result
+    }
+
+    fn attempt<R>(&mut self, now_ns: u64, body: &mut impl FnMut(&mut Tx<'a>) -> Result<R, Abort>) -> Result<R, Abort> {
+        let buffers = self.buffers.take().unwrap_or_default();
+        if self.commits_since_horizon >= self.reclaim_period {
+            self.horizon = self.stm.horizon();
+            self.commits_since_horizon = 0;
+        }
+        let mut tx = Tx::begin(self.stm, self.index, now_ns, buffers);
+        let result = body(&mut tx).and_then(|value| tx.commit(self.horizon).map(|()| value));
+        let read_only = tx.is_read_only();
+        self.buffers = Some(tx.finish());
+        if result.is_ok() {
+            self.stats.commits += 1;
+            if read_only {
+                self.stats.read_only_commits += 1;
+            } else {
+                self.commits_since_horizon += 1;
+            }
+        }
+        result
+    }
+
+    /// Spins a random number of hints, up to 2^aborts, so two transactions
+    /// that keep colliding drift apart.
+    fn back_off(&mut self, aborts: u32) {
+        #[cfg(loom)]
+        {
+            // Model checking explores every interleaving anyway; spinning
+            // would only multiply the schedules.
+            let _ = aborts;
+        }
+        #[cfg(not(loom))]
+        {
+            // xorshift64: cheap, and per-worker seeds keep workers apart.
+            let mut x = self.backoff_state;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.backoff_state = x;
+            let limit = 1u64 << aborts.min(MAX_BACKOFF_SHIFT);
+            for _ in 0..(x % limit) {
+                crate::sync::spin_hint();
+            }
+        }
+    }
+
+    /// Refreshes the reclamation horizon every `commits` writing commits
+    /// (1 reclaims as eagerly as possible; tests use it).
+    pub fn set_reclaim_period(&mut self, commits: u32) {
+        self.reclaim_period = commits.max(1);
+        self.commits_since_horizon = self.reclaim_period;
+    }
+
+    pub fn stats(&self) -> &TxStats {
+        &self.stats
+    }
+
+    /// Returns the counts so far and starts new ones.
+    pub fn take_stats(&mut self) -> TxStats {
+        std::mem::take(&mut self.stats)
+    }
+}
+
+impl Drop for Worker<'_> {
+    fn drop(&mut self) {
+        self.stm.release_worker(self.index);
+    }
+}
