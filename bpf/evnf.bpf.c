@@ -76,7 +76,9 @@ int ferry_efw(struct xdp_md *ctx)
 		slot = XDP_PASS;
 		goto out;
 	}
-	rule = p.ip4 ? ferry_fw_match(&p) : NULL;
+	/* Fragments carry ports in the first piece only: the kernel, which
+	 * reassembles, decides all of them. */
+	rule = p.ip4 && !p.fragment ? ferry_fw_match(&p) : NULL;
 	if (!rule) {
 		ferry_ev_count(ctx, FERRY_EV_FW, FERRY_FW_C_KERNEL);
 		action = XDP_PASS;
@@ -266,7 +268,9 @@ int ferry_elb(struct xdp_md *ctx)
 	vk.addr = p.daddr;
 	vk.port = p.dport;
 	vk.proto = p.proto;
-	vip = (p.ip4 && p.l4 && (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP))
+	/* Fragments are not balanced (later pieces carry no ports); they go
+	 * on down the chain unchanged. (Katran drops them instead.) */
+	vip = (p.ip4 && p.l4 && !p.fragment && (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP))
 		  ? bpf_map_lookup_elem(&ferry_lb_vips, &vk)
 		  : NULL;
 	if (!vip) {

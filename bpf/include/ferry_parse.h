@@ -157,6 +157,8 @@ struct ferry_pkt {
 	__be16 ethertype;
 	__u8 proto;
 	__u8 ok;
+	/* An IPv4 fragment (more fragments follow, or a later one). */
+	__u8 fragment;
 	/* IPv4 only, network order; 0 otherwise. */
 	__be32 saddr;
 	__be32 daddr;
@@ -188,6 +190,7 @@ static __always_inline void ferry_parse_l4(struct ferry_cursor *c, struct ferry_
 		p->proto = p->ip4->protocol;
 		p->saddr = p->ip4->saddr;
 		p->daddr = p->ip4->daddr;
+		p->fragment = (p->ip4->frag_off & bpf_htons(0x3fff)) != 0;
 		/* Later fragments carry no L4 header. */
 		if (p->ip4->frag_off & bpf_htons(0x1fff)) {
 			p->ok = 1;

@@ -374,23 +374,28 @@ impl Evnf {
         ports.insert(key, rule, 0).map_err(|source| BpfError::Map { name: NAME, source })
     }
 
-    /// Removes every fast firewall rule (before installing a new set).
-    pub fn fw_clear(&mut self) -> Result<(), BpfError> {
+    /// Removes every fast firewall rule not in `subnets` / `ports` (after
+    /// installing a new set, so that no rule is missing in between).
+    pub fn fw_retain(&mut self, subnets: &[(Ipv4Addr, u8)], ports: &[(u8, u16)]) -> Result<(), BpfError> {
         const SUBNETS: &str = "ferry_fw_subnets";
         const PORTS: &str = "ferry_fw_ports";
+        let keep: Vec<(u32, u32)> = subnets.iter().map(|(a, p)| (*p as u32, u32::from_ne_bytes(a.octets()))).collect();
         let map = self.ebpf.map_mut(SUBNETS).ok_or(BpfError::NoMap { name: SUBNETS })?;
         let mut trie: LpmTrie<&mut MapData, u32, FwRule> =
             LpmTrie::try_from(map).map_err(|source| BpfError::Map { name: SUBNETS, source })?;
-        let keys: Vec<LpmKey<u32>> = trie.keys().filter_map(Result::ok).collect();
-        for k in keys {
+        let stale: Vec<LpmKey<u32>> =
+            trie.keys().filter_map(Result::ok).filter(|k| !keep.contains(&(k.prefix_len(), k.data()))).collect();
+        for k in stale {
             trie.remove(&k).map_err(|source| BpfError::Map { name: SUBNETS, source })?;
         }
+        let keep: Vec<FwPortKey> =
+            ports.iter().map(|(proto, port)| FwPortKey { proto: *proto, _pad: 0, port: port.to_be() }).collect();
         let map = self.ebpf.map_mut(PORTS).ok_or(BpfError::NoMap { name: PORTS })?;
-        let mut ports: HashMap<&mut MapData, FwPortKey, FwRule> =
+        let mut table: HashMap<&mut MapData, FwPortKey, FwRule> =
             HashMap::try_from(map).map_err(|source| BpfError::Map { name: PORTS, source })?;
-        let keys: Vec<FwPortKey> = ports.keys().filter_map(Result::ok).collect();
-        for k in keys {
-            ports.remove(&k).map_err(|source| BpfError::Map { name: PORTS, source })?;
+        let stale: Vec<FwPortKey> = table.keys().filter_map(Result::ok).filter(|k| !keep.contains(k)).collect();
+        for k in stale {
+            table.remove(&k).map_err(|source| BpfError::Map { name: PORTS, source })?;
         }
         Ok(())
     }
@@ -413,6 +418,19 @@ impl Evnf {
             HashMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
         let key = LbVipKey { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), proto, _pad: 0 };
         vips.insert(key, LbVip { vip_id, _pad: 0 }, 0).map_err(|source| BpfError::Map { name: NAME, source })
+    }
+
+    /// Removes VIP `addr:port/proto` (new flows to it are no longer balanced).
+    pub fn lb_remove_vip(&mut self, addr: Ipv4Addr, port: u16, proto: u8) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_lb_vips";
+        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut vips: HashMap<&mut MapData, LbVipKey, LbVip> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        let key = LbVipKey { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), proto, _pad: 0 };
+        match vips.remove(&key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(BpfError::Map { name: NAME, source }),
+        }
     }
 
     /// Backend `index` is `addr:port`.

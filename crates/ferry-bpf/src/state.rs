@@ -131,7 +131,11 @@ impl<K: Pod + Eq + Hash + Send + 'static, V: Pod + Send + 'static> StateTable<K,
             }
             Update::NonBlocking => {
                 self.pending.0.lock().expect("pending lock").count += 1;
-                self.queue.send(op).map_err(|_| BpfError::Config(format!("{}: update thread gone", self.name)))
+                self.queue.send(op).map_err(|_| {
+                    // Nothing will apply it: flush() must not wait for it.
+                    self.pending.0.lock().expect("pending lock").count -= 1;
+                    BpfError::Config(format!("{}: update thread gone", self.name))
+                })
             }
         }
     }
@@ -159,8 +163,12 @@ impl<K: Pod + Eq + Hash + Send + 'static, V: Pod + Send + 'static> StateTable<K,
 
     /// Every entry the data path sees right now (entries the data path
     /// created itself included), e.g. to read per-entry statistics.
+    /// A walk of a map the data path changes meanwhile (LRU evictions) can
+    /// restart and see an entry twice: entries are returned once each.
     pub fn entries_in_kernel(&self) -> Vec<(K, V)> {
-        self.kernel.lock().expect("state map lock").iter().filter_map(Result::ok).collect()
+        let walked: StdHashMap<K, V> =
+            self.kernel.lock().expect("state map lock").iter().filter_map(Result::ok).collect();
+        walked.into_iter().collect()
     }
 
     /// `remove(KeyArgs)`.

@@ -284,3 +284,22 @@ fn dpi_table() {
         assert_eq!((count("to_slow_path"), count("bypass"), count("not_inspected")), (1, 1, 1));
     });
 }
+
+#[test]
+fn fragments_go_to_the_kernel_and_are_not_balanced() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    ns.run(|| {
+        let mut ev = balancer();
+        ev.fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
+        let mut first = frame(CLIENT, 40000, VIP, 80, L4Proto::Tcp);
+        first[20] |= 0x20; // more fragments
+        assert_eq!(run(&ev, EvNf::Firewall, &first).0, XDP_PASS, "the kernel reassembles and decides");
+        assert_eq!(ev.counter(EvNf::Firewall, "to_kernel").unwrap(), 1);
+        let (_, out) = run(&ev, EvNf::Balancer, &first);
+        assert_eq!(dst_of(&out), (VIP.into(), 80), "a fragment is not rewritten");
+        assert_eq!(ev.counter(EvNf::Balancer, "not_vip").unwrap(), 1);
+    });
+}

@@ -173,6 +173,9 @@ fn sfc1(opts: &BenchEvnfOptions, report: &mut BenchEvnfReport) -> Result<()> {
 
 fn dpi_runs(tb: &TestbedNames, variant: &'static str, pid: u32, opts: &BenchEvnfOptions) -> Result<Vec<DpiRow>> {
     let server = "10.10.2.11".parse()?;
+    // Warm-up: neighbour entries, the slow path's first flows.
+    let warm = IperfOpts { duration: Duration::from_secs(1), cpu: Some(0), ..Default::default() };
+    apps::iperf3_client(tb, "client", server, 5301, warm).with_context(|| format!("{variant}: warm-up"))?;
     let mut rows = Vec::new();
     for &pct in &opts.elephants {
         let elephants = (4 * pct / 100) as u16;

@@ -120,12 +120,14 @@ impl EvnfProc {
     /// Rewrites the config file and reloads it (SIGHUP); returns the
     /// status after the reload.
     pub fn reload(&mut self, config: &str) -> Result<Value> {
-        let generation = self.status()?["generation"].as_u64().unwrap_or(0);
+        let before = self.status()?;
+        let errors = |s: &Value| s["reload_errors"].as_array().map_or(0, Vec::len);
         std::fs::write(&self.config, config)?;
         self.proc.as_ref().ok_or_else(|| anyhow!("evnf process already stopped"))?.signal(libc::SIGHUP);
-        let s = self.wait_generation(generation + 1, Duration::from_secs(5))?;
-        if let Some(e) = s["reload_errors"].as_array().and_then(|a| a.last()) {
-            bail!("reload failed: {e}");
+        let generation = before["generation"].as_u64().unwrap_or(0) + 1;
+        let s = self.wait_generation(generation, Duration::from_secs(5))?;
+        if errors(&s) > errors(&before) {
+            bail!("reload failed: {}", s["reload_errors"][errors(&s) - 1]);
         }
         Ok(s)
     }

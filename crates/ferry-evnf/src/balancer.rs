@@ -6,10 +6,11 @@
 //! and closed connections, and (with `feedback`) recomputes the weights
 //! from each backend's measured load: its open connections.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use ferry_bpf::evnf::{EvFlow, EvNf, Evnf, LbConn, LbReply, LB_CLOSING};
+use ferry_bpf::evnf::{EvFlow, EvNf, Evnf, LbConn, LbReply, LB_CLOSING, LB_MAX_BACKENDS};
 use serde_json::json;
 
 use crate::config::BalancerSpec;
@@ -25,12 +26,20 @@ pub struct Balancer {
     spec: BalancerSpec,
     conns: FastTable<EvFlow, LbConn>,
     replies: FastTable<EvFlow, LbReply>,
-    /// Weights in force now (configured, or from feedback), ×100.
+    /// Backend address of each fast-path slot. Tracked connections store
+    /// the slot, so a slot keeps its address as long as the balancer runs:
+    /// a backend dropped from the file keeps its slot with weight 0 and its
+    /// connections keep going to it.
+    slots: Vec<SocketAddrV4>,
+    /// Configured weight per slot (0 for dropped backends).
+    base: Vec<u32>,
+    /// Weights in force now per slot (configured, or from feedback), ×100.
     weights: Vec<u32>,
+    installed_vip: Option<(SocketAddrV4, u8)>,
     last_feedback_ns: u64,
     feedback_rounds: u64,
     expired: u64,
-    open_per_backend: Vec<u64>,
+    open_per_slot: Vec<u64>,
 }
 
 impl Balancer {
@@ -46,26 +55,51 @@ impl Balancer {
         )?;
         let replies =
             FastTable::new(fast.map_handle("ferry_lb_replies")?, "lb_replies", &flow, &["vip", "vport"], idle)?;
-        let n = spec.backends.len();
-        Ok(Balancer {
+        let mut lb = Balancer {
             spec,
             conns,
             replies,
+            slots: Vec::new(),
+            base: Vec::new(),
             weights: Vec::new(),
+            installed_vip: None,
             last_feedback_ns: 0,
             feedback_rounds: 0,
             expired: 0,
-            open_per_backend: vec![0; n],
-        })
+            open_per_slot: Vec::new(),
+        };
+        lb.assign_slots()?;
+        Ok(lb)
     }
 
-    pub fn set_spec(&mut self, spec: BalancerSpec) {
-        self.open_per_backend = vec![0; spec.backends.len()];
+    pub fn set_spec(&mut self, spec: BalancerSpec) -> Result<(), EvnfError> {
+        let idle = Duration::from_secs_f64(spec.idle_timeout_s);
+        self.conns.set_idle(idle);
+        self.replies.set_idle(idle);
         self.spec = spec;
+        self.assign_slots()
     }
 
-    fn configured(&self) -> Vec<u32> {
-        self.spec.backends.iter().map(|b| b.weight * 100).collect()
+    /// Gives every configured backend its slot (an existing one for a known
+    /// address) and recomputes the configured weight per slot.
+    fn assign_slots(&mut self) -> Result<(), EvnfError> {
+        for b in &self.spec.backends {
+            if !self.slots.contains(&b.addr) {
+                if self.slots.len() >= LB_MAX_BACKENDS as usize {
+                    return Err(EvnfError::Config(format!(
+                        "balancer: more than {LB_MAX_BACKENDS} backends over this run (removed ones keep their slot)"
+                    )));
+                }
+                self.slots.push(b.addr);
+            }
+        }
+        self.base = self
+            .slots
+            .iter()
+            .map(|a| self.spec.backends.iter().find(|b| b.addr == *a).map_or(0, |b| b.weight))
+            .collect();
+        self.open_per_slot.resize(self.slots.len(), 0);
+        Ok(())
     }
 
     fn write_ring(&mut self, fast: &mut Evnf, weights: Vec<u32>) -> Result<(), EvnfError> {
@@ -74,26 +108,47 @@ impl Balancer {
         Ok(())
     }
 
-    /// Drops finished and idle connections, and their reply entries.
+    /// The reply-direction key of a tracked connection.
+    fn back_flow(&self, flow: &EvFlow, conn: &LbConn) -> Option<EvFlow> {
+        let be = self.slots.get(conn.backend as usize)?;
+        let (client, client_port) = flow.src();
+        Some(EvFlow::new(*be.ip(), be.port(), client, client_port, flow.proto))
+    }
+
+    /// Removes a connection and its reply entry together, once neither
+    /// direction has been seen for the idle timeout (or it closed and the
+    /// grace period passed); then reply entries left without a connection.
     fn expire(&mut self, now_ns: u64) -> Result<(), EvnfError> {
-        let closed = |c: &LbConn| c.flags & LB_CLOSING != 0 && now_ns.saturating_sub(c.last_seen_ns) > CLOSING_GRACE_NS;
-        let gone = self.conns.expire(now_ns, closed)?;
-        for (flow, conn) in &gone {
-            if let Some(be) = self.spec.backends.get(conn.backend as usize) {
-                let back = EvFlow::new(*be.addr.ip(), be.addr.port(), flow.src().0, flow.src().1, flow.proto);
+        let replies: HashMap<EvFlow, LbReply> = self.replies.entries().into_iter().collect();
+        let idle = self.conns.idle_ns();
+        let mut live = HashSet::new();
+        for (flow, conn) in self.conns.entries() {
+            let back = self.back_flow(&flow, &conn);
+            let reply_seen = back.and_then(|b| replies.get(&b)).map_or(0, |r| r.last_seen_ns);
+            let quiet = now_ns.saturating_sub(conn.last_seen_ns.max(reply_seen));
+            if quiet > idle || (conn.flags & LB_CLOSING != 0 && quiet > CLOSING_GRACE_NS) {
+                self.conns.remove(&flow)?;
+                if let Some(b) = back {
+                    self.replies.remove(&b)?;
+                }
+                self.expired += 1;
+            } else if let Some(b) = back {
+                live.insert(b);
+            }
+        }
+        for (back, reply) in replies {
+            if !live.contains(&back) && now_ns.saturating_sub(reply.last_seen_ns) > idle {
                 self.replies.remove(&back)?;
             }
         }
-        self.expired += gone.len() as u64;
-        self.expired += self.replies.expire(now_ns, |_| false)?.len() as u64;
         Ok(())
     }
 
     fn count_open(&mut self) {
-        self.open_per_backend.iter_mut().for_each(|c| *c = 0);
+        self.open_per_slot.iter_mut().for_each(|c| *c = 0);
         for (_, c) in self.conns.entries() {
             if c.flags & LB_CLOSING == 0 {
-                if let Some(n) = self.open_per_backend.get_mut(c.backend as usize) {
+                if let Some(n) = self.open_per_slot.get_mut(c.backend as usize) {
                     *n += 1;
                 }
             }
@@ -113,12 +168,17 @@ impl HybridNf for Balancer {
     /// Backends and array first, the VIP last: a frame that sees the VIP
     /// finds everything it needs.
     fn install(&mut self, fast: &mut Evnf) -> Result<(), EvnfError> {
-        for (i, b) in self.spec.backends.iter().enumerate() {
-            fast.lb_set_backend(i as u32, *b.addr.ip(), b.addr.port())?;
+        for (i, addr) in self.slots.iter().enumerate() {
+            fast.lb_set_backend(i as u32, *addr.ip(), addr.port())?;
         }
-        self.write_ring(fast, self.configured())?;
-        let vip = self.spec.vip;
-        fast.lb_set_vip(*vip.ip(), vip.port(), self.spec.proto.number(), 0)?;
+        let configured = self.base.iter().map(|w| w * 100).collect();
+        self.write_ring(fast, configured)?;
+        let vip = (self.spec.vip, self.spec.proto.number());
+        fast.lb_set_vip(*vip.0.ip(), vip.0.port(), vip.1, 0)?;
+        if let Some(old) = self.installed_vip.filter(|old| *old != vip) {
+            fast.lb_remove_vip(*old.0.ip(), old.0.port(), old.1)?;
+        }
+        self.installed_vip = Some(vip);
         Ok(())
     }
 
@@ -130,9 +190,8 @@ impl HybridNf for Balancer {
             return Ok(());
         }
         self.last_feedback_ns = now_ns;
-        let base: Vec<u32> = self.spec.backends.iter().map(|b| b.weight).collect();
-        let load: Vec<f64> = self.open_per_backend.iter().map(|n| *n as f64).collect();
-        let new = feedback_weights(&base, &load);
+        let load: Vec<f64> = self.open_per_slot.iter().map(|n| *n as f64).collect();
+        let new = feedback_weights(&self.base, &self.weights, &load);
         if new != self.weights {
             self.feedback_rounds += 1;
             self.write_ring(fast, new)?;
@@ -146,25 +205,24 @@ impl HybridNf for Balancer {
     }
 
     fn report(&self, fast: &Evnf) -> serde_json::Value {
-        let mut conns_per_backend: HashMap<u32, u64> = HashMap::new();
+        let mut conns_per_slot: HashMap<u32, u64> = HashMap::new();
         for (_, c) in self.conns.entries() {
-            *conns_per_backend.entry(c.backend).or_default() += 1;
+            *conns_per_slot.entry(c.backend).or_default() += 1;
         }
         let backends: Vec<serde_json::Value> = self
-            .spec
-            .backends
+            .slots
             .iter()
             .enumerate()
-            .map(|(i, b)| {
+            .map(|(i, addr)| {
                 let load = fast.lb_backend_load(i as u32).unwrap_or_default();
                 json!({
-                    "addr": b.addr.to_string(),
-                    "weight": b.weight,
+                    "addr": addr.to_string(),
+                    "weight": self.base.get(i).copied().unwrap_or(0),
                     "weight_now": self.weights.get(i).map_or(0.0, |w| *w as f64 / 100.0),
                     "packets": load.packets,
                     "bytes": load.bytes,
-                    "tracked_conns": conns_per_backend.get(&(i as u32)).copied().unwrap_or(0),
-                    "open_conns": self.open_per_backend.get(i).copied().unwrap_or(0),
+                    "tracked_conns": conns_per_slot.get(&(i as u32)).copied().unwrap_or(0),
+                    "open_conns": self.open_per_slot.get(i).copied().unwrap_or(0),
                 })
             })
             .collect();

@@ -211,6 +211,17 @@ pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
 
 type Invalid = (Vec<Seg>, String);
 
+/// Largest backend weight (weights are relative; the array has 1024 slots).
+pub const MAX_WEIGHT: u32 = 10_000;
+
+fn check_timeout(seconds: f64) -> Result<(), String> {
+    if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 {
+        Ok(())
+    } else {
+        Err(format!("{seconds}: seconds, more than 0 and at most 86400"))
+    }
+}
+
 /// Reads and validates a hybrid-NF file.
 pub fn parse(path: &Path) -> Result<EvnfSpec, YamlError> {
     let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
@@ -266,6 +277,19 @@ impl EvnfSpec {
             if p.dev.is_empty() || p.dev.len() > 15 {
                 return Err((at("dev"), format!("{:?}: device names have 1 to 15 bytes", p.dev)));
             }
+            if self.ports[..pi].iter().any(|q| q.dev == p.dev) {
+                return Err((at("dev"), format!("{:?} has a chain already", p.dev)));
+            }
+            // The slow path hands frames back to the kernel, not to the NFs
+            // after it, and its sockets are keyed by queue in one map.
+            if let Some(i) = p.chain.iter().position(|n| *n == NfName::Dpi) {
+                if i + 1 != p.chain.len() {
+                    return Err((at("chain"), "dpi must be the last NF of its chain".into()));
+                }
+                if self.ports[..pi].iter().any(|q| q.chain.contains(&NfName::Dpi)) {
+                    return Err((at("chain"), "dpi may start on one port only".into()));
+                }
+            }
             if p.chain.is_empty() {
                 return Err((at("chain"), "a chain needs at least one NF".into()));
             }
@@ -296,7 +320,16 @@ impl EvnfSpec {
                 }
             }
         }
+        if self.uses(NfName::Balancer) && !self.uses(NfName::BalancerReply) {
+            return Err((vec![Key("ports")], "balancer needs balancer_reply on the backend-facing ports".into()));
+        }
         if let Some(fw) = &self.firewall {
+            if fw.rules.len() >= ferry_bpf::evnf::FW_MAX_RULES as usize {
+                return Err((
+                    vec![Key("firewall"), Key("rules")],
+                    format!("at most {} rules", ferry_bpf::evnf::FW_MAX_RULES - 1),
+                ));
+            }
             for (i, r) in fw.rules.iter().enumerate() {
                 let at = |k: &'static str| vec![Key("firewall"), Key("rules"), Index(i), Key(k)];
                 match (&r.src, r.proto) {
@@ -324,19 +357,25 @@ impl EvnfSpec {
             if lb.proto == Proto::Icmp {
                 return Err((vec![Key("balancer"), Key("proto")], "tcp or udp".into()));
             }
-            if let Some(f) = &lb.feedback {
-                if f.interval_ms < 10 {
-                    return Err((vec![Key("balancer"), Key("feedback"), Key("interval_ms")], "at least 10".into()));
+            for (i, b) in lb.backends.iter().enumerate() {
+                if b.weight > MAX_WEIGHT {
+                    let at = vec![Key("balancer"), Key("backends"), Index(i), Key("weight")];
+                    return Err((at, format!("at most {MAX_WEIGHT}")));
+                }
+                if lb.backends[..i].iter().any(|o| o.addr == b.addr) {
+                    return Err((vec![Key("balancer"), Key("backends"), Index(i), Key("addr")], "listed twice".into()));
                 }
             }
-            if lb.idle_timeout_s <= 0.0 {
-                return Err((vec![Key("balancer"), Key("idle_timeout_s")], "must be positive".into()));
+            if let Some(f) = &lb.feedback {
+                if !(10..=3_600_000).contains(&f.interval_ms) {
+                    let at = vec![Key("balancer"), Key("feedback"), Key("interval_ms")];
+                    return Err((at, "10 to 3600000".into()));
+                }
             }
+            check_timeout(lb.idle_timeout_s).map_err(|e| (vec![Key("balancer"), Key("idle_timeout_s")], e))?;
         }
         if let Some(dpi) = &self.dpi {
-            if dpi.idle_timeout_s <= 0.0 {
-                return Err((vec![Key("dpi"), Key("idle_timeout_s")], "must be positive".into()));
-            }
+            check_timeout(dpi.idle_timeout_s).map_err(|e| (vec![Key("dpi"), Key("idle_timeout_s")], e))?;
         }
         Ok(())
     }
@@ -372,6 +411,18 @@ mod tests {
         assert!(e.contains("ports[1].chain[0]") && e.contains("one successor"), "{e}");
         let bad = GOOD.replace("balancer:\n", "balancr:\n");
         assert!(EvnfSpec::from_yaml_str(&bad, "sfc.yaml").is_err());
+        let bad = GOOD.replace("idle_timeout_s", "x").replace("  vip:", "  idle_timeout_s: .nan\n  vip:");
+        let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
+        assert!(e.contains("balancer.idle_timeout_s"), "{e}");
+        let bad = GOOD.replace("chain: [balancer_reply]", "chain: [balancer]");
+        let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
+        assert!(e.contains("balancer_reply"), "{e}");
+        let bad = GOOD.replace("weight: 2", "weight: 20000");
+        let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
+        assert!(e.contains("backends[0].weight"), "{e}");
+        let bad = GOOD.replace("dev: d1", "dev: d0");
+        let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
+        assert!(e.contains("ports[1].dev"), "{e}");
         let bad = "ports:\n  - { dev: d0, chain: [dpi] }\n";
         let e = EvnfSpec::from_yaml_str(bad, "x.yaml").unwrap_err().to_string();
         assert!(e.contains("ports[0].chain[0]") && e.contains("no section"), "{e}");

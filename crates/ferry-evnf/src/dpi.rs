@@ -28,7 +28,8 @@ pub struct Dpi {
     spec: DpiSpec,
     ndpi: Ndpi,
     elephants: Vec<u16>,
-    /// nDPI state per flow, keyed by the direction seen first.
+    /// nDPI state per flow (one entry for both directions, keyed by the
+    /// first packet's 5-tuple).
     flows: HashMap<EvFlow, FlowState>,
     bypass: FastTable<EvFlow, DpiBypass>,
     classified: HashMap<String, u64>,
@@ -86,6 +87,7 @@ impl Dpi {
     /// the protocols file is read once, at start.
     pub fn set_spec(&mut self, spec: DpiSpec) -> Result<(), EvnfError> {
         self.elephants = resolve_elephants(&self.ndpi, &spec)?;
+        self.bypass.set_idle(Duration::from_secs_f64(spec.idle_timeout_s));
         self.spec = spec;
         Ok(())
     }
@@ -134,7 +136,7 @@ impl HybridNf for Dpi {
             return SlowVerdict::Reinject;
         };
         let now = monotonic_ns();
-        let known = if self.flows.contains_key(&key) { key } else { key.reversed() };
+        let known = if self.flows.contains_key(&key.reversed()) { key.reversed() } else { key };
         let state = self.flows.entry(known).or_insert_with(|| FlowState {
             flow: Flow::new(),
             class: None,

@@ -88,23 +88,41 @@ impl HybridNf for Firewall {
         Mode::Offloading
     }
 
+    /// New rules are written over the old ones before stale ones go, and
+    /// the nftables ruleset replaces the old tables in one transaction, so
+    /// a reload never leaves a moment without rules.
     fn install(&mut self, fast: &mut Evnf) -> Result<(), EvnfError> {
-        fast.fw_clear()?;
+        let (mut subnets, mut ports) = (Vec::new(), Vec::new());
         for (i, r) in self.spec.rules.iter().enumerate() {
             let action = if r.action == FwAction::Allow { FW_ALLOW } else { FW_DENY };
             // Rule ids start at 1 so that id 0 never counts a real rule.
             let rule = FwRule { action, rule_id: i as u32 + 1 };
             match (r.subnet(), r.proto) {
-                (Some((addr, prefix)), _) => fast.fw_set_subnet(addr, prefix, rule)?,
-                (None, Some(proto)) => fast.fw_set_port(proto.number(), r.port.unwrap_or(0), rule)?,
+                (Some((addr, prefix)), _) => {
+                    fast.fw_set_subnet(addr, prefix, rule)?;
+                    subnets.push((addr, prefix));
+                }
+                (None, Some(proto)) => {
+                    let port = r.port.unwrap_or(0);
+                    fast.fw_set_port(proto.number(), port, rule)?;
+                    ports.push((proto.number(), port));
+                }
                 (None, None) => {}
             }
         }
-        self.remove_nft_tables();
-        if let Some(ruleset) = &self.spec.nftables {
-            nft_apply(ruleset)?;
-            self.nft_tables = declared_tables(ruleset);
+        fast.fw_retain(&subnets, &ports)?;
+        let ruleset = self.spec.nftables.clone().unwrap_or_default();
+        let new_tables = declared_tables(&ruleset);
+        let mut replace = String::new();
+        for t in self.nft_tables.iter().chain(&new_tables) {
+            // Declaring a table first makes deleting it valid whether or
+            // not it exists; nft applies the whole file atomically.
+            replace += &format!("table {t} {{}}\ndelete table {t}\n");
         }
+        if !replace.is_empty() || !ruleset.is_empty() {
+            nft_apply(&(replace + &ruleset))?;
+        }
+        self.nft_tables = new_tables;
         Ok(())
     }
 
@@ -124,6 +142,13 @@ impl HybridNf for Firewall {
     }
 
     fn shutdown(&mut self) {
+        self.remove_nft_tables();
+    }
+}
+
+impl Drop for Firewall {
+    /// The kernel half goes with the NF, also when starting failed midway.
+    fn drop(&mut self) {
         self.remove_nft_tables();
     }
 }

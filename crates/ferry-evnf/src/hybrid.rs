@@ -75,6 +75,15 @@ impl<K: Pod + Eq + Hash + Send + 'static, V: Stamped + Send + 'static> FastTable
         Ok(FastTable { table: StateTable::init(map, name, keys, vals)?, idle_ns: idle.as_nanos() as u64 })
     }
 
+    /// A new idle timeout (on reload).
+    pub fn set_idle(&mut self, idle: Duration) {
+        self.idle_ns = idle.as_nanos() as u64;
+    }
+
+    pub fn idle_ns(&self) -> u64 {
+        self.idle_ns
+    }
+
     /// Installs a rule; the data path sees it when this returns.
     pub fn install(&mut self, key: K, val: V) -> Result<(), EvnfError> {
         Ok(self.table.create(key, val, Update::Blocking)?)
@@ -121,6 +130,9 @@ pub struct SlowCounters {
     /// Frames without the fast path's metadata or without an IP header.
     pub malformed: u64,
     pub reinject_errors: u64,
+    /// Frames the kernel could not hand to the socket (its RX ring full,
+    /// or no free frame on the fill ring): counted by the kernel.
+    pub socket_dropped: u64,
 }
 
 /// One slow-path AF_XDP socket: a device queue, its own UMEM, registered
@@ -152,6 +164,12 @@ impl SlowPath {
 
     pub fn fd(&self) -> i32 {
         self.port.socket().as_raw_fd()
+    }
+
+    /// Counters, with the kernel's drop count for the socket.
+    pub fn counters(&self) -> SlowCounters {
+        let stats = self.port.socket().statistics().unwrap_or_default();
+        SlowCounters { socket_dropped: stats.rx_dropped + stats.rx_ring_full + stats.rx_fill_ring_empty_descs, ..self.counters }
     }
 
     /// Hands every received frame to `handler`, then reinjects or drops it.

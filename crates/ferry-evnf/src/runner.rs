@@ -121,8 +121,9 @@ impl Runner {
         &self.evnf
     }
 
-    /// Applies a changed file: rules, weights, timeouts. Ports and chains
-    /// are fixed while running (they need a restart).
+    /// Applies a changed file: rules, weights, timeouts, the VIP. Ports and
+    /// chains are fixed while running (they need a restart). A failure
+    /// leaves the NFs that were already updated updated.
     pub fn reload(&mut self, spec: EvnfSpec) -> Result<(), EvnfError> {
         let shape = |s: &EvnfSpec| s.ports.iter().map(|p| (p.dev.clone(), p.chain.clone())).collect::<Vec<_>>();
         if shape(&spec) != shape(&self.spec) {
@@ -133,14 +134,13 @@ impl Runner {
             f.install(&mut self.evnf)?;
         }
         if let (Some(b), Some(s)) = (self.balancer.as_mut(), spec.balancer.clone()) {
-            b.set_spec(s);
+            b.set_spec(s)?;
             b.install(&mut self.evnf)?;
         }
         if let (Some(d), Some(s)) = (self.dpi.as_mut(), spec.dpi.clone()) {
             d.set_spec(s)?;
         }
         self.spec = spec;
-        self.generation += 1;
         Ok(())
     }
 
@@ -154,6 +154,8 @@ impl Runner {
                 let result = crate::config::parse(Path::new(&self.spec.origin))
                     .map_err(|e| EvnfError::Config(e.to_string()))
                     .and_then(|s| self.reload(s));
+                // Every attempt is a generation; a failed one adds to reload_errors.
+                self.generation += 1;
                 if let Err(e) = result {
                     tracing::warn!("reload: {e}");
                     self.reload_errors.push(e.to_string());
@@ -218,7 +220,7 @@ impl Runner {
             nfs.insert(nf.name().into(), nf.report(&self.evnf));
         }
         let [routed, kernel] = self.evnf.route_counters().unwrap_or_default();
-        let slow: Vec<_> = self.slow.iter().map(|s| s.counters).collect();
+        let slow: Vec<_> = self.slow.iter().map(SlowPath::counters).collect();
         json!({
             "generation": self.generation,
             "config": self.spec.origin,

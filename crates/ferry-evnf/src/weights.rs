@@ -41,14 +41,16 @@ pub fn slot_shares(ring: &[u32], backends: usize) -> Vec<usize> {
 /// configured value, either way: feedback corrects, it does not override.
 pub const FEEDBACK_RANGE: f64 = 4.0;
 
-/// Dynamic feedback: a backend whose measured load (e.g. open connections)
-/// is above its fair share for its configured weight gets a smaller
-/// weight, one below it a larger weight. `load[i] / base[i]` is compared
-/// with the average of that ratio; the weight moves by the inverse ratio,
-/// damped by a square root so that one noisy interval cannot swing it,
-/// and bounded by `FEEDBACK_RANGE`. Backends with weight 0 stay at 0; with
-/// no load at all the configured weights come back.
-pub fn feedback_weights(base: &[u32], load: &[f64]) -> Vec<u32> {
+/// Dynamic feedback, one step: weights (×100) in force now, moved by the
+/// load each backend carries (e.g. open connections) relative to its fair
+/// share for its configured weight. A backend above its share loses
+/// weight, one below gains; the step is the square root of the inverse
+/// ratio (a damped correction, so the loop converges instead of
+/// overshooting), and the result stays within `FEEDBACK_RANGE` of the
+/// configured weight. Once loads match the shares the weights stay where
+/// they are (the step is 1). No load at all: the configured weights come
+/// back. Weight 0 stays 0.
+pub fn feedback_weights(base: &[u32], current: &[u32], load: &[f64]) -> Vec<u32> {
     const SCALE: f64 = 100.0;
     let active: Vec<usize> = (0..base.len()).filter(|i| base[*i] > 0).collect();
     let total_load: f64 = active.iter().map(|i| load.get(*i).copied().unwrap_or(0.0)).sum();
@@ -62,11 +64,13 @@ pub fn feedback_weights(base: &[u32], load: &[f64]) -> Vec<u32> {
             if *w == 0 {
                 return 0;
             }
-            // Load this backend carries relative to its fair share (1.0 = fair).
+            let configured = *w as f64 * SCALE;
+            let now = current.get(i).copied().filter(|c| *c > 0).map_or(configured, |c| c as f64);
+            // Load relative to the fair share (1.0 = fair).
             let fair = total_load * *w as f64 / total_base;
             let relative = (load.get(i).copied().unwrap_or(0.0) / fair).max(1.0 / (FEEDBACK_RANGE * FEEDBACK_RANGE));
-            let factor = (1.0 / relative).sqrt().clamp(1.0 / FEEDBACK_RANGE, FEEDBACK_RANGE);
-            ((*w as f64) * SCALE * factor).round().max(1.0) as u32
+            let next = now * (1.0 / relative).sqrt();
+            next.clamp(configured / FEEDBACK_RANGE, configured * FEEDBACK_RANGE).round().max(1.0) as u32
         })
         .collect()
 }
@@ -94,15 +98,33 @@ mod tests {
     #[test]
     fn feedback_moves_weight_away_from_the_loaded_backend() {
         // Equal weights, backend 0 carries three times the load of backend 1.
-        let w = feedback_weights(&[1, 1], &[30.0, 10.0]);
+        let w = feedback_weights(&[1, 1], &[100, 100], &[30.0, 10.0]);
         assert!(w[0] < 100 && w[1] > 100, "{w:?}");
-        // Fair load: configured weights.
-        assert_eq!(feedback_weights(&[1, 2], &[10.0, 20.0]), vec![100, 200]);
+        // Fair load: the weights in force stay (no swinging back).
+        assert_eq!(feedback_weights(&[1, 2], &[100, 200], &[10.0, 20.0]), vec![100, 200]);
+        assert_eq!(feedback_weights(&[1, 1], &[80, 130], &[10.0, 10.0]), vec![80, 130]);
         // No load: configured weights; weight 0 stays 0.
-        assert_eq!(feedback_weights(&[2, 0], &[0.0, 5.0]), vec![200, 0]);
-        // Bounded: an idle backend gets at most FEEDBACK_RANGE times its weight.
-        let w = feedback_weights(&[1, 1], &[100.0, 0.0]);
-        assert_eq!(w[1], (100.0 * FEEDBACK_RANGE) as u32);
-        assert!(w[0] >= (100.0 / FEEDBACK_RANGE) as u32);
+        assert_eq!(feedback_weights(&[2, 0], &[150, 0], &[0.0, 5.0]), vec![200, 0]);
+        // Bounded: within FEEDBACK_RANGE of the configured weight, however long it runs.
+        let mut w = vec![100, 100];
+        for _ in 0..20 {
+            w = feedback_weights(&[1, 1], &w, &[100.0, 0.0]);
+        }
+        assert_eq!(w, vec![(100.0 / FEEDBACK_RANGE) as u32, (100.0 * FEEDBACK_RANGE) as u32]);
+    }
+
+    #[test]
+    fn feedback_converges_when_load_follows_weight() {
+        // A toy system: connections split in proportion to weight, but
+        // backend 0 holds each connection twice as long (its load doubles).
+        let mut w = vec![100u32, 100];
+        for _ in 0..30 {
+            let share0 = w[0] as f64 / (w[0] + w[1]) as f64;
+            let load = [2.0 * share0, 1.0 - share0];
+            w = feedback_weights(&[1, 1], &w, &load);
+        }
+        let share0 = w[0] as f64 / (w[0] + w[1]) as f64;
+        let (l0, l1) = (2.0 * share0, 1.0 - share0);
+        assert!((l0 - l1).abs() < 0.05, "loads even out: {w:?} {l0} {l1}");
     }
 }
