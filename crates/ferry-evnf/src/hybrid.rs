@@ -169,7 +169,10 @@ impl SlowPath {
     /// Counters, with the kernel's drop count for the socket.
     pub fn counters(&self) -> SlowCounters {
         let stats = self.port.socket().statistics().unwrap_or_default();
-        SlowCounters { socket_dropped: stats.rx_dropped + stats.rx_ring_full + stats.rx_fill_ring_empty_descs, ..self.counters }
+        SlowCounters {
+            socket_dropped: stats.rx_dropped + stats.rx_ring_full + stats.rx_fill_ring_empty_descs,
+            ..self.counters
+        }
     }
 
     /// Hands every received frame to `handler`, then reinjects or drops it.
