@@ -14,6 +14,10 @@ use common::*;
 /// them one at a time so that each one's leftovers can be told apart.
 static OWN_TESTBEDS: Mutex<()> = Mutex::new(());
 
+/// Benchmarks pin work to CPUs and saturate them: two at once starve each
+/// other (a `bench io` window once counted nothing while `bench evnf` ran).
+static BENCHES: Mutex<()> = Mutex::new(());
+
 /// Runs `ferry ARGS` in this namespace to completion.
 fn ferry(args: &[&str], timeout: Duration) -> Finished {
     Ferry::spawn_here(args).finish(timeout)
@@ -130,6 +134,7 @@ fn bench_io_smoke() {
     if !privileged("bench_io_smoke") {
         return;
     }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
     let _serial = OWN_TESTBEDS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("bench");
     let out = dir.path("io.json");
@@ -175,6 +180,7 @@ fn bench_chain_smoke() {
     if !privileged("bench_chain_smoke") {
         return;
     }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("bench-chain");
     let out = dir.path("chain.json");
     let bench = Ferry::spawn_here(&[
@@ -212,6 +218,7 @@ fn bench_pipeline_smoke() {
     if !privileged("bench_pipeline_smoke") {
         return;
     }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
     let done =
         Ferry::spawn_here(&["bench", "pipeline", "--runs", "1", "--repeat", "10000"]).finish(Duration::from_secs(60));
     assert!(done.status.success(), "bench pipeline failed: {}", done.stderr);
@@ -226,6 +233,7 @@ fn bench_evnf_smoke() {
     if !privileged("bench_evnf_smoke") {
         return;
     }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("bench-evnf");
     let out = dir.path("evnf.json");
     let args = ["bench", "evnf", "--scenarios", "sfc1,sfc2", "--conns", "4", "--elephants", "100"];
