@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use ferry_testbed::apps::{
     self, CpuMeter, Haproxy, HaproxyOpts, Iperf3Server, IperfJob, IperfOpts, Nginx, NginxOpts, WrkOpts,
 };
-use ferry_testbed::TestbedNames;
+use ferry_testbed::{Testbed, TestbedNames};
 use serde::Serialize;
 
 use crate::evnfproc::{run_in, sfc_testbed, EvnfProc, SFC1, SFC2, VIP};
@@ -29,6 +29,8 @@ pub struct BenchEvnfOptions {
     pub conns: Vec<u32>,
     pub elephants: Vec<u32>,
     pub duration: Duration,
+    /// Runs per variant, alternating which goes first; medians reported.
+    pub runs: usize,
     pub ferry: std::path::PathBuf,
 }
 
@@ -79,6 +81,8 @@ pub struct DpiRatio {
 pub struct BenchEvnfReport {
     pub machine: String,
     pub duration_s: f64,
+    /// Runs per variant (alternating order); each row is the median run.
+    pub runs: usize,
     pub sfc1: Vec<HttpRow>,
     pub sfc1_ratios: Vec<HttpRatio>,
     pub sfc2: Vec<DpiRow>,
@@ -138,6 +142,59 @@ fn http_runs(tb: &TestbedNames, variant: &'static str, pid: u32, opts: &BenchEvn
     Ok(rows)
 }
 
+/// nftables + HAProxy: the VIP is the dut's own address.
+fn kernel_balancer(tb: &Testbed, opts: &BenchEvnfOptions) -> Result<Vec<HttpRow>> {
+    run_in(tb, "dut", "ip", &["addr", "add", &format!("{VIP}/32"), "dev", "lo"])?;
+    apps::nft_apply(tb, "dut", KERNEL_FIREWALL)?;
+    let backends: Vec<_> = BACKENDS.iter().map(|(_, a, _)| (a.parse().expect("address"), 1)).collect();
+    let haproxy =
+        Haproxy::start(tb, "dut", format!("{VIP}:80").parse()?, &backends, HaproxyOpts { cpu: Some(1), nbthread: 1 })?;
+    let rows = http_runs(tb, "nftables+haproxy", haproxy.pid(), opts);
+    drop(haproxy);
+    run_in(tb, "dut", "nft", &["delete", "table", "inet", "ferry_bench_fw"])?;
+    run_in(tb, "dut", "ip", &["addr", "del", &format!("{VIP}/32"), "dev", "lo"])?;
+    rows
+}
+
+/// eFW + eLB in XDP.
+fn ferry_balancer(tb: &Testbed, opts: &BenchEvnfOptions, reports: &mut Vec<serde_json::Value>) -> Result<Vec<HttpRow>> {
+    let nf = EvnfProc::start(&opts.ferry, tb, SFC1, Some(1))?;
+    let rows = http_runs(tb, "efw+elb", nf.pid(), opts)?;
+    reports.push(nf.stop()?);
+    Ok(rows)
+}
+
+/// Of several runs' rows for one point, the one with the median value.
+fn median_row<T: Clone>(mut rows: Vec<T>, value: impl Fn(&T) -> f64) -> Option<T> {
+    rows.sort_by(|a, b| value(a).total_cmp(&value(b)));
+    rows.get(rows.len() / 2).cloned()
+}
+
+/// Runs `a` and `b` `runs` times in alternating order (a b, b a, a b, …)
+/// so that neither always goes first, and keeps each point's median run.
+fn alternate<T: Clone>(
+    runs: usize,
+    mut a: impl FnMut() -> Result<Vec<T>>,
+    mut b: impl FnMut() -> Result<Vec<T>>,
+    value: impl Fn(&T) -> f64 + Copy,
+) -> Result<(Vec<T>, Vec<T>)> {
+    let (mut all_a, mut all_b): (Vec<Vec<T>>, Vec<Vec<T>>) = (Vec::new(), Vec::new());
+    for r in 0..runs.max(1) {
+        if r % 2 == 0 {
+            all_a.push(a()?);
+            all_b.push(b()?);
+        } else {
+            all_b.push(b()?);
+            all_a.push(a()?);
+        }
+    }
+    let medians = |all: Vec<Vec<T>>| -> Vec<T> {
+        let points = all.first().map_or(0, Vec::len);
+        (0..points).filter_map(|i| median_row(all.iter().filter_map(|r| r.get(i).cloned()).collect(), value)).collect()
+    };
+    Ok((medians(all_a), medians(all_b)))
+}
+
 fn sfc1(opts: &BenchEvnfOptions, report: &mut BenchEvnfReport) -> Result<()> {
     let tb = sfc_testbed()?;
     let nginx_opts = NginxOpts { cpu: Some(1), keepalive_requests: 1_000_000, ..Default::default() };
@@ -145,20 +202,14 @@ fn sfc1(opts: &BenchEvnfOptions, report: &mut BenchEvnfReport) -> Result<()> {
         .iter()
         .map(|(ns, addr, name)| Nginx::start(&tb, ns, addr.parse().expect("address"), name, nginx_opts.clone()))
         .collect::<Result<_, _>>()?;
-    // (a) nftables + HAProxy: the VIP is the dut's own address.
-    run_in(&tb, "dut", "ip", &["addr", "add", &format!("{VIP}/32"), "dev", "lo"])?;
-    apps::nft_apply(&tb, "dut", KERNEL_FIREWALL)?;
-    let backends: Vec<_> = BACKENDS.iter().map(|(_, a, _)| (a.parse().expect("address"), 1)).collect();
-    let haproxy =
-        Haproxy::start(&tb, "dut", format!("{VIP}:80").parse()?, &backends, HaproxyOpts { cpu: Some(1), nbthread: 1 })?;
-    let kernel = http_runs(&tb, "nftables+haproxy", haproxy.pid(), opts)?;
-    drop(haproxy);
-    run_in(&tb, "dut", "nft", &["delete", "table", "inet", "ferry_bench_fw"])?;
-    run_in(&tb, "dut", "ip", &["addr", "del", &format!("{VIP}/32"), "dev", "lo"])?;
-    // (b) eFW + eLB in XDP.
-    let nf = EvnfProc::start(&opts.ferry, &tb, SFC1, Some(1))?;
-    let ferry = http_runs(&tb, "efw+elb", nf.pid(), opts)?;
-    report.evnf_reports.push(nf.stop()?);
+    let mut evnf_reports = Vec::new();
+    let (kernel, ferry) = alternate(
+        opts.runs,
+        || kernel_balancer(&tb, opts),
+        || ferry_balancer(&tb, opts, &mut evnf_reports),
+        |r: &HttpRow| r.requests_per_sec,
+    )?;
+    report.evnf_reports.extend(evnf_reports);
     for (k, f) in kernel.iter().zip(&ferry) {
         report.sfc1_ratios.push(HttpRatio {
             connections: k.connections,
@@ -209,12 +260,16 @@ fn sfc2(opts: &BenchEvnfOptions, report: &mut BenchEvnfReport) -> Result<()> {
         .map(|port| Iperf3Server::start(&tb, "b1", server, port, Some(1)))
         .collect::<Result<_, _>>()?;
     let alone = SFC2.replace("idle_timeout_s: 5", "idle_timeout_s: 5\n  bypass: false");
-    let nf = EvnfProc::start(&opts.ferry, &tb, &alone, Some(1))?;
-    let ndpi = dpi_runs(&tb, "ndpi-alone", nf.pid(), opts)?;
-    report.evnf_reports.push(nf.stop()?);
-    let nf = EvnfProc::start(&opts.ferry, &tb, SFC2, Some(1))?;
-    let edpi = dpi_runs(&tb, "edpi", nf.pid(), opts)?;
-    report.evnf_reports.push(nf.stop()?);
+    let evnf_reports = std::cell::RefCell::new(Vec::new());
+    let dpi = |config: &str, variant: &'static str| -> Result<Vec<DpiRow>> {
+        let nf = EvnfProc::start(&opts.ferry, &tb, config, Some(1))?;
+        let rows = dpi_runs(&tb, variant, nf.pid(), opts)?;
+        evnf_reports.borrow_mut().push(nf.stop()?);
+        Ok(rows)
+    };
+    let (ndpi, edpi) =
+        alternate(opts.runs, || dpi(&alone, "ndpi-alone"), || dpi(SFC2, "edpi"), |r: &DpiRow| r.gbit_per_sec)?;
+    report.evnf_reports.extend(evnf_reports.into_inner());
     for (n, e) in ndpi.iter().zip(&edpi) {
         report.sfc2_ratios.push(DpiRatio {
             elephant_percent: n.elephant_percent,
@@ -230,6 +285,7 @@ pub fn run(opts: &BenchEvnfOptions) -> Result<BenchEvnfReport> {
     let mut report = BenchEvnfReport {
         machine: crate::bench::machine_summary(),
         duration_s: opts.duration.as_secs_f64(),
+        runs: opts.runs.max(1),
         ..Default::default()
     };
     for s in &opts.scenarios {
@@ -244,7 +300,10 @@ pub fn run(opts: &BenchEvnfOptions) -> Result<BenchEvnfReport> {
 }
 
 pub fn table(r: &BenchEvnfReport) -> String {
-    let mut out = format!("machine: {}; {} s per point\n", r.machine, r.duration_s);
+    let mut out = format!(
+        "machine: {}; {} s per point; median of {} runs per variant, alternating which goes first\n",
+        r.machine, r.duration_s, r.runs
+    );
     if !r.sfc1.is_empty() {
         out += "\nSFC 1: wrk -> firewall -> L4 balancer -> 2 nginx (requests/s, latency in us, CPU in % of one CPU)\n";
         out += &format!(

@@ -426,6 +426,10 @@ enum BenchCmd {
         /// Length of each measurement (whole seconds).
         #[arg(long, value_parser = parse_duration, default_value = "5s")]
         duration: Duration,
+        /// Runs per variant, alternating which goes first; the median run
+        /// of each point is reported.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -658,9 +662,9 @@ fn run(cli: Cli) -> Result<()> {
             print!("{}", benchpipeline::table(&report));
             write_json(json.as_deref(), &report)
         }
-        Cmd::Bench(BenchCmd::Evnf { scenarios, conns, elephants, duration, json }) => {
+        Cmd::Bench(BenchCmd::Evnf { scenarios, conns, elephants, duration, runs, json }) => {
             let ferry = std::env::current_exe()?;
-            let opts = benchevnf::BenchEvnfOptions { scenarios, conns, elephants, duration, ferry };
+            let opts = benchevnf::BenchEvnfOptions { scenarios, conns, elephants, duration, runs, ferry };
             let report = benchevnf::run(&opts)?;
             print!("{}", benchevnf::table(&report));
             write_json(json.as_deref(), &report)

@@ -237,7 +237,8 @@ fn bench_evnf_smoke() {
     let dir = TempDir::new("bench-evnf");
     let out = dir.path("evnf.json");
     let args = ["bench", "evnf", "--scenarios", "sfc1,sfc2", "--conns", "4", "--elephants", "100"];
-    let bench = Ferry::spawn_here(&[&args[..], &["--duration", "1s", "--json", out.to_str().unwrap()]].concat());
+    let bench =
+        Ferry::spawn_here(&[&args[..], &["--duration", "1s", "--runs", "1", "--json", out.to_str().unwrap()]].concat());
     let done = bench.finish(Duration::from_secs(180));
     assert!(done.status.success(), "bench evnf failed: {}", done.stderr);
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
