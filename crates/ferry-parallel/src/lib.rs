@@ -12,6 +12,7 @@
 //!   trace-driven runner with its Toeplitz software dispatcher.
 
 pub mod ds;
+pub mod nfs;
 pub mod packet_set;
 pub mod rss_check;
 pub mod runtime;
