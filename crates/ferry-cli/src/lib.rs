@@ -16,6 +16,7 @@ pub mod kchain;
 pub mod nfrun;
 pub mod proc;
 pub mod serve;
+pub mod serve_parallel;
 pub mod sink;
 pub mod util;
 pub mod xdprun;

@@ -14,7 +14,9 @@
 //! * `slow arg work_ns=N`: burn N ns of CPU per packet, then forward;
 //! * `source` (args `size=64`, `rate=PPS`, `flows=N`): make stamped UDP
 //!   frames in the domain's own UMEM, for measuring chaining without veth;
-//! * `sink`: count, check stamps, publish latency percentiles, free.
+//! * `sink`: count, check stamps, publish latency percentiles, free;
+//! * `parallel-<name>`: a parallel NF on worker threads (`workers=N`), see
+//!   [`crate::serve_parallel`].
 
 use std::time::{Duration, Instant};
 
@@ -44,6 +46,9 @@ fn num_arg(args: &[String], key: &str, default: u64) -> Result<u64> {
 
 /// Runs NF kind `kind` until ferryd stops it.
 pub fn serve(kind: &str, args: &[String]) -> Result<()> {
+    if let Some(name) = kind.strip_prefix("parallel-") {
+        return crate::serve_parallel::serve(name, args);
+    }
     match kind {
         "source" => {
             let nf = Nf::connect_from_env_with(&["made"])?;

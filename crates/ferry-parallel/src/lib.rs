@@ -12,8 +12,12 @@
 //!   trace-driven runner with its Toeplitz software dispatcher.
 
 pub mod ds;
+pub mod equivalence;
+#[cfg(not(loom))]
+pub mod live;
 pub mod nfs;
 pub mod packet_set;
+pub mod profiler;
 pub mod rss_check;
 pub mod runtime;
 pub mod stm;

@@ -238,6 +238,8 @@ impl Nf {
             scratch_desc: Vec::with_capacity(256),
             scratch_xdp: Vec::with_capacity(256),
             scratch_addr: Vec::with_capacity(1024),
+            woken: Arc::new(AtomicBool::new(false)),
+            wake_fd: Arc::new(eventfd.try_clone()?),
         })
     }
 

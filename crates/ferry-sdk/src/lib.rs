@@ -43,4 +43,4 @@ pub use connect::Nf;
 pub use error::SdkError;
 pub use ferry_chain::flow_hash;
 pub use packet::Packet;
-pub use thread::NfThread;
+pub use thread::{NfThread, Waker};

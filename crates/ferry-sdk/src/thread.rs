@@ -8,7 +8,7 @@ use ferry_chain::flow_hash;
 use ferry_chain::frames::FrameCache;
 use ferry_chain::shm::{self, c, ThreadBlock};
 use ferry_chain::spec::{BackpressureMode, BackpressureSpec, DownPolicy, PollSpec};
-use ferry_ring::{Consumer, Desc, Producer, SharedWords};
+use ferry_ring::{Consumer, Desc, EventFd, Notify, Producer, SharedWords};
 use ferry_xsk::{Umem, XdpDesc, XskSocket};
 
 use crate::packet::{Origin, Packet, ORPHANS};
@@ -83,6 +83,37 @@ pub struct NfThread {
     pub(crate) scratch_desc: Vec<Desc>,
     pub(crate) scratch_xdp: Vec<XdpDesc>,
     pub(crate) scratch_addr: Vec<u64>,
+    /// Raised by a [`Waker`]; `recv_burst` returns early when it is set.
+    pub(crate) woken: Arc<AtomicBool>,
+    /// A clone of the receive ring's data eventfd, for [`Waker`]s.
+    pub(crate) wake_fd: Arc<EventFd>,
+}
+
+/// Makes an [`NfThread`]'s [`NfThread::recv_burst`] return (with 0
+/// packets) instead of waiting for input: for NFs that also have work
+/// coming from their own helper threads (e.g. results to send). `Send`
+/// and `Sync`; get one with [`NfThread::waker`].
+#[derive(Clone)]
+pub struct Waker {
+    woken: Arc<AtomicBool>,
+    wake_fd: Arc<EventFd>,
+}
+
+impl Waker {
+    /// The thread's current or next `recv_burst` returns as soon as it has
+    /// flushed its sends and found no input. Cheap when repeated: only the
+    /// first call after that return writes the thread's eventfd.
+    pub fn wake(&self) {
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            let _ = self.wake_fd.notify(1);
+        }
+    }
+}
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waker").field("woken", &self.woken.load(Ordering::Relaxed)).finish()
+    }
 }
 
 // SAFETY: an NfThread is built on one thread and moved once to the thread
@@ -103,6 +134,11 @@ impl NfThread {
     /// Number of out-links.
     pub fn out_links(&self) -> usize {
         self.outs.len()
+    }
+
+    /// A handle other threads use to make `recv_burst` return early.
+    pub fn waker(&self) -> Waker {
+        Waker { woken: self.woken.clone(), wake_fd: self.wake_fd.clone() }
     }
 
     fn block(&self) -> ThreadBlock<'_> {
@@ -488,7 +524,9 @@ impl NfThread {
 
     /// Receives a burst of up to `max` packets into `out`, doing all the
     /// framework's work first (see the crate docs). Blocks while idle.
-    /// Returns `Err(SdkError::Stopped)` when the NF must exit.
+    /// Returns `Ok(0)` when there is no input and a [`Waker`] was woken
+    /// (never while backpressure holds the thread), and
+    /// `Err(SdkError::Stopped)` when the NF must exit.
     pub fn recv_burst(&mut self, out: &mut Vec<Packet>, max: usize) -> Result<usize, SdkError> {
         let max = max.clamp(1, 1024);
         let idle = Duration::from_micros(self.poll.idle_timeout_us);
@@ -516,6 +554,9 @@ impl NfThread {
                     self.last_busy = Instant::now();
                 }
                 return Ok(n);
+            }
+            if self.woken.swap(false, Ordering::AcqRel) {
+                return Ok(0);
             }
             if self.busy && self.last_busy.elapsed() < idle {
                 std::thread::yield_now();

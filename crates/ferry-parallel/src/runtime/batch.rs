@@ -100,9 +100,15 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
     /// output.
     pub(crate) fn run_batch(&mut self, batch: &[BatchItem]) {
         let Some(first) = batch.first() else { return };
-        let now_ns = first.packet.timestamp_ns();
+        self.run_at(first.packet.timestamp_ns(), batch);
+    }
+
+    fn run_at(&mut self, now_ns: u64, batch: &[BatchItem]) {
         let due = self.sets.due(now_ns);
         let periodic_due = self.periodic.as_mut().is_some_and(|p| p.due(now_ns));
+        if batch.is_empty() && due.is_empty() && !periodic_due {
+            return;
+        }
         let (nf, sets, ports) = (self.nf, &self.sets, self.ports);
         let (scratch, pending, work) = (&mut self.scratch, &mut self.pending, &mut self.work_packet);
         self.worker.atomically(now_ns, |tx| {
@@ -156,8 +162,10 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
             }
         }
         self.outputs.append(&mut self.pending);
-        self.packets += batch.len() as u64;
-        self.batches += 1;
+        if !batch.is_empty() {
+            self.packets += batch.len() as u64;
+            self.batches += 1;
+        }
     }
 
     pub(crate) fn finish(mut self) -> WorkerReport {
@@ -168,6 +176,33 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
             stats: self.worker.take_stats(),
             outputs: self.outputs,
         }
+    }
+}
+
+/// What the live mode (`crate::live`) adds: time without packets, and
+/// output taken batch by batch.
+#[cfg(not(loom))]
+impl<N: ParallelNf> WorkerLoop<'_, N> {
+    /// Time passed without packets (live mode): the expiries and the
+    /// periodic timer due at `now_ns`, as one transaction; nothing at all
+    /// when none is due.
+    pub(crate) fn run_tick(&mut self, now_ns: u64) {
+        self.run_at(now_ns, &[]);
+    }
+
+    /// True when time alone can make work for this worker (live sets that
+    /// may expire, or a periodic timer), so it needs ticks while idle.
+    pub(crate) fn has_timers(&self) -> bool {
+        self.periodic.is_some() || self.sets.len() > 0
+    }
+
+    pub(crate) fn stats(&self) -> &TxStats {
+        self.worker.stats()
+    }
+
+    /// Moves the committed output so far to the end of `into`.
+    pub(crate) fn take_outputs(&mut self, into: &mut Vec<OutputPacket>) {
+        into.append(&mut self.outputs);
     }
 }
 

@@ -13,7 +13,8 @@
 //! after the commit.
 //!
 //! [`run_trace`] drives it from packets in memory with a software
-//! dispatcher; the live AF_XDP mode is not built yet.
+//! dispatcher; [`crate::live`] drives the same worker machinery from a
+//! ferryd chain (AF_XDP ports and rings).
 
 mod batch;
 mod nf;
@@ -21,7 +22,11 @@ mod set_table;
 mod trace;
 
 pub use batch::WorkerReport;
+#[cfg(not(loom))]
+pub(crate) use batch::{BatchItem, PeriodicTimer, WorkerLoop};
 pub use nf::{Ctx, NewSet, OutputPacket, Packet, ParallelNf};
+#[cfg(not(loom))]
+pub(crate) use trace::{run_alone, validate};
 pub use trace::{run_trace, worker_of, TraceConfig, TraceReport};
 
 use crate::stm::StmError;

@@ -104,7 +104,7 @@ pub fn run_trace<N: ParallelNf>(
     Ok(TraceReport { workers, init_outputs, exit_outputs })
 }
 
-fn validate(stm: &Stm, config: &TraceConfig) -> Result<(), RuntimeError> {
+pub(crate) fn validate(stm: &Stm, config: &TraceConfig) -> Result<(), RuntimeError> {
     if config.workers != stm.workers() {
         return Err(RuntimeError::WorkerCount { config: config.workers, engine: stm.workers() });
     }
@@ -119,7 +119,7 @@ fn validate(stm: &Stm, config: &TraceConfig) -> Result<(), RuntimeError> {
 
 /// Runs one handler as a transaction on worker 0 while no other worker
 /// runs (init, exit).
-fn run_alone<'a>(
+pub(crate) fn run_alone<'a>(
     stm: &'a Stm,
     config: &TraceConfig,
     mut handler: impl FnMut(&mut Ctx<'_, 'a>) -> Result<(), Abort>,

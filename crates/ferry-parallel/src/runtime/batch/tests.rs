@@ -72,3 +72,77 @@ fn an_aborted_batch_is_rolled_back_and_retried_from_the_original_packets() {
     let mut check = stm.worker(1).unwrap();
     assert_eq!(check.atomically(0, |tx| nf.shared.read(tx)), 101);
 }
+
+/// Emits one byte when a set expires (its state) and when the timer fires.
+struct Timed;
+
+impl ParallelNf for Timed {
+    type SetState = u8;
+
+    fn first_packet<'a>(&'a self, _ctx: &mut Ctx<'_, 'a>, _packet: &mut Packet) -> Result<Option<NewSet<u8>>, Abort> {
+        Ok(Some(NewSet { state: 7, idle_timeout_ns: 100 }))
+    }
+
+    fn packet<'a>(&'a self, _ctx: &mut Ctx<'_, 'a>, _state: &mut u8, _packet: &mut Packet) -> Result<(), Abort> {
+        Ok(())
+    }
+
+    fn expired<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, state: &u8) -> Result<(), Abort> {
+        let now = ctx.now_ns();
+        ctx.emit(0, now, &[*state]);
+        Ok(())
+    }
+
+    fn periodic<'a>(&'a self, ctx: &mut Ctx<'_, 'a>) -> Result<(), Abort> {
+        let now = ctx.now_ns();
+        ctx.emit(0, now, &[1]);
+        Ok(())
+    }
+}
+
+fn mac_key() -> Option<SetKey> {
+    crate::packet_set::PacketSetDef::new(vec![crate::packet_set::PortRule {
+        port: 0,
+        protocol: None,
+        fields: vec![crate::packet_set::Field::SrcMac],
+        symmetric: false,
+    }])
+    .unwrap()
+    .classify(0, &[0u8; 60])
+}
+
+#[test]
+fn a_tick_runs_the_expiries_due_and_no_transaction_when_none_is() {
+    let stm = Stm::new(1).unwrap();
+    let mut worker = WorkerLoop::new(&Timed, stm.worker(0).unwrap(), 1, None);
+    assert!(!worker.has_timers());
+    worker.run_batch(&[BatchItem { key: mac_key(), packet: Packet::new(0, 10, vec![0u8; 60]) }]);
+    assert!(worker.has_timers(), "a live set can expire");
+    worker.run_tick(50);
+    assert_eq!(worker.stats().commits, 1, "nothing due: no transaction");
+    worker.run_tick(110);
+    assert_eq!(worker.stats().commits, 2);
+    let mut out = Vec::new();
+    worker.take_outputs(&mut out);
+    assert_eq!(out, vec![OutputPacket { port: 0, timestamp_ns: 110, data: vec![7] }]);
+    assert!(!worker.has_timers());
+    let report = worker.finish();
+    assert_eq!((report.packets, report.batches, report.live_sets), (1, 1, 0), "a tick is not a batch");
+    assert!(report.outputs.is_empty(), "taken already");
+}
+
+#[test]
+fn ticks_drive_the_periodic_timer_without_packets() {
+    let stm = Stm::new(1).unwrap();
+    let mut worker = WorkerLoop::new(&Timed, stm.worker(0).unwrap(), 1, Some(PeriodicTimer::new(100)));
+    assert!(worker.has_timers());
+    worker.run_tick(0);
+    worker.run_tick(99);
+    worker.run_tick(100);
+    worker.run_tick(150);
+    worker.run_tick(200);
+    let report = worker.finish();
+    let at: Vec<u64> = report.outputs.iter().map(|o| o.timestamp_ns).collect();
+    assert_eq!(at, vec![100, 200], "armed at the first tick, then every 100 ns");
+    assert_eq!(report.stats.commits, 2);
+}

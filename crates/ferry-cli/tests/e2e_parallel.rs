@@ -1,0 +1,255 @@
+//! End-to-end tests of the parallel runtime's live mode: a parallel NF
+//! (`kind: parallel-counter`, two workers) as one NF of a ferryd chain.
+//! The NF forwards every packet and, when asked, sends a marker frame when
+//! a packet set expires or its exit handler runs.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferry_chain::proto::Status;
+use ferry_cli::chainctl::{self, counter, RunningChain};
+use ferry_parallel::live::counter::{DstCounter, MARKER_ETHERTYPE, MARKER_EXPIRY};
+use ferry_parallel::runtime::worker_of;
+use ferry_wire::{find_stamp, five_tuple};
+
+/// The second test saturates the CPUs on purpose; the first must not lose
+/// packets meanwhile.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn start(dir: &TempDir, yaml: &str) -> (RunningChain, PathBuf) {
+    let chain = dir.path("chain.yaml");
+    std::fs::write(&chain, yaml).unwrap();
+    let socket = dir.path("ferryd.sock");
+    let rc = chainctl::start(&chain, &socket, false).unwrap_or_else(|e| panic!("chain up: {e:#}"));
+    (rc, chain)
+}
+
+fn c(s: &Status, nf: &str, name: &str) -> u64 {
+    counter(s, nf, name)
+}
+
+fn pid_of(s: &Status, nf: &str) -> u32 {
+    s.nfs.iter().find(|n| n.name == nf).and_then(|n| n.pid).unwrap_or_else(|| panic!("no pid for {nf}"))
+}
+
+fn assert_conserved(rc: &RunningChain) {
+    for r in rc.audit().expect("audit") {
+        assert!(r.conserved(), "frame conservation violated: {r:?}");
+    }
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const PORTS_TESTBED: &str = r#"
+name: par-e2e
+namespaces:
+  - name: gen
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: dut
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: sink
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+links:
+  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
+    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
+  - a: { ns: dut, dev: d1, mac: "02:00:00:00:02:02" }
+    b: { ns: sink, dev: s0, mac: "02:00:00:00:02:01" }
+"#;
+
+#[test]
+fn a_parallel_nf_in_a_chain_forwards_every_packet_in_flow_order_on_both_workers() {
+    if !privileged("parallel_nf_in_a_chain") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tb = testbed(PORTS_TESTBED, "e2e_parallel/ports.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let dir = TempDir::new("par");
+    let yaml = format!(
+        r#"
+name: par
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: in, netns: {dut}, netdev: d0 }}
+  - {{ name: out, netns: {dut}, netdev: d1 }}
+nfs:
+  - {{ name: par, domain: main, kind: parallel-counter, args: ["workers=2", "idle_ms=200", "expiry_marker=1"] }}
+links:
+  - {{ from: in, to: par }}
+  - {{ from: par, to: out }}
+"#
+    );
+    let (rc, _) = start(&dir, &yaml);
+    let pcap = dir.path("out.pcap");
+    let sent = 20_000u64;
+    let report = {
+        let pcap_arg = pcap.to_str().unwrap();
+        let mut sink =
+            Ferry::spawn(&tb, "sink", &["sink", "--dev", "s0", "--idle-exit", "1500ms", "--json", "--pcap", pcap_arg]);
+        wait_attached(&tb, "sink", "s0", &mut sink);
+        let (count, rate) = (sent.to_string(), "10000");
+        let args = [
+            "gen",
+            "xsk",
+            "--dev",
+            "g0",
+            "--count",
+            &count,
+            "--rate",
+            rate,
+            "--dst-mac",
+            "02:00:00:00:01:02",
+            "--set",
+            "flows=64",
+            "--json",
+        ];
+        let gen = Ferry::spawn(&tb, "gen", &args).wait_json(Duration::from_secs(60));
+        assert_eq!(u(&gen, "/sent"), sent, "{gen:#}");
+        sink.wait_json(Duration::from_secs(30))
+    };
+    let st = rc.status().unwrap();
+    eprintln!("{}", chainctl::status_table(&st));
+
+    // Every packet comes out, and the NF's counters agree at every step.
+    // Besides the packets, the NF sent one marker per expired set.
+    let outputs = c(&st, "par", "outputs");
+    let markers = outputs - sent;
+    assert_eq!(u(&report, "/packets"), outputs, "the sink got every packet and marker: {report:#}");
+    assert_eq!(u(&report, "/streams/0/received"), sent, "the sink got every packet: {report:#}");
+    assert_eq!(c(&st, "par", "rx_port"), sent, "the NF's socket received everything");
+    assert_eq!(c(&st, "par", "received"), sent, "the chain thread dispatched everything");
+    assert_eq!(c(&st, "par", "sent"), outputs, "every output got a frame and an out-link");
+    assert_eq!(c(&st, "par", "tx_port"), outputs);
+    assert_eq!(c(&st, "par", "no_frame") + c(&st, "par", "bad_port"), 0);
+    assert!(c(&st, "par", "commits") > 0);
+
+    // Both workers got work, exactly the flows the Toeplitz dispatch gives
+    // them; and each flow's packets left in the order they were sent.
+    let (w0, w1) = (c(&st, "par", "w0_packets"), c(&st, "par", "w1_packets"));
+    assert!(w0 > 0 && w1 > 0, "both workers got packets: w0={w0} w1={w1}");
+    assert_eq!(w0 + w1, sent);
+    let frames = ferry_traffic::read_pcap(&pcap).expect("the sink's pcap");
+    assert_eq!(frames.len() as u64, outputs);
+    let sets = DstCounter::packet_sets();
+    let mut per_worker = [0u64; 2];
+    let mut last_seq = HashMap::new();
+    let mut last_seen_ns = HashMap::new();
+    let mut marker_times = Vec::new();
+    let mut cross_flow_reorders = 0u64;
+    let mut previous_seq = None;
+    for (ts_ns, frame) in &frames {
+        if frame[12..14] == MARKER_ETHERTYPE.to_be_bytes() {
+            assert_eq!(frame[14], MARKER_EXPIRY);
+            marker_times.push(*ts_ns);
+            continue;
+        }
+        let tuple = five_tuple(frame).expect("generated UDP");
+        last_seen_ns.insert(tuple, *ts_ns);
+        let stamp = find_stamp(frame).expect("stamped frame");
+        if let Some(prev) = last_seq.insert(tuple, stamp.seq) {
+            assert!(stamp.seq > prev, "flow {tuple:?}: seq {} came after {prev}", stamp.seq);
+        }
+        if previous_seq.is_some_and(|p| stamp.seq < p) {
+            cross_flow_reorders += 1;
+        }
+        previous_seq = Some(stamp.seq);
+        per_worker[worker_of(&sets.classify(0, frame).expect("a flow"), 2)] += 1;
+    }
+    eprintln!("{} flows; {cross_flow_reorders} packets overtaken by another flow's", last_seq.len());
+    assert!(last_seq.len() >= 64, "the traffic had many flows: {}", last_seq.len());
+    assert_eq!(per_worker, [w0, w1], "per-worker counts match the dispatch of the flows seen");
+
+    // Sets expire by time alone: the flows seen in the last 100 ms of
+    // traffic were live (idle timeout 200 ms) when it stopped, and their
+    // expiries came after the last packet, driven by the workers' ticks.
+    assert_eq!(marker_times.len() as u64, markers);
+    assert!(markers >= last_seq.len() as u64, "every flow's set expired: {markers} markers");
+    let end = last_seen_ns.values().copied().max().unwrap();
+    let live_at_end = last_seen_ns.values().filter(|&&t| t + 100_000_000 >= end).count();
+    let expired_after = marker_times.iter().filter(|&&t| t > end).count();
+    eprintln!("{markers} expiries, {expired_after} after the last packet; {live_at_end} flows live at the end");
+    assert!(live_at_end > 0 && expired_after >= live_at_end, "{expired_after} expiries after the end");
+
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+    down_and_check(tb);
+}
+
+#[test]
+fn a_slow_parallel_nf_pushes_back_upstream_and_drains_on_sigterm() {
+    if !privileged("parallel_nf_backpressure_and_drain") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("parbp");
+    // 20 us of work per packet on each of 2 workers: far slower than the
+    // source, whose ring then fills.
+    let yaml = r#"
+name: parbp
+domains: [ { name: main, frames: 4096, ring_size: 512 } ]
+nfs:
+  - { name: src, domain: main, kind: source, args: ["flows=64"] }
+  - name: par
+    domain: main
+    kind: parallel-counter
+    restart: false
+    args: ["workers=2", "batch=8", "queue=2", "work_ns=20000", "exit_marker=1"]
+  - { name: snk, domain: main, kind: sink }
+links:
+  - { from: src, to: par }
+  - { from: par, to: snk }
+"#;
+    let (rc, _) = start(&dir, yaml);
+    wait_until("traffic through the parallel NF", Duration::from_secs(20), || {
+        rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > 5_000)
+    });
+    let st = rc.status().unwrap();
+    eprintln!("{}", chainctl::status_table(&st));
+    assert!(c(&st, "src", "bp_blocks") + c(&st, "src", "bp_sleeps") > 0, "backpressure reached the source");
+    assert_eq!(c(&st, "src", "drop_full"), 0, "nothing dropped upstream");
+    // Never more than workers x (2 queue + 3) x batch, plus one burst
+    // (batch x workers), inside the NF (see ferry_parallel::live).
+    let bound = 2 * (2 * 2 + 3) * 8 + 8 * 2;
+    let in_flight = c(&st, "par", "in_flight_max");
+    assert!(in_flight > 0 && in_flight <= bound, "packets inside the NF: {in_flight}, bound {bound}");
+    assert!(c(&st, "par", "w0_packets") > 0 && c(&st, "par", "w1_packets") > 0);
+    assert_conserved(&rc);
+
+    // SIGTERM under load: the NF drains, runs its exit handler (one marker
+    // frame) and exits; restart is off, so its counters stay as it left them.
+    let pid = pid_of(&st, "par");
+    // SAFETY: plain kill of the NF process ferryd started.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    wait_until("the NF to exit", Duration::from_secs(10), || {
+        rc.status().is_ok_and(|s| s.nfs.iter().any(|n| n.name == "par" && !n.connected))
+    });
+    let mut sunk = u64::MAX;
+    wait_until("the sink to settle", Duration::from_secs(10), || {
+        let now = rc.status().map(|s| c(&s, "snk", "sunk")).unwrap_or(0);
+        let settled = now == sunk;
+        sunk = now;
+        std::thread::sleep(Duration::from_millis(200));
+        settled
+    });
+    let st = rc.status().unwrap();
+    eprintln!("{}", chainctl::status_table(&st));
+    let received = c(&st, "par", "received");
+    assert_eq!(c(&st, "par", "rx_ring"), received, "everything taken from the ring was dispatched");
+    assert_eq!(c(&st, "par", "outputs"), received + 1, "every packet in the NF came out, plus the exit marker");
+    assert_eq!(c(&st, "par", "sent"), received + 1);
+    assert_eq!(c(&st, "par", "to_nf"), received + 1, "all of it was enqueued downstream");
+    assert_eq!(c(&st, "snk", "sunk"), received + 1, "the sink got all of it");
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+}

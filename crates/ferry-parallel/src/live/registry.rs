@@ -1,0 +1,181 @@
+//! Parallel NFs by name, for hosts that pick one at run time (`ferry nf
+//! serve --kind parallel-<name>`, benchmarks).
+//!
+//! An NF joins the table with an impl of [`RegisteredNf`] (how to build it
+//! from `key=value` arguments, and its packet sets and timer), its name in
+//! [`NAMES`] and one match arm in [`build`]. The table hands the built
+//! NF to an [`NfVisitor`], which is generic over the NF type: that is how a
+//! host runs NFs of different types (and set-state types) through one
+//! table.
+
+use super::counter::DstCounter;
+use crate::packet_set::PacketSetDef;
+use crate::runtime::ParallelNf;
+use crate::stm::Stm;
+
+/// What a host knows when it builds an NF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NfEnv {
+    /// The NF's ports (in live mode: output port `p` is out-link `p`).
+    pub ports: u16,
+    pub workers: usize,
+}
+
+/// An NF's run-time setup besides its state: which packets form sets, and
+/// the period of its periodic handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NfSetup {
+    pub packet_sets: PacketSetDef,
+    pub periodic_ns: Option<u64>,
+}
+
+/// Errors in an NF's name or arguments.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgError {
+    #[error("argument {arg:?} is not key=value")]
+    NotKeyValue { arg: String },
+    #[error("{key}={value}: {reason}")]
+    BadValue { key: String, value: String, reason: &'static str },
+    #[error("unknown argument {key}= (this NF takes: {known})")]
+    Unknown { key: String, known: String },
+    #[error("no parallel NF {name:?} (known: {known})")]
+    UnknownNf { name: String, known: String },
+    /// The NF could not be built (e.g. a data structure refused its size).
+    #[error("{nf}: {message}")]
+    Build { nf: &'static str, message: String },
+}
+
+/// `key=value` arguments, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NfArgs {
+    pairs: Vec<(String, String)>,
+}
+
+impl NfArgs {
+    pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<NfArgs, ArgError> {
+        let pairs = args
+            .iter()
+            .map(|a| {
+                let a = a.as_ref();
+                match a.split_once('=') {
+                    Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+                    _ => Err(ArgError::NotKeyValue { arg: a.to_string() }),
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(NfArgs { pairs })
+    }
+
+    /// The last value given for `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// `key` as a number, `default` when absent.
+    pub fn u64_or(&self, key: &str, default: u64) -> Result<u64, ArgError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|_| ArgError::BadValue {
+                key: key.to_string(),
+                value: v.to_string(),
+                reason: "not a non-negative integer",
+            }),
+        }
+    }
+
+    /// Fails on the first key not in `known`.
+    pub fn only(&self, known: &[&str]) -> Result<(), ArgError> {
+        match self.pairs.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+            None => Ok(()),
+            Some((k, _)) => Err(ArgError::Unknown { key: k.clone(), known: known.join(", ") }),
+        }
+    }
+
+    /// Moves the pairs whose key is in `keys` into a new `NfArgs` (a host
+    /// takes its own keys before the rest goes to the NF).
+    pub fn take(&mut self, keys: &[&str]) -> NfArgs {
+        let (taken, rest) = std::mem::take(&mut self.pairs).into_iter().partition(|(k, _)| keys.contains(&k.as_str()));
+        self.pairs = rest;
+        NfArgs { pairs: taken }
+    }
+}
+
+/// An NF the table can build.
+pub trait RegisteredNf: ParallelNf + Sized {
+    /// Builds the NF, registering its data structures with `stm`.
+    fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError>;
+}
+
+/// What to do with the NF the table built (run it live, over a trace...).
+pub trait NfVisitor {
+    type Output;
+    fn visit<N: ParallelNf>(self, nf: N, setup: NfSetup) -> Self::Output;
+}
+
+fn visit<N: RegisteredNf, V: NfVisitor>(
+    stm: &Stm,
+    env: &NfEnv,
+    args: &NfArgs,
+    visitor: V,
+) -> Result<V::Output, ArgError> {
+    let (nf, setup) = N::build(stm, env, args)?;
+    Ok(visitor.visit(nf, setup))
+}
+
+/// Names of the NFs in the table.
+pub const NAMES: &[&str] = &["counter"];
+
+/// Builds NF `name` with `args` and hands it to `visitor`. The table: one
+/// match arm per NF (its type implements [`RegisteredNf`]).
+pub fn build<V: NfVisitor>(
+    name: &str,
+    stm: &Stm,
+    env: &NfEnv,
+    args: &NfArgs,
+    visitor: V,
+) -> Result<V::Output, ArgError> {
+    match name {
+        "counter" => visit::<DstCounter, V>(stm, env, args, visitor),
+        _ => Err(ArgError::UnknownNf { name: name.to_string(), known: NAMES.join(", ") }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Names;
+
+    impl NfVisitor for Names {
+        type Output = (usize, Option<u64>);
+        fn visit<N: ParallelNf>(self, _nf: N, setup: NfSetup) -> (usize, Option<u64>) {
+            (setup.packet_sets.rules().len(), setup.periodic_ns)
+        }
+    }
+
+    #[test]
+    fn the_table_builds_by_name_and_rejects_unknown_names_and_arguments() {
+        let stm = Stm::new(2).unwrap();
+        let env = NfEnv { ports: 2, workers: 2 };
+        let args = NfArgs::parse(&["buckets=64"]).unwrap();
+        let (rules, periodic) = build("counter", &stm, &env, &args, Names).unwrap();
+        assert!(rules > 0);
+        assert_eq!(periodic, None);
+        assert!(matches!(build("nope", &stm, &env, &args, Names), Err(ArgError::UnknownNf { .. })));
+        let bad = NfArgs::parse(&["colour=red"]).unwrap();
+        assert!(matches!(build("counter", &stm, &env, &bad, Names), Err(ArgError::Unknown { .. })));
+        assert!(matches!(NfArgs::parse(&["novalue"]), Err(ArgError::NotKeyValue { .. })));
+    }
+
+    #[test]
+    fn a_host_takes_its_keys_and_leaves_the_rest() {
+        let mut args = NfArgs::parse(&["workers=2", "buckets=8", "batch=16"]).unwrap();
+        let host = args.take(&["workers", "batch"]);
+        assert_eq!(host.u64_or("workers", 1), Ok(2));
+        assert_eq!(host.u64_or("batch", 32), Ok(16));
+        assert_eq!(args.get("buckets"), Some("8"));
+        assert_eq!(args.get("workers"), None);
+        assert!(args.u64_or("buckets", 0).is_ok());
+        assert!(NfArgs::parse(&["n=x"]).unwrap().u64_or("n", 0).is_err());
+    }
+}
