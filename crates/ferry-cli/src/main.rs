@@ -9,7 +9,8 @@ use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
 use ferry_cli::{
-    bench, benchchain, benchevnf, benchpipeline, chainctl, demo, evnfrun, genlive, genxsk, nfrun, sink, xdprun,
+    bench, benchchain, benchevnf, benchparallel, benchpipeline, chainctl, demo, evnfrun, genlive, genxsk, nfrun, sink,
+    xdprun,
 };
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
@@ -433,6 +434,24 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// The parallel runtime over in-memory traces: 1 vs 2 workers for each
+    /// NF, and NFOS's three case studies with the profiler's diagnosis.
+    Parallel {
+        /// NFs (comma separated).
+        #[arg(long, value_delimiter = ',', default_value = "firewall,policer,maglev,nat,bridge,anti_ddos")]
+        nfs: Vec<String>,
+        /// Packets in each NF's trace.
+        #[arg(long, default_value_t = 400_000)]
+        packets: usize,
+        /// Runs per point; the median is reported.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Leave out the case studies.
+        #[arg(long)]
+        no_case_studies: bool,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// FLASH's chaining experiments (Fig. 10, Fig. 11, Table 1, idle CPU).
     Chain {
         /// Scenarios (comma separated): fig10, fig11, table1, idle.
@@ -667,6 +686,12 @@ fn run(cli: Cli) -> Result<()> {
             let opts = benchevnf::BenchEvnfOptions { scenarios, conns, elephants, duration, runs, ferry };
             let report = benchevnf::run(&opts)?;
             print!("{}", benchevnf::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        Cmd::Bench(BenchCmd::Parallel { nfs, packets, runs, no_case_studies, json }) => {
+            let opts = benchparallel::BenchParallelOptions { nfs, packets, runs, case_studies: !no_case_studies };
+            let report = benchparallel::run(&opts)?;
+            print!("{}", benchparallel::table(&report));
             write_json(json.as_deref(), &report)
         }
         Cmd::Demo { packets, json } => {

@@ -1,13 +1,14 @@
 //! End-to-end tests of the parallel runtime's live mode: a parallel NF
 //! (`kind: parallel-counter`, two workers) as one NF of a ferryd chain.
 //! The NF forwards every packet and, when asked, sends a marker frame when
-//! a packet set expires or its exit handler runs.
+//! a packet set expires or its exit handler runs. Then a real NF from the
+//! live table, the stateful firewall, between two sides of a testbed.
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -15,7 +16,7 @@ use ferry_chain::proto::Status;
 use ferry_cli::chainctl::{self, counter, RunningChain};
 use ferry_parallel::live::counter::{DstCounter, MARKER_ETHERTYPE, MARKER_EXPIRY};
 use ferry_parallel::runtime::worker_of;
-use ferry_wire::{find_stamp, five_tuple};
+use ferry_wire::{build_frame, find_stamp, five_tuple, FiveTuple, FrameSpec, L4Proto};
 
 /// The second test saturates the CPUs on purpose; the first must not lose
 /// packets meanwhile.
@@ -252,4 +253,183 @@ links:
     assert_eq!(c(&st, "snk", "sunk"), received + 1, "the sink got all of it");
     assert_conserved(&rc);
     rc.shutdown().unwrap();
+}
+
+/// A UDP frame from `src_mac` to `dst_mac`.
+fn udp_frame(src_mac: [u8; 6], dst_mac: [u8; 6], tuple: &FiveTuple) -> Vec<u8> {
+    let mut buf = vec![0u8; 64];
+    build_frame(&FrameSpec { src_mac, dst_mac, frame_len: 64 }, tuple, None, &mut buf).expect("a frame");
+    buf
+}
+
+/// The reverse direction of `t` (an answer to it).
+fn reversed(t: &FiveTuple) -> FiveTuple {
+    FiveTuple { src_ip: t.dst_ip, dst_ip: t.src_ip, src_port: t.dst_port, dst_port: t.src_port, proto: t.proto }
+}
+
+#[test]
+fn a_parallel_firewall_in_a_chain_lets_inside_traffic_out_and_only_answers_in() {
+    if !privileged("parallel_firewall_in_a_chain") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tb = testbed(PORTS_TESTBED, "e2e_parallel/ports.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let (gen_ns, sink_ns) = (tb.ns_name("gen").to_string(), tb.ns_name("sink").to_string());
+    let (gen_mac, sink_mac) = (mac(&tb, "gen", "g0"), mac(&tb, "sink", "s0"));
+    let dir = TempDir::new("parfw");
+    // NF port 0 is the internal side (socket on `inside`, out-link 0 back
+    // to it), NF port 1 the external side (`outside`, out-link 1): the
+    // links list both ports first, then the out-links in the same order.
+    let yaml = format!(
+        r#"
+name: parfw
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: inside, netns: {dut}, netdev: d0 }}
+  - {{ name: outside, netns: {dut}, netdev: d1 }}
+nfs:
+  - {{ name: fw, domain: main, kind: parallel-firewall, args: ["workers=2", "idle_ms=20000"] }}
+links:
+  - {{ from: inside, to: fw }}
+  - {{ from: outside, to: fw }}
+  - {{ from: fw, to: inside }}
+  - {{ from: fw, to: outside }}
+"#
+    );
+    let (rc, _) = start(&dir, &yaml);
+    let inject = |frames: &[Vec<u8>]| {
+        in_netns(&sink_ns, || {
+            let sock = RawSock::open("s0");
+            for f in frames {
+                sock.send(f);
+            }
+        })
+    };
+
+    // Before any connection: unsolicited UDP from outside, shaped like
+    // answers of the generator's traffic (from port 5001 of 10.1/16 to
+    // 10.0/16). The firewall drops all of it.
+    let early: Vec<Vec<u8>> = (0..100u16)
+        .map(|i| {
+            let t = FiveTuple {
+                src_ip: [10, 1, 0, 1 + i as u8].into(),
+                dst_ip: [10, 0, 0, 1].into(),
+                src_port: 5001,
+                dst_port: 40_000 + i,
+                proto: L4Proto::Udp,
+            };
+            udp_frame(sink_mac, gen_mac, &t)
+        })
+        .collect();
+
+    let pcap = dir.path("out.pcap");
+    let sent = 10_000u64;
+    let report = {
+        let pcap_arg = pcap.to_str().unwrap();
+        let mut sink =
+            Ferry::spawn(&tb, "sink", &["sink", "--dev", "s0", "--idle-exit", "1500ms", "--json", "--pcap", pcap_arg]);
+        wait_attached(&tb, "sink", "s0", &mut sink);
+        inject(&early);
+        let count = sent.to_string();
+        let args = [
+            "gen",
+            "xsk",
+            "--dev",
+            "g0",
+            "--count",
+            &count,
+            "--rate",
+            "10000",
+            "--dst-mac",
+            "02:00:00:00:01:02",
+            "--set",
+            "flows=64",
+            "--json",
+        ];
+        let gen = Ferry::spawn(&tb, "gen", &args).wait_json(Duration::from_secs(30));
+        assert_eq!(u(&gen, "/sent"), sent, "{gen:#}");
+        sink.wait_json(Duration::from_secs(30))
+    };
+
+    // Everything from inside went out, and nothing else did.
+    assert_eq!(u(&report, "/packets"), sent, "the sink got every packet from inside and nothing more: {report:#}");
+    assert_eq!(u(&report, "/streams/0/received"), sent, "{report:#}");
+    let frames = ferry_traffic::read_pcap(&pcap).expect("the sink's pcap");
+    assert_eq!(frames.len() as u64, sent);
+    let mut connections: Vec<FiveTuple> = Vec::new();
+    let mut seen = HashSet::new();
+    for (_, frame) in &frames {
+        let t = five_tuple(frame).expect("generated UDP");
+        assert!(t.src_ip.octets()[..2] == [10, 0] && t.dst_port == 5001, "only inside traffic came out: {t:?}");
+        if seen.insert(t) {
+            connections.push(t);
+        }
+    }
+    assert!(connections.len() >= 64, "many connections: {}", connections.len());
+
+    // Now the outside answers 16 of the connections (they pass, to the
+    // generator's side) and sends 16 near-answers from another port (no
+    // connection: dropped), interleaved.
+    let answers: Vec<FiveTuple> = connections.iter().take(16).map(reversed).collect();
+    let strays: Vec<FiveTuple> = answers.iter().map(|a| FiveTuple { src_port: a.src_port + 1, ..*a }).collect();
+    let late: Vec<Vec<u8>> = answers
+        .iter()
+        .zip(&strays)
+        .flat_map(|(a, s)| [udp_frame(sink_mac, gen_mac, a), udp_frame(sink_mac, gen_mac, s)])
+        .collect();
+    let expected = answers.len();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let arrived: Vec<FiveTuple> = std::thread::scope(|s| {
+        let listener = s.spawn(|| {
+            in_netns(&gen_ns, move || {
+                let sock = RawSock::open("g0");
+                ready_tx.send(()).unwrap();
+                let mut got = Vec::new();
+                // Until 1 s after the last answer (or 5 s in all), to
+                // catch any stray that got through.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let mut end = deadline;
+                while let Some(f) =
+                    sock.recv_match(end.saturating_duration_since(Instant::now()), |f| five_tuple(f).is_some())
+                {
+                    got.push(five_tuple(&f).unwrap());
+                    if got.len() == expected {
+                        end = (Instant::now() + Duration::from_secs(1)).min(deadline);
+                    }
+                }
+                got
+            })
+        });
+        ready_rx.recv().unwrap();
+        inject(&late);
+        listener.join().unwrap()
+    });
+    let arrived_set: HashSet<FiveTuple> = arrived.iter().copied().collect();
+    assert_eq!(arrived.len(), answers.len(), "each answer arrived once, and nothing else: {arrived:?}");
+    assert_eq!(arrived_set, answers.iter().copied().collect(), "exactly the answers came in");
+
+    // The NF's counters: everything received, from its two sockets; what
+    // it sent is the inside traffic plus the answers; the early
+    // unsolicited frames and the strays are the drops.
+    let received = sent + early.len() as u64 + late.len() as u64;
+    wait_until("the firewall to receive everything", Duration::from_secs(5), || {
+        rc.status().is_ok_and(|s| c(&s, "fw", "received") == received)
+    });
+    let st = rc.status().unwrap();
+    eprintln!("{}", chainctl::status_table(&st));
+    assert_eq!(c(&st, "fw", "rx_port"), received, "all of it came from the NF's sockets");
+    let outputs = c(&st, "fw", "outputs");
+    assert_eq!(outputs, sent + answers.len() as u64, "inside traffic and answers passed");
+    assert_eq!(received - outputs, (early.len() + strays.len()) as u64, "the unsolicited frames were dropped");
+    assert_eq!(c(&st, "fw", "sent"), outputs);
+    assert_eq!(c(&st, "fw", "tx_port"), outputs);
+    assert_eq!(c(&st, "fw", "no_frame") + c(&st, "fw", "bad_port"), 0);
+    let (w0, w1) = (c(&st, "fw", "w0_packets"), c(&st, "fw", "w1_packets"));
+    assert!(w0 > 0 && w1 > 0, "both workers got packets: w0={w0} w1={w1}");
+    assert_eq!(w0 + w1, received);
+
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+    down_and_check(tb);
 }

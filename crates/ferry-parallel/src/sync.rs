@@ -66,3 +66,36 @@ impl<T> std::ops::Deref for Padded<T> {
         &self.0
     }
 }
+
+/// A point in wall time for the engine's own accounting (commit and
+/// aborted-attempt durations in [`crate::stm::TxStats`]). Under loom there
+/// is no clock: every duration is 0.
+#[derive(Clone, Copy)]
+pub(crate) struct Stamp {
+    #[cfg(not(loom))]
+    at: std::time::Instant,
+}
+
+impl Stamp {
+    #[inline]
+    pub(crate) fn now() -> Stamp {
+        Stamp {
+            #[cfg(not(loom))]
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// Nanoseconds from `self` to `later` (0 if `later` is not later).
+    #[inline]
+    pub(crate) fn nanos_until(self, later: Stamp) -> u64 {
+        #[cfg(not(loom))]
+        {
+            u64::try_from(later.at.saturating_duration_since(self.at).as_nanos()).unwrap_or(u64::MAX)
+        }
+        #[cfg(loom)]
+        {
+            let _ = later;
+            0
+        }
+    }
+}

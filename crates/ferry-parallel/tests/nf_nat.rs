@@ -472,3 +472,45 @@ fn scarce_ports_are_never_leased_to_two_endpoints_at_once() {
         }
     }
 }
+
+#[test]
+fn ports_leased_by_a_worker_that_gets_no_more_traffic_are_not_lost() {
+    use ferry_parallel::runtime::worker_of;
+    // 8 ports, 4 per worker's pool; leases of 1 ms.
+    let config = NatConfig {
+        ports: 30_000..=30_007,
+        lease_ns: MS,
+        refresh_interval_ns: 0,
+        reclaim_period_ns: 100_000,
+        ..config()
+    };
+    let sets = Nat::packet_sets();
+    let endpoint = |i: u16| tuple(L4Proto::Udp, (HOST, 1_000 + i), (SERVER, 53));
+    let sets = &sets;
+    let on_worker = |w: usize| {
+        (0..u16::MAX)
+            .map(endpoint)
+            .filter(move |t| worker_of(&sets.classify(INTERNAL_PORT, &frame(t, 0, true)).unwrap(), 2) == w)
+    };
+    // Worker 1 leases its 4 ports at the start and then gets no traffic
+    // (so it never reclaims them). Worker 0 starts a new mapping every
+    // 200 µs, each used once: 5 leases live at a time, more than its own
+    // 4 ports, and worker 1's pool is empty, so there is nothing to steal.
+    let mut packets: Vec<Packet> = on_worker(1).take(4).zip(1..).map(|(t, at)| out(t, at * 1_000)).collect();
+    packets.extend(on_worker(0).take(50).zip(1..).map(|(t, k)| out(t, k * 200_000)));
+    let stm = Stm::new(2).unwrap();
+    let mut nat = Nat::new(&stm, config).unwrap();
+    let trace_config = TraceConfig { batch_size: 1, ..nat.config().trace_config(2) };
+    let report = run_trace(&stm, &nat, &trace_config, packets.clone()).unwrap();
+    let sent_at: Vec<u64> = report.all_outputs().map(|o| o.timestamp_ns).collect();
+    let dropped_at: Vec<u64> = packets.iter().map(|p| p.timestamp_ns()).filter(|at| !sent_at.contains(at)).collect();
+    eprintln!("dropped at {dropped_at:?}");
+    // Short of ports until worker 1's leases (expired at 1 ms) have been
+    // dead a lease period and worker 0 has taken them over.
+    assert!(!dropped_at.is_empty(), "4 ports were not enough");
+    assert!(dropped_at.iter().all(|at| *at < 3 * MS), "8 ports are enough once worker 1's are back");
+    let counters = nat.counters();
+    assert_eq!(counters.dropped_pool_exhausted, dropped_at.len() as u64);
+    assert!(counters.mappings_expired >= 4, "{counters:?}");
+    nat.audit(&stm, 10 * MS + 1).expect("consistent state");
+}

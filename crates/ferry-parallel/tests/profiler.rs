@@ -663,6 +663,70 @@ fn a_lease_freed_on_another_core_is_a_remote_free() {
 }
 
 #[test]
+fn a_lease_query_is_not_counted_as_a_refresh() {
+    let stm = Stm::new(2).unwrap();
+    let config = AllocatorConfig { capacity: 4, lease_ns: 1_000, refresh_interval_ns: 0 };
+    let ports = Allocator::new(&stm, "ports", config).unwrap();
+    let mark = DistributedObj::new(&stm, "mark", 0u64, |acc: &mut u64, part: &u64| *acc += part, 0);
+    let mut a = stm.worker(0).unwrap();
+    let mut b = stm.worker(1).unwrap();
+    let leased = b.atomically(0, |tx| pool_index(ports.allocate(tx)));
+    // Worker 0 checks the lease (as a NAT checks a port on the way back)
+    // and writes something; meanwhile worker 1 allocates, which links the
+    // new lease next to the one worker 0 read.
+    let result = a.try_once(10, |tx| {
+        ports.lease_expiry(tx, leased)?;
+        b.atomically(10, |btx| ports.allocate(btx));
+        mark.update(tx, |m| *m += 1)
+    });
+    assert!(result.is_err());
+    let profile = Profiler::new(&stm).with(&ports).profile_stats([a.stats(), b.stats()]);
+    eprintln!("{profile}");
+    let top = profile.top_cause().unwrap();
+    assert_eq!(top.cause, RootCause::AllocatorLeaseRead, "{profile}");
+    assert_eq!(top.recipes, vec![Recipe::ReduceSharing]);
+    assert_eq!(
+        (top.first.op.as_str(), top.second.as_ref().map(|s| s.op.as_str())),
+        ("Allocator::lease_expiry", Some("Allocator::allocate"))
+    );
+    assert_eq!(top.elements.keys().collect::<Vec<_>>(), vec!["slot"]);
+    assert!(!profile.to_string().contains("refresh interval ("), "{profile}");
+}
+
+fn pool_index(allocated: Result<Option<u32>, Abort>) -> Result<u32, Abort> {
+    allocated.map(|index| index.expect("a free index"))
+}
+
+#[test]
+fn a_free_refilling_a_pool_a_thief_takes_from_is_pool_exhaustion() {
+    let stm = Stm::new(2).unwrap();
+    let config = AllocatorConfig { capacity: 4, lease_ns: 1_000, refresh_interval_ns: 0 };
+    let ports = Allocator::new(&stm, "ports", config).unwrap();
+    let mut a = stm.worker(0).unwrap();
+    let mut b = stm.worker(1).unwrap();
+    // Worker 0's pool runs dry; worker 1 holds one of its own.
+    for _ in 0..2 {
+        a.atomically(0, |tx| pool_index(ports.allocate(tx)));
+    }
+    let held = b.atomically(0, |tx| pool_index(ports.allocate(tx)));
+    // Worker 0 steals from worker 1's pool while worker 1 frees into it.
+    let result = a.try_once(10, |tx| {
+        ports.allocate(tx)?;
+        b.atomically(10, |btx| ports.free(btx, held));
+        Ok(())
+    });
+    assert!(result.is_err());
+    let profile = Profiler::new(&stm).with(&ports).profile_stats([a.stats(), b.stats()]);
+    eprintln!("{profile}");
+    let top = profile.top_cause().unwrap();
+    // The object was a free pool, so not "a dry pool, or a remote free".
+    assert_eq!(top.cause, RootCause::AllocatorPoolExhausted, "{profile}");
+    assert_eq!(top.recipes, vec![Recipe::OverprovisionResource]);
+    assert_eq!(top.elements.keys().collect::<Vec<_>>(), vec!["free pool"]);
+    assert!(profile.to_string().contains("on:     free pool 1"), "{profile}");
+}
+
+#[test]
 fn a_hot_vector_element_gets_the_distributed_obj_recipe() {
     let stm = Stm::new(2).unwrap();
     let v = Vector::new(&stm, "totals", 4, |_| 0u64).unwrap();

@@ -251,3 +251,82 @@ fn configs_that_do_not_fit_the_engine_are_refused() {
     config.batch_size = 0;
     assert!(matches!(run_trace(&stm, &nf, &config, Vec::new()), Err(RuntimeError::Config { .. })));
 }
+
+/// Numbers each set's packets in its state and labels its output: `F` (a
+/// first packet), `P` (a later one) with the set's packet count, `E` (an
+/// expiry) with the count it ended with; all with the flow's source
+/// address.
+struct SetLifetimes;
+
+impl SetLifetimes {
+    fn label(ctx: &mut Ctx<'_, '_>, what: u8, src: [u8; 4], count: u32) {
+        let now = ctx.now_ns();
+        let mut data = vec![what];
+        data.extend_from_slice(&src);
+        data.extend_from_slice(&count.to_be_bytes());
+        ctx.emit(1, now, &data);
+    }
+}
+
+impl ParallelNf for SetLifetimes {
+    type SetState = ([u8; 4], u32);
+
+    fn first_packet<'a>(
+        &'a self,
+        ctx: &mut Ctx<'_, 'a>,
+        packet: &mut Packet,
+    ) -> Result<Option<NewSet<([u8; 4], u32)>>, Abort> {
+        let src = five_tuple(packet.data()).unwrap().src_ip.octets();
+        Self::label(ctx, b'F', src, 1);
+        Ok(Some(NewSet { state: (src, 1), idle_timeout_ns: 1_000 }))
+    }
+
+    fn packet<'a>(
+        &'a self,
+        ctx: &mut Ctx<'_, 'a>,
+        state: &mut ([u8; 4], u32),
+        _packet: &mut Packet,
+    ) -> Result<(), Abort> {
+        state.1 += 1;
+        Self::label(ctx, b'P', state.0, state.1);
+        Ok(())
+    }
+
+    fn expired<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, state: &([u8; 4], u32)) -> Result<(), Abort> {
+        Self::label(ctx, b'E', state.0, state.1);
+        Ok(())
+    }
+}
+
+#[test]
+fn set_expiry_does_not_depend_on_batch_boundaries_or_worker_count() {
+    // 12 flows, a packet every 100 ns from a random one: a flow's gaps
+    // are often longer than the 1 µs idle timeout, and often end inside a
+    // batch of 32.
+    let mut rng = StdRng::seed_from_u64(3);
+    let flow = |src: u8| FiveTuple { src_ip: Ipv4Addr::new(10, 0, 0, src), proto: L4Proto::Udp, ..FIVE_TUPLE };
+    let mut trace: Vec<Packet> =
+        (0..3_000u64).map(|i| Packet::new(0, i * 100, frame(&flow(rng.gen_range(1..=12))))).collect();
+    // Then orphans far in the future, enough for every worker's last
+    // batches to start after every deadline: all sets expire at the end.
+    let tcp = frame(&FIVE_TUPLE);
+    trace.extend((0..6 * 32).map(|i| Packet::new(0, 1_000_000_000 + i, tcp.clone())));
+    let run = |workers: usize, batch_size: usize| {
+        let stm = Stm::new(workers).unwrap();
+        let config =
+            TraceConfig { workers, batch_size, ports: 2, periodic_ns: None, packet_sets: udp_flows_on_port_0() };
+        let report = run_trace(&stm, &SetLifetimes, &config, trace.iter().cloned()).unwrap();
+        assert_eq!(report.workers.iter().map(|w| w.live_sets).sum::<usize>(), 0, "every set expired");
+        // Expiries run when the worker notices (at a batch's start or at
+        // the set's next packet), so compare what happened, not when.
+        let mut labels: Vec<Vec<u8>> = report.all_outputs().map(|o| o.data.clone()).collect();
+        labels.sort();
+        labels
+    };
+    let reference = run(1, 1);
+    let restarts = reference.iter().filter(|l| l[0] == b'E').count();
+    assert!(restarts > 100, "the trace exercises expiry: {restarts} expiries");
+    for (workers, batch_size) in [(1, 32), (2, 32), (3, 7)] {
+        assert_eq!(run(workers, batch_size), reference, "{workers} workers, batches of {batch_size}");
+    }
+}

@@ -232,3 +232,50 @@ fn get_mut_sees_the_newest_value_outside_transactions() {
     }
     assert_eq!(*x.get_mut(), 42);
 }
+
+#[test]
+fn stats_count_accesses_of_every_attempt_commit_and_aborted_time_and_retries() {
+    let stm = engine(2);
+    let x = counter(&stm, 0, 0);
+    let y = counter(&stm, 1, 0);
+    let mut a = stm.worker(0).unwrap();
+    let mut b = stm.worker(1).unwrap();
+    // Read-only: 2 reads, no commit time (nothing to commit).
+    a.atomically(0, |tx| Ok(x.read(tx)? + y.read(tx)?));
+    let s = a.stats();
+    assert_eq!((s.reads, s.writes, s.commit_ns, s.aborted_ns, s.max_retries), (2, 0, 0, 0, 0));
+    // Aborts twice (B commits to x after each of A's first two reads of
+    // it), then commits: each attempt reads x and y (update) and writes y.
+    let mut attempts = 0;
+    a.atomically(0, |tx| {
+        attempts += 1;
+        let v = x.read(tx)?;
+        if attempts <= 2 {
+            b.atomically(0, |btx| x.update(btx, |v| *v += 1));
+        }
+        y.update(tx, |w| *w += v)
+    });
+    assert_eq!(attempts, 3);
+    let s = a.stats().clone();
+    assert_eq!((s.commits, s.aborts, s.max_retries), (2, 2, 2));
+    assert_eq!((s.reads, s.writes), (2 + 3 * 2, 3), "aborted attempts count too");
+    assert!(s.aborted_ns > 0, "two attempts were thrown away, each around B's whole transaction");
+    assert!(s.commit_ns > 0, "the third attempt committed a write (and the first two failed in commit)");
+    // A later transaction that commits at once does not lower the maximum.
+    a.atomically(0, |tx| x.update(tx, |v| *v += 1));
+    assert_eq!(a.stats().max_retries, 2);
+    // B: two writing commits, no aborts.
+    let sb = b.stats().clone();
+    assert_eq!((sb.reads, sb.writes, sb.aborts, sb.aborted_ns, sb.max_retries), (2, 2, 0, 0, 0));
+    assert!(sb.commit_ns > 0);
+    // merge sums the counts and times and keeps the larger maximum.
+    let mut total = sb.clone();
+    total.merge(a.stats());
+    let sa = a.stats();
+    assert_eq!((total.reads, total.writes), (sa.reads + sb.reads, sa.writes + sb.writes));
+    assert_eq!((total.commit_ns, total.aborted_ns), (sa.commit_ns + sb.commit_ns, sa.aborted_ns + sb.aborted_ns));
+    assert_eq!(total.max_retries, 2);
+    let mut other_order = a.stats().clone();
+    other_order.merge(&sb);
+    assert_eq!(other_order.max_retries, 2);
+}

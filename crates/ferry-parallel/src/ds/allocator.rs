@@ -2,14 +2,20 @@
 //! rows), with expiry and refresh, per-core free pools with stealing and
 //! per-core lease lists ordered by expiry.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
 use super::DsError;
-use crate::stm::{Abort, Access, Op, Stm, StructureId, StructureKind, TObj, Tx};
+use crate::stm::{Abort, Access, ElementClass, Op, Stm, StructureId, StructureKind, TObj, Tx};
+use crate::sync::Padded;
 
 /// "No index" in the intrusive lists.
 const NIL: u32 = u32::MAX;
 
-/// Object element ids: slot `i` is `i`; worker `w`'s free pool is
-/// `FREE_POOL_ELEMENT + w`; its lease list is `LEASE_LIST_ELEMENT + w`.
+/// Object element ids: slot `i` is `i` (class
+/// [`ElementClass::AllocatorSlot`]); worker `w`'s free pool is
+/// `FREE_POOL_ELEMENT + w` ([`ElementClass::AllocatorFreePool`]); its lease
+/// list is `LEASE_LIST_ELEMENT + w` ([`ElementClass::AllocatorLeaseList`]).
 pub const FREE_POOL_ELEMENT: u64 = 1 << 32;
 pub const LEASE_LIST_ELEMENT: u64 = 2 << 32;
 
@@ -58,6 +64,40 @@ struct LeaseList {
     len: u32,
 }
 
+/// A worker's `expire` calls without a call of another worker before it
+/// counts that worker as idle (besides a lease period of time). As many as
+/// the batches a trace run queues per worker, so that a worker that is
+/// merely behind is rarely taken for idle when NFs expire once per batch.
+const IDLE_AFTER_CALLS: u64 = 8;
+
+/// A worker's `expire` calls, counted once per distinct time (so retries
+/// of an aborted attempt, which run at the same time, count once).
+struct Activity {
+    calls: AtomicU64,
+    last_call_ns: AtomicU64,
+}
+
+impl Activity {
+    fn record(&self, now: u64) {
+        if self.last_call_ns.swap(now, Ordering::Relaxed) != now {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+}
+
+/// What a worker last saw of another worker's `expire` calls, and when
+/// (its own time, and its own call count) it last saw their count change.
+#[derive(Default)]
+struct Seen {
+    calls: AtomicU64,
+    changed_at_ns: AtomicU64,
+    changed_at_call: AtomicU64,
+}
+
 /// Leases on `0..capacity`.
 ///
 /// * `allocate` pops the calling worker's free pool; when it is empty it
@@ -65,19 +105,36 @@ struct LeaseList {
 ///   empty pools and the victim, so a steal conflicts with the victim's
 ///   owner rather than with every worker, as choosing the fullest pool
 ///   would). The lease goes at the newest end of the worker's lease list.
-/// * `refresh` moves a lease to the newest end of its list and pushes its
-///   expiry; `expire` frees the calling worker's leases from the oldest end.
+/// * A lease is live until its expiry (`expires_at > now`). Once expired it
+///   is dead even before it is reclaimed: `refresh` does not revive it
+///   (it returns `false`), so whether a lease survives does not depend on
+///   when a core gets round to reclaiming it.
+/// * `refresh` moves a live lease to the newest end of its list and pushes
+///   its expiry. `expire` reclaims expired leases, oldest first, into the
+///   calling worker's pool: from the caller's own lease list, and, when
+///   the caller's pool is empty, from the lists of workers that have
+///   stopped calling `expire` (see [`Allocator::expire`]), so the leases of
+///   a worker that stopped getting traffic are not stranded.
 /// * `free` returns an index to the calling worker's pool.
 ///
 /// Conflict causes (NFOS Table 5): allocations that steal from another
 /// pool (recipe: overprovision), and refreshes on one lease list (recipe:
-/// raise the refresh interval).
+/// raise the refresh interval); also frees and expiries on another core's
+/// lease list. The objects carry their [`ElementClass`] (slot, free pool,
+/// lease list) so the profiler can tell these apart.
 pub struct Allocator {
     structure: StructureId,
     config: AllocatorConfig,
     slots: Box<[TObj<Slot>]>,
     pools: Box<[TObj<FreePool>]>,
     leases: Box<[TObj<LeaseList>]>,
+    /// Per worker, its `expire` calls so far: a liveness signal the other
+    /// workers read outside transactions (plain atomics, not part of any
+    /// transaction's footprint; not model-checked under loom).
+    activity: Box<[Padded<Activity>]>,
+    /// Per worker, what it saw of each worker's `activity` (allocated
+    /// at its first look; only that worker writes it).
+    seen: Box<[OnceLock<Box<[Seen]>>]>,
 }
 
 impl Allocator {
@@ -100,7 +157,7 @@ impl Allocator {
                 let next = if i + 1 < capacity && pool_of(i + 1) == pool_of(i) { i + 1 } else { NIL };
                 let slot =
                     Slot { state: SlotState::Free, home: pool_of(i), prev: NIL, next, expires_at: 0, refreshed_at: 0 };
-                TObj::new(stm, structure, u64::from(i), slot)
+                TObj::with_class(stm, structure, u64::from(i), ElementClass::AllocatorSlot, slot)
             })
             .collect();
         let pools = (0..workers)
@@ -108,16 +165,27 @@ impl Allocator {
                 let first = w * per_worker;
                 let len = capacity.saturating_sub(first).min(per_worker);
                 let pool = FreePool { head: if len > 0 { first } else { NIL }, len };
-                TObj::new(stm, structure, FREE_POOL_ELEMENT + u64::from(w), pool)
+                TObj::with_class(
+                    stm,
+                    structure,
+                    FREE_POOL_ELEMENT + u64::from(w),
+                    ElementClass::AllocatorFreePool,
+                    pool,
+                )
             })
             .collect();
         let leases = (0..workers)
             .map(|w| {
                 let list = LeaseList { newest: NIL, oldest: NIL, len: 0 };
-                TObj::new(stm, structure, LEASE_LIST_ELEMENT + u64::from(w), list)
+                let element = LEASE_LIST_ELEMENT + u64::from(w);
+                TObj::with_class(stm, structure, element, ElementClass::AllocatorLeaseList, list)
             })
             .collect();
-        Ok(Allocator { structure, config, slots, pools, leases })
+        let activity = (0..workers)
+            .map(|_| Padded(Activity { calls: AtomicU64::new(0), last_call_ns: AtomicU64::new(u64::MAX) }))
+            .collect();
+        let seen = (0..workers).map(|_| OnceLock::new()).collect();
+        Ok(Allocator { structure, config, slots, pools, leases, activity, seen })
     }
 
     pub fn structure(&self) -> StructureId {
@@ -146,17 +214,21 @@ impl Allocator {
         Ok(Some(index))
     }
 
-    /// Pushes the expiry of `index` to `now + lease_ns`, unless it was
-    /// refreshed less than `refresh_interval_ns` ago. Returns whether
-    /// `index` is leased.
+    /// Pushes the expiry of a live lease on `index` to `now + lease_ns`,
+    /// unless it was refreshed less than `refresh_interval_ns` ago. Returns
+    /// whether `index` holds a live lease: `false` when it is free, and
+    /// also when its lease has expired (`expires_at <= now`) but was not
+    /// reclaimed yet. Such a lease is not revived: it stays as it is until
+    /// [`Allocator::expire`] reclaims it or the caller [`Allocator::free`]s
+    /// it (an NF that finds its entry expired frees it and allocates anew).
     #[track_caller]
     pub fn refresh<'a>(&'a self, tx: &mut Tx<'a>, index: u32) -> Result<bool, Abort> {
         let access = Access::here(Op::AllocatorRefresh, u64::from(index) + 1);
         let slot = tx.read_with(&self.slots[index as usize], access, |s| *s)?;
-        if slot.state != SlotState::Leased {
+        let now = tx.now_ns();
+        if slot.state != SlotState::Leased || slot.expires_at <= now {
             return Ok(false);
         }
-        let now = tx.now_ns();
         if now.saturating_sub(slot.refreshed_at) < self.config.refresh_interval_ns {
             return Ok(true);
         }
@@ -178,36 +250,107 @@ impl Allocator {
         Ok(true)
     }
 
-    /// Frees up to `max` of the calling worker's leases that have expired
-    /// (`expires_at <= now`), oldest first, appending their indices to
-    /// `expired`. Returns how many.
+    /// Reclaims up to `max` expired leases into the calling worker's free
+    /// pool, oldest first, appending their indices to `expired`. Returns
+    /// how many.
+    ///
+    /// Which leases. NFOS expires per core: each core reclaims its own
+    /// lease list, so a core that stops getting traffic (and so stops
+    /// calling `expire`) strands its expired leases and the pool shrinks.
+    /// Here:
+    /// * from the caller's own list, every expired lease (`expires_at <=
+    ///   now`), first;
+    /// * then, if `max` is not reached and the caller's pool is still
+    ///   empty (it is short of indices: its next allocation would steal, or
+    ///   fail), from the list of each other worker (in turn, starting after
+    ///   the caller) that is **idle**: the caller has seen no `expire` call
+    ///   of it for a lease period of the caller's time and over the
+    ///   caller's last eight calls (calls are counted once per distinct
+    ///   time, so retried attempts count once). From an idle worker's list it takes the
+    ///   leases that expired at least a further lease period ago
+    ///   (`expires_at + lease_ns <= now`). Stranded leases thus come back
+    ///   as soon as a worker needs them, a lease period after they expired.
+    ///
+    /// Why this footprint. Reclaiming from another core's list conflicts
+    /// with that core (its allocations, refreshes and expiries write the
+    /// list), and even reading it does when the caller's transaction
+    /// writes anything. So nothing of another worker is read unless the
+    /// caller is short and that worker does not reclaim its own leases:
+    /// the caller's pool is peeked at (an unrecorded read: a recorded one
+    /// would conflict with thieves), idleness is a plain counter of
+    /// `expire` calls (outside transactions), and an idle worker's list is
+    /// peeked at first and read for real only when it holds a lease old
+    /// enough. A worker with free indices never sweeps: stranded leases
+    /// are dead (`refresh` and the NFs' liveness checks see them expired)
+    /// and cost capacity only when someone runs short. The idleness window
+    /// is in time and in calls so that an active worker is not taken for
+    /// idle when it calls `expire` less often than once per lease (NFs
+    /// reclaim on a periodic timer) or lags behind in time (each worker
+    /// runs at its own packets' times); the extra lease period keeps a
+    /// sweep from taking a lease that a worker waking up would still find
+    /// live, unless the workers' times are a lease apart. The price: an NF
+    /// that never calls `expire` on a core has that core's leases
+    /// reclaimed by short cores.
+    ///
+    /// Work per call: at most `max` leases reclaimed; when short, one
+    /// atomic load per other worker and two peeks per idle one.
     #[track_caller]
     pub fn expire<'a>(&'a self, tx: &mut Tx<'a>, max: usize, expired: &mut Vec<u32>) -> Result<usize, Abort> {
         let access = Access::here(Op::AllocatorExpire, 0);
         let worker = tx.worker();
         let now = tx.now_ns();
-        let mut count = 0;
-        while count < max {
-            let oldest = tx.read_with(&self.leases[worker], access, |l| l.oldest)?;
-            if oldest == NIL {
+        self.activity[worker].record(now);
+        let mut count = self.reclaim_list(tx, worker, now, max, expired, access)?;
+        let workers = self.leases.len();
+        // Nothing of another worker's qualifies before a lease period. The
+        // own pool is peeked at (its reads would conflict with thieves).
+        let Some(cutoff) = now.checked_sub(self.config.lease_ns) else { return Ok(count) };
+        if count >= max || workers == 1 || tx.peek_with(&self.pools[worker], |p| p.head != NIL) {
+            return Ok(count);
+        }
+        for offset in 1..workers {
+            if count >= max {
                 break;
             }
-            let slot = tx.read_with(&self.slots[oldest as usize], access, |s| *s)?;
-            if slot.expires_at > now {
-                break;
+            let owner = (worker + offset) % workers;
+            if !self.is_idle(worker, owner, now) {
+                continue;
             }
-            self.unlink_lease(tx, oldest, slot, access)?;
-            self.push_free(tx, worker as u32, oldest, access)?;
-            expired.push(oldest);
-            count += 1;
+            let oldest = tx.peek_with(&self.leases[owner], |l| l.oldest);
+            if oldest == NIL || tx.peek_with(&self.slots[oldest as usize], |s| s.expires_at) > cutoff {
+                continue;
+            }
+            count += self.reclaim_list(tx, owner, cutoff, max - count, expired, access)?;
         }
         Ok(count)
     }
 
-    /// Whether `index` is leased, and until when.
+    /// Whether `worker` has seen no `expire` call of `owner` for a lease
+    /// period of its time `now` and over its own last [`IDLE_AFTER_CALLS`]
+    /// calls. Only `worker` updates what it saw; a retried attempt (same
+    /// time, same own call count) gets the answer the first one got unless
+    /// `owner` has called since.
+    fn is_idle(&self, worker: usize, owner: usize, now: u64) -> bool {
+        let calls = self.activity[owner].calls();
+        let own_calls = self.activity[worker].calls();
+        let row = self.seen[worker].get_or_init(|| (0..self.leases.len()).map(|_| Seen::default()).collect());
+        let seen = &row[owner];
+        if seen.calls.load(Ordering::Relaxed) != calls {
+            seen.calls.store(calls, Ordering::Relaxed);
+            seen.changed_at_ns.store(now, Ordering::Relaxed);
+            seen.changed_at_call.store(own_calls, Ordering::Relaxed);
+            return false;
+        }
+        now.saturating_sub(seen.changed_at_ns.load(Ordering::Relaxed)) >= self.config.lease_ns
+            && own_calls.saturating_sub(seen.changed_at_call.load(Ordering::Relaxed)) >= IDLE_AFTER_CALLS
+    }
+
+    /// Whether `index` is leased, and until when (an expiry at or before
+    /// the transaction's time: expired, not reclaimed yet). A read-only
+    /// query ([`Op::AllocatorQuery`]).
     #[track_caller]
     pub fn lease_expiry<'a>(&'a self, tx: &mut Tx<'a>, index: u32) -> Result<Option<u64>, Abort> {
-        let access = Access::here(Op::AllocatorRefresh, u64::from(index) + 1);
+        let access = Access::here(Op::AllocatorQuery, u64::from(index) + 1);
         tx.read_with(&self.slots[index as usize], access, |s| (s.state == SlotState::Leased).then_some(s.expires_at))
     }
 
@@ -219,6 +362,35 @@ impl Allocator {
     /// Leased indices per worker, outside any transaction.
     pub fn lease_counts_mut(&mut self) -> Vec<u32> {
         self.leases.iter_mut().map(|l| l.get_mut().len).collect()
+    }
+
+    /// Moves up to `max` leases that expired at or before `cutoff` from the
+    /// oldest end of `owner`'s lease list to the calling worker's pool.
+    fn reclaim_list<'a>(
+        &'a self,
+        tx: &mut Tx<'a>,
+        owner: usize,
+        cutoff: u64,
+        max: usize,
+        expired: &mut Vec<u32>,
+        access: Access,
+    ) -> Result<usize, Abort> {
+        let mut count = 0;
+        while count < max {
+            let oldest = tx.read_with(&self.leases[owner], access, |l| l.oldest)?;
+            if oldest == NIL {
+                break;
+            }
+            let slot = tx.read_with(&self.slots[oldest as usize], access, |s| *s)?;
+            if slot.expires_at > cutoff {
+                break;
+            }
+            self.unlink_lease(tx, oldest, slot, access)?;
+            self.push_free(tx, tx.worker() as u32, oldest, access)?;
+            expired.push(oldest);
+            count += 1;
+        }
+        Ok(count)
     }
 
     fn pop_free<'a>(&'a self, tx: &mut Tx<'a>, worker: usize, access: Access) -> Result<Option<u32>, Abort> {

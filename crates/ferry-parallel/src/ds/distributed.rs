@@ -1,9 +1,10 @@
 //! `DistributedObj`: a value updated on every core, read rarely.
 
-use crate::stm::{Abort, Access, Op, Stm, StructureId, StructureKind, TObj, Tx};
+use crate::stm::{Abort, Access, ElementClass, Op, Stm, StructureId, StructureKind, TObj, Tx};
 
-/// Object element ids: worker `w`'s part is `w`; its cached merge is
-/// `MERGED_ELEMENT + w`.
+/// Object element ids: worker `w`'s part is `w` (class
+/// [`ElementClass::DistributedPart`]); its cached merge is
+/// `MERGED_ELEMENT + w` ([`ElementClass::DistributedMerged`]).
 pub const MERGED_ELEMENT: u64 = 1 << 32;
 
 /// Folds one part into an accumulator.
@@ -45,11 +46,13 @@ impl<T: Clone + Send + Sync + 'static> DistributedObj<T> {
     ) -> DistributedObj<T> {
         let structure = stm.register(StructureKind::DistributedObj, name);
         let workers = stm.workers() as u64;
-        let parts = (0..workers).map(|w| TObj::new(stm, structure, w, identity.clone())).collect();
+        let parts = (0..workers)
+            .map(|w| TObj::with_class(stm, structure, w, ElementClass::DistributedPart, identity.clone()))
+            .collect();
         let merged = (0..workers)
             .map(|w| {
                 let empty = Merged { value: identity.clone(), merged_at: None };
-                TObj::new(stm, structure, MERGED_ELEMENT + w, empty)
+                TObj::with_class(stm, structure, MERGED_ELEMENT + w, ElementClass::DistributedMerged, empty)
             })
             .collect();
         DistributedObj { structure, parts, merged, identity, merge: Box::new(merge), max_staleness_ns }
@@ -161,5 +164,6 @@ mod tests {
             .unwrap_err();
         assert_eq!(abort.kind(), ConflictKind::ReadThenOverwritten);
         assert_eq!((abort.ours().op, abort.theirs().unwrap().op), (Op::DistributedRead, Op::DistributedUpdate));
+        assert_eq!(abort.object().class, ElementClass::DistributedPart);
     }
 }

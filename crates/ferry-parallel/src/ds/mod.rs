@@ -8,7 +8,8 @@
 //!   conflicts are the same key, or different keys in one bucket.
 //! * [`Allocator`]: leases with expiry and refresh over per-core free pools
 //!   with stealing and per-core lease lists; conflicts are pool exhaustion
-//!   (stealing) and refreshes on one lease list.
+//!   (stealing), refreshes on one lease list, and frees or expiry sweeps
+//!   on another core's lease list.
 //! * [`DistributedObj`]: per-core parts with a merge function and a
 //!   maximum staleness; conflicts are merges that read parts being updated.
 //!

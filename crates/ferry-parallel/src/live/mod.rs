@@ -67,6 +67,7 @@
 //! parallel-<name>`; [`counter`] is a small NF for tests.
 
 pub mod counter;
+pub mod nfs_args;
 pub mod registry;
 
 use std::collections::VecDeque;

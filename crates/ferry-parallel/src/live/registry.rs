@@ -7,8 +7,18 @@
 //! NF to an [`NfVisitor`], which is generic over the NF type: that is how a
 //! host runs NFs of different types (and set-state types) through one
 //! table.
+//!
+//! The table: `counter` ([`super::counter`]) and the six NFs of
+//! [`crate::nfs`] (`nat`, `bridge`, `firewall`, `maglev`, `policer`,
+//! `anti_ddos`; their arguments and port mapping: [`super::nfs_args`]).
 
 use super::counter::DstCounter;
+use crate::nfs::anti_ddos::AntiDdos;
+use crate::nfs::bridge::Bridge;
+use crate::nfs::firewall::Firewall;
+use crate::nfs::maglev::Maglev;
+use crate::nfs::nat::Nat;
+use crate::nfs::policer::Policer;
 use crate::packet_set::PacketSetDef;
 use crate::runtime::ParallelNf;
 use crate::stm::Stm;
@@ -38,6 +48,12 @@ pub enum ArgError {
     BadValue { key: String, value: String, reason: &'static str },
     #[error("unknown argument {key}= (this NF takes: {known})")]
     Unknown { key: String, known: String },
+    #[error("missing argument {key}= ({expected})")]
+    Missing { key: String, expected: &'static str },
+    /// An output port (NF port `p` is out-link `p` in live mode) the NF
+    /// does not have.
+    #[error("{key}: port {port} is not an out-link of the NF (it has {out_links}: 0..{out_links})")]
+    NoOutLink { key: String, port: u16, out_links: u16 },
     #[error("no parallel NF {name:?} (known: {known})")]
     UnknownNf { name: String, known: String },
     /// The NF could not be built (e.g. a data structure refused its size).
@@ -83,6 +99,51 @@ impl NfArgs {
         }
     }
 
+    /// The value of `key`; [`ArgError::Missing`] (with `expected`, what a
+    /// value looks like) when absent.
+    pub fn required(&self, key: &str, expected: &'static str) -> Result<&str, ArgError> {
+        self.get(key).ok_or_else(|| ArgError::Missing { key: key.to_string(), expected })
+    }
+
+    /// `key` read by `parse`, `default` when absent; a value `parse`
+    /// refuses is [`ArgError::BadValue`] with `expected` as the reason.
+    pub fn parse_or<T>(
+        &self,
+        key: &str,
+        default: T,
+        expected: &'static str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<T, ArgError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => parse(v).ok_or_else(|| bad_value(key, v, expected)),
+        }
+    }
+
+    /// [`NfArgs::parse_or`] for an argument without a default.
+    pub fn parse_required<T>(
+        &self,
+        key: &str,
+        expected: &'static str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<T, ArgError> {
+        let v = self.required(key, expected)?;
+        parse(v).ok_or_else(|| bad_value(key, v, expected))
+    }
+
+    /// A duration given as a whole number of `unit_ns` units (e.g.
+    /// `idle_ms=500` with `unit_ns` 1 000 000), in nanoseconds;
+    /// `default_ns` when absent.
+    pub fn duration_ns_or(&self, key: &str, unit_ns: u64, default_ns: u64) -> Result<u64, ArgError> {
+        match self.get(key) {
+            None => Ok(default_ns),
+            Some(v) => {
+                let n: u64 = v.parse().map_err(|_| bad_value(key, v, "not a non-negative integer"))?;
+                n.checked_mul(unit_ns).ok_or_else(|| bad_value(key, v, "too large"))
+            }
+        }
+    }
+
     /// Fails on the first key not in `known`.
     pub fn only(&self, known: &[&str]) -> Result<(), ArgError> {
         match self.pairs.iter().find(|(k, _)| !known.contains(&k.as_str())) {
@@ -98,6 +159,11 @@ impl NfArgs {
         self.pairs = rest;
         NfArgs { pairs: taken }
     }
+}
+
+/// [`ArgError::BadValue`] for `key=value`.
+pub fn bad_value(key: &str, value: &str, reason: &'static str) -> ArgError {
+    ArgError::BadValue { key: key.to_string(), value: value.to_string(), reason }
 }
 
 /// An NF the table can build.
@@ -123,7 +189,7 @@ fn visit<N: RegisteredNf, V: NfVisitor>(
 }
 
 /// Names of the NFs in the table.
-pub const NAMES: &[&str] = &["counter"];
+pub const NAMES: &[&str] = &["counter", "nat", "bridge", "firewall", "maglev", "policer", "anti_ddos"];
 
 /// Builds NF `name` with `args` and hands it to `visitor`. The table: one
 /// match arm per NF (its type implements [`RegisteredNf`]).
@@ -136,6 +202,12 @@ pub fn build<V: NfVisitor>(
 ) -> Result<V::Output, ArgError> {
     match name {
         "counter" => visit::<DstCounter, V>(stm, env, args, visitor),
+        "nat" => visit::<Nat, V>(stm, env, args, visitor),
+        "bridge" => visit::<Bridge, V>(stm, env, args, visitor),
+        "firewall" => visit::<Firewall, V>(stm, env, args, visitor),
+        "maglev" => visit::<Maglev, V>(stm, env, args, visitor),
+        "policer" => visit::<Policer, V>(stm, env, args, visitor),
+        "anti_ddos" => visit::<AntiDdos, V>(stm, env, args, visitor),
         _ => Err(ArgError::UnknownNf { name: name.to_string(), known: NAMES.join(", ") }),
     }
 }

@@ -21,7 +21,8 @@
 //! (index and port), a `Vector` from index to address (to remove an entry
 //! whose lease expired) and the `Allocator` of entry indices, whose leases
 //! are the entries' ages. An entry whose lease has expired is dead even
-//! before the core that learnt it reclaims it. Packet sets (the 4-tuple on
+//! before it is reclaimed (by the core that learnt it, or by another core
+//! sweeping for the entries of a core without traffic). Packet sets (the 4-tuple on
 //! every port, as RSS would spread frames; non-IP frames are orphans) hold
 //! no state: they only keep a flow's frames in order.
 
@@ -277,16 +278,15 @@ impl Bridge {
     /// Learns (or refreshes, or moves) `mac` on `port`.
     fn learn<'a>(&'a self, tx: &mut Tx<'a>, mac: MacAddr, port: u16, tally: &mut BridgeCounters) -> Result<(), Abort> {
         if let Some(station) = self.stations.get(tx, &mac)? {
-            let now = tx.now_ns();
-            if self.ages.lease_expiry(tx, station.index)?.is_some_and(|at| at > now) {
+            // `refresh` renews only a live entry.
+            if self.ages.refresh(tx, station.index)? {
                 if station.port != port {
                     self.stations.set(tx, mac, Station { port, ..station })?;
                     tally.moved += 1;
                 }
-                self.ages.refresh(tx, station.index)?;
                 return Ok(());
             }
-            // Expired, but the core that learnt it has not reclaimed it yet.
+            // Expired, but not reclaimed yet.
             self.ages.free(tx, station.index)?;
             self.forget(tx, station.index, mac)?;
             tally.expired += 1;
@@ -316,7 +316,8 @@ impl Bridge {
         Ok(())
     }
 
-    /// Removes this worker's expired entries; returns how many.
+    /// Removes expired entries (this worker's, and other workers' when
+    /// [`Allocator::expire`] sweeps); returns how many.
     fn reclaim<'a>(&'a self, tx: &mut Tx<'a>) -> Result<u64, Abort> {
         let mut expired = Vec::new();
         self.ages.expire(tx, self.config.reclaim_batch, &mut expired)?;

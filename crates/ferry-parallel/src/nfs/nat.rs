@@ -23,8 +23,10 @@
 //! internal endpoint to port index, a `Vector` from port index to its owner
 //! (for the way back, and to remove the mapping when its lease expires) and
 //! the `Allocator` of port indices. A lease that has expired is dead even
-//! before its worker reclaims it (only the worker that took a lease can
-//! expire it, in the periodic handler or when its pool runs dry).
+//! before it is reclaimed (its worker reclaims it in the periodic handler
+//! or when the pools run dry; another worker does when its own pool is
+//! empty, or in its sweep once per lease period, so the leases of a worker
+//! that stopped getting traffic come back too).
 //!
 //! Packet sets (the 4-tuple on each port) hold no state (`first_packet`
 //! never registers one); they only keep a flow on one core, as RSS would,
@@ -308,12 +310,12 @@ impl Nat {
     ) -> Result<Option<u32>, Abort> {
         let space = self.space(transport);
         if let Some(index) = space.mappings.get(tx, &internal)? {
-            if space.is_live(tx, index)? {
-                space.leases.refresh(tx, index)?;
+            // `refresh` renews only a live lease.
+            if space.leases.refresh(tx, index)? {
                 return Ok(Some(index));
             }
-            // Expired, but its worker has not reclaimed it yet: the mapping
-            // is gone (RFC 4787 §4.3), so the endpoint gets a new lease.
+            // Expired, but not reclaimed yet: the mapping is gone (RFC 4787
+            // §4.3), so the endpoint gets a new lease.
             space.end(tx, index, internal)?;
             tally.mappings_expired += 1;
         }
@@ -363,7 +365,8 @@ impl Nat {
         Ok(space.is_live(tx, index)?.then_some(internal))
     }
 
-    /// Ends this worker's expired leases in `space`; returns how many.
+    /// Ends expired leases in `space` (this worker's, and other workers'
+    /// when [`Allocator::expire`] sweeps); returns how many.
     fn reclaim<'a>(&'a self, tx: &mut Tx<'a>, space: &'a PortSpace) -> Result<u64, Abort> {
         let mut expired = Vec::new();
         space.leases.expire(tx, self.config.reclaim_batch, &mut expired)?;

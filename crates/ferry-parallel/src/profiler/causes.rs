@@ -6,18 +6,29 @@
 //!
 //! Why the Allocator pairs mean what they mean (see `ds::Allocator`): a
 //! core only ever pops its own free pool unless it is empty (then it
-//! steals), pushes freed and expired indices on its own pool, and expires
-//! from its own lease list; `refresh` and `free` work on the list the lease
-//! lives on, which may be another core's. So `allocate` meets another
-//! core's `allocate` or `expire` only on a pool it steals from; a `refresh`
-//! conflict is always on a shared lease list; `free` against `free` or
-//! `expire` is on a lease list another core freed from; `free` against
-//! `allocate` is one of the two (the conflict site does not say which
-//! object, see the module docs).
+//! steals), and pushes freed and expired indices on its own pool. It
+//! expires from its own lease list, and, when its pool is empty, from the
+//! lists of cores that stopped calling `expire` (stranded leases);
+//! `refresh` and `free` work on the list the lease lives on, which may be
+//! another core's; `lease_expiry` only reads a lease. The conflict site names the class of
+//! object it was on ([`ElementClass`]), which settles most pairs:
+//! * on a **free pool**, every conflict involves a core stealing from a
+//!   pool that is not its own (only thieves read another core's pool);
+//! * on a **lease list**, a `free` is one of another core's lease, and
+//!   `expire` against `allocate` or `expire` is a sweep of another core's
+//!   list;
+//! * on a **slot** (an index's state and list links, which neighbours in
+//!   a list update too) the operations decide, as they did before classes:
+//!   `allocate` × `allocate`/`expire` is a steal, `free` × `allocate` a
+//!   steal or a remote free, `expire` × `expire` a sweep.
+//!
+//! `refresh` against anything is a refresh moving a lease (it writes the
+//! slot and the list); a `lease_expiry` query against anything else read a
+//! lease that another core then allocated, freed, expired or relinked.
 
 use serde::{Deserialize, Serialize};
 
-use crate::stm::{Op, StructureKind};
+use crate::stm::{ElementClass, Op, StructureKind};
 
 /// The root cause of a group of aborts: a condition between two operations
 /// of one built-in data structure that makes them conflict.
@@ -42,9 +53,16 @@ pub enum RootCause {
     /// Allocator: a lease is freed by another core than the one whose
     /// lease list holds it.
     AllocatorRemoteFree,
-    /// Allocator, `free` × `allocate`: either of the two above (a dry pool
-    /// stealing from the pool a free refills, or a remote free).
+    /// Allocator, `free` × `allocate` on a slot: either of the two above
+    /// (a dry pool stealing from the pool a free refills, or a remote free).
     AllocatorPoolOrRemoteFree,
+    /// Allocator: a core short of indices reclaimed leases stranded on the
+    /// lease list of a core that had stopped calling `expire`, while that
+    /// core changed the list (it was only behind, or got traffic again).
+    AllocatorRemoteExpiry,
+    /// Allocator: `lease_expiry` read a lease that another core then
+    /// allocated, freed or expired, or linked a lease next to in a list.
+    AllocatorLeaseRead,
     /// Vector: read/write or write/write of one element.
     VectorSameElement,
     /// A bare transactional object shared by all cores.
@@ -77,8 +95,15 @@ pub enum Recipe {
 
 impl RootCause {
     /// The cause for a conflict between `a` and `b` (`None`: the other side
-    /// is unknown) on a structure of `kind`. Symmetric in `a` and `b`.
-    pub fn classify(kind: StructureKind, a: Op, b: Option<Op>, same_key: Option<bool>) -> RootCause {
+    /// is unknown) on an object of class `class` of a structure of `kind`.
+    /// Symmetric in `a` and `b`.
+    pub fn classify(
+        kind: StructureKind,
+        class: ElementClass,
+        a: Op,
+        b: Option<Op>,
+        same_key: Option<bool>,
+    ) -> RootCause {
         let has = |op: Op| a == op || b == Some(op);
         match kind {
             StructureKind::Map => match same_key {
@@ -90,12 +115,26 @@ impl RootCause {
             StructureKind::Allocator => {
                 if has(Op::AllocatorRefresh) {
                     RootCause::AllocatorLeaseListRefresh
+                } else if has(Op::AllocatorQuery) {
+                    RootCause::AllocatorLeaseRead
+                } else if class == ElementClass::AllocatorFreePool {
+                    RootCause::AllocatorPoolExhausted
+                } else if class == ElementClass::AllocatorLeaseList {
+                    if has(Op::AllocatorFree) {
+                        RootCause::AllocatorRemoteFree
+                    } else if has(Op::AllocatorExpire) {
+                        RootCause::AllocatorRemoteExpiry
+                    } else {
+                        RootCause::Unclassified
+                    }
                 } else if has(Op::AllocatorFree) && has(Op::AllocatorAllocate) {
                     RootCause::AllocatorPoolOrRemoteFree
                 } else if has(Op::AllocatorFree) {
                     RootCause::AllocatorRemoteFree
                 } else if has(Op::AllocatorAllocate) {
                     RootCause::AllocatorPoolExhausted
+                } else if a == Op::AllocatorExpire && b == Some(Op::AllocatorExpire) {
+                    RootCause::AllocatorRemoteExpiry
                 } else {
                     RootCause::Unclassified
                 }
@@ -115,6 +154,8 @@ impl RootCause {
             RootCause::AllocatorLeaseListRefresh => &[Recipe::RaiseRefreshInterval],
             RootCause::AllocatorRemoteFree => &[Recipe::FreeOnAllocatingCore],
             RootCause::AllocatorPoolOrRemoteFree => &[Recipe::OverprovisionResource, Recipe::FreeOnAllocatingCore],
+            RootCause::AllocatorRemoteExpiry => &[Recipe::OverprovisionResource],
+            RootCause::AllocatorLeaseRead => &[Recipe::ReduceSharing],
             RootCause::VectorSameElement => &[Recipe::UseDistributedObj],
             RootCause::ObjectShared => &[Recipe::UseDistributedObj, Recipe::ReduceSharing],
             RootCause::Unclassified => &[Recipe::ReduceSharing],
@@ -131,6 +172,8 @@ impl RootCause {
             RootCause::AllocatorLeaseListRefresh => "allocator_lease_list_refresh",
             RootCause::AllocatorRemoteFree => "allocator_remote_free",
             RootCause::AllocatorPoolOrRemoteFree => "allocator_pool_or_remote_free",
+            RootCause::AllocatorRemoteExpiry => "allocator_remote_expiry",
+            RootCause::AllocatorLeaseRead => "allocator_lease_read",
             RootCause::VectorSameElement => "vector_same_element",
             RootCause::ObjectShared => "object_shared",
             RootCause::Unclassified => "unclassified",
@@ -153,6 +196,14 @@ impl RootCause {
             RootCause::AllocatorRemoteFree => "a lease is freed by another core than the one whose list holds it",
             RootCause::AllocatorPoolOrRemoteFree => {
                 "a dry pool steals from the pool a free refills, or a lease is freed on another core"
+            }
+            RootCause::AllocatorRemoteExpiry => {
+                "a core short of indices reclaims leases stranded on the lease list of a core that stopped calling \
+                 expire, while that core changes the list"
+            }
+            RootCause::AllocatorLeaseRead => {
+                "a lease's expiry is read while another core allocates, frees or expires it, or links a lease \
+                 next to it"
             }
             RootCause::VectorSameElement => "both operations use the same element",
             RootCause::ObjectShared => "both operations use the same object",
@@ -196,21 +247,21 @@ mod tests {
 
     #[test]
     fn the_table() {
+        use ElementClass as E;
         use Op::*;
         use StructureKind as K;
-        let c = RootCause::classify;
+        let c = |kind, a, b, same_key| RootCause::classify(kind, E::Element, a, b, same_key);
         assert_eq!(c(K::Map, MapGet, Some(MapSet), Some(true)), RootCause::MapSameKey);
         assert_eq!(c(K::Map, MapSet, Some(MapSet), Some(false)), RootCause::MapSameBucket);
         assert_eq!(c(K::Map, MapRemove, None, None), RootCause::MapSameBucket);
-        assert_eq!(
-            c(K::DistributedObj, DistributedRead, Some(DistributedUpdate), None),
-            RootCause::DistributedStaleRead
-        );
-        assert_eq!(
-            c(K::DistributedObj, DistributedUpdate, Some(DistributedRead), None),
-            RootCause::DistributedStaleRead
-        );
-        assert_eq!(c(K::DistributedObj, DistributedUpdate, None, None), RootCause::Unclassified);
+        for class in [E::DistributedPart, E::DistributedMerged] {
+            let c = |a, b| RootCause::classify(K::DistributedObj, class, a, b, None);
+            assert_eq!(c(DistributedRead, Some(DistributedUpdate)), RootCause::DistributedStaleRead);
+            assert_eq!(c(DistributedUpdate, Some(DistributedRead)), RootCause::DistributedStaleRead);
+            assert_eq!(c(DistributedUpdate, None), RootCause::Unclassified);
+        }
+        // On a slot (and on objects of no known class) the operations
+        // decide.
         for (a, b, cause) in [
             (AllocatorAllocate, Some(AllocatorAllocate), RootCause::AllocatorPoolExhausted),
             (AllocatorExpire, Some(AllocatorAllocate), RootCause::AllocatorPoolExhausted),
@@ -218,14 +269,43 @@ mod tests {
             (AllocatorRefresh, Some(AllocatorExpire), RootCause::AllocatorLeaseListRefresh),
             (AllocatorAllocate, Some(AllocatorRefresh), RootCause::AllocatorLeaseListRefresh),
             (AllocatorRefresh, Some(AllocatorFree), RootCause::AllocatorLeaseListRefresh),
+            (AllocatorQuery, Some(AllocatorRefresh), RootCause::AllocatorLeaseListRefresh),
+            (AllocatorQuery, Some(AllocatorAllocate), RootCause::AllocatorLeaseRead),
+            (AllocatorQuery, Some(AllocatorFree), RootCause::AllocatorLeaseRead),
+            (AllocatorQuery, Some(AllocatorExpire), RootCause::AllocatorLeaseRead),
+            (AllocatorQuery, None, RootCause::AllocatorLeaseRead),
             (AllocatorFree, Some(AllocatorExpire), RootCause::AllocatorRemoteFree),
             (AllocatorFree, Some(AllocatorFree), RootCause::AllocatorRemoteFree),
             (AllocatorAllocate, Some(AllocatorFree), RootCause::AllocatorPoolOrRemoteFree),
-            (AllocatorExpire, Some(AllocatorExpire), RootCause::Unclassified),
+            (AllocatorExpire, Some(AllocatorExpire), RootCause::AllocatorRemoteExpiry),
+            (AllocatorExpire, None, RootCause::Unclassified),
         ] {
-            assert_eq!(c(K::Allocator, a, b, None), cause, "{a:?} x {b:?}");
+            for class in [E::AllocatorSlot, E::Element] {
+                let c = |a, b| RootCause::classify(K::Allocator, class, a, b, None);
+                assert_eq!(c(a, b), cause, "{a:?} x {b:?} on {class:?}");
+                if let Some(b) = b {
+                    assert_eq!(c(b, Some(a)), cause, "{b:?} x {a:?} on {class:?}");
+                }
+            }
+        }
+        // The class tells a steal from work on another core's lease list.
+        for (class, a, b, cause) in [
+            (E::AllocatorFreePool, AllocatorAllocate, Some(AllocatorFree), RootCause::AllocatorPoolExhausted),
+            (E::AllocatorFreePool, AllocatorAllocate, Some(AllocatorExpire), RootCause::AllocatorPoolExhausted),
+            (E::AllocatorFreePool, AllocatorAllocate, Some(AllocatorAllocate), RootCause::AllocatorPoolExhausted),
+            (E::AllocatorFreePool, AllocatorAllocate, None, RootCause::AllocatorPoolExhausted),
+            (E::AllocatorLeaseList, AllocatorAllocate, Some(AllocatorFree), RootCause::AllocatorRemoteFree),
+            (E::AllocatorLeaseList, AllocatorFree, Some(AllocatorExpire), RootCause::AllocatorRemoteFree),
+            (E::AllocatorLeaseList, AllocatorAllocate, Some(AllocatorExpire), RootCause::AllocatorRemoteExpiry),
+            (E::AllocatorLeaseList, AllocatorExpire, Some(AllocatorExpire), RootCause::AllocatorRemoteExpiry),
+            (E::AllocatorLeaseList, AllocatorExpire, None, RootCause::AllocatorRemoteExpiry),
+            (E::AllocatorLeaseList, AllocatorRefresh, Some(AllocatorExpire), RootCause::AllocatorLeaseListRefresh),
+            (E::AllocatorLeaseList, AllocatorAllocate, None, RootCause::Unclassified),
+        ] {
+            let c = |a, b| RootCause::classify(K::Allocator, class, a, b, None);
+            assert_eq!(c(a, b), cause, "{a:?} x {b:?} on {class:?}");
             if let Some(b) = b {
-                assert_eq!(c(K::Allocator, b, Some(a), None), cause, "{b:?} x {a:?}");
+                assert_eq!(c(b, Some(a)), cause, "{b:?} x {a:?} on {class:?}");
             }
         }
         assert_eq!(c(K::Vector, VectorRead, Some(VectorWrite), Some(true)), RootCause::VectorSameElement);
@@ -235,7 +315,13 @@ mod tests {
 
     #[test]
     fn names_match_serde() {
-        for cause in [RootCause::MapSameBucket, RootCause::AllocatorPoolOrRemoteFree, RootCause::Unclassified] {
+        for cause in [
+            RootCause::MapSameBucket,
+            RootCause::AllocatorPoolOrRemoteFree,
+            RootCause::AllocatorRemoteExpiry,
+            RootCause::AllocatorLeaseRead,
+            RootCause::Unclassified,
+        ] {
             assert_eq!(serde_json::to_value(cause).unwrap(), cause.name());
             for recipe in cause.recipes() {
                 assert_eq!(serde_json::to_value(recipe).unwrap(), recipe.name());

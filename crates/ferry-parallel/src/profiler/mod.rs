@@ -15,24 +15,32 @@
 //!
 //! # Causes and recipes
 //!
-//! Classified from the structure's kind and the two operations
-//! ([`RootCause::classify`]); the pair order does not matter.
+//! Classified from the structure's kind, the class of object the conflict
+//! was on ([`crate::stm::ElementClass`]) and the two operations
+//! ([`RootCause::classify`]); the pair order does not matter. Rules are
+//! tried top to bottom within a structure.
 //!
-//! | structure | operation pair | root cause | recipes |
+//! | structure | operation pair (object) | root cause | recipes |
 //! |---|---|---|---|
 //! | Map | any × `set`/`remove`, same key | [`RootCause::MapSameKey`] | use a `DistributedObj` |
 //! | Map | any × `set`/`remove`, other keys | [`RootCause::MapSameBucket`] | enlarge the map or change its hash |
 //! | DistributedObj | `read` × `update` | [`RootCause::DistributedStaleRead`] | raise the allowed staleness |
-//! | Allocator | `allocate` × `allocate`/`expire` | [`RootCause::AllocatorPoolExhausted`] | overprovision the resource |
 //! | Allocator | `refresh` × anything | [`RootCause::AllocatorLeaseListRefresh`] | raise the refresh interval |
-//! | Allocator | `free` × `free`/`expire` | [`RootCause::AllocatorRemoteFree`] | free on the allocating core |
-//! | Allocator | `free` × `allocate` | [`RootCause::AllocatorPoolOrRemoteFree`] | overprovision; free on the allocating core |
+//! | Allocator | `lease_expiry` × anything else | [`RootCause::AllocatorLeaseRead`] | reduce sharing |
+//! | Allocator | anything (free pool) | [`RootCause::AllocatorPoolExhausted`] | overprovision the resource |
+//! | Allocator | `free` × anything (lease list) | [`RootCause::AllocatorRemoteFree`] | free on the allocating core |
+//! | Allocator | `expire` × `allocate`/`expire` (lease list) | [`RootCause::AllocatorRemoteExpiry`] | overprovision the resource |
+//! | Allocator | `allocate` × `allocate`/`expire` (slot) | [`RootCause::AllocatorPoolExhausted`] | overprovision the resource |
+//! | Allocator | `free` × `free`/`expire` (slot) | [`RootCause::AllocatorRemoteFree`] | free on the allocating core |
+//! | Allocator | `free` × `allocate` (slot) | [`RootCause::AllocatorPoolOrRemoteFree`] | overprovision; free on the allocating core |
+//! | Allocator | `expire` × `expire` (slot) | [`RootCause::AllocatorRemoteExpiry`] | overprovision the resource |
 //! | Vector | read/write × write, one element | [`RootCause::VectorSameElement`] | use a `DistributedObj` |
 //! | bare object | read/write × write | [`RootCause::ObjectShared`] | use a built-in structure that spreads it |
-//! | anything else (`expire` × `expire`, `update` × `update`) | | [`RootCause::Unclassified`] | reduce sharing |
+//! | anything else (`allocate` × unknown on a lease list, `update` × `update`) | | [`RootCause::Unclassified`] | reduce sharing |
 //!
 //! When the engine no longer knew the other side, the pair is classified
-//! by our side alone (e.g. `allocate` → pool exhausted).
+//! by our side and the object alone (e.g. `allocate` on a slot → pool
+//! exhausted).
 //!
 //! Suggested values (a starting point: apply, profile again, repeat while
 //! the cause stays on top): capacity × 2; refresh interval from 0 to a
@@ -57,10 +65,13 @@
 //! "refresh interval 0" and a suggestion can name the parameter's new
 //! value. Unlike NFOS it does not sample: every abort is counted.
 //!
-//! What it cannot tell: [`crate::stm::ConflictSite`] keeps the structure
-//! and the operations but not the object (an Allocator's free pool versus
-//! its lease list), so a `free` × `allocate` conflict is reported as
-//! "a dry pool, or a lease freed on another core" with both recipes.
+//! What it cannot tell: [`crate::stm::ConflictSite`] keeps the structure,
+//! the class of object and the operations but not which object of the
+//! class. On an Allocator slot (whose list links neighbours update too) a
+//! `free` × `allocate` conflict is therefore still reported as "a dry
+//! pool, or a lease freed on another core" with both recipes; on a free
+//! pool or a lease list the class decides. Each cause lists its aborts
+//! per class of object (`elements`).
 
 mod causes;
 mod profile;

@@ -82,6 +82,11 @@ pub struct CauseProfile {
     pub second: Option<OpSite>,
     /// Aborts per engine-level conflict kind (`ConflictKind::name`).
     pub kinds: BTreeMap<String, u64>,
+    /// Aborts per class of object they were on (`ElementClass::name`:
+    /// `element` for structures of one kind of object; an Allocator's
+    /// `slot`, `free pool` or `lease list`; a DistributedObj's `part` or
+    /// `cached merge`).
+    pub elements: BTreeMap<String, u64>,
     /// The recipes, main one first.
     pub recipes: Vec<Recipe>,
     /// For the main recipe, when the structure's configuration is known.
@@ -320,7 +325,8 @@ fn lines(profiler: &Profiler, total: &TxStats) -> Vec<LineProfile> {
 }
 
 /// A fixed order of operations, so a pair is grouped the same whoever won
-/// (reads before writes, allocate before refresh before expire).
+/// (reads before writes, lease queries before allocate before refresh
+/// before expire).
 fn op_rank(op: Op) -> u8 {
     match op {
         Op::Read => 0,
@@ -330,12 +336,13 @@ fn op_rank(op: Op) -> u8 {
         Op::MapGet => 4,
         Op::MapSet => 5,
         Op::MapRemove => 6,
-        Op::AllocatorAllocate => 7,
-        Op::AllocatorFree => 8,
-        Op::AllocatorRefresh => 9,
-        Op::AllocatorExpire => 10,
-        Op::DistributedRead => 11,
-        Op::DistributedUpdate => 12,
+        Op::AllocatorQuery => 7,
+        Op::AllocatorAllocate => 8,
+        Op::AllocatorFree => 9,
+        Op::AllocatorRefresh => 10,
+        Op::AllocatorExpire => 11,
+        Op::DistributedRead => 12,
+        Op::DistributedUpdate => 13,
     }
 }
 
@@ -357,24 +364,35 @@ fn op_site(s: &SiteAccess) -> OpSite {
 
 type CauseKey = (StructureId, RootCause, SiteAccess, Option<SiteAccess>);
 
+/// A cause group's aborts, per conflict kind and per element class.
+#[derive(Default)]
+struct CauseCounts {
+    aborts: u64,
+    kinds: BTreeMap<String, u64>,
+    elements: BTreeMap<String, u64>,
+}
+
 /// `packets_per_transaction`: the mean batch, when known (sizes the Map
 /// suggestion).
 fn causes(profiler: &Profiler, total: &TxStats, packets_per_transaction: Option<u64>) -> Vec<CauseProfile> {
-    let mut groups: HashMap<CauseKey, (u64, BTreeMap<String, u64>)> = HashMap::new();
+    let mut groups: HashMap<CauseKey, CauseCounts> = HashMap::new();
     for (site, n) in &total.conflicts {
         let (_, kind) = structure_ref(profiler, site.structure);
         let cause = match kind {
-            Some(kind) => RootCause::classify(kind, site.ours.op, site.theirs.map(|t| t.op), site.same_key),
+            Some(kind) => {
+                RootCause::classify(kind, site.element_class, site.ours.op, site.theirs.map(|t| t.op), site.same_key)
+            }
             None => RootCause::Unclassified,
         };
         let (first, second) = ordered_pair(site);
         let group = groups.entry((site.structure, cause, first, second)).or_default();
-        group.0 += n;
-        *group.1.entry(site.kind.name().to_string()).or_insert(0) += n;
+        group.aborts += n;
+        *group.kinds.entry(site.kind.name().to_string()).or_insert(0) += n;
+        *group.elements.entry(site.element_class.name().to_string()).or_insert(0) += n;
     }
     let mut causes: Vec<CauseProfile> = groups
         .into_iter()
-        .map(|((structure, cause, first, second), (aborts, kinds))| {
+        .map(|((structure, cause, first, second), CauseCounts { aborts, kinds, elements })| {
             let (structure, _) = structure_ref(profiler, structure);
             let recipes = cause.recipes().to_vec();
             let suggestion = suggest(recipes[0], structure.config.as_ref(), packets_per_transaction);
@@ -391,6 +409,7 @@ fn causes(profiler: &Profiler, total: &TxStats, packets_per_transaction: Option<
                 first: op_site(&first),
                 second: second.as_ref().map(op_site),
                 kinds,
+                elements,
                 recipes,
                 suggestion,
                 explanation,

@@ -89,6 +89,10 @@ fn write_cause(f: &mut Formatter<'_>, c: &CauseProfile) -> fmt::Result {
         None => "a write the engine no longer knew".to_string(),
     };
     writeln!(f, "      {} at {} conflicts with {second}", c.first.op, c.first.line.short())?;
+    if c.elements.keys().any(|class| class != "element") {
+        let on: Vec<String> = c.elements.iter().map(|(class, n)| format!("{class} {}", count(*n))).collect();
+        writeln!(f, "      on:     {}", on.join(", "))?;
+    }
     writeln!(f, "      cause:  {}", c.detail)?;
     for (i, recipe) in c.recipes.iter().enumerate() {
         let label = if i == 0 { "recipe:" } else { "    or:" };

@@ -19,9 +19,21 @@ pub(crate) struct BatchItem {
 struct SetWork<S> {
     /// `None`: not live (never was, or expired in this batch).
     state: Option<S>,
+    /// The set's last packet (before this batch: the table's).
     last_seen_ns: u64,
-    /// Set when `first_packet` made the set live in this batch.
-    new_timeout_ns: Option<u64>,
+    /// Of the live state.
+    idle_timeout_ns: u64,
+    /// `first_packet` made the set live in this batch: after the commit it
+    /// replaces whatever the table has for the key.
+    created: bool,
+}
+
+impl<S> SetWork<S> {
+    /// Whether the live state expired before a packet at `at` (idle for
+    /// its whole timeout, as [`SetTable::due`] counts it).
+    fn expired_by(&self, at: u64) -> bool {
+        self.state.is_some() && self.last_seen_ns.saturating_add(self.idle_timeout_ns) <= at
+    }
 }
 
 /// Fires every `period_ns` of packet time, at most once per batch.
@@ -94,10 +106,15 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
         }
     }
 
-    /// Runs the handlers of `batch` (expiries and the periodic timer due at
-    /// its first packet's time, then each packet) in one transaction,
-    /// retried until it commits; then applies set changes and releases the
-    /// output.
+    /// Runs the handlers of `batch` in one transaction, retried until it
+    /// commits; then applies set changes and releases the output. Within
+    /// the transaction: the expiries and the periodic timer due at the
+    /// first packet's time, then each packet, at its own time. A packet
+    /// whose set has been idle for its timeout by the packet's time (its
+    /// deadline passed within the batch) first expires the set, and is then
+    /// the first packet of a new set: what a set's packets see does not
+    /// depend on where batches start, so on how many workers share the
+    /// traffic.
     pub(crate) fn run_batch(&mut self, batch: &[BatchItem]) {
         let Some(first) = batch.first() else { return };
         self.run_at(first.packet.timestamp_ns(), batch);
@@ -119,7 +136,8 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
                 if let Some(set) = sets.get(key) {
                     nf.expired(&mut ctx, &set.state)?;
                 }
-                scratch.insert(*key, SetWork { state: None, last_seen_ns: now_ns, new_timeout_ns: None });
+                let gone = SetWork { state: None, last_seen_ns: now_ns, idle_timeout_ns: 0, created: false };
+                scratch.insert(*key, gone);
             }
             if periodic_due {
                 nf.periodic(&mut ctx)?;
@@ -134,18 +152,30 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
                 };
                 let set = match scratch.entry(key) {
                     Entry::Occupied(e) => e.into_mut(),
-                    Entry::Vacant(v) => {
-                        let state = sets.get(&key).map(|s| s.state.clone());
-                        v.insert(SetWork { state, last_seen_ns: at, new_timeout_ns: None })
-                    }
+                    Entry::Vacant(v) => v.insert(match sets.get(&key) {
+                        Some(live) => SetWork {
+                            state: Some(live.state.clone()),
+                            last_seen_ns: live.last_seen_ns,
+                            idle_timeout_ns: live.idle_timeout_ns,
+                            created: false,
+                        },
+                        None => SetWork { state: None, last_seen_ns: at, idle_timeout_ns: 0, created: false },
+                    }),
                 };
+                if set.expired_by(at) {
+                    if let Some(state) = set.state.take() {
+                        nf.expired(&mut ctx, &state)?;
+                    }
+                    set.created = false;
+                }
                 set.last_seen_ns = at;
                 match &mut set.state {
                     Some(state) => nf.packet(&mut ctx, state, work)?,
                     None => {
                         if let Some(new) = nf.first_packet(&mut ctx, work)? {
                             set.state = Some(new.state);
-                            set.new_timeout_ns = Some(new.idle_timeout_ns);
+                            set.idle_timeout_ns = new.idle_timeout_ns;
+                            set.created = true;
                         }
                     }
                 }
@@ -153,12 +183,13 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
             Ok(())
         });
         for (key, work) in self.scratch.drain() {
-            match (work.state, work.new_timeout_ns) {
-                (Some(state), Some(idle_timeout_ns)) => {
-                    self.sets.insert(key, LiveSet { state, last_seen_ns: work.last_seen_ns, idle_timeout_ns })
-                }
-                (Some(state), None) => self.sets.touch(&key, state, work.last_seen_ns),
-                (None, _) => self.sets.remove(&key),
+            match work.state {
+                Some(state) if work.created => self.sets.insert(
+                    key,
+                    LiveSet { state, last_seen_ns: work.last_seen_ns, idle_timeout_ns: work.idle_timeout_ns },
+                ),
+                Some(state) => self.sets.touch(&key, state, work.last_seen_ns),
+                None => self.sets.remove(&key),
             }
         }
         self.outputs.append(&mut self.pending);

@@ -8,9 +8,11 @@
 //! so all packets of a set run on one worker, in order, against that
 //! worker's copy of the set's state; orphans go round-robin. Each receive
 //! batch runs as one transaction: expiries and the timer due at the batch's
-//! first packet, then every packet's handler. An abort re-runs the batch
-//! from copies of the set states and the packets, and output leaves only
-//! after the commit.
+//! first packet, then every packet's handler at its own time; a packet
+//! whose set was idle for its whole timeout by then first expires the set
+//! and then starts a new one (so a set's life does not depend on where
+//! batches begin). An abort re-runs the batch from copies of the set
+//! states and the packets, and output leaves only after the commit.
 //!
 //! [`run_trace`] drives it from packets in memory with a software
 //! dispatcher; [`crate::live`] drives the same worker machinery from a

@@ -142,7 +142,11 @@ pub trait ParallelNf: Sync {
     ) -> Result<(), Abort>;
 
     /// A live set received nothing for its idle timeout; it is removed
-    /// after this returns.
+    /// after this returns. It runs when the runtime notices, at that time
+    /// ([`Ctx::now_ns`]): at the start of a batch (its first packet's
+    /// time; a tick's in live mode), or, for a set whose timeout ran out
+    /// within a batch, just before the set's next packet (that packet's
+    /// time), which then goes to `first_packet`.
     fn expired<'a>(&'a self, _ctx: &mut Ctx<'_, 'a>, _state: &Self::SetState) -> Result<(), Abort> {
         Ok(())
     }

@@ -13,25 +13,38 @@ pub(crate) struct LiveSet<S> {
 }
 
 impl<S> LiveSet<S> {
-    fn deadline(&self) -> u64 {
+    /// The set expires when it has seen no packet up to this time
+    /// (inclusive).
+    pub(crate) fn deadline(&self) -> u64 {
         self.last_seen_ns.saturating_add(self.idle_timeout_ns)
     }
 }
 
+/// A live set and the generation of its timer.
+struct Entry<S> {
+    set: LiveSet<S>,
+    generation: u64,
+}
+
 /// Live sets plus a lazy timer heap: one entry per live set, re-armed
 /// at its real deadline when it pops early (the set saw packets since).
+/// A set replaced by a new one of the same key (it expired in the middle
+/// of a batch and its packet started it again) gets a new timer; the old
+/// one is recognised by its generation and dropped when it pops, so a set
+/// never has two timers (which would expire it twice).
 pub(crate) struct SetTable<S> {
-    live: HashMap<SetKey, LiveSet<S>>,
-    timers: BinaryHeap<Reverse<(u64, SetKey)>>,
+    live: HashMap<SetKey, Entry<S>>,
+    timers: BinaryHeap<Reverse<(u64, SetKey, u64)>>,
+    next_generation: u64,
 }
 
 impl<S> SetTable<S> {
     pub(crate) fn new() -> SetTable<S> {
-        SetTable { live: HashMap::new(), timers: BinaryHeap::new() }
+        SetTable { live: HashMap::new(), timers: BinaryHeap::new(), next_generation: 0 }
     }
 
     pub(crate) fn get(&self, key: &SetKey) -> Option<&LiveSet<S>> {
-        self.live.get(key)
+        self.live.get(key).map(|e| &e.set)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -42,31 +55,35 @@ impl<S> SetTable<S> {
     /// They stay in the table until [`SetTable::remove`].
     pub(crate) fn due(&mut self, now_ns: u64) -> Vec<SetKey> {
         let mut due = Vec::new();
-        while let Some(Reverse((deadline, key))) = self.timers.peek().copied() {
+        while let Some(Reverse((deadline, key, generation))) = self.timers.peek().copied() {
             if deadline > now_ns {
                 break;
             }
             self.timers.pop();
-            let Some(set) = self.live.get(&key) else { continue };
-            if set.deadline() <= now_ns {
+            let Some(entry) = self.live.get(&key).filter(|e| e.generation == generation) else { continue };
+            if entry.set.deadline() <= now_ns {
                 due.push(key);
             } else {
-                self.timers.push(Reverse((set.deadline(), key)));
+                self.timers.push(Reverse((entry.set.deadline(), key, generation)));
             }
         }
         due
     }
 
+    /// Makes `key` live with `set`, replacing a set of that key still in
+    /// the table (and its timer).
     pub(crate) fn insert(&mut self, key: SetKey, set: LiveSet<S>) {
-        self.timers.push(Reverse((set.deadline(), key)));
-        self.live.insert(key, set);
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        self.timers.push(Reverse((set.deadline(), key, generation)));
+        self.live.insert(key, Entry { set, generation });
     }
 
     /// Updates a live set after a committed batch.
     pub(crate) fn touch(&mut self, key: &SetKey, state: S, last_seen_ns: u64) {
-        if let Some(set) = self.live.get_mut(key) {
-            set.state = state;
-            set.last_seen_ns = last_seen_ns;
+        if let Some(entry) = self.live.get_mut(key) {
+            entry.set.state = state;
+            entry.set.last_seen_ns = last_seen_ns;
         }
     }
 

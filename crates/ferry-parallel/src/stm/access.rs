@@ -30,18 +30,59 @@ pub struct StructureInfo {
     pub created_at: &'static Location<'static>,
 }
 
-/// One transactional object: a structure and an element inside it (a
-/// vector index, a map bucket, an allocator pool; each structure documents
-/// its numbering).
+/// Which kind of object inside its structure an object is. Structures
+/// made of one kind of object (a bare [`super::TObj`], a `Vector`'s
+/// elements, a `Map`'s buckets) use [`ElementClass::Element`]; the
+/// `Allocator` and the `DistributedObj` have several, and a conflict means
+/// different things on each (a free pool: a core stealing; a lease list:
+/// work on another core's leases), so the profiler looks at the class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum ElementClass {
+    /// The only kind of object of its structure.
+    #[default]
+    Element,
+    /// An `Allocator` index (its state, expiry and list links).
+    AllocatorSlot,
+    /// A core's free pool of an `Allocator`.
+    AllocatorFreePool,
+    /// A core's lease list of an `Allocator`.
+    AllocatorLeaseList,
+    /// A core's part of a `DistributedObj`.
+    DistributedPart,
+    /// A core's cached merge of a `DistributedObj`.
+    DistributedMerged,
+}
+
+impl ElementClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            ElementClass::Element => "element",
+            ElementClass::AllocatorSlot => "slot",
+            ElementClass::AllocatorFreePool => "free pool",
+            ElementClass::AllocatorLeaseList => "lease list",
+            ElementClass::DistributedPart => "part",
+            ElementClass::DistributedMerged => "cached merge",
+        }
+    }
+}
+
+/// One transactional object: a structure, an element inside it (a vector
+/// index, a map bucket, an allocator pool; each structure documents its
+/// numbering) and the element's class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ObjectId {
     pub structure: StructureId,
     pub element: u64,
+    pub class: ElementClass,
 }
 
 impl fmt::Display for ObjectId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "structure #{} element {}", self.structure.0, self.element)
+        write!(f, "structure #{} element {}", self.structure.0, self.element)?;
+        if self.class != ElementClass::Element {
+            write!(f, " ({})", self.class.name())?;
+        }
+        Ok(())
     }
 }
 
@@ -62,6 +103,8 @@ pub enum Op {
     AllocatorFree,
     AllocatorRefresh,
     AllocatorExpire,
+    /// A read-only query of a lease (`Allocator::lease_expiry`).
+    AllocatorQuery,
     DistributedRead,
     DistributedUpdate,
 }
@@ -80,6 +123,7 @@ impl Op {
             Op::AllocatorFree => "Allocator::free",
             Op::AllocatorRefresh => "Allocator::refresh",
             Op::AllocatorExpire => "Allocator::expire",
+            Op::AllocatorQuery => "Allocator::lease_expiry",
             Op::DistributedRead => "DistributedObj::read",
             Op::DistributedUpdate => "DistributedObj::update",
         }

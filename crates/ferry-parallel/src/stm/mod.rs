@@ -98,7 +98,7 @@ mod tx;
 mod worker;
 
 pub use abort::{Abort, ConflictKind};
-pub use access::{Access, ObjectId, Op, StructureId, StructureInfo, StructureKind};
+pub use access::{Access, ElementClass, ObjectId, Op, StructureId, StructureInfo, StructureKind};
 pub use engine::{Stm, StmError};
 pub use object::TObj;
 pub use stats::{ConflictSite, SiteAccess, TxStats};

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::ptr;
 
 use super::abort::Abort;
-use super::access::{Access, ObjectId, Op, StructureId};
+use super::access::{Access, ElementClass, ObjectId, Op, StructureId};
 use super::engine::Stm;
 use super::tx::Tx;
 #[cfg(loom)]
@@ -95,13 +95,24 @@ pub struct TObj<T> {
 
 impl<T: Send + Sync + 'static> TObj<T> {
     /// A new object of `stm` holding `value` as version 0 (visible to every
-    /// snapshot).
+    /// snapshot), of class [`ElementClass::Element`].
     pub fn new(stm: &Stm, structure: StructureId, element: u64, value: T) -> TObj<T> {
+        TObj::with_class(stm, structure, element, ElementClass::Element, value)
+    }
+
+    /// A new object of a structure made of several kinds of object.
+    pub(crate) fn with_class(
+        stm: &Stm,
+        structure: StructureId,
+        element: u64,
+        class: ElementClass,
+        value: T,
+    ) -> TObj<T> {
         let head = Box::into_raw(Box::new(Node::new(0, value, None)));
         TObj {
             lock: AtomicU64::new(unlocked(0)),
             head: AtomicPtr::new(head),
-            id: ObjectId { structure, element },
+            id: ObjectId { structure, element, class },
             stm: stm.id(),
             _owns: PhantomData,
         }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::panic::Location;
 
 use super::abort::{Abort, ConflictKind};
-use super::access::{Access, Op, StructureId};
+use super::access::{Access, ElementClass, Op, StructureId};
 
 /// An operation at a source line, without the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +25,10 @@ impl From<Access> for SiteAccess {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConflictSite {
     pub structure: StructureId,
+    /// Which kind of object of the structure the conflict was on (e.g. an
+    /// Allocator's free pool or lease list); aborts on different objects
+    /// of one class are counted together.
+    pub element_class: ElementClass,
     pub kind: ConflictKind,
     pub ours: SiteAccess,
     pub theirs: Option<SiteAccess>,
@@ -42,8 +46,10 @@ impl ConflictSite {
             Some(t) if ours.key != 0 && t.key != 0 => Some(ours.key == t.key),
             _ => None,
         };
+        let object = abort.object();
         ConflictSite {
-            structure: abort.object().structure,
+            structure: object.structure,
+            element_class: object.class,
             kind: abort.kind(),
             ours: ours.into(),
             theirs: theirs.map(SiteAccess::from),
@@ -53,6 +59,9 @@ impl ConflictSite {
 }
 
 /// What one worker's transactions did.
+///
+/// The times are wall-clock nanoseconds (`std::time::Instant`, read a few
+/// times per attempt and never per access; always 0 under loom).
 #[derive(Debug, Clone, Default)]
 pub struct TxStats {
     /// Committed transactions (read-only ones included).
@@ -61,6 +70,28 @@ pub struct TxStats {
     pub read_only_commits: u64,
     /// Aborted attempts; each was retried.
     pub aborts: u64,
+    /// Object reads by committed and aborted attempts: every call that
+    /// reads a transactional object counts (a data-structure operation
+    /// makes one or more), reads of the attempt's own pending writes and
+    /// unrecorded peeks (`Allocator::expire` looking at other workers'
+    /// lists) included; an `update` counts as a read and a write.
+    pub reads: u64,
+    /// Object writes by committed and aborted attempts, counted like
+    /// `reads`.
+    pub writes: u64,
+    /// Time spent inside commit (locking the write set, validation,
+    /// installing, and releasing the locks of a commit that failed), over
+    /// all attempts. A read-only commit does nothing and is not timed.
+    pub commit_ns: u64,
+    /// Time of the attempts that aborted, each from its begin to its abort
+    /// (the failed data-structure call, or the end of the failed commit):
+    /// work thrown away, back-off not included.
+    pub aborted_ns: u64,
+    /// The most consecutive aborts of one transaction before it committed
+    /// (its retries). [`super::Worker::atomically`] tracks it;
+    /// [`super::Worker::try_once`] runs single attempts and counts a
+    /// committed one as 0 retries.
+    pub max_retries: u32,
     /// Aborts per conflict site.
     pub conflicts: HashMap<ConflictSite, u64>,
 }
@@ -71,11 +102,16 @@ impl TxStats {
         *self.conflicts.entry(ConflictSite::of(abort)).or_insert(0) += 1;
     }
 
-    /// Adds another worker's counts.
+    /// Adds another worker's counts (sums, and the larger `max_retries`).
     pub fn merge(&mut self, other: &TxStats) {
         self.commits += other.commits;
         self.read_only_commits += other.read_only_commits;
         self.aborts += other.aborts;
+        self.reads += other.reads;
+        self.writes += other.writes;
+        self.commit_ns += other.commit_ns;
+        self.aborted_ns += other.aborted_ns;
+        self.max_retries = self.max_retries.max(other.max_retries);
         for (site, n) in &other.conflicts {
             *self.conflicts.entry(*site).or_insert(0) += n;
         }

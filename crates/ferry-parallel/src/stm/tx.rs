@@ -48,12 +48,16 @@ pub struct Tx<'a> {
     /// Set when a read had to return a version older than the newest: the
     /// transaction can still commit read-only, but not write.
     doomed: Option<Abort>,
+    /// Object accesses so far (an `update` is one of each), for
+    /// [`super::TxStats`].
+    read_accesses: u64,
+    write_accesses: u64,
 }
 
 impl<'a> Tx<'a> {
     pub(crate) fn begin(stm: &'a Stm, worker: usize, now_ns: u64, buffers: TxBuffers<'a>) -> Tx<'a> {
         let rv = stm.begin(worker);
-        Tx { stm, worker, rv, now_ns, buffers, writes: 0, doomed: None }
+        Tx { stm, worker, rv, now_ns, buffers, writes: 0, doomed: None, read_accesses: 0, write_accesses: 0 }
     }
 
     /// Ends the attempt (committed or not) and hands the buffers back.
@@ -97,6 +101,12 @@ impl<'a> Tx<'a> {
         self.writes == 0
     }
 
+    /// Object reads and writes this attempt made (each call counts, an
+    /// `update` as one of each; reads of our own pending writes included).
+    pub(crate) fn access_counts(&self) -> (u64, u64) {
+        (self.read_accesses, self.write_accesses)
+    }
+
     fn entry_of(&self, obj: &dyn ErasedObj) -> Option<usize> {
         self.buffers.index.get(&address(obj)).map(|i| *i as usize)
     }
@@ -126,6 +136,7 @@ impl<'a> Tx<'a> {
         T: Send + Sync + 'static,
     {
         self.check_engine(obj);
+        self.read_accesses += 1;
         let existing = self.entry_of(obj);
         if let Some((pending, _)) = existing.and_then(|i| self.buffers.entries[i].write.as_ref()) {
             return Ok(f(pending_value(pending)));
@@ -138,6 +149,27 @@ impl<'a> Tx<'a> {
         };
         self.buffers.entries[i].read.get_or_insert(access);
         Ok(result)
+    }
+
+    /// Calls `f` on the value of `obj` in this transaction's snapshot (or
+    /// on its own pending write) without recording the read: commit does
+    /// not validate it and it never dooms the transaction, so it adds
+    /// nothing to the conflict footprint. The value is only a hint (a
+    /// commit may have changed `obj` since the snapshot, or be installing
+    /// a version within it), for decisions that a recorded read confirms
+    /// before anything depends on it. Counted as a read in the stats.
+    pub(crate) fn peek_with<T, R>(&mut self, obj: &'a TObj<T>, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: Send + Sync + 'static,
+    {
+        self.check_engine(obj);
+        self.read_accesses += 1;
+        if let Some((pending, _)) = self.entry_of(obj).and_then(|i| self.buffers.entries[i].write.as_ref()) {
+            return f(pending_value(pending));
+        }
+        // Memory safety as for any read: our announcement (at most `rv`)
+        // keeps every version down to the newest one at or below `rv`.
+        obj.with_visible(self.rv, f)
     }
 
     /// Makes sure reading `obj` at `self.rv` is safe: no commit that must
@@ -193,6 +225,7 @@ impl<'a> Tx<'a> {
         T: Send + Sync + 'static,
     {
         self.check_engine(obj);
+        self.write_accesses += 1;
         let i = self.prepare_write(obj, access)?;
         match &mut self.buffers.entries[i].write {
             Some((pending, last)) => {
@@ -223,6 +256,8 @@ impl<'a> Tx<'a> {
         self.check_engine(obj);
         if let Some(i) = self.entry_of(obj) {
             if self.buffers.entries[i].write.is_some() {
+                self.read_accesses += 1;
+                self.write_accesses += 1;
                 self.prepare_write(obj, access)?;
                 let (pending, last) = self.buffers.entries[i].write.as_mut().expect("checked above");
                 let node = pending_node_mut::<T>(pending);

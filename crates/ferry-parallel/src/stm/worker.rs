@@ -5,6 +5,7 @@ use super::abort::Abort;
 use super::engine::Stm;
 use super::stats::TxStats;
 use super::tx::{Tx, TxBuffers};
+use crate::sync::Stamp;
 
 /// Writing commits between two refreshes of the reclamation horizon: a
 /// fresh horizon costs a read of every worker's announce slot.
@@ -64,10 +65,13 @@ impl<'a> Worker<'a> {
         let mut aborts = 0u32;
         loop {
             match self.attempt(now_ns, &mut body) {
-                Ok(value) => return value,
+                Ok(value) => {
+                    self.stats.max_retries = self.stats.max_retries.max(aborts);
+                    return value;
+                }
                 Err(abort) => {
                     self.stats.record_abort(&abort);
-                    aborts += 1;
+                    aborts = aborts.saturating_add(1);
                     self.back_off(aborts);
                 }
             }
@@ -94,17 +98,40 @@ impl<'a> Worker<'a> {
             self.horizon = self.stm.horizon();
             self.commits_since_horizon = 0;
         }
+        // Clock reads: one here, two around a writing commit, one more if
+        // the body aborts; none per access.
+        let began = Stamp::now();
         let mut tx = Tx::begin(self.stm, self.index, now_ns, buffers);
-        let result = body(&mut tx).and_then(|value| tx.commit(self.horizon).map(|()| value));
-        let read_only = tx.is_read_only();
-        self.buffers = Some(tx.finish());
-        if result.is_ok() {
-            self.stats.commits += 1;
-            if read_only {
-                self.stats.read_only_commits += 1;
-            } else {
-                self.commits_since_horizon += 1;
+        let mut ended = None;
+        let result = body(&mut tx).and_then(|value| {
+            if tx.is_read_only() {
+                // Nothing to lock, validate or install.
+                return tx.commit(self.horizon).map(|()| value);
             }
+            let committing = Stamp::now();
+            let committed = tx.commit(self.horizon);
+            let done = Stamp::now();
+            self.stats.commit_ns += committing.nanos_until(done);
+            ended = Some(done);
+            committed.map(|()| value)
+        });
+        // When it aborted: at the end of a failed commit, else now.
+        let aborted_at = result.is_err().then(|| ended.unwrap_or_else(Stamp::now));
+        let read_only = tx.is_read_only();
+        let (reads, writes) = tx.access_counts();
+        self.buffers = Some(tx.finish());
+        self.stats.reads += reads;
+        self.stats.writes += writes;
+        match &result {
+            Ok(_) => {
+                self.stats.commits += 1;
+                if read_only {
+                    self.stats.read_only_commits += 1;
+                } else {
+                    self.commits_since_horizon += 1;
+                }
+            }
+            Err(_) => self.stats.aborted_ns += aborted_at.map_or(0, |at| began.nanos_until(at)),
         }
         result
     }

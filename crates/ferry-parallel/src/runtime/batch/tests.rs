@@ -146,3 +146,100 @@ fn ticks_drive_the_periodic_timer_without_packets() {
     assert_eq!(at, vec![100, 200], "armed at the first tick, then every 100 ns");
     assert_eq!(report.stats.commits, 2);
 }
+
+/// Labels what happened to a set in its output: `F` first packet, `P`
+/// later packet, `E` expiry; each with the packet's (or the expiry's)
+/// time. Idle timeout 100 ns.
+struct Labelled;
+
+impl ParallelNf for Labelled {
+    type SetState = ();
+
+    fn first_packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<Option<NewSet<()>>, Abort> {
+        ctx.emit(0, packet.timestamp_ns(), b"F");
+        Ok(Some(NewSet { state: (), idle_timeout_ns: 100 }))
+    }
+
+    fn packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, _state: &mut (), packet: &mut Packet) -> Result<(), Abort> {
+        ctx.emit(0, packet.timestamp_ns(), b"P");
+        Ok(())
+    }
+
+    fn expired<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, _state: &()) -> Result<(), Abort> {
+        let now = ctx.now_ns();
+        ctx.emit(0, now, b"E");
+        Ok(())
+    }
+}
+
+fn labels(outputs: &[OutputPacket]) -> Vec<(u64, char)> {
+    outputs.iter().map(|o| (o.timestamp_ns, o.data[0] as char)).collect()
+}
+
+#[test]
+fn a_set_idle_past_its_timeout_within_a_batch_expires_before_its_next_packet() {
+    let item = |t| BatchItem { key: mac_key(), packet: Packet::new(0, t, vec![0u8; 60]) };
+    let stm = Stm::new(1).unwrap();
+    // One batch: created at 0, seen at 50 (deadline 150), idle until 200
+    // (expired), seen at 200 (a new set, deadline 300); then 260 (new
+    // deadline 360) is a packet of that set again.
+    let mut worker = WorkerLoop::new(&Labelled, stm.worker(0).unwrap(), 1, None);
+    worker.run_batch(&[item(0), item(50), item(200), item(260)]);
+    let mut out = Vec::new();
+    worker.take_outputs(&mut out);
+    let expected = vec![(0, 'F'), (50, 'P'), (200, 'E'), (200, 'F'), (260, 'P')];
+    assert_eq!(labels(&out), expected);
+    assert_eq!(worker.stats().commits, 1, "one transaction");
+    // The same packets one per batch give the same result.
+    let stm = Stm::new(1).unwrap();
+    let mut single = WorkerLoop::new(&Labelled, stm.worker(0).unwrap(), 1, None);
+    for t in [0, 50, 200, 260] {
+        single.run_batch(&[item(t)]);
+    }
+    let mut one_by_one = Vec::new();
+    single.take_outputs(&mut one_by_one);
+    assert_eq!(labels(&one_by_one), expected);
+    // The replaced set has one timer: it expires once, at its deadline.
+    worker.run_tick(359);
+    worker.run_tick(360);
+    worker.run_tick(1_000);
+    out.clear();
+    worker.take_outputs(&mut out);
+    assert_eq!(labels(&out), vec![(360, 'E')]);
+    let report = worker.finish();
+    assert_eq!((report.live_sets, report.stats.commits), (0, 2));
+}
+
+#[test]
+fn a_set_expired_mid_batch_and_not_started_again_is_gone() {
+    /// Starts a set only from packets whose first byte is 1.
+    struct Picky;
+    impl ParallelNf for Picky {
+        type SetState = ();
+        fn first_packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<Option<NewSet<()>>, Abort> {
+            ctx.emit(0, packet.timestamp_ns(), b"F");
+            Ok((packet.data()[0] == 1).then_some(NewSet { state: (), idle_timeout_ns: 100 }))
+        }
+        fn packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, _state: &mut (), packet: &mut Packet) -> Result<(), Abort> {
+            ctx.emit(0, packet.timestamp_ns(), b"P");
+            Ok(())
+        }
+        fn expired<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, _state: &()) -> Result<(), Abort> {
+            let now = ctx.now_ns();
+            ctx.emit(0, now, b"E");
+            Ok(())
+        }
+    }
+    let item = |t, first| {
+        let mut data = vec![0u8; 60];
+        data[0] = first;
+        BatchItem { key: mac_key(), packet: Packet::new(0, t, data) }
+    };
+    let stm = Stm::new(1).unwrap();
+    let mut worker = WorkerLoop::new(&Picky, stm.worker(0).unwrap(), 1, None);
+    worker.run_batch(&[item(0, 1), item(150, 0), item(160, 1)]);
+    worker.run_tick(10_000);
+    let report = worker.finish();
+    assert_eq!(labels(&report.outputs), vec![(0, 'F'), (150, 'E'), (150, 'F'), (160, 'F'), (10_000, 'E')]);
+    assert_eq!(report.live_sets, 0);
+}

@@ -1,0 +1,346 @@
+//! The six NFs of [`crate::nfs`] in the live table ([`super::registry`]):
+//! how each is built from `key=value` arguments (`ferry nf serve --kind
+//! parallel-<name> --arg k=v`, or `args:` in a chain file), and its packet
+//! sets and periodic timer. Every argument has a default, except Maglev's
+//! `vip`; an error names the argument at fault.
+//!
+//! # Ports
+//!
+//! In live mode an NF receives on NF port `i` what arrived on the `i`-th
+//! AF_XDP socket of its thread (the chain's ports in order of first
+//! mention in the links, `from:` or `to:`; frames from another NF's ring
+//! come in on the host's `ring_port`, default 0), and what it sends on NF
+//! port `p` leaves through out-link `p` (its `p`-th `from:` line). The
+//! output ports an NF is configured with are checked against its
+//! out-links ([`NfEnv::ports`]) when it is built. A two-sided NF wants
+//! side `i` both ways, so list its links so that the two numberings agree
+//! (`examples/chains/parallel.yaml`):
+//!
+//! ```yaml
+//! links:
+//!   - { from: inside, to: fw }    # socket 0: NF port 0 in
+//!   - { from: outside, to: fw }   # socket 1: NF port 1 in
+//!   - { from: fw, to: inside }    # out-link 0: NF port 0 out
+//!   - { from: fw, to: outside }   # out-link 1: NF port 1 out
+//! ```
+//!
+//! # The NFs
+//!
+//! Durations are whole milliseconds (`_ms`) or microseconds (`_us`).
+//!
+//! * `nat` ([`Nat`]): NF port 0 is the internal side (in: from the
+//!   internal hosts; out-link 0: inbound traffic translated back), port 1
+//!   the external side (in: from outside; out-link 1: translated outbound
+//!   traffic). Needs 2 out-links. `public_ip` (198.51.100.1), `ports=lo-hi`
+//!   public ports, per protocol (1024-65535), `lease_ms` (300000),
+//!   `refresh_ms` (1000; 0: refresh on every packet), `buckets` (16384),
+//!   `reclaim_ms` (100: the periodic handler's period), `reclaim_batch`
+//!   (64).
+//! * `bridge` ([`Bridge`]): NF port `i` is bridge port `i`, both ways
+//!   (frames in from socket `i`, out through out-link `i`; floods go out
+//!   of every out-link but the arrival port's). `ports` (the NF's
+//!   out-links, at least 2), `capacity` (65536 addresses), `timeout_ms`
+//!   (120000), `refresh_ms` (1000), `buckets` (16384), `reclaim_ms` (100:
+//!   the periodic handler's period), `reclaim_batch` (64).
+//! * `firewall` ([`Firewall`]): NF port 0 is the internal side (in: from
+//!   the protected hosts; out-link 0: answers let in), port 1 the external
+//!   side (in: from outside, answers or unsolicited; out-link 1: traffic
+//!   from inside). Needs 2 out-links. `idle_ms` (60000). No timer.
+//! * `maglev` ([`Maglev`]): clients' packets arrive on NF port
+//!   `client_port` (0); each backend's frames leave through the out-link
+//!   given as its port (nothing comes back: direct server return). `vip`
+//!   (required), `mac` (the balancer's, written as the source;
+//!   02:00:00:00:00:fe), `backends=name:port:mac,...` (4 backends
+//!   `backend-0`..`backend-3` on out-link 0 with MACs 02:be:00:00:00:00..03),
+//!   `table_size` (65537, a prime), `idle_ms` (30000). No timer: every
+//!   backend stays up (the health schedule is a trace-mode feature).
+//! * `policer` ([`Policer`]): NF port `wan_port` (0) both ways: policed
+//!   traffic in, LAN traffic out; `lan_port` (1) both ways: the LAN hosts'
+//!   traffic in, conforming traffic out. Both must be out-links. `rate`
+//!   (bytes per second per destination host, 12500000 = 100 Mbit/s),
+//!   `burst` (bytes, 125000), `sets=dst|flow` (dst: a bucket per
+//!   destination set; flow: per-flow sets, buckets in a Map), `buckets`
+//!   (4096, the Map's, `sets=flow` only). No timer.
+//! * `anti_ddos` ([`AntiDdos`]): monitored traffic arrives on NF port
+//!   `in_port` (0) and accepted traffic leaves through out-link `out_port`
+//!   (1). `threshold` (80: attack while more than this percentage of live
+//!   flows are one-packet flows), `min_flows` (100), `idle_ms` (6000),
+//!   `staleness_us` (100: how stale the merged flow counts may be; 0 merges
+//!   on every read). No timer.
+
+use std::net::Ipv4Addr;
+use std::ops::RangeInclusive;
+
+use ferry_wire::MacAddr;
+
+use super::registry::{bad_value, ArgError, NfArgs, NfEnv, NfSetup, RegisteredNf};
+use crate::nfs::anti_ddos::{AntiDdos, AntiDdosConfig};
+use crate::nfs::bridge::{Bridge, BridgeConfig};
+use crate::nfs::firewall::{Firewall, FirewallConfig};
+use crate::nfs::maglev::{Backend, Maglev, MaglevConfig, MaglevError};
+use crate::nfs::nat::{Nat, NatConfig};
+use crate::nfs::policer::{Policer, PolicerConfig, PolicerSets, MAX_BURST_BYTES};
+use crate::runtime::TraceConfig;
+use crate::stm::Stm;
+
+/// Nanoseconds per millisecond and per microsecond.
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+const NOT_A_NUMBER: &str = "not a non-negative integer";
+
+pub const NAT_KEYS: &[&str] =
+    &["public_ip", "ports", "lease_ms", "refresh_ms", "buckets", "reclaim_ms", "reclaim_batch"];
+pub const BRIDGE_KEYS: &[&str] =
+    &["ports", "capacity", "timeout_ms", "refresh_ms", "buckets", "reclaim_ms", "reclaim_batch"];
+pub const FIREWALL_KEYS: &[&str] = &["idle_ms"];
+pub const MAGLEV_KEYS: &[&str] = &["vip", "mac", "backends", "client_port", "table_size", "idle_ms"];
+pub const POLICER_KEYS: &[&str] = &["rate", "burst", "sets", "wan_port", "lan_port", "buckets"];
+pub const ANTI_DDOS_KEYS: &[&str] = &["in_port", "out_port", "threshold", "min_flows", "idle_ms", "staleness_us"];
+
+/// Maglev's default balancer MAC.
+pub const DEFAULT_MAGLEV_MAC: MacAddr = [0x02, 0, 0, 0, 0, 0xfe];
+/// The policer's default rate (bytes per second: 100 Mbit/s) and burst
+/// (bytes: 10 ms at that rate).
+pub const DEFAULT_POLICER_RATE: u64 = 12_500_000;
+pub const DEFAULT_POLICER_BURST: u64 = 125_000;
+
+/// Maglev's default backends: `backend-0`..`backend-3` on out-link 0.
+pub fn default_maglev_backends() -> Vec<Backend> {
+    (0..4u8).map(|i| Backend { name: format!("backend-{i}"), port: 0, mac: [0x02, 0xbe, 0, 0, 0, i] }).collect()
+}
+
+/// `aa:bb:cc:dd:ee:ff` (hex digits, either case).
+pub fn parse_mac(s: &str) -> Option<MacAddr> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for byte in &mut mac {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// `lo-hi` (or one port `p`), with `lo <= hi`.
+pub fn parse_port_range(s: &str) -> Option<RangeInclusive<u16>> {
+    let (lo, hi) = match s.split_once('-') {
+        Some((lo, hi)) => (lo.trim().parse().ok()?, hi.trim().parse().ok()?),
+        None => {
+            let p = s.trim().parse().ok()?;
+            (p, p)
+        }
+    };
+    (lo <= hi).then_some(lo..=hi)
+}
+
+/// `name:port:mac[,name:port:mac...]` (the MAC keeps its colons; names
+/// are non-empty and contain neither `:` nor `,`).
+pub fn parse_backends(s: &str) -> Option<Vec<Backend>> {
+    s.split(',')
+        .map(|b| {
+            let mut it = b.trim().splitn(3, ':');
+            let (name, port, mac) = (it.next()?, it.next()?, it.next()?);
+            if name.is_empty() {
+                return None;
+            }
+            Some(Backend { name: name.to_string(), port: port.parse().ok()?, mac: parse_mac(mac)? })
+        })
+        .collect()
+}
+
+fn number<T: std::str::FromStr>(args: &NfArgs, key: &str, default: T) -> Result<T, ArgError> {
+    args.parse_or(key, default, NOT_A_NUMBER, |v| v.parse().ok())
+}
+
+/// `value` (of `key`) must be at least 1.
+fn positive<T: PartialEq + Default>(args: &NfArgs, key: &str, value: T) -> Result<T, ArgError> {
+    if value == T::default() {
+        return Err(bad_value(key, args.get(key).unwrap_or("0"), "must be at least 1"));
+    }
+    Ok(value)
+}
+
+/// Output port `port` (argument `key`) must be an out-link.
+fn out_link(env: &NfEnv, key: &str, port: u16) -> Result<u16, ArgError> {
+    if port >= env.ports {
+        return Err(ArgError::NoOutLink { key: key.to_string(), port, out_links: env.ports });
+    }
+    Ok(port)
+}
+
+/// A two-sided NF (port 0 inside, port 1 outside) needs both out-links.
+fn two_sided(nf: &'static str, env: &NfEnv) -> Result<(), ArgError> {
+    if env.ports < 2 {
+        let message =
+            format!("needs 2 out-links (0: the internal side, 1: the external side); the NF has {}", env.ports);
+        return Err(ArgError::Build { nf, message });
+    }
+    Ok(())
+}
+
+fn built(nf: &'static str, e: impl std::fmt::Display) -> ArgError {
+    ArgError::Build { nf, message: e.to_string() }
+}
+
+fn setup(trace: TraceConfig) -> NfSetup {
+    NfSetup { packet_sets: trace.packet_sets, periodic_ns: trace.periodic_ns }
+}
+
+impl RegisteredNf for Nat {
+    fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
+        args.only(NAT_KEYS)?;
+        two_sided("nat", env)?;
+        let d = NatConfig::default();
+        let config = NatConfig {
+            public_ip: args.parse_or("public_ip", d.public_ip, "not an IPv4 address", |v| v.parse().ok())?,
+            ports: args.parse_or("ports", d.ports, "not a port range lo-hi with lo <= hi", parse_port_range)?,
+            lease_ns: positive(args, "lease_ms", args.duration_ns_or("lease_ms", MS, d.lease_ns)?)?,
+            refresh_interval_ns: args.duration_ns_or("refresh_ms", MS, d.refresh_interval_ns)?,
+            buckets: positive(args, "buckets", number(args, "buckets", d.buckets)?)?,
+            reclaim_period_ns: positive(
+                args,
+                "reclaim_ms",
+                args.duration_ns_or("reclaim_ms", MS, d.reclaim_period_ns)?,
+            )?,
+            reclaim_batch: positive(args, "reclaim_batch", number(args, "reclaim_batch", d.reclaim_batch)?)?,
+        };
+        let trace = config.trace_config(env.workers);
+        let nf = Nat::new(stm, config).map_err(|e| built("nat", e))?;
+        Ok((nf, setup(trace)))
+    }
+}
+
+impl RegisteredNf for Bridge {
+    fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
+        args.only(BRIDGE_KEYS)?;
+        let d = BridgeConfig::default();
+        let ports: u16 = number(args, "ports", env.ports)?;
+        if ports < 2 {
+            let message = format!("needs at least 2 ports (out-links); ports={ports}");
+            return Err(ArgError::Build { nf: "bridge", message });
+        }
+        if ports > env.ports {
+            let message = format!("ports={ports}: bridge port i is out-link i, and the NF has {} out-links", env.ports);
+            return Err(ArgError::Build { nf: "bridge", message });
+        }
+        let config = BridgeConfig {
+            ports,
+            capacity: positive(args, "capacity", number(args, "capacity", d.capacity)?)?,
+            mac_timeout_ns: positive(args, "timeout_ms", args.duration_ns_or("timeout_ms", MS, d.mac_timeout_ns)?)?,
+            refresh_interval_ns: args.duration_ns_or("refresh_ms", MS, d.refresh_interval_ns)?,
+            buckets: positive(args, "buckets", number(args, "buckets", d.buckets)?)?,
+            reclaim_period_ns: positive(
+                args,
+                "reclaim_ms",
+                args.duration_ns_or("reclaim_ms", MS, d.reclaim_period_ns)?,
+            )?,
+            reclaim_batch: positive(args, "reclaim_batch", number(args, "reclaim_batch", d.reclaim_batch)?)?,
+        };
+        let trace = config.trace_config(env.workers);
+        let nf = Bridge::new(stm, config).map_err(|e| built("bridge", e))?;
+        Ok((nf, setup(trace)))
+    }
+}
+
+impl RegisteredNf for Firewall {
+    fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
+        args.only(FIREWALL_KEYS)?;
+        two_sided("firewall", env)?;
+        let d = FirewallConfig::default();
+        let config = FirewallConfig {
+            idle_timeout_ns: positive(args, "idle_ms", args.duration_ns_or("idle_ms", MS, d.idle_timeout_ns)?)?,
+        };
+        let trace = config.trace_config(env.workers);
+        let nf = Firewall::new(stm, config).map_err(|e| built("firewall", e))?;
+        Ok((nf, setup(trace)))
+    }
+}
+
+impl RegisteredNf for Maglev {
+    fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
+        args.only(MAGLEV_KEYS)?;
+        let vip: Ipv4Addr = args.parse_required("vip", "an IPv4 address", |v| v.parse().ok())?;
+        let mac = args.parse_or("mac", DEFAULT_MAGLEV_MAC, "not a MAC address aa:bb:cc:dd:ee:ff", parse_mac)?;
+        let backends = args.parse_or(
+            "backends",
+            default_maglev_backends(),
+            "not a list name:port:mac[,name:port:mac...]",
+            parse_backends,
+        )?;
+        for b in &backends {
+            out_link(env, "backends", b.port)?;
+        }
+        let mut config = MaglevConfig::new(vip, mac, backends);
+        config.client_port = number(args, "client_port", config.client_port)?;
+        config.table_size = number(args, "table_size", config.table_size)?;
+        config.flow_idle_timeout_ns =
+            positive(args, "idle_ms", args.duration_ns_or("idle_ms", MS, config.flow_idle_timeout_ns)?)?;
+        let nf = Maglev::new(stm, config).map_err(|e| match e {
+            MaglevError::TableSizeNotPrime { .. }
+            | MaglevError::TableTooSmall { .. }
+            | MaglevError::TableTooLarge { .. } => built("maglev", format!("table_size: {e}")),
+            MaglevError::NoBackends | MaglevError::TooManyBackends { .. } | MaglevError::DuplicateBackend { .. } => {
+                built("maglev", format!("backends: {e}"))
+            }
+            e => built("maglev", e),
+        })?;
+        let packet_sets = nf.packet_sets().clone();
+        Ok((nf, NfSetup { packet_sets, periodic_ns: None }))
+    }
+}
+
+impl RegisteredNf for Policer {
+    fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
+        args.only(POLICER_KEYS)?;
+        let rate = positive(args, "rate", number(args, "rate", DEFAULT_POLICER_RATE)?)?;
+        let burst = number(args, "burst", DEFAULT_POLICER_BURST)?;
+        if burst == 0 || burst > MAX_BURST_BYTES {
+            return Err(bad_value("burst", args.get("burst").unwrap_or("0"), "must be 1..=18446744073 bytes"));
+        }
+        let mut config = PolicerConfig::new(rate, burst);
+        config.sets = args.parse_or("sets", config.sets, "not dst or flow", |v| match v {
+            "dst" | "destination" | "per-destination" => Some(PolicerSets::PerDestination),
+            "flow" | "per-flow" => Some(PolicerSets::PerFlow),
+            _ => None,
+        })?;
+        config.wan_port = out_link(env, "wan_port", number(args, "wan_port", config.wan_port)?)?;
+        config.lan_port = out_link(env, "lan_port", number(args, "lan_port", config.lan_port)?)?;
+        if config.wan_port == config.lan_port {
+            let v = config.lan_port.to_string();
+            return Err(bad_value("lan_port", &v, "must differ from wan_port"));
+        }
+        config.map_buckets = positive(args, "buckets", number(args, "buckets", config.map_buckets)?)?;
+        let nf = Policer::new(stm, config).map_err(|e| built("policer", e))?;
+        let packet_sets = nf.packet_sets().clone();
+        Ok((nf, NfSetup { packet_sets, periodic_ns: None }))
+    }
+}
+
+impl RegisteredNf for AntiDdos {
+    fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
+        args.only(ANTI_DDOS_KEYS)?;
+        let mut config = AntiDdosConfig::new();
+        config.in_port = number(args, "in_port", config.in_port)?;
+        config.out_port = out_link(env, "out_port", number(args, "out_port", config.out_port)?)?;
+        if config.in_port == config.out_port {
+            let v = config.out_port.to_string();
+            return Err(bad_value("out_port", &v, "must differ from in_port"));
+        }
+        config.one_packet_flow_percent =
+            args.parse_or("threshold", config.one_packet_flow_percent, "not a percentage 0..=100", |v| {
+                v.parse().ok().filter(|p| *p <= 100)
+            })?;
+        config.min_flows = args.parse_or("min_flows", config.min_flows, NOT_A_NUMBER, |v| {
+            v.parse::<u64>().ok().and_then(|n| i64::try_from(n).ok())
+        })?;
+        config.flow_idle_timeout_ns =
+            positive(args, "idle_ms", args.duration_ns_or("idle_ms", MS, config.flow_idle_timeout_ns)?)?;
+        config.counter_staleness_ns = args.duration_ns_or("staleness_us", US, config.counter_staleness_ns)?;
+        let nf = AntiDdos::new(stm, config).map_err(|e| built("anti_ddos", e))?;
+        let packet_sets = nf.packet_sets().clone();
+        Ok((nf, NfSetup { packet_sets, periodic_ns: None }))
+    }
+}
