@@ -10,19 +10,18 @@
 //!   "before" configuration is profiled, the profiler's own report names
 //!   the root cause and recipe, and the "after" configuration applies it.
 //!
-//! The trace is dispatched by a software dispatcher thread (Toeplitz hash
-//! over the NF's packet-set fields), which itself needs CPU: with 2
-//! workers on 2 vCPUs the dispatcher competes with them.
+//! The trace is split over the workers (Toeplitz hash over the NF's
+//! packet-set fields, as RSS would spread it over queues) before the clock
+//! starts, so the time measured is the workers' alone: on 2 vCPUs a
+//! dispatcher thread would compete with them.
 
 use std::time::Instant;
 
 use anyhow::{anyhow, Context, Result};
-use ferry_parallel::equivalence::{generate_trace, TraceSpec};
-use ferry_parallel::live::registry::{self, NfArgs, NfEnv, NfSetup, NfVisitor};
-use ferry_parallel::profiler::{Profile, Profiler};
-use ferry_parallel::runtime::{run_trace, Packet, ParallelNf, TraceConfig};
+use ferry_parallel::profiler::Profile;
+use ferry_parallel::runtime::Packet;
 use ferry_parallel::stm::{Stm, StructureKind, TObj};
-use ferry_traffic::Ipv4Range;
+use ferry_parallel::workloads::{run_named, workload, CASE_STUDIES};
 use serde::Serialize;
 
 pub struct BenchParallelOptions {
@@ -56,7 +55,7 @@ pub struct Speedup {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct CaseStudy {
+pub struct CaseStudyRow {
     pub name: &'static str,
     pub before: String,
     pub after: String,
@@ -68,6 +67,10 @@ pub struct CaseStudy {
     /// The profiler's headline and top root cause on the "before" run.
     pub profiler_headline: String,
     pub profiler_top_cause: Option<String>,
+    /// The root cause NFOS found in this case, and whether the profiler's
+    /// top cause on the "before" run is it.
+    pub expected_cause: &'static str,
+    pub profiler_named_it: bool,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -80,32 +83,7 @@ pub struct BenchParallelReport {
     pub write_ns: f64,
     pub scaling: Vec<ScalingRow>,
     pub speedups: Vec<Speedup>,
-    pub case_studies: Vec<CaseStudy>,
-}
-
-const VIP: &str = "198.18.0.1";
-
-/// Each NF's arguments and trace: the harness's generated trace, shaped to
-/// what the NF serves.
-fn workload(nf: &str, packets: usize) -> Result<(Vec<String>, Vec<Packet>)> {
-    let mut spec = TraceSpec { seed: 7, packets, ..TraceSpec::default() };
-    let args: Vec<String> = match nf {
-        "maglev" => {
-            spec.external_hosts = Ipv4Range::single(VIP.parse()?);
-            spec.reply_percent = 0;
-            spec.unsolicited_percent = 0;
-            vec![format!("vip={VIP}")]
-        }
-        "anti_ddos" => {
-            spec.tcp_percent = 90;
-            spec.reply_percent = 0;
-            spec.unsolicited_percent = 0;
-            vec![]
-        }
-        _ => vec![],
-    };
-    let trace = generate_trace(&spec).map_err(|e| anyhow!("{nf}: trace: {e}"))?.packets;
-    Ok((args, trace))
+    pub case_studies: Vec<CaseStudyRow>,
 }
 
 struct RunResult {
@@ -120,55 +98,25 @@ struct RunResult {
     profile: Profile,
 }
 
-/// Runs the NF the registry built over the trace.
-struct TraceRun<'a> {
-    stm: &'a Stm,
-    workers: usize,
-    trace: Vec<Packet>,
-    costs: (f64, f64),
-}
-
-impl NfVisitor for TraceRun<'_> {
-    type Output = Result<RunResult>;
-
-    fn visit<N: ParallelNf>(self, nf: N, setup: NfSetup) -> Result<RunResult> {
-        let config = TraceConfig {
-            workers: self.workers,
-            batch_size: 32,
-            ports: 2,
-            periodic_ns: setup.periodic_ns,
-            packet_sets: setup.packet_sets,
-        };
-        let packets = self.trace.len();
-        let rss_before = rss_kib();
-        let start = Instant::now();
-        let report = run_trace(self.stm, &nf, &config, self.trace).map_err(|e| anyhow!("run_trace: {e}"))?;
-        let seconds = start.elapsed().as_secs_f64();
-        let stats = report.total_stats();
-        let runtime_ns = stats.reads as f64 * self.costs.0
-            + stats.writes as f64 * self.costs.1
-            + stats.commit_ns as f64
-            + stats.aborted_ns as f64;
-        Ok(RunResult {
-            seconds,
-            packets,
-            transactions: stats.commits,
-            aborts: stats.aborts,
-            abort_rate: stats.abort_ratio(),
-            runtime_ns,
-            imbalance: report.load_imbalance(),
-            rss_kib: (rss_kib() - rss_before).max(0.0),
-            profile: Profiler::new(self.stm).profile(&report),
-        })
-    }
-}
-
 fn run_once(nf: &str, args: &[String], trace: &[Packet], workers: usize, costs: (f64, f64)) -> Result<RunResult> {
-    let stm = Stm::new(workers).map_err(|e| anyhow!("{e}"))?;
-    let args = NfArgs::parse(args).map_err(|e| anyhow!("{nf}: {e}"))?;
-    let env = NfEnv { ports: 2, workers };
-    let visitor = TraceRun { stm: &stm, workers, trace: trace.to_vec(), costs };
-    registry::build(nf, &stm, &env, &args, visitor).map_err(|e| anyhow!("{nf}: {e}"))?
+    let rss_before = rss_kib();
+    let run = run_named(nf, args, trace, workers).map_err(|e| anyhow!(e))?;
+    let stats = run.report.total_stats();
+    // Accesses at their measured cost (begin and commit spread over them),
+    // plus time in commits and in attempts that aborted.
+    let runtime_ns =
+        stats.reads as f64 * costs.0 + stats.writes as f64 * costs.1 + stats.commit_ns as f64 + stats.aborted_ns as f64;
+    Ok(RunResult {
+        seconds: run.elapsed.as_secs_f64(),
+        packets: run.packets,
+        transactions: stats.commits,
+        aborts: stats.aborts,
+        abort_rate: stats.abort_ratio(),
+        runtime_ns,
+        imbalance: run.report.load_imbalance(),
+        rss_kib: (rss_kib() - rss_before).max(0.0),
+        profile: run.profile,
+    })
 }
 
 /// The run with the median throughput of `runs`.
@@ -239,13 +187,6 @@ fn row(nf: &str, workers: usize, r: &RunResult) -> ScalingRow {
     }
 }
 
-/// NFOS's case studies: (name, NF, before args, after args).
-const CASES: [(&str, &str, &[&str], &[&str]); 3] = [
-    ("anti-DDoS: staleness 0 vs 0.1 ms", "anti_ddos", &["staleness_us=0"], &["staleness_us=100"]),
-    ("NAT: scarce vs overprovisioned public ports", "nat", &["ports=1024-1087"], &["ports=1024-65535"]),
-    ("bridge: refresh every packet vs once per second", "bridge", &["refresh_ms=0"], &["refresh_ms=1000"]),
-];
-
 pub fn run(opts: &BenchParallelOptions) -> Result<BenchParallelReport> {
     let costs = access_costs()?;
     let mut report = BenchParallelReport {
@@ -256,8 +197,8 @@ pub fn run(opts: &BenchParallelOptions) -> Result<BenchParallelReport> {
         write_ns: costs.1,
         ..Default::default()
     };
-    for nf in &opts.nfs {
-        let (args, trace) = workload(nf, opts.packets)?;
+    for nf in opts.nfs.iter().filter(|n| !n.is_empty() && *n != "none") {
+        let (args, trace) = workload(nf, opts.packets).map_err(|e| anyhow!(e))?;
         let one = median_run(nf, &args, &trace, 1, opts.runs, costs).with_context(|| format!("{nf} on 1 worker"))?;
         let two = median_run(nf, &args, &trace, 2, opts.runs, costs).with_context(|| format!("{nf} on 2 workers"))?;
         report.speedups.push(Speedup { nf: nf.clone(), speedup_2_over_1: one.seconds / two.seconds });
@@ -265,19 +206,18 @@ pub fn run(opts: &BenchParallelOptions) -> Result<BenchParallelReport> {
         report.scaling.push(row(nf, 2, &two));
     }
     if opts.case_studies {
-        for (name, nf, before, after) in CASES {
-            let (mut args, trace) = workload(nf, opts.packets)?;
-            let base = args.clone();
-            args.extend(before.iter().map(|s| s.to_string()));
-            let b = median_run(nf, &args, &trace, 2, opts.runs, costs).with_context(|| format!("{name}: before"))?;
-            let mut args = base;
-            args.extend(after.iter().map(|s| s.to_string()));
-            let a = median_run(nf, &args, &trace, 2, opts.runs, costs).with_context(|| format!("{name}: after"))?;
+        for case in &CASE_STUDIES {
+            let (base, trace) = workload(case.nf, opts.packets).map_err(|e| anyhow!(e))?;
+            let name = case.name;
+            let b = median_run(case.nf, &case.args(&base, false), &trace, 2, opts.runs, costs)
+                .with_context(|| format!("{name}: before"))?;
+            let a = median_run(case.nf, &case.args(&base, true), &trace, 2, opts.runs, costs)
+                .with_context(|| format!("{name}: after"))?;
             let (mb, ma) = (b.packets as f64 / b.seconds / 1e6, a.packets as f64 / a.seconds / 1e6);
-            report.case_studies.push(CaseStudy {
+            report.case_studies.push(CaseStudyRow {
                 name,
-                before: before.join(" "),
-                after: after.join(" "),
+                before: case.before.join(" "),
+                after: case.after.join(" "),
                 mpps_before: mb,
                 mpps_after: ma,
                 improvement: ma / mb.max(1e-12),
@@ -285,6 +225,8 @@ pub fn run(opts: &BenchParallelOptions) -> Result<BenchParallelReport> {
                 abort_rate_after: a.abort_rate,
                 profiler_headline: b.profile.headline.clone(),
                 profiler_top_cause: b.profile.top_root_cause().map(|c| c.summary.clone()),
+                expected_cause: case.cause.name(),
+                profiler_named_it: b.profile.top_root_cause().is_some_and(|c| c.cause == case.cause),
             });
         }
     }
@@ -319,12 +261,13 @@ pub fn table(r: &BenchParallelReport) -> String {
     }
     for c in &r.case_studies {
         out += &format!(
-            "\ncase study {}\n  before ({}): {:.3} Mpps, {:.2}% aborts\n  profiler: {}\n  after ({}): {:.3} Mpps, {:.2}% aborts: {:.2}x\n",
+            "\ncase study {}\n  before ({}): {:.3} Mpps, {:.2}% aborts\n  profiler: {}{}\n  after ({}): {:.3} Mpps, {:.2}% aborts: {:.2}x\n",
             c.name,
             c.before,
             c.mpps_before,
             c.abort_rate_before * 100.0,
             c.profiler_top_cause.as_deref().unwrap_or(&c.profiler_headline),
+            if c.profiler_named_it { "" } else { " (NOT the expected cause)" },
             c.after,
             c.mpps_after,
             c.abort_rate_after * 100.0,

@@ -22,3 +22,5 @@ pub mod rss_check;
 pub mod runtime;
 pub mod stm;
 mod sync;
+#[cfg(not(loom))]
+pub mod workloads;

@@ -29,7 +29,7 @@ pub(crate) use batch::{BatchItem, PeriodicTimer, WorkerLoop};
 pub use nf::{Ctx, NewSet, OutputPacket, Packet, ParallelNf};
 #[cfg(not(loom))]
 pub(crate) use trace::{run_alone, validate};
-pub use trace::{run_trace, worker_of, TraceConfig, TraceReport};
+pub use trace::{run_trace, run_trace_presplit, worker_of, TraceConfig, TraceReport};
 
 use crate::stm::StmError;
 

@@ -1,7 +1,7 @@
 //! Trace-driven runs: packets from memory (a pcap read into memory, or a
 //! generated trace) through the software dispatcher to worker threads.
 
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::thread;
 
 use ferry_traffic::rss::RSS_TABLE_SIZE;
@@ -92,7 +92,10 @@ pub fn run_trace<N: ParallelNf>(
             senders.push(sender);
             handles.push(scope.spawn(move || worker_thread(stm, nf, config, index, receiver)));
         }
-        dispatch(config, packets, &senders);
+        // A worker that died is reported when it is joined.
+        dispatch(config, packets, |target, batch| {
+            let _ = senders[target].send(batch);
+        });
         drop(senders);
         handles
             .into_iter()
@@ -102,6 +105,48 @@ pub fn run_trace<N: ParallelNf>(
     })?;
     let exit_outputs = run_alone(stm, config, |ctx| nf.exit(ctx))?;
     Ok(TraceReport { workers, init_outputs, exit_outputs })
+}
+
+/// As [`run_trace`], but the whole trace is classified and cut into each
+/// worker's batches before the workers start, as a NIC's RSS would have
+/// spread it over receive queues. The workers then run with no dispatcher
+/// thread competing for CPUs; the returned duration is theirs alone (from
+/// their start to the last one's end), for benchmarks.
+pub fn run_trace_presplit<N: ParallelNf>(
+    stm: &Stm,
+    nf: &N,
+    config: &TraceConfig,
+    packets: impl IntoIterator<Item = Packet>,
+) -> Result<(TraceReport, std::time::Duration), RuntimeError> {
+    validate(stm, config)?;
+    let mut queues: Vec<Vec<Vec<BatchItem>>> = (0..config.workers).map(|_| Vec::new()).collect();
+    dispatch(config, packets, |target, batch| queues[target].push(batch));
+    let init_outputs = run_alone(stm, config, |ctx| nf.init(ctx))?;
+    let start = std::time::Instant::now();
+    let workers = thread::scope(|scope| {
+        let handles: Vec<_> = queues
+            .into_iter()
+            .enumerate()
+            .map(|(index, batches)| {
+                scope.spawn(move || -> Result<WorkerReport, RuntimeError> {
+                    let periodic = config.periodic_ns.map(PeriodicTimer::new);
+                    let mut worker = WorkerLoop::new(nf, stm.worker(index)?, config.ports, periodic);
+                    for batch in &batches {
+                        worker.run_batch(batch);
+                    }
+                    Ok(worker.finish())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(worker, h)| h.join().map_err(|_| RuntimeError::WorkerPanicked { worker })?)
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    let elapsed = start.elapsed();
+    let exit_outputs = run_alone(stm, config, |ctx| nf.exit(ctx))?;
+    Ok((TraceReport { workers, init_outputs, exit_outputs }, elapsed))
 }
 
 pub(crate) fn validate(stm: &Stm, config: &TraceConfig) -> Result<(), RuntimeError> {
@@ -148,10 +193,15 @@ fn worker_thread<N: ParallelNf>(
     Ok(worker.finish())
 }
 
-/// The software dispatcher: classifies each packet, sends its set to the
-/// set's worker and orphans round-robin, in batches of `batch_size`.
-fn dispatch(config: &TraceConfig, packets: impl IntoIterator<Item = Packet>, senders: &[SyncSender<Vec<BatchItem>>]) {
-    let workers = senders.len();
+/// The software dispatcher: classifies each packet, gives its set's worker
+/// and orphans round-robin, in batches of `batch_size`, to `emit(worker,
+/// batch)`.
+fn dispatch(
+    config: &TraceConfig,
+    packets: impl IntoIterator<Item = Packet>,
+    mut emit: impl FnMut(usize, Vec<BatchItem>),
+) {
+    let workers = config.workers;
     let mut pending: Vec<Vec<BatchItem>> = (0..workers).map(|_| Vec::with_capacity(config.batch_size)).collect();
     let mut next_orphan_worker = 0;
     for packet in packets {
@@ -165,14 +215,12 @@ fn dispatch(config: &TraceConfig, packets: impl IntoIterator<Item = Packet>, sen
         };
         pending[target].push(BatchItem { key, packet });
         if pending[target].len() == config.batch_size {
-            let batch = std::mem::replace(&mut pending[target], Vec::with_capacity(config.batch_size));
-            // A worker that died is reported when it is joined.
-            let _ = senders[target].send(batch);
+            emit(target, std::mem::replace(&mut pending[target], Vec::with_capacity(config.batch_size)));
         }
     }
     for (target, batch) in pending.into_iter().enumerate() {
         if !batch.is_empty() {
-            let _ = senders[target].send(batch);
+            emit(target, batch);
         }
     }
 }

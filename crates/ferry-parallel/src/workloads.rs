@@ -1,0 +1,130 @@
+//! Named NFs over generated traces, for benchmarks and the case-study
+//! tests: the trace each NF serves, one run through the live registry
+//! (so any NF by name), and NFOS's three case studies.
+
+use std::time::Duration;
+
+use ferry_traffic::Ipv4Range;
+
+use crate::equivalence::{generate_trace, TraceSpec};
+use crate::live::registry::{self, NfArgs, NfEnv, NfSetup, NfVisitor};
+use crate::profiler::{Profile, Profiler, RootCause};
+use crate::runtime::{run_trace_presplit, Packet, ParallelNf, TraceConfig, TraceReport};
+use crate::stm::Stm;
+
+/// The Maglev workload's virtual address.
+pub const MAGLEV_VIP: &str = "198.18.0.1";
+
+/// An NF's arguments and trace: the generated trace, shaped to what the NF
+/// serves (connections to the VIP for Maglev; new TCP flows for the
+/// anti-DDoS detector, at 10 Mpps of trace time as in NFOS's traffic).
+pub fn workload(nf: &str, packets: usize) -> Result<(Vec<String>, Vec<Packet>), String> {
+    let mut spec = TraceSpec { seed: 7, packets, ..TraceSpec::default() };
+    let args = match nf {
+        "maglev" => {
+            spec.external_hosts = Ipv4Range::single(MAGLEV_VIP.parse().expect("valid literal"));
+            spec.reply_percent = 0;
+            spec.unsolicited_percent = 0;
+            vec![format!("vip={MAGLEV_VIP}")]
+        }
+        "anti_ddos" => {
+            // The staleness bound (0.1 ms) then spans a thousand packets.
+            spec.gap_ns = 100;
+            spec.tcp_percent = 90;
+            spec.reply_percent = 0;
+            spec.unsolicited_percent = 0;
+            vec![]
+        }
+        _ => vec![],
+    };
+    let trace = generate_trace(&spec).map_err(|e| format!("{nf}: trace: {e}"))?.packets;
+    Ok((args, trace))
+}
+
+/// One run: its report, the workers' time and the profiler's view.
+pub struct NamedRun {
+    pub report: TraceReport,
+    pub elapsed: Duration,
+    pub packets: usize,
+    pub profile: Profile,
+}
+
+struct Run<'a> {
+    stm: &'a Stm,
+    workers: usize,
+    trace: Vec<Packet>,
+}
+
+impl NfVisitor for Run<'_> {
+    type Output = Result<NamedRun, String>;
+
+    fn visit<N: ParallelNf>(self, nf: N, setup: NfSetup) -> Result<NamedRun, String> {
+        let config = TraceConfig {
+            workers: self.workers,
+            batch_size: 32,
+            ports: 2,
+            periodic_ns: setup.periodic_ns,
+            packet_sets: setup.packet_sets,
+        };
+        let packets = self.trace.len();
+        let (report, elapsed) = run_trace_presplit(self.stm, &nf, &config, self.trace).map_err(|e| e.to_string())?;
+        let profile = Profiler::new(self.stm).profile(&report);
+        Ok(NamedRun { report, elapsed, packets, profile })
+    }
+}
+
+/// Runs NF `nf` (a live-registry name) with `args` over `trace` on
+/// `workers` workers, the trace split over them beforehand.
+pub fn run_named(nf: &str, args: &[String], trace: &[Packet], workers: usize) -> Result<NamedRun, String> {
+    let stm = Stm::new(workers).map_err(|e| e.to_string())?;
+    let args = NfArgs::parse(args).map_err(|e| format!("{nf}: {e}"))?;
+    let env = NfEnv { ports: 2, workers };
+    let run = Run { stm: &stm, workers, trace: trace.to_vec() };
+    registry::build(nf, &stm, &env, &args, run).map_err(|e| format!("{nf}: {e}"))?
+}
+
+/// One of NFOS's case studies: a configuration with a scalability
+/// bottleneck, the root cause the profiler should name, and the
+/// configuration after its recipe.
+pub struct CaseStudy {
+    pub name: &'static str,
+    pub nf: &'static str,
+    pub before: &'static [&'static str],
+    pub after: &'static [&'static str],
+    pub cause: RootCause,
+}
+
+/// NFOS §6's case studies, sized for this trace (1 µs between packets,
+/// 256 flows open at a time): the NAT's pool of 128 ports (64 per core)
+/// is just short of what a core needs with 1 ms leases.
+pub const CASE_STUDIES: [CaseStudy; 3] = [
+    CaseStudy {
+        name: "anti-DDoS: staleness 0 vs 0.1 ms",
+        nf: "anti_ddos",
+        before: &["staleness_us=0"],
+        after: &["staleness_us=100"],
+        cause: RootCause::DistributedStaleRead,
+    },
+    CaseStudy {
+        name: "NAT: scarce vs overprovisioned public ports",
+        nf: "nat",
+        before: &["lease_ms=1", "reclaim_ms=1", "ports=1024-1151"],
+        after: &["lease_ms=1", "reclaim_ms=1", "ports=1024-65535"],
+        cause: RootCause::AllocatorPoolExhausted,
+    },
+    CaseStudy {
+        name: "bridge: refresh on every packet vs once per second",
+        nf: "bridge",
+        before: &["refresh_ms=0"],
+        after: &["refresh_ms=1000"],
+        cause: RootCause::AllocatorLeaseListRefresh,
+    },
+];
+
+impl CaseStudy {
+    /// The NF's arguments before (or after) the recipe.
+    pub fn args(&self, base: &[String], after: bool) -> Vec<String> {
+        let extra = if after { self.after } else { self.before };
+        base.iter().cloned().chain(extra.iter().map(|s| s.to_string())).collect()
+    }
+}
