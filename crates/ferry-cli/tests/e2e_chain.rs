@@ -6,34 +6,13 @@ mod common;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
+use common::chain::*;
 use common::*;
-use ferry_chain::proto::{self, Msg, Status};
-use ferry_cli::chainctl::{self, counter, RunningChain};
-
-fn start(dir: &TempDir, yaml: &str) -> (RunningChain, PathBuf) {
-    let chain = dir.path("chain.yaml");
-    std::fs::write(&chain, yaml).unwrap();
-    let socket = dir.path("ferryd.sock");
-    let rc = chainctl::start(&chain, &socket, false).unwrap_or_else(|e| panic!("chain up: {e:#}"));
-    (rc, chain)
-}
-
-fn c(s: &Status, nf: &str, name: &str) -> u64 {
-    counter(s, nf, name)
-}
-
-fn pid_of(s: &Status, nf: &str) -> u32 {
-    s.nfs.iter().find(|n| n.name == nf).and_then(|n| n.pid).unwrap_or_else(|| panic!("no pid for {nf}"))
-}
-
-fn assert_conserved(rc: &RunningChain) {
-    for r in rc.audit().expect("audit") {
-        assert!(r.conserved(), "frame conservation violated: {r:?}");
-    }
-}
+use ferry_chain::proto::{self, Msg};
+use ferry_cli::chainctl;
 
 /// The NF process has the `nobody` uid, no capabilities and no_new_privs.
 fn assert_unprivileged(pid: u32) {
@@ -160,14 +139,6 @@ links:
   - {{ from: mid, to: snk }}
 "#
     )
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

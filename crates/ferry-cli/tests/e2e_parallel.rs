@@ -7,13 +7,12 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::chain::*;
 use common::*;
-use ferry_chain::proto::Status;
-use ferry_cli::chainctl::{self, counter, RunningChain};
+use ferry_cli::chainctl;
 use ferry_parallel::live::counter::{DstCounter, MARKER_ETHERTYPE, MARKER_EXPIRY};
 use ferry_parallel::runtime::worker_of;
 use ferry_wire::{build_frame, find_stamp, five_tuple, FiveTuple, FrameSpec, L4Proto};
@@ -21,36 +20,6 @@ use ferry_wire::{build_frame, find_stamp, five_tuple, FiveTuple, FrameSpec, L4Pr
 /// The second test saturates the CPUs on purpose; the first must not lose
 /// packets meanwhile.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn start(dir: &TempDir, yaml: &str) -> (RunningChain, PathBuf) {
-    let chain = dir.path("chain.yaml");
-    std::fs::write(&chain, yaml).unwrap();
-    let socket = dir.path("ferryd.sock");
-    let rc = chainctl::start(&chain, &socket, false).unwrap_or_else(|e| panic!("chain up: {e:#}"));
-    (rc, chain)
-}
-
-fn c(s: &Status, nf: &str, name: &str) -> u64 {
-    counter(s, nf, name)
-}
-
-fn pid_of(s: &Status, nf: &str) -> u32 {
-    s.nfs.iter().find(|n| n.name == nf).and_then(|n| n.pid).unwrap_or_else(|| panic!("no pid for {nf}"))
-}
-
-fn assert_conserved(rc: &RunningChain) {
-    for r in rc.audit().expect("audit") {
-        assert!(r.conserved(), "frame conservation violated: {r:?}");
-    }
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 const PORTS_TESTBED: &str = r#"
 name: par-e2e

@@ -3,6 +3,8 @@
 //! opened from inside a namespace, an independent Internet checksum.
 #![allow(dead_code)]
 
+pub mod chain;
+
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
