@@ -257,7 +257,7 @@ int ferry_elb(struct xdp_md *ctx)
 	struct ferry_lb_vip *vip;
 	struct ferry_pkt p;
 	__u32 backend, is_new = 0, slot;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now;
 	int action;
 
 	if (!ferry_ev_parse(ctx, &p, FERRY_EV_LB, FERRY_LB_C_MALFORMED)) {
@@ -278,6 +278,8 @@ int ferry_elb(struct xdp_md *ctx)
 		action = ferry_ev_continue(ctx, FERRY_EV_LB);
 		goto counted;
 	}
+	/* Only VIP traffic needs the clock (conntrack stamps). */
+	now = bpf_ktime_get_ns();
 	ferry_ev_flow_of(&p, &flow);
 	backend = ferry_lb_pick(ctx, &flow, vip->vip_id, now, &is_new);
 	be = backend < FERRY_LB_MAX_BACKENDS ? bpf_map_lookup_elem(&ferry_lb_backends, &backend) : NULL;

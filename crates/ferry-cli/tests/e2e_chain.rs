@@ -26,22 +26,6 @@ fn assert_unprivileged(pid: u32) {
     assert_eq!(field("NoNewPrivs:"), "1");
 }
 
-const PORTS_TESTBED: &str = r#"
-name: chain-e2e
-namespaces:
-  - name: gen
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: dut
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: sink
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-links:
-  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
-    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
-  - a: { ns: dut, dev: d1, mac: "02:00:00:00:02:02" }
-    b: { ns: sink, dev: s0, mac: "02:00:00:00:02:01" }
-"#;
-
 /// Sends `count` UDP frames (64 flows) from g0 to d0's MAC at `rate` pps
 /// and checks the generator sent them all.
 fn send_from_gen(tb: &ferry_testbed::Testbed, count: u64, rate: u64) {
@@ -272,7 +256,7 @@ fn nfs_stop_cleanly_when_ferryd_dies_and_a_new_ferryd_starts_afresh() {
 fn legacy_testbed() -> String {
     let legacy_ns = "  - name: legacy\n    sysctls: { net.ipv6.conf.all.disable_ipv6: \"1\" }\nlinks:\n";
     let legacy_link = "  - a: { ns: dut, dev: d2, mac: \"02:00:00:00:03:02\" }\n    b: { ns: legacy, dev: l0, mac: \"02:00:00:00:03:01\" }\n";
-    PORTS_TESTBED.replace("name: chain-e2e", "name: chain-legacy").replace("links:\n", legacy_ns) + legacy_link
+    PORTS_TESTBED.replace("name: chain-ports", "name: chain-legacy").replace("links:\n", legacy_ns) + legacy_link
 }
 
 /// A legacy AF_XDP program with its own UMEM (`ferry nf run`, which knows

@@ -21,22 +21,6 @@ use ferry_wire::{build_frame, find_stamp, five_tuple, FiveTuple, FrameSpec, L4Pr
 /// packets meanwhile.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-const PORTS_TESTBED: &str = r#"
-name: par-e2e
-namespaces:
-  - name: gen
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: dut
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: sink
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-links:
-  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
-    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
-  - a: { ns: dut, dev: d1, mac: "02:00:00:00:02:02" }
-    b: { ns: sink, dev: s0, mac: "02:00:00:00:02:01" }
-"#;
-
 #[test]
 fn a_parallel_nf_in_a_chain_forwards_every_packet_in_flow_order_on_both_workers() {
     if !privileged("parallel_nf_in_a_chain") {

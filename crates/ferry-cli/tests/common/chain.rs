@@ -8,6 +8,24 @@ use ferry_cli::chainctl::{self, counter, RunningChain};
 
 use super::TempDir;
 
+/// gen (g0) -- (d0) dut (d1) -- (s0) sink: a chain's two ports in `dut`,
+/// a generator and a sink on either side.
+pub const PORTS_TESTBED: &str = r#"
+name: chain-ports
+namespaces:
+  - name: gen
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: dut
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: sink
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+links:
+  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
+    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
+  - a: { ns: dut, dev: d1, mac: "02:00:00:00:02:02" }
+    b: { ns: sink, dev: s0, mac: "02:00:00:00:02:01" }
+"#;
+
 /// Writes `yaml` as the chain file and starts ferryd on it.
 pub fn start(dir: &TempDir, yaml: &str) -> (RunningChain, PathBuf) {
     let chain = dir.path("chain.yaml");
