@@ -16,6 +16,7 @@
 //! without the needed headers) are *orphans*.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 use ferry_traffic::rss::{toeplitz, DEFAULT_RSS_KEY};
 use ferry_wire::{five_tuple, EthernetFrame, L4Proto};
@@ -233,10 +234,10 @@ impl Headers {
     fn key(&self, rule: &PortRule) -> SetKey {
         let forward = SetKey::from_fields(rule.fields.iter().map(|f| self.bytes(*f)));
         if !rule.symmetric {
-            return forward;
+            return forward.hashed();
         }
         let backward = SetKey::from_fields(rule.fields.iter().map(|f| self.reversed_bytes(*f)));
-        forward.min(backward)
+        forward.min(backward).hashed()
     }
 
     fn reversed_bytes(&self, field: Field) -> &[u8] {
@@ -247,22 +248,37 @@ impl Headers {
     }
 }
 
-/// The identity of a packet set: its fields' bytes in rule order.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Bytes a key holds: [`MAX_KEY_LEN`] rounded up to whole words, so keys
+/// compare a word at a time.
+const KEY_STORAGE: usize = MAX_KEY_LEN.div_ceil(8) * 8;
+
+/// The identity of a packet set: its fields' bytes in rule order, and
+/// their Toeplitz hash, computed once when the packet is classified (as a
+/// NIC hands the RSS hash over with the packet). The dispatcher picks the
+/// worker by it and the worker's set table hashes by it, so a set lookup
+/// hashes nothing. Bytes past `len` are always zero.
+#[derive(Clone, Copy)]
 pub struct SetKey {
     len: u8,
-    bytes: [u8; MAX_KEY_LEN],
+    rss: u32,
+    bytes: [u8; KEY_STORAGE],
 }
 
 impl SetKey {
+    /// The key of these field values, without its hash yet.
     fn from_fields<'b>(fields: impl Iterator<Item = &'b [u8]>) -> SetKey {
-        let mut key = SetKey { len: 0, bytes: [0; MAX_KEY_LEN] };
+        let mut key = SetKey { len: 0, rss: 0, bytes: [0; KEY_STORAGE] };
         for field in fields {
             let at = key.len as usize;
             key.bytes[at..at + field.len()].copy_from_slice(field);
             key.len += field.len() as u8;
         }
         key
+    }
+
+    fn hashed(mut self) -> SetKey {
+        self.rss = toeplitz(&DEFAULT_RSS_KEY, self.as_bytes());
+        self
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -272,7 +288,43 @@ impl SetKey {
     /// The Toeplitz hash of the key under the Microsoft RSS key: what a NIC
     /// computes over the same fields.
     pub fn rss_hash(&self) -> u32 {
-        toeplitz(&DEFAULT_RSS_KEY, self.as_bytes())
+        self.rss
+    }
+
+    fn words(&self) -> [u64; KEY_STORAGE / 8] {
+        std::array::from_fn(|i| u64::from_ne_bytes(self.bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes")))
+    }
+}
+
+/// Equal keys have equal hashes, so the hash rejects most unequal keys
+/// before the bytes are compared (a word at a time, not by `memcmp`).
+impl PartialEq for SetKey {
+    fn eq(&self, other: &SetKey) -> bool {
+        self.rss == other.rss && self.len == other.len && self.words() == other.words()
+    }
+}
+
+impl Eq for SetKey {}
+
+/// By bytes (then length), not by hash: the symmetric form picks the
+/// smaller of a key and its reverse, which must not depend on the hash.
+impl Ord for SetKey {
+    fn cmp(&self, other: &SetKey) -> std::cmp::Ordering {
+        self.bytes.cmp(&other.bytes).then(self.len.cmp(&other.len))
+    }
+}
+
+impl PartialOrd for SetKey {
+    fn partial_cmp(&self, other: &SetKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Feeds the RSS hash only: it is a function of the bytes, so equal keys
+/// hash equally, and the hasher just spreads it.
+impl Hash for SetKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u32(self.rss);
     }
 }
 

@@ -9,7 +9,7 @@ use ferry_traffic::Ipv4Range;
 use crate::equivalence::{generate_trace, TraceSpec};
 use crate::live::registry::{self, NfArgs, NfEnv, NfSetup, NfVisitor};
 use crate::profiler::{Profile, Profiler, RootCause};
-use crate::runtime::{run_trace_presplit, Packet, ParallelNf, TraceConfig, TraceReport};
+use crate::runtime::{run_trace_presplit, OutputMode, Packet, ParallelNf, TraceConfig, TraceReport};
 use crate::stm::Stm;
 
 /// The Maglev workload's virtual address.
@@ -67,7 +67,8 @@ impl NfVisitor for Run<'_> {
             packet_sets: setup.packet_sets,
         };
         let packets = self.trace.len();
-        let (report, elapsed) = run_trace_presplit(self.stm, &nf, &config, self.trace).map_err(|e| e.to_string())?;
+        let (report, elapsed) =
+            run_trace_presplit(self.stm, &nf, &config, self.trace, OutputMode::Count).map_err(|e| e.to_string())?;
         let profile = Profiler::new(self.stm).profile(&report);
         Ok(NamedRun { report, elapsed, packets, profile })
     }

@@ -7,7 +7,9 @@ use std::net::Ipv4Addr;
 
 use ferry_parallel::ds::{DefaultBucketHash, Map};
 use ferry_parallel::packet_set::{Field, PacketSetDef, PortRule};
-use ferry_parallel::runtime::{run_trace, Ctx, NewSet, Packet, ParallelNf, RuntimeError, TraceConfig, TraceReport};
+use ferry_parallel::runtime::{
+    run_trace, run_trace_presplit, Ctx, NewSet, OutputMode, Packet, ParallelNf, RuntimeError, TraceConfig, TraceReport,
+};
 use ferry_parallel::stm::{Abort, Stm, StructureKind, TObj};
 use ferry_wire::{build_frame, five_tuple, FiveTuple, FrameSpec, L4Proto};
 use rand::rngs::StdRng;
@@ -174,6 +176,28 @@ fn parallel_runs_equal_the_sequential_run() {
             stats.aborts,
             report.load_imbalance()
         );
+    }
+}
+
+/// The benchmark's way to run (trace split beforehand, output counted, not
+/// kept) computes what the dispatcher's way does.
+#[test]
+fn presplit_runs_count_the_output_they_do_not_keep() {
+    let trace = generated_trace(11, 300);
+    let sequential = run(1, &trace);
+    let bytes: u64 = sequential.outputs.iter().map(|o| o.len() as u64).sum();
+    for (mode, kept) in [(OutputMode::Keep, trace.len()), (OutputMode::Count, 0)] {
+        let stm = Stm::new(2).unwrap();
+        let mut nf = PerDestinationCounter::new(&stm);
+        let config =
+            TraceConfig { workers: 2, batch_size: 32, ports: 2, periodic_ns: None, packet_sets: udp_flows_on_port_0() };
+        let (report, _) = run_trace_presplit(&stm, &nf, &config, trace.iter().cloned(), mode).unwrap();
+        let mut counts = nf.per_destination.entries_mut();
+        counts.sort();
+        assert_eq!(counts, sequential.counts, "{mode:?}: aggregate state differs");
+        assert_eq!(report.all_outputs().count(), kept, "{mode:?}");
+        assert_eq!(report.workers.iter().map(|w| w.output_packets).sum::<u64>(), trace.len() as u64, "{mode:?}");
+        assert_eq!(report.workers.iter().map(|w| w.output_bytes).sum::<u64>(), bytes, "{mode:?}");
     }
 }
 

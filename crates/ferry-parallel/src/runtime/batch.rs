@@ -1,9 +1,10 @@
 //! One worker's processing: a receive batch runs as one transaction.
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
 
-use super::nf::{Ctx, OutputPacket, Packet, ParallelNf};
+use rustc_hash::FxHashMap;
+
+use super::nf::{Ctx, OutputBuffer, OutputPacket, Packet, ParallelNf};
 use super::set_table::{LiveSet, SetTable};
 use crate::packet_set::SetKey;
 use crate::stm::{TxStats, Worker};
@@ -70,10 +71,13 @@ pub(crate) struct WorkerLoop<'a, N: ParallelNf> {
     periodic: Option<PeriodicTimer>,
     ports: u16,
     outputs: Vec<OutputPacket>,
+    keep_outputs: bool,
+    output_packets: u64,
+    output_bytes: u64,
     packets: u64,
     batches: u64,
-    scratch: HashMap<SetKey, SetWork<N::SetState>>,
-    pending: Vec<OutputPacket>,
+    scratch: FxHashMap<SetKey, SetWork<N::SetState>>,
+    pending: OutputBuffer,
     work_packet: Packet,
 }
 
@@ -85,8 +89,24 @@ pub struct WorkerReport {
     /// Sets still live at the end.
     pub live_sets: usize,
     pub stats: TxStats,
-    /// Committed output, in commit order.
+    /// Committed output, in commit order (empty when the run only counted
+    /// it: [`OutputMode::Count`]).
     pub outputs: Vec<OutputPacket>,
+    /// Committed output packets and their bytes, in either mode.
+    pub output_packets: u64,
+    pub output_bytes: u64,
+}
+
+/// What a worker does with committed output in a trace run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputMode {
+    /// Keep every packet (to compare runs, or write a pcap).
+    #[default]
+    Keep,
+    /// Count packets and bytes and reuse the buffers: what a benchmark
+    /// wants, where thousands of retained packets would measure the memory
+    /// allocator rather than the NF.
+    Count,
 }
 
 impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
@@ -98,10 +118,13 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
             periodic,
             ports,
             outputs: Vec::new(),
+            keep_outputs: true,
+            output_packets: 0,
+            output_bytes: 0,
             packets: 0,
             batches: 0,
-            scratch: HashMap::new(),
-            pending: Vec::new(),
+            scratch: FxHashMap::default(),
+            pending: OutputBuffer::default(),
             work_packet: Packet::new(0, 0, Vec::new()),
         }
     }
@@ -130,7 +153,7 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
         let (scratch, pending, work) = (&mut self.scratch, &mut self.pending, &mut self.work_packet);
         self.worker.atomically(now_ns, |tx| {
             scratch.clear();
-            pending.clear();
+            pending.reset();
             let mut ctx = Ctx::new(tx, pending, ports);
             for key in &due {
                 if let Some(set) = sets.get(key) {
@@ -192,11 +215,23 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
                 None => self.sets.remove(&key),
             }
         }
-        self.outputs.append(&mut self.pending);
+        for packet in &self.pending.packets {
+            self.output_packets += 1;
+            self.output_bytes += packet.data.len() as u64;
+        }
+        if self.keep_outputs {
+            self.outputs.append(&mut self.pending.packets);
+        } else {
+            self.pending.reset();
+        }
         if !batch.is_empty() {
             self.packets += batch.len() as u64;
             self.batches += 1;
         }
+    }
+
+    pub(crate) fn set_output_mode(&mut self, mode: OutputMode) {
+        self.keep_outputs = mode == OutputMode::Keep;
     }
 
     pub(crate) fn finish(mut self) -> WorkerReport {
@@ -206,6 +241,8 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
             live_sets: self.sets.len(),
             stats: self.worker.take_stats(),
             outputs: self.outputs,
+            output_packets: self.output_packets,
+            output_bytes: self.output_bytes,
         }
     }
 }

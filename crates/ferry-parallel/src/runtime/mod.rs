@@ -23,9 +23,9 @@ mod nf;
 mod set_table;
 mod trace;
 
-pub use batch::WorkerReport;
 #[cfg(not(loom))]
 pub(crate) use batch::{BatchItem, PeriodicTimer, WorkerLoop};
+pub use batch::{OutputMode, WorkerReport};
 pub use nf::{Ctx, NewSet, OutputPacket, Packet, ParallelNf};
 #[cfg(not(loom))]
 pub(crate) use trace::{run_alone, validate};

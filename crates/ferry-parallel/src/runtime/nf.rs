@@ -49,6 +49,43 @@ pub struct OutputPacket {
     pub data: Vec<u8>,
 }
 
+/// Spare packet buffers a worker keeps for output (beyond these, buffers
+/// are freed): a batch's worth for a few ports.
+const MAX_SPARE_BUFFERS: usize = 256;
+
+/// The output of the running attempt, plus spare buffers to build it in:
+/// an aborted attempt's packets and (when a run only counts its output)
+/// committed ones come back here, so a worker in steady state allocates
+/// nothing per packet it sends.
+#[derive(Default)]
+pub(crate) struct OutputBuffer {
+    pub(crate) packets: Vec<OutputPacket>,
+    spare: Vec<Vec<u8>>,
+}
+
+impl OutputBuffer {
+    /// Drops the buffered packets (an attempt starting over), keeping
+    /// their buffers.
+    pub(crate) fn reset(&mut self) {
+        while let Some(packet) = self.packets.pop() {
+            self.recycle(packet.data);
+        }
+    }
+
+    pub(crate) fn recycle(&mut self, data: Vec<u8>) {
+        if self.spare.len() < MAX_SPARE_BUFFERS {
+            self.spare.push(data);
+        }
+    }
+
+    fn push(&mut self, port: u16, timestamp_ns: u64, bytes: &[u8]) {
+        let mut data = self.spare.pop().unwrap_or_default();
+        data.clear();
+        data.extend_from_slice(bytes);
+        self.packets.push(OutputPacket { port, timestamp_ns, data });
+    }
+}
+
 /// Returned by [`ParallelNf::first_packet`] to make the packet's set live:
 /// its state, and how long it may stay without packets before it expires.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,12 +99,12 @@ pub struct NewSet<S> {
 /// There is nothing here for threads, atomics or locks.
 pub struct Ctx<'t, 'a> {
     tx: &'t mut Tx<'a>,
-    out: &'t mut Vec<OutputPacket>,
+    out: &'t mut OutputBuffer,
     ports: u16,
 }
 
 impl<'t, 'a> Ctx<'t, 'a> {
-    pub(crate) fn new(tx: &'t mut Tx<'a>, out: &'t mut Vec<OutputPacket>, ports: u16) -> Ctx<'t, 'a> {
+    pub(crate) fn new(tx: &'t mut Tx<'a>, out: &'t mut OutputBuffer, ports: u16) -> Ctx<'t, 'a> {
         Ctx { tx, out, ports }
     }
 
@@ -97,7 +134,7 @@ impl<'t, 'a> Ctx<'t, 'a> {
 
     /// Sends a new packet (e.g. a reply the NF built) out of `port`.
     pub fn emit(&mut self, port: u16, timestamp_ns: u64, data: &[u8]) {
-        self.out.push(OutputPacket { port, timestamp_ns, data: data.to_vec() });
+        self.out.push(port, timestamp_ns, data);
     }
 }
 

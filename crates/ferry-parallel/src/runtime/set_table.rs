@@ -2,7 +2,9 @@
 //! worker thread, so plain (non-transactional) data.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
 
 use crate::packet_set::SetKey;
 
@@ -33,14 +35,14 @@ struct Entry<S> {
 /// one is recognised by its generation and dropped when it pops, so a set
 /// never has two timers (which would expire it twice).
 pub(crate) struct SetTable<S> {
-    live: HashMap<SetKey, Entry<S>>,
+    live: FxHashMap<SetKey, Entry<S>>,
     timers: BinaryHeap<Reverse<(u64, SetKey, u64)>>,
     next_generation: u64,
 }
 
 impl<S> SetTable<S> {
     pub(crate) fn new() -> SetTable<S> {
-        SetTable { live: HashMap::new(), timers: BinaryHeap::new(), next_generation: 0 }
+        SetTable { live: FxHashMap::default(), timers: BinaryHeap::new(), next_generation: 0 }
     }
 
     pub(crate) fn get(&self, key: &SetKey) -> Option<&LiveSet<S>> {

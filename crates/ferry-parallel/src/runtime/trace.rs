@@ -6,8 +6,8 @@ use std::thread;
 
 use ferry_traffic::rss::RSS_TABLE_SIZE;
 
-use super::batch::{BatchItem, PeriodicTimer, WorkerLoop, WorkerReport};
-use super::nf::{Ctx, OutputPacket, Packet, ParallelNf};
+use super::batch::{BatchItem, OutputMode, PeriodicTimer, WorkerLoop, WorkerReport};
+use super::nf::{Ctx, OutputBuffer, OutputPacket, Packet, ParallelNf};
 use super::RuntimeError;
 use crate::packet_set::{PacketSetDef, SetKey};
 use crate::stm::{Abort, Stm, TxStats};
@@ -111,12 +111,16 @@ pub fn run_trace<N: ParallelNf>(
 /// worker's batches before the workers start, as a NIC's RSS would have
 /// spread it over receive queues. The workers then run with no dispatcher
 /// thread competing for CPUs; the returned duration is theirs alone (from
-/// their start to the last one's end), for benchmarks.
+/// their start to the last one's end), for benchmarks. `output` says
+/// whether workers keep their committed output or only count it
+/// ([`WorkerReport::output_packets`]): a benchmark counts, so that it
+/// measures the NF rather than the memory allocator.
 pub fn run_trace_presplit<N: ParallelNf>(
     stm: &Stm,
     nf: &N,
     config: &TraceConfig,
     packets: impl IntoIterator<Item = Packet>,
+    output: OutputMode,
 ) -> Result<(TraceReport, std::time::Duration), RuntimeError> {
     validate(stm, config)?;
     let mut queues: Vec<Vec<Vec<BatchItem>>> = (0..config.workers).map(|_| Vec::new()).collect();
@@ -124,27 +128,38 @@ pub fn run_trace_presplit<N: ParallelNf>(
     let init_outputs = run_alone(stm, config, |ctx| nf.init(ctx))?;
     let start = std::time::Instant::now();
     let workers = thread::scope(|scope| {
+        // The workers borrow their queues: the packets are freed after the
+        // clock stops (by this thread, whose allocator arena they are from).
         let handles: Vec<_> = queues
-            .into_iter()
+            .iter()
             .enumerate()
             .map(|(index, batches)| {
-                scope.spawn(move || -> Result<WorkerReport, RuntimeError> {
-                    let periodic = config.periodic_ns.map(PeriodicTimer::new);
-                    let mut worker = WorkerLoop::new(nf, stm.worker(index)?, config.ports, periodic);
-                    for batch in &batches {
-                        worker.run_batch(batch);
-                    }
-                    Ok(worker.finish())
-                })
+                // Named, so profilers can tell the workers' time apart.
+                thread::Builder::new().name(format!("ferry-worker-{index}")).spawn_scoped(
+                    scope,
+                    move || -> Result<WorkerReport, RuntimeError> {
+                        let periodic = config.periodic_ns.map(PeriodicTimer::new);
+                        let mut worker = WorkerLoop::new(nf, stm.worker(index)?, config.ports, periodic);
+                        worker.set_output_mode(output);
+                        for batch in batches {
+                            worker.run_batch(batch);
+                        }
+                        Ok(worker.finish())
+                    },
+                )
             })
             .collect();
         handles
             .into_iter()
             .enumerate()
-            .map(|(worker, h)| h.join().map_err(|_| RuntimeError::WorkerPanicked { worker })?)
+            .map(|(worker, spawned)| {
+                let handle = spawned.map_err(|_| RuntimeError::WorkerPanicked { worker })?;
+                handle.join().map_err(|_| RuntimeError::WorkerPanicked { worker })?
+            })
             .collect::<Result<Vec<_>, _>>()
     })?;
     let elapsed = start.elapsed();
+    drop(queues);
     let exit_outputs = run_alone(stm, config, |ctx| nf.exit(ctx))?;
     Ok((TraceReport { workers, init_outputs, exit_outputs }, elapsed))
 }
@@ -170,12 +185,12 @@ pub(crate) fn run_alone<'a>(
     mut handler: impl FnMut(&mut Ctx<'_, 'a>) -> Result<(), Abort>,
 ) -> Result<Vec<OutputPacket>, RuntimeError> {
     let mut worker = stm.worker(0)?;
-    let mut out = Vec::new();
+    let mut out = OutputBuffer::default();
     worker.atomically(0, |tx| {
-        out.clear();
+        out.reset();
         handler(&mut Ctx::new(tx, &mut out, config.ports))
     });
-    Ok(out)
+    Ok(out.packets)
 }
 
 fn worker_thread<N: ParallelNf>(
