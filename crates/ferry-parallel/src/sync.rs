@@ -85,6 +85,20 @@ impl Stamp {
         }
     }
 
+    /// What timing nothing measures: the mean of back-to-back clock reads
+    /// (measured once; the mean, not the least, since sampled intervals
+    /// pay the clock's typical cost). Short sampled intervals subtract it.
+    pub(crate) fn overhead_ns() -> u64 {
+        #[cfg(not(loom))]
+        {
+            const PAIRS: u64 = 4096;
+            static OVERHEAD_NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+            *OVERHEAD_NS.get_or_init(|| (0..PAIRS).map(|_| Stamp::now().nanos_until(Stamp::now())).sum::<u64>() / PAIRS)
+        }
+        #[cfg(loom)]
+        0
+    }
+
     /// Nanoseconds from `self` to `later` (0 if `later` is not later).
     #[inline]
     pub(crate) fn nanos_until(self, later: Stamp) -> u64 {

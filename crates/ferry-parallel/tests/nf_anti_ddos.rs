@@ -217,7 +217,7 @@ fn the_first_flow_is_not_an_attack_and_junk_is_counted() {
     let stm = Stm::new(1).unwrap();
     // min_flows 1 restores Listing 2's literal test: the very first flow
     // is then flagged (1 > 0.8 * 1).
-    let mut literal = AntiDdos::new(&stm, AntiDdosConfig { min_flows: 1, ..config(0) }).unwrap();
+    let literal = AntiDdos::new(&stm, AntiDdosConfig { min_flows: 1, ..config(0) }).unwrap();
     let mut trace = TraceBuilder::new();
     trace.push(&tcp_from(1, 1));
     let report = run(&stm, &literal, 1, trace.packets);
@@ -225,7 +225,7 @@ fn the_first_flow_is_not_an_attack_and_junk_is_counted() {
     assert_eq!(literal.counters().dropped_new_flows, 1);
 
     let stm = Stm::new(1).unwrap();
-    let mut nf = AntiDdos::new(&stm, config(0)).unwrap();
+    let nf = AntiDdos::new(&stm, config(0)).unwrap();
     let udp = FiveTuple { proto: L4Proto::Udp, ..tcp_from(2, 2) };
     let mut arp = frame(&tcp_from(3, 3), 0);
     arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());

@@ -62,7 +62,7 @@ fn learns_sources_and_forwards_known_unicast() {
 #[test]
 fn group_destinations_flood_and_group_sources_are_dropped() {
     let stm = Stm::new(1).unwrap();
-    let mut bridge = Bridge::new(&stm, config()).unwrap();
+    let bridge = Bridge::new(&stm, config()).unwrap();
     let out = run(&stm, &bridge, vec![frame(0, 1, A, BROADCAST), frame(1, 2, B, MULTICAST), frame(2, 3, MULTICAST, A)]);
     assert_eq!(out, vec![vec![1, 2], vec![0, 2], vec![]]);
     let counters = bridge.counters();
@@ -72,7 +72,7 @@ fn group_destinations_flood_and_group_sources_are_dropped() {
 #[test]
 fn a_destination_on_the_receive_port_is_filtered() {
     let stm = Stm::new(1).unwrap();
-    let mut bridge = Bridge::new(&stm, config()).unwrap();
+    let bridge = Bridge::new(&stm, config()).unwrap();
     let out = run(&stm, &bridge, vec![frame(0, 1, C, A), frame(0, 2, A, C)]);
     assert_eq!(out, vec![vec![1, 2], vec![]]);
     assert_eq!(bridge.counters().filtered, 1);
@@ -81,7 +81,7 @@ fn a_destination_on_the_receive_port_is_filtered() {
 #[test]
 fn a_station_that_moves_is_learnt_on_its_new_port() {
     let stm = Stm::new(1).unwrap();
-    let mut bridge = Bridge::new(&stm, config()).unwrap();
+    let bridge = Bridge::new(&stm, config()).unwrap();
     let out = run(&stm, &bridge, vec![frame(0, 1, A, B), frame(2, 2, A, B), frame(1, 3, B, A)]);
     assert_eq!(out[2], vec![2]);
     assert_eq!(bridge.counters().moved, 1);
@@ -90,7 +90,7 @@ fn a_station_that_moves_is_learnt_on_its_new_port() {
 #[test]
 fn entries_age_out_and_their_stations_are_flooded_to_again() {
     let stm = Stm::new(1).unwrap();
-    let mut bridge = Bridge::new(&stm, BridgeConfig { mac_timeout_ns: 10 * MS, ..config() }).unwrap();
+    let bridge = Bridge::new(&stm, BridgeConfig { mac_timeout_ns: 10 * MS, ..config() }).unwrap();
     let out = run(&stm, &bridge, vec![frame(0, 0, A, B), frame(1, 5 * MS, B, A), frame(1, 10 * MS, B, A)]);
     assert_eq!(out, vec![vec![1, 2], vec![0], vec![0, 2]]);
     // A is learnt again from its next frame.

@@ -50,7 +50,7 @@ fn run(stm: &Stm, firewall: &Firewall, batch_size: usize, packets: Vec<Packet>) 
 #[test]
 fn inside_opens_connections_and_only_answers_come_back() {
     let stm = Stm::new(1).unwrap();
-    let mut firewall = Firewall::new(&stm, FirewallConfig::default()).unwrap();
+    let firewall = Firewall::new(&stm, FirewallConfig::default()).unwrap();
     let udp = tuple(L4Proto::Udp, (HOST, 5000), (SERVER, 53));
     let tcp = tuple(L4Proto::Tcp, (HOST, 5001), (SERVER, 80));
     let packets = vec![
@@ -73,7 +73,7 @@ fn inside_opens_connections_and_only_answers_come_back() {
 #[test]
 fn idle_connections_close_and_reopen_from_inside() {
     let stm = Stm::new(1).unwrap();
-    let mut firewall = Firewall::new(&stm, FirewallConfig { idle_timeout_ns: 10 * MS }).unwrap();
+    let firewall = Firewall::new(&stm, FirewallConfig { idle_timeout_ns: 10 * MS }).unwrap();
     let udp = tuple(L4Proto::Udp, (HOST, 5000), (SERVER, 53));
     let packets = vec![
         packet(INTERNAL_PORT, 0, udp),
@@ -112,7 +112,7 @@ fn a_timeout_that_passes_mid_batch_is_exact() {
 #[test]
 fn bad_frames_are_counted_and_dropped_never_a_panic() {
     let stm = Stm::new(1).unwrap();
-    let mut firewall = Firewall::new(&stm, FirewallConfig::default()).unwrap();
+    let firewall = Firewall::new(&stm, FirewallConfig::default()).unwrap();
     let udp = tuple(L4Proto::Udp, (HOST, 5000), (SERVER, 53));
     let good = packet(INTERNAL_PORT, 0, udp).data().to_vec();
     let mut cut_udp = good.clone();
@@ -217,7 +217,7 @@ fn four_workers_follow_the_rules_packet_by_packet() {
             .collect();
         let stm = Stm::new(4).unwrap();
         let config = FirewallConfig { idle_timeout_ns };
-        let mut firewall = Firewall::new(&stm, config.clone()).unwrap();
+        let firewall = Firewall::new(&stm, config.clone()).unwrap();
         let report = run_trace(&stm, &firewall, &config.trace_config(4), trace.packets.iter().cloned()).unwrap();
         let mut passed = BTreeSet::new();
         for output in report.all_outputs() {

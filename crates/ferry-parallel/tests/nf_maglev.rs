@@ -141,7 +141,7 @@ fn a_connection_stays_on_one_backend_and_frames_are_rewritten_for_it() {
             trace.push(Packet::new(0, (round * 50 + i as u64) * 1_000, frame(flow)));
         }
     }
-    let mut nf = nf;
+    let nf = nf;
     let report = run_trace(&stm, &nf, &trace_config(&nf, 1, 9, None), trace).unwrap();
     let per_flow = outputs_per_flow(&report);
     assert_eq!(per_flow.len(), flows.len());

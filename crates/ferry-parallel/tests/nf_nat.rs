@@ -68,7 +68,7 @@ fn one_output(outputs: &[OutputPacket]) -> (u16, FiveTuple) {
 #[test]
 fn outbound_packets_get_the_public_address_and_valid_checksums() {
     let stm = Stm::new(1).unwrap();
-    let mut nat = Nat::new(&stm, config()).unwrap();
+    let nat = Nat::new(&stm, config()).unwrap();
     for (i, proto) in [L4Proto::Udp, L4Proto::Tcp].into_iter().enumerate() {
         let sent = tuple(proto, (HOST, 5000), (SERVER, 53));
         let outputs = run(&stm, &nat, vec![out(sent, i as u64)]);
@@ -113,7 +113,7 @@ fn mapping_is_endpoint_independent() {
 #[test]
 fn filtering_is_endpoint_independent() {
     let stm = Stm::new(1).unwrap();
-    let mut nat = Nat::new(&stm, config()).unwrap();
+    let nat = Nat::new(&stm, config()).unwrap();
     let outputs = run(&stm, &nat, vec![out(tuple(L4Proto::Tcp, (HOST, 5000), (SERVER, 80)), 1)]);
     let public_port = five_tuple(&outputs[0].data).unwrap().src_port;
     let to_public = |from: (Ipv4Addr, u16), port: u16| tuple(L4Proto::Tcp, from, (PUBLIC, port));
@@ -204,7 +204,7 @@ fn new_endpoints_are_dropped_while_every_port_is_leased() {
 #[test]
 fn bad_frames_are_counted_and_dropped_never_a_panic() {
     let stm = Stm::new(1).unwrap();
-    let mut nat = Nat::new(&stm, config()).unwrap();
+    let nat = Nat::new(&stm, config()).unwrap();
     let good = frame(&tuple(L4Proto::Tcp, (HOST, 5000), (SERVER, 80)), 0, true);
     let mut bad_ihl = good.clone();
     bad_ihl[14] = 0x44;

@@ -70,7 +70,7 @@ fn a_host_receives_its_rate_plus_one_burst_and_no_more() {
     const BURST: u64 = 10_000;
     const LEN: usize = 1_000;
     let stm = Stm::new(1).unwrap();
-    let mut nf = Policer::new(&stm, PolicerConfig::new(RATE, BURST)).unwrap();
+    let nf = Policer::new(&stm, PolicerConfig::new(RATE, BURST)).unwrap();
     // Host 1 gets 1000 frames per second (10x its rate) for 2 s, then,
     // after a silence long enough to refill the bucket, another 1000 per
     // second for 0.1 s. Host 2 gets 50 frames per second, half its rate.
@@ -116,7 +116,7 @@ fn a_host_receives_its_rate_plus_one_burst_and_no_more() {
 fn lan_traffic_passes_unpoliced_and_junk_is_counted() {
     let stm = Stm::new(1).unwrap();
     // A burst smaller than any frame: everything WAN to LAN is over rate.
-    let mut nf = Policer::new(&stm, PolicerConfig::new(1, 10)).unwrap();
+    let nf = Policer::new(&stm, PolicerConfig::new(1, 10)).unwrap();
     let to_host = udp(1, 1, host(1));
     let from_host = FiveTuple { src_ip: host(1), dst_ip: Ipv4Addr::new(8, 8, 8, 8), ..to_host };
     let mut arp = frame(&to_host, 64, 0);
@@ -215,7 +215,7 @@ fn with_per_flow_sets_two_workers_keep_flow_order_and_the_rate() {
     let (check, config) = policer_check(PolicerSets::PerFlow);
     let run = |workers| {
         let stm = Stm::new(workers).unwrap();
-        let mut nf = Policer::new(&stm, config.clone()).unwrap();
+        let nf = Policer::new(&stm, config.clone()).unwrap();
         let config = TraceConfig { workers, ..check.config.clone() };
         let report = run_trace(&stm, &nf, &config, trace.iter().cloned()).unwrap();
         (outputs_per_flow(&report), nf.counters(), report)

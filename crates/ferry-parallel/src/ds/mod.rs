@@ -12,6 +12,9 @@
 //!   on another core's lease list.
 //! * [`DistributedObj`]: per-core parts with a merge function and a
 //!   maximum staleness; conflicts are merges that read parts being updated.
+//! * [`Statistics`]: an NF's counters, per core and outside the
+//!   transactional memory (no conflicts, no versions): updates count when
+//!   their transaction commits; handlers never read them.
 //!
 //! Every operation is `#[track_caller]`, so aborts name the NF line.
 
@@ -19,12 +22,14 @@ mod allocator;
 mod distributed;
 mod key_tag;
 mod map;
+mod statistics;
 mod vector;
 
 pub use allocator::{Allocator, AllocatorConfig};
 pub use distributed::DistributedObj;
 pub use key_tag::key_tag;
 pub use map::{BucketHash, DefaultBucketHash, Map};
+pub use statistics::Statistics;
 pub use vector::Vector;
 
 /// Invalid data-structure parameters.

@@ -51,7 +51,7 @@
 
 use ferry_wire::{five_tuple, L4Proto};
 
-use crate::ds::DistributedObj;
+use crate::ds::{DistributedObj, Statistics};
 use crate::packet_set::{Field, PacketSetDef, PacketSetError, PortRule};
 use crate::runtime::{Ctx, NewSet, Packet, ParallelNf};
 use crate::stm::{Abort, Stm};
@@ -179,7 +179,7 @@ pub struct AntiDdos {
     /// Statistics only: never read in a transaction, so updating them
     /// conflicts with nothing (kept apart from `flow_counts` so they do
     /// not change its conflict profile).
-    counters: DistributedObj<AntiDdosCounters>,
+    counters: Statistics<AntiDdosCounters>,
 }
 
 impl AntiDdos {
@@ -203,8 +203,7 @@ impl AntiDdos {
             FlowCounts::merge,
             config.counter_staleness_ns,
         );
-        let counters =
-            DistributedObj::new(stm, "anti_ddos.counters", AntiDdosCounters::default(), AntiDdosCounters::merge, 0);
+        let counters = Statistics::new(stm, AntiDdosCounters::default(), AntiDdosCounters::merge);
         Ok(AntiDdos { config, packet_sets, flow_counts, counters })
     }
 
@@ -223,8 +222,8 @@ impl AntiDdos {
     }
 
     /// The statistics, outside any transaction (after a run).
-    pub fn counters(&mut self) -> AntiDdosCounters {
-        self.counters.merged_mut()
+    pub fn counters(&self) -> AntiDdosCounters {
+        self.counters.merged()
     }
 
     /// Listing 2's test, with the `min_flows` guard.
@@ -235,7 +234,8 @@ impl AntiDdos {
     }
 
     fn count<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, f: impl FnOnce(&mut AntiDdosCounters)) -> Result<(), Abort> {
-        self.counters.update(ctx.tx(), f)
+        self.counters.update(ctx.tx(), f);
+        Ok(())
     }
 }
 

@@ -29,7 +29,7 @@
 use ferry_wire::ethernet::is_multicast_mac;
 use ferry_wire::{EthernetFrame, MacAddr};
 
-use crate::ds::{Allocator, AllocatorConfig, DefaultBucketHash, DistributedObj, DsError, Map, Vector};
+use crate::ds::{Allocator, AllocatorConfig, DefaultBucketHash, DsError, Map, Statistics, Vector};
 use crate::packet_set::{Field, PacketSetDef, PortRule};
 use crate::runtime::{Ctx, NewSet, Packet, ParallelNf, TraceConfig};
 use crate::stm::{Abort, Stm, Tx};
@@ -149,7 +149,7 @@ pub struct Bridge {
     addresses: Vector<Option<MacAddr>>,
     /// Leases on entry indices: the entries' ages.
     ages: Allocator,
-    counters: DistributedObj<BridgeCounters>,
+    counters: Statistics<BridgeCounters>,
 }
 
 impl Bridge {
@@ -172,7 +172,7 @@ impl Bridge {
             stations: Map::new(stm, "bridge stations", config.buckets, DefaultBucketHash)?,
             addresses: Vector::new(stm, "bridge entry addresses", config.capacity as usize, |_| None)?,
             ages: Allocator::new(stm, "bridge entry ages", ages)?,
-            counters: DistributedObj::new(stm, "bridge counters", BridgeCounters::default(), BridgeCounters::merge, 0),
+            counters: Statistics::new(stm, BridgeCounters::default(), BridgeCounters::merge),
             config,
         })
     }
@@ -189,8 +189,8 @@ impl Bridge {
     }
 
     /// The counters, outside any transaction.
-    pub fn counters(&mut self) -> BridgeCounters {
-        self.counters.merged_mut()
+    pub fn counters(&self) -> BridgeCounters {
+        self.counters.merged()
     }
 
     /// The entries live at `now_ns` (address, port), sorted, outside any
@@ -229,7 +229,8 @@ impl Bridge {
     fn process<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<(), Abort> {
         let mut tally = BridgeCounters::default();
         self.bridge(ctx, packet, &mut tally)?;
-        self.counters.update(ctx.tx(), |c| c.merge(&tally))
+        self.counters.update(ctx.tx(), |c| c.merge(&tally));
+        Ok(())
     }
 
     fn bridge<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &Packet, tally: &mut BridgeCounters) -> Result<(), Abort> {
@@ -349,7 +350,7 @@ impl ParallelNf for Bridge {
     fn periodic<'a>(&'a self, ctx: &mut Ctx<'_, 'a>) -> Result<(), Abort> {
         let expired = self.reclaim(ctx.tx())?;
         if expired > 0 {
-            self.counters.update(ctx.tx(), |c| c.expired += expired)?;
+            self.counters.update(ctx.tx(), |c| c.expired += expired);
         }
         Ok(())
     }

@@ -23,7 +23,7 @@
 
 use ferry_wire::{ethertype, ip_proto, EthernetFrame, Ipv4Packet};
 
-use crate::ds::DistributedObj;
+use crate::ds::Statistics;
 use crate::packet_set::{Field, PacketSetDef, PortRule};
 use crate::runtime::{Ctx, NewSet, Packet, ParallelNf, TraceConfig};
 use crate::stm::{Abort, Stm};
@@ -101,7 +101,7 @@ pub struct Connection {
 /// The firewall.
 pub struct Firewall {
     config: FirewallConfig,
-    counters: DistributedObj<FirewallCounters>,
+    counters: Statistics<FirewallCounters>,
 }
 
 impl Firewall {
@@ -109,8 +109,7 @@ impl Firewall {
         if config.idle_timeout_ns == 0 {
             return Err(FirewallError::ZeroTimeout);
         }
-        let counters =
-            DistributedObj::new(stm, "firewall counters", FirewallCounters::default(), FirewallCounters::merge, 0);
+        let counters = Statistics::new(stm, FirewallCounters::default(), FirewallCounters::merge);
         Ok(Firewall { config, counters })
     }
 
@@ -129,8 +128,8 @@ impl Firewall {
     }
 
     /// The counters, outside any transaction.
-    pub fn counters(&mut self) -> FirewallCounters {
-        self.counters.merged_mut()
+    pub fn counters(&self) -> FirewallCounters {
+        self.counters.merged()
     }
 
     fn is_open(&self, connection: &Connection, now_ns: u64) -> bool {
@@ -138,7 +137,8 @@ impl Firewall {
     }
 
     fn count<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, f: impl FnOnce(&mut FirewallCounters)) -> Result<(), Abort> {
-        self.counters.update(ctx.tx(), f)
+        self.counters.update(ctx.tx(), f);
+        Ok(())
     }
 }
 

@@ -67,7 +67,7 @@ use std::net::Ipv4Addr;
 
 use ferry_wire::{five_tuple, EthernetFrame, L4Proto, MacAddr};
 
-use crate::ds::{DistributedObj, DsError, Vector};
+use crate::ds::{DsError, Statistics, Vector};
 use crate::packet_set::{Field, PacketSetDef, PacketSetError, PortRule};
 use crate::runtime::{Ctx, NewSet, Packet, ParallelNf};
 use crate::stm::{Abort, Stm};
@@ -363,7 +363,7 @@ pub struct Maglev {
     backend_up: Vector<bool>,
     /// One element: the table for the backends up now.
     table: Vector<LookupTable>,
-    counters: DistributedObj<MaglevCounters>,
+    counters: Statistics<MaglevCounters>,
 }
 
 impl Maglev {
@@ -413,7 +413,7 @@ impl Maglev {
         let backend_up = Vector::new(stm, "maglev.backend_up", backends.len(), |_| true)?;
         let table = Vector::new(stm, "maglev.table", 1, |_| initial.clone())?;
         let identity = MaglevCounters { per_backend: vec![0; backends.len()], ..MaglevCounters::default() };
-        let counters = DistributedObj::new(stm, "maglev.counters", identity, MaglevCounters::merge, 0);
+        let counters = Statistics::new(stm, identity, MaglevCounters::merge);
         Ok(Maglev { config, permutations, health_schedule, packet_sets, backend_up, table, counters })
     }
 
@@ -455,13 +455,13 @@ impl Maglev {
         }
         let table = LookupTable::build(&self.permutations, &up, self.config.table_size);
         self.table.write(ctx.tx(), 0, table)?;
-        self.counters.update(ctx.tx(), |c| c.table_rebuilds += 1)?;
+        self.counters.update(ctx.tx(), |c| c.table_rebuilds += 1);
         Ok(true)
     }
 
     /// The counters, outside any transaction (after a run).
-    pub fn counters(&mut self) -> MaglevCounters {
-        self.counters.merged_mut()
+    pub fn counters(&self) -> MaglevCounters {
+        self.counters.merged()
     }
 
     /// The current table, outside any transaction.
@@ -475,7 +475,8 @@ impl Maglev {
     }
 
     fn count<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, f: impl FnOnce(&mut MaglevCounters)) -> Result<(), Abort> {
-        self.counters.update(ctx.tx(), f)
+        self.counters.update(ctx.tx(), f);
+        Ok(())
     }
 
     /// Rewrites the frame's MACs for `backend` and sends it out of the

@@ -38,7 +38,7 @@ use std::ops::RangeInclusive;
 use ferry_wire::checksum::{update16, update_bytes};
 use ferry_wire::{ethertype, ip_proto, EthernetFrame, Ipv4Packet, TcpPacket, UdpPacket};
 
-use crate::ds::{Allocator, AllocatorConfig, DefaultBucketHash, DistributedObj, DsError, Map, Vector};
+use crate::ds::{Allocator, AllocatorConfig, DefaultBucketHash, DsError, Map, Statistics, Vector};
 use crate::packet_set::{Field, PacketSetDef, PortRule};
 use crate::runtime::{Ctx, NewSet, Packet, ParallelNf, TraceConfig};
 use crate::stm::{Abort, Stm, Tx};
@@ -209,7 +209,7 @@ pub struct Nat {
     first_port: u16,
     udp: PortSpace,
     tcp: PortSpace,
-    counters: DistributedObj<NatCounters>,
+    counters: Statistics<NatCounters>,
 }
 
 /// Why a frame is not translated.
@@ -235,7 +235,7 @@ impl Nat {
         Ok(Nat {
             udp: PortSpace::new(stm, "nat udp", &config, capacity)?,
             tcp: PortSpace::new(stm, "nat tcp", &config, capacity)?,
-            counters: DistributedObj::new(stm, "nat counters", NatCounters::default(), NatCounters::merge, 0),
+            counters: Statistics::new(stm, NatCounters::default(), NatCounters::merge),
             first_port: first,
             config,
         })
@@ -253,8 +253,8 @@ impl Nat {
     }
 
     /// The counters, outside any transaction.
-    pub fn counters(&mut self) -> NatCounters {
-        self.counters.merged_mut()
+    pub fn counters(&self) -> NatCounters {
+        self.counters.merged()
     }
 
     fn space(&self, transport: Transport) -> &PortSpace {
@@ -278,7 +278,8 @@ impl Nat {
             EXTERNAL_PORT => self.inbound(ctx, packet, &mut tally)?,
             _ => tally.dropped_unsupported += 1,
         }
-        self.counters.update(ctx.tx(), |c| c.merge(&tally))
+        self.counters.update(ctx.tx(), |c| c.merge(&tally));
+        Ok(())
     }
 
     fn outbound<'a>(
@@ -461,7 +462,7 @@ impl ParallelNf for Nat {
             expired += self.reclaim(ctx.tx(), space)?;
         }
         if expired > 0 {
-            self.counters.update(ctx.tx(), |c| c.mappings_expired += expired)?;
+            self.counters.update(ctx.tx(), |c| c.mappings_expired += expired);
         }
         Ok(())
     }

@@ -47,7 +47,7 @@ use std::net::Ipv4Addr;
 
 use ferry_wire::five_tuple;
 
-use crate::ds::{DefaultBucketHash, DistributedObj, DsError, Map};
+use crate::ds::{DefaultBucketHash, DsError, Map, Statistics};
 use crate::packet_set::{Field, PacketSetDef, PacketSetError, PortRule};
 use crate::runtime::{Ctx, NewSet, Packet, ParallelNf};
 use crate::stm::{Abort, Stm};
@@ -199,7 +199,7 @@ pub struct Policer {
     packet_sets: PacketSetDef,
     /// Per-destination buckets in [`PolicerSets::PerFlow`] mode.
     shared_buckets: Option<Map<Ipv4Addr, TokenBucket>>,
-    counters: DistributedObj<PolicerCounters>,
+    counters: Statistics<PolicerCounters>,
 }
 
 impl Policer {
@@ -227,8 +227,7 @@ impl Policer {
         let lan_fields = vec![Field::SrcIp, Field::DstIp, Field::SrcPort, Field::DstPort, Field::IpProto];
         let lan = PortRule { port: config.lan_port, protocol: None, fields: lan_fields, symmetric: false };
         let packet_sets = PacketSetDef::new(vec![wan, lan])?;
-        let counters =
-            DistributedObj::new(stm, "policer.counters", PolicerCounters::default(), PolicerCounters::merge, 0);
+        let counters = Statistics::new(stm, PolicerCounters::default(), PolicerCounters::merge);
         Ok(Policer { config, capacity_nanobytes, refill_ns, packet_sets, shared_buckets, counters })
     }
 
@@ -241,8 +240,8 @@ impl Policer {
     }
 
     /// The counters, outside any transaction (after a run).
-    pub fn counters(&mut self) -> PolicerCounters {
-        self.counters.merged_mut()
+    pub fn counters(&self) -> PolicerCounters {
+        self.counters.merged()
     }
 
     /// The per-destination Map's buckets ([`PolicerSets::PerFlow`]; empty
@@ -274,7 +273,8 @@ impl Policer {
 
     fn lan_to_wan<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &Packet) -> Result<(), Abort> {
         ctx.send(packet, self.config.wan_port);
-        self.counters.update(ctx.tx(), |c| c.lan_to_wan += 1)
+        self.counters.update(ctx.tx(), |c| c.lan_to_wan += 1);
+        Ok(())
     }
 
     /// Sends a conforming frame on, counts a non-conforming one.
@@ -286,7 +286,7 @@ impl Policer {
                 self.counters.update(ctx.tx(), |c| {
                     c.passed += 1;
                     c.passed_bytes += bytes;
-                })
+                });
             }
             Some(false) => self.counters.update(ctx.tx(), |c| {
                 c.over_rate += 1;
@@ -294,6 +294,7 @@ impl Policer {
             }),
             None => self.counters.update(ctx.tx(), |c| c.unparsable += 1),
         }
+        Ok(())
     }
 }
 
@@ -346,9 +347,11 @@ impl ParallelNf for Policer {
         if packet.port() == self.config.lan_port {
             self.lan_to_wan(ctx, packet)
         } else if packet.port() == self.config.wan_port {
-            self.counters.update(ctx.tx(), |c| c.unparsable += 1)
+            self.counters.update(ctx.tx(), |c| c.unparsable += 1);
+            Ok(())
         } else {
-            self.counters.update(ctx.tx(), |c| c.wrong_port += 1)
+            self.counters.update(ctx.tx(), |c| c.wrong_port += 1);
+            Ok(())
         }
     }
 }

@@ -8,6 +8,7 @@ use super::nf::{Ctx, OutputBuffer, OutputPacket, Packet, ParallelNf};
 use super::set_table::{LiveSet, SetTable};
 use crate::packet_set::SetKey;
 use crate::stm::{TxStats, Worker};
+use crate::sync::Stamp;
 
 /// A packet and its set (`None`: orphan), as the dispatcher hands it over.
 pub(crate) struct BatchItem {
@@ -74,6 +75,7 @@ pub(crate) struct WorkerLoop<'a, N: ParallelNf> {
     keep_outputs: bool,
     output_packets: u64,
     output_bytes: u64,
+    busy_ns: u64,
     packets: u64,
     batches: u64,
     scratch: FxHashMap<SetKey, SetWork<N::SetState>>,
@@ -95,6 +97,9 @@ pub struct WorkerReport {
     /// Committed output packets and their bytes, in either mode.
     pub output_packets: u64,
     pub output_bytes: u64,
+    /// Time spent running batches and ticks (from the expiry check to
+    /// the released output): the time [`TxStats::runtime_ns`] is a share of.
+    pub busy_ns: u64,
 }
 
 /// What a worker does with committed output in a trace run.
@@ -121,6 +126,7 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
             keep_outputs: true,
             output_packets: 0,
             output_bytes: 0,
+            busy_ns: 0,
             packets: 0,
             batches: 0,
             scratch: FxHashMap::default(),
@@ -144,6 +150,12 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
     }
 
     fn run_at(&mut self, now_ns: u64, batch: &[BatchItem]) {
+        let started = Stamp::now();
+        self.run_timed(now_ns, batch);
+        self.busy_ns += started.nanos_until(Stamp::now());
+    }
+
+    fn run_timed(&mut self, now_ns: u64, batch: &[BatchItem]) {
         let due = self.sets.due(now_ns);
         let periodic_due = self.periodic.as_mut().is_some_and(|p| p.due(now_ns));
         if batch.is_empty() && due.is_empty() && !periodic_due {
@@ -243,6 +255,7 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
             outputs: self.outputs,
             output_packets: self.output_packets,
             output_bytes: self.output_bytes,
+            busy_ns: self.busy_ns,
         }
     }
 }

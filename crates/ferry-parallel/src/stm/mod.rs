@@ -102,5 +102,6 @@ pub use access::{Access, ElementClass, ObjectId, Op, StructureId, StructureInfo,
 pub use engine::{Stm, StmError};
 pub use object::TObj;
 pub use stats::{ConflictSite, SiteAccess, TxStats};
+pub(crate) use tx::CommitHook;
 pub use tx::Tx;
 pub use worker::Worker;

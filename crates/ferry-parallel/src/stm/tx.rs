@@ -9,19 +9,27 @@ use super::access::Access;
 use super::addr_hash::AddrBuildHasher;
 use super::engine::Stm;
 use super::object::{is_locked, locked_by, pending_node, unlocked, version_of, ErasedObj, Node, TObj};
-use crate::sync::{Ordering, SpinWait};
+use crate::sync::{Ordering, SpinWait, Stamp};
 
 /// How many times a read may move the snapshot forward before it settles
 /// for the old version (bounds the work under a storm of commits).
 const MAX_EXTENSIONS_PER_READ: u32 = 4;
 
-/// Everything one transaction did to one object.
+/// One access in this many (on average) is timed for the runtime's
+/// accounting.
+const ACCESS_SAMPLE_ODDS: u64 = 16;
+
+/// Longest timed access counted (a longer one was preempted).
+const MAX_ACCESS_SAMPLE_NS: u64 = 20_000;
+
+/// One object this transaction writes.
 pub(crate) struct Entry<'a> {
     obj: &'a dyn ErasedObj,
-    /// The first access that read the committed state (not our own write).
+    /// The access that read `obj` from the committed state before its
+    /// first write, if one did (later reads see our own pending value).
     read: Option<Access>,
     /// The node that becomes the new head at commit, and the access that
-    /// last wrote it.
+    /// last wrote it (taken at install).
     write: Option<(Box<dyn Any + Send>, Access)>,
     /// At commit: the unlocked lock word we replaced, to restore on abort.
     locked_from: Option<u64>,
@@ -29,10 +37,43 @@ pub(crate) struct Entry<'a> {
 
 /// The buffers a worker lends to each of its transactions, so a
 /// transaction allocates nothing but the version nodes it writes.
-#[derive(Default)]
+///
+/// The read set is a log, not a set: a read appends the object (unless it
+/// is the one read last), which is all a read-only transaction ever pays
+/// for it; only commit validation and snapshot extension walk it, and
+/// checking an object twice is harmless. The write set is indexed by
+/// object, since reads must find their own pending writes.
 pub(crate) struct TxBuffers<'a> {
+    /// Objects written, in first-write order.
     entries: Vec<Entry<'a>>,
+    /// Object address to its index in `entries`.
     index: HashMap<usize, u32, AddrBuildHasher>,
+    /// Objects read from the committed state, with the access that read
+    /// them.
+    reads: Vec<(&'a dyn ErasedObj, Access)>,
+    /// What to tell when the attempt commits.
+    hooks: Vec<&'a dyn CommitHook>,
+    /// xorshift64 state choosing which accesses are timed (never 0).
+    sample_state: u64,
+}
+
+impl TxBuffers<'_> {
+    pub(crate) fn new(worker: usize) -> Self {
+        TxBuffers {
+            entries: Vec::new(),
+            index: HashMap::default(),
+            reads: Vec::new(),
+            hooks: Vec::new(),
+            sample_state: 0x9e37_79b9_7f4a_7c15 ^ (worker as u64).wrapping_mul(0x2545_f491_4f6c_dd1d),
+        }
+    }
+}
+
+/// Something outside the transactional memory that follows a worker's
+/// transactions (see [`crate::ds::Statistics`]): told after an attempt it
+/// joined commits, on the worker that ran it.
+pub(crate) trait CommitHook: Sync {
+    fn on_commit(&self, worker: usize, attempt: u64);
 }
 
 /// A running transaction. Handlers get `&mut Tx` (inside their context)
@@ -41,6 +82,8 @@ pub(crate) struct TxBuffers<'a> {
 pub struct Tx<'a> {
     stm: &'a Stm,
     worker: usize,
+    /// This attempt's number among its worker's attempts.
+    attempt: u64,
     rv: u64,
     now_ns: u64,
     buffers: TxBuffers<'a>,
@@ -52,12 +95,32 @@ pub struct Tx<'a> {
     /// [`super::TxStats`].
     read_accesses: u64,
     write_accesses: u64,
+    /// Estimated time in accesses (see [`Tx::sampled`]).
+    sampled_access_ns: u64,
+    /// The object address and entry index [`Tx::entry_of`] found last.
+    last_entry: Option<(usize, u32)>,
+    /// A 256-bit filter over the addresses in the read log.
+    read_filter: [u64; 4],
 }
 
 impl<'a> Tx<'a> {
-    pub(crate) fn begin(stm: &'a Stm, worker: usize, now_ns: u64, buffers: TxBuffers<'a>) -> Tx<'a> {
+    pub(crate) fn begin(stm: &'a Stm, worker: usize, attempt: u64, now_ns: u64, buffers: TxBuffers<'a>) -> Tx<'a> {
         let rv = stm.begin(worker);
-        Tx { stm, worker, rv, now_ns, buffers, writes: 0, doomed: None, read_accesses: 0, write_accesses: 0 }
+        Tx {
+            stm,
+            worker,
+            attempt,
+            rv,
+            now_ns,
+            buffers,
+            writes: 0,
+            doomed: None,
+            read_accesses: 0,
+            write_accesses: 0,
+            sampled_access_ns: 0,
+            last_entry: None,
+            read_filter: [0; 4],
+        }
     }
 
     /// Ends the attempt (committed or not) and hands the buffers back.
@@ -65,7 +128,26 @@ impl<'a> Tx<'a> {
         self.stm.end(self.worker);
         self.buffers.entries.clear();
         self.buffers.index.clear();
+        self.buffers.reads.clear();
+        self.buffers.hooks.clear();
         self.buffers
+    }
+
+    /// This attempt's number: unique among the attempts of its worker.
+    pub(crate) fn attempt(&self) -> u64 {
+        self.attempt
+    }
+
+    /// Tells `hook` when this attempt commits (once per call).
+    pub(crate) fn on_commit(&mut self, hook: &'a dyn CommitHook) {
+        self.buffers.hooks.push(hook);
+    }
+
+    /// After a successful commit: tells every hook.
+    pub(crate) fn run_commit_hooks(&mut self) {
+        for hook in self.buffers.hooks.drain(..) {
+            hook.on_commit(self.worker, self.attempt);
+        }
     }
 
     /// The time this transaction runs at, in nanoseconds (the runtime sets
@@ -107,8 +189,22 @@ impl<'a> Tx<'a> {
         (self.read_accesses, self.write_accesses)
     }
 
-    fn entry_of(&self, obj: &dyn ErasedObj) -> Option<usize> {
-        self.buffers.index.get(&address(obj)).map(|i| *i as usize)
+    /// The entry of `obj`, if this attempt wrote it. The last one found
+    /// is remembered: handlers tend to hit one object several times in a
+    /// row, and then this skips the index.
+    fn entry_of(&mut self, obj: &dyn ErasedObj) -> Option<usize> {
+        if self.buffers.entries.is_empty() {
+            return None;
+        }
+        let addr = address(obj);
+        if let Some((last, i)) = self.last_entry {
+            if last == addr {
+                return Some(i as usize);
+            }
+        }
+        let i = *self.buffers.index.get(&addr)?;
+        self.last_entry = Some((addr, i));
+        Some(i as usize)
     }
 
     fn entry_or_insert(&mut self, obj: &'a dyn ErasedObj) -> usize {
@@ -116,9 +212,41 @@ impl<'a> Tx<'a> {
             return i;
         }
         let i = self.buffers.entries.len();
-        self.buffers.entries.push(Entry { obj, read: None, write: None, locked_from: None });
+        let read = self.has_read(obj);
+        self.buffers.entries.push(Entry { obj, read, write: None, locked_from: None });
         self.buffers.index.insert(address(obj), i as u32);
+        self.last_entry = Some((address(obj), i as u32));
         i
+    }
+
+    /// Runs one access, timing it with probability 1 /
+    /// [`ACCESS_SAMPLE_ODDS`] and counting the time that many times over:
+    /// an unbiased estimate of the time in accesses (see
+    /// [`super::TxStats::access_ns`]) for two clock reads per
+    /// `ACCESS_SAMPLE_ODDS` accesses. Random rather than every n-th, so a
+    /// handler's fixed pattern of accesses cannot line up with the samples.
+    fn sampled<R>(&mut self, access: impl FnOnce(&mut Self) -> R) -> R {
+        let x = &mut self.buffers.sample_state;
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        if *x % ACCESS_SAMPLE_ODDS != 0 {
+            return access(self);
+        }
+        let start = Stamp::now();
+        let result = access(self);
+        let took = start.nanos_until(Stamp::now()).saturating_sub(Stamp::overhead_ns());
+        // A sample this long caught the thread being preempted: weighted
+        // sixteenfold it would swamp the estimate with the scheduler's time.
+        if took <= MAX_ACCESS_SAMPLE_NS {
+            self.sampled_access_ns += took * ACCESS_SAMPLE_ODDS;
+        }
+        result
+    }
+
+    /// The estimated time this attempt spent in accesses so far.
+    pub(crate) fn sampled_access_ns(&self) -> u64 {
+        self.sampled_access_ns
     }
 
     fn check_engine(&self, obj: &dyn ErasedObj) {
@@ -135,20 +263,40 @@ impl<'a> Tx<'a> {
     where
         T: Send + Sync + 'static,
     {
+        self.sampled(|tx| tx.read_with_untimed(obj, access, f))
+    }
+
+    fn read_with_untimed<T, R>(&mut self, obj: &'a TObj<T>, access: Access, f: impl FnOnce(&T) -> R) -> Result<R, Abort>
+    where
+        T: Send + Sync + 'static,
+    {
         self.check_engine(obj);
         self.read_accesses += 1;
-        let existing = self.entry_of(obj);
-        if let Some((pending, _)) = existing.and_then(|i| self.buffers.entries[i].write.as_ref()) {
-            return Ok(f(pending_value(pending)));
+        if let Some(i) = self.entry_of(obj) {
+            if let Some((pending, _)) = &self.buffers.entries[i].write {
+                return Ok(f(pending_value(pending)));
+            }
         }
         self.settle_snapshot(obj, access)?;
         let result = obj.with_visible(self.rv, f);
-        let i = match existing {
-            Some(i) => i,
-            None => self.entry_or_insert(obj),
-        };
-        self.buffers.entries[i].read.get_or_insert(access);
+        let repeated = self.buffers.reads.last().is_some_and(|(last, _)| address(*last) == address(obj));
+        if !repeated {
+            self.buffers.reads.push((obj, access));
+            let (word, bit) = read_filter_bit(obj);
+            self.read_filter[word] |= bit;
+        }
         Ok(result)
+    }
+
+    /// The first access that read `obj` from the committed state, if any:
+    /// a walk of the read log, skipped when the filter rules `obj` out.
+    /// Once per object this attempt writes.
+    fn has_read(&self, obj: &dyn ErasedObj) -> Option<Access> {
+        let (word, bit) = read_filter_bit(obj);
+        if self.read_filter[word] & bit == 0 {
+            return None;
+        }
+        self.buffers.reads.iter().find(|(read, _)| address(*read) == address(obj)).map(|(_, access)| *access)
     }
 
     /// Calls `f` on the value of `obj` in this transaction's snapshot (or
@@ -159,6 +307,13 @@ impl<'a> Tx<'a> {
     /// a version within it), for decisions that a recorded read confirms
     /// before anything depends on it. Counted as a read in the stats.
     pub(crate) fn peek_with<T, R>(&mut self, obj: &'a TObj<T>, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: Send + Sync + 'static,
+    {
+        self.sampled(|tx| tx.peek_with_untimed(obj, f))
+    }
+
+    fn peek_with_untimed<T, R>(&mut self, obj: &'a TObj<T>, f: impl FnOnce(&T) -> R) -> R
     where
         T: Send + Sync + 'static,
     {
@@ -206,11 +361,8 @@ impl<'a> Tx<'a> {
     /// is still the newest version (LSA-style extension).
     fn try_extend(&mut self) -> bool {
         let now = self.stm.current_version();
-        for entry in &self.buffers.entries {
-            if entry.read.is_none() {
-                continue;
-            }
-            let word = entry.obj.lock_word().load(Ordering::Acquire);
+        for (obj, _) in &self.buffers.reads {
+            let word = obj.lock_word().load(Ordering::Acquire);
             if is_locked(word) || version_of(word) > self.rv {
                 return false;
             }
@@ -221,6 +373,13 @@ impl<'a> Tx<'a> {
 
     /// Buffers `value` as the new value of `obj`.
     pub(crate) fn write<T>(&mut self, obj: &'a TObj<T>, access: Access, value: T) -> Result<(), Abort>
+    where
+        T: Send + Sync + 'static,
+    {
+        self.sampled(|tx| tx.write_untimed(obj, access, value))
+    }
+
+    fn write_untimed<T>(&mut self, obj: &'a TObj<T>, access: Access, value: T) -> Result<(), Abort>
     where
         T: Send + Sync + 'static,
     {
@@ -253,12 +412,29 @@ impl<'a> Tx<'a> {
     where
         T: Clone + Send + Sync + 'static,
     {
+        self.sampled(|tx| tx.update_untimed(obj, access, f))
+    }
+
+    fn update_untimed<T, R>(
+        &mut self,
+        obj: &'a TObj<T>,
+        access: Access,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> Result<R, Abort>
+    where
+        T: Clone + Send + Sync + 'static,
+    {
         self.check_engine(obj);
         if let Some(i) = self.entry_of(obj) {
             if self.buffers.entries[i].write.is_some() {
                 self.read_accesses += 1;
                 self.write_accesses += 1;
-                self.prepare_write(obj, access)?;
+                // The object's own conflicts were checked when it was first
+                // written (and commit checks them again); only a doomed
+                // snapshot stops a further write.
+                if let Some(abort) = self.doomed {
+                    return Err(abort);
+                }
                 let (pending, last) = self.buffers.entries[i].write.as_mut().expect("checked above");
                 let node = pending_node_mut::<T>(pending);
                 node.set_written_by(access);
@@ -266,9 +442,9 @@ impl<'a> Tx<'a> {
                 return Ok(f(node.value_mut()));
             }
         }
-        let mut value = self.read_with(obj, access, T::clone)?;
+        let mut value = self.read_with_untimed(obj, access, T::clone)?;
         let result = f(&mut value);
-        self.write(obj, access, value)?;
+        self.write_untimed(obj, access, value)?;
         Ok(result)
     }
 
@@ -331,10 +507,10 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    /// Errors carry the index of the entry that conflicted.
-    fn lock_write_set(&mut self) -> Result<(), (Abort, usize)> {
+    /// Errors carry the object that conflicted.
+    fn lock_write_set(&mut self) -> Result<(), (Abort, &'a dyn ErasedObj)> {
         let mine = locked_by(self.worker);
-        for (i, entry) in self.buffers.entries.iter_mut().enumerate() {
+        for entry in self.buffers.entries.iter_mut() {
             let Some((_, access)) = &entry.write else { continue };
             let lock = entry.obj.lock_word();
             let mut word = lock.load(Ordering::Acquire);
@@ -342,7 +518,7 @@ impl<'a> Tx<'a> {
                 if is_locked(word) {
                     let abort =
                         Abort::WriteWhileCommitting { object: entry.obj.object_id(), ours: *access, theirs: None };
-                    return Err((abort, i));
+                    return Err((abort, entry.obj));
                 }
                 match lock.compare_exchange_weak(word, mine, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {
@@ -356,22 +532,22 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    fn validate_read_set(&self) -> Result<(), (Abort, usize)> {
+    fn validate_read_set(&self) -> Result<(), (Abort, &'a dyn ErasedObj)> {
         let mine = locked_by(self.worker);
-        for (i, entry) in self.buffers.entries.iter().enumerate() {
-            let Some(access) = entry.read else { continue };
-            let word = entry.obj.lock_word().load(Ordering::Acquire);
+        for &(obj, access) in &self.buffers.reads {
+            let word = obj.lock_word().load(Ordering::Acquire);
             let newest = if word == mine {
-                version_of(entry.locked_from.expect("an object locked by us has its old word"))
+                let i = self.buffers.index[&address(obj)] as usize;
+                version_of(self.buffers.entries[i].locked_from.expect("an object locked by us has its old word"))
             } else if is_locked(word) {
-                let abort = Abort::ReadWhileCommitting { object: entry.obj.object_id(), ours: access, theirs: None };
-                return Err((abort, i));
+                let abort = Abort::ReadWhileCommitting { object: obj.object_id(), ours: access, theirs: None };
+                return Err((abort, obj));
             } else {
                 version_of(word)
             };
             if newest > self.rv {
-                let theirs = entry.obj.first_write_after(self.rv);
-                return Err((Abort::ReadThenOverwritten { object: entry.obj.object_id(), ours: access, theirs }, i));
+                let theirs = obj.first_write_after(self.rv);
+                return Err((Abort::ReadThenOverwritten { object: obj.object_id(), ours: access, theirs }, obj));
             }
         }
         Ok(())
@@ -379,14 +555,14 @@ impl<'a> Tx<'a> {
 
     /// Releases the locks a failed commit took and learns the other side of
     /// a "while committing" conflict.
-    fn abort_commit(&mut self, mut abort: Abort, at: usize) -> Abort {
+    fn abort_commit(&mut self, mut abort: Abort, at: &'a dyn ErasedObj) -> Abort {
         for entry in &mut self.buffers.entries {
             if let Some(word) = entry.locked_from.take() {
                 entry.obj.lock_word().store(word, Ordering::Release);
             }
         }
         if abort.theirs().is_none() {
-            abort.set_theirs(self.wait_for_theirs(self.buffers.entries[at].obj));
+            abort.set_theirs(self.wait_for_theirs(at));
         }
         abort
     }
@@ -394,6 +570,13 @@ impl<'a> Tx<'a> {
 
 fn address(obj: &dyn ErasedObj) -> usize {
     obj as *const dyn ErasedObj as *const () as usize
+}
+
+/// Where `obj` sits in [`Tx::read_filter`]: a word and a bit in it.
+fn read_filter_bit(obj: &dyn ErasedObj) -> (usize, u64) {
+    // Objects are 64-byte aligned; a multiply spreads the rest over 8 bits.
+    let spread = ((address(obj) as u64 >> 6).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize;
+    (spread >> 6, 1 << (spread & 63))
 }
 
 // Both helpers take the Box itself and deref it explicitly: a `&Box<dyn

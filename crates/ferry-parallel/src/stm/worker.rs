@@ -23,6 +23,8 @@ pub struct Worker<'a> {
     buffers: Option<TxBuffers<'a>>,
     stats: TxStats,
     horizon: u64,
+    /// Attempts started so far (numbers them for [`Tx::attempt`]).
+    attempts: u64,
     reclaim_period: u32,
     commits_since_horizon: u32,
     #[cfg_attr(loom, allow(dead_code))]
@@ -34,9 +36,10 @@ impl<'a> Worker<'a> {
         Worker {
             stm,
             index,
-            buffers: Some(TxBuffers::default()),
+            buffers: Some(TxBuffers::new(index)),
             stats: TxStats::default(),
             horizon: 0,
+            attempts: 0,
             reclaim_period: DEFAULT_RECLAIM_PERIOD,
             commits_since_horizon: DEFAULT_RECLAIM_PERIOD,
             backoff_state: 0x2545_f491_4f6c_dd1d ^ (index as u64 + 1),
@@ -93,7 +96,7 @@ impl<'a> Worker<'a> {
     }
 
     fn attempt<R>(&mut self, now_ns: u64, body: &mut impl FnMut(&mut Tx<'a>) -> Result<R, Abort>) -> Result<R, Abort> {
-        let buffers = self.buffers.take().unwrap_or_default();
+        let buffers = self.buffers.take().unwrap_or_else(|| TxBuffers::new(self.index));
         if self.commits_since_horizon >= self.reclaim_period {
             self.horizon = self.stm.horizon();
             self.commits_since_horizon = 0;
@@ -101,7 +104,9 @@ impl<'a> Worker<'a> {
         // Clock reads: one here, two around a writing commit, one more if
         // the body aborts; none per access.
         let began = Stamp::now();
-        let mut tx = Tx::begin(self.stm, self.index, now_ns, buffers);
+        self.attempts += 1;
+        let mut tx = Tx::begin(self.stm, self.index, self.attempts, now_ns, buffers);
+        let begun = Stamp::now();
         let mut ended = None;
         let result = body(&mut tx).and_then(|value| {
             if tx.is_read_only() {
@@ -117,13 +122,20 @@ impl<'a> Worker<'a> {
         });
         // When it aborted: at the end of a failed commit, else now.
         let aborted_at = result.is_err().then(|| ended.unwrap_or_else(Stamp::now));
+        if result.is_ok() {
+            tx.run_commit_hooks();
+        }
         let read_only = tx.is_read_only();
         let (reads, writes) = tx.access_counts();
+        let access_ns = tx.sampled_access_ns();
         self.buffers = Some(tx.finish());
         self.stats.reads += reads;
         self.stats.writes += writes;
         match &result {
             Ok(_) => {
+                // An aborted attempt's time is all in `aborted_ns`.
+                self.stats.begin_ns += began.nanos_until(begun);
+                self.stats.access_ns += access_ns;
                 self.stats.commits += 1;
                 if read_only {
                     self.stats.read_only_commits += 1;
