@@ -51,6 +51,8 @@ pub struct ScalingRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct Speedup {
     pub nf: String,
+    /// The median over alternating pairs of runs of the 1-worker time over
+    /// the 2-worker time.
     pub speedup_2_over_1: f64,
     /// Peak memory on 2 workers minus on 1: what the second core costs.
     pub extra_worker_mib: f64,
@@ -63,6 +65,8 @@ pub struct CaseStudyRow {
     pub after: String,
     pub mpps_before: f64,
     pub mpps_after: f64,
+    /// The median over alternating pairs of runs of the time before over
+    /// the time after.
     pub improvement: f64,
     pub abort_rate_before: f64,
     pub abort_rate_after: f64,
@@ -116,11 +120,29 @@ fn run_once(nf: &str, args: &[String], trace: &[Packet], workers: usize) -> Resu
     })
 }
 
-/// The run with the median throughput of `runs`.
-fn median_run(nf: &str, args: &[String], trace: &[Packet], workers: usize, runs: usize) -> Result<RunResult> {
-    let mut all = (0..runs.max(1)).map(|_| run_once(nf, args, trace, workers)).collect::<Result<Vec<_>>>()?;
+/// Runs `a` and `b` alternately `runs` times (so drift in the machine's
+/// speed hits both alike) and returns the median-throughput run of each
+/// and the median of the per-pair ratios of `a`'s time to `b`'s (how many
+/// times faster `b` is).
+fn alternate(
+    runs: usize,
+    mut a: impl FnMut() -> Result<RunResult>,
+    mut b: impl FnMut() -> Result<RunResult>,
+) -> Result<(RunResult, RunResult, f64)> {
+    let (mut all_a, mut all_b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs.max(1) {
+        let (x, y) = (a()?, b()?);
+        ratios.push(x.seconds / y.seconds);
+        all_a.push(x);
+        all_b.push(y);
+    }
+    ratios.sort_by(f64::total_cmp);
+    Ok((median(all_a), median(all_b), ratios[ratios.len() / 2]))
+}
+
+fn median(mut all: Vec<RunResult>) -> RunResult {
     all.sort_by(|a, b| (a.packets as f64 / a.seconds).total_cmp(&(b.packets as f64 / b.seconds)));
-    Ok(all.swap_remove(all.len() / 2))
+    all.swap_remove(all.len() / 2)
 }
 
 /// A field of /proc/self/status, in KiB (0 if unreadable).
@@ -165,11 +187,14 @@ pub fn run(opts: &BenchParallelOptions) -> Result<BenchParallelReport> {
     };
     for nf in opts.nfs.iter().filter(|n| !n.is_empty() && *n != "none") {
         let (args, trace) = workload(nf, opts.packets).map_err(|e| anyhow!(e))?;
-        let one = median_run(nf, &args, &trace, 1, opts.runs).with_context(|| format!("{nf} on 1 worker"))?;
-        let two = median_run(nf, &args, &trace, 2, opts.runs).with_context(|| format!("{nf} on 2 workers"))?;
+        let (one, two, speedup) = alternate(
+            opts.runs,
+            || run_once(nf, &args, &trace, 1).with_context(|| format!("{nf} on 1 worker")),
+            || run_once(nf, &args, &trace, 2).with_context(|| format!("{nf} on 2 workers")),
+        )?;
         report.speedups.push(Speedup {
             nf: nf.clone(),
-            speedup_2_over_1: one.seconds / two.seconds,
+            speedup_2_over_1: speedup,
             extra_worker_mib: two.peak_rss_mib - one.peak_rss_mib,
         });
         report.scaling.push(row(nf, 1, &one));
@@ -179,10 +204,12 @@ pub fn run(opts: &BenchParallelOptions) -> Result<BenchParallelReport> {
         for case in &CASE_STUDIES {
             let (base, trace) = workload(case.nf, opts.packets).map_err(|e| anyhow!(e))?;
             let name = case.name;
-            let b = median_run(case.nf, &case.args(&base, false), &trace, 2, opts.runs)
-                .with_context(|| format!("{name}: before"))?;
-            let a = median_run(case.nf, &case.args(&base, true), &trace, 2, opts.runs)
-                .with_context(|| format!("{name}: after"))?;
+            let (before_args, after_args) = (case.args(&base, false), case.args(&base, true));
+            let (b, a, improvement) = alternate(
+                opts.runs,
+                || run_once(case.nf, &before_args, &trace, 2).with_context(|| format!("{name}: before")),
+                || run_once(case.nf, &after_args, &trace, 2).with_context(|| format!("{name}: after")),
+            )?;
             let (mb, ma) = (b.packets as f64 / b.seconds / 1e6, a.packets as f64 / a.seconds / 1e6);
             report.case_studies.push(CaseStudyRow {
                 name,
@@ -190,7 +217,7 @@ pub fn run(opts: &BenchParallelOptions) -> Result<BenchParallelReport> {
                 after: case.after.join(" "),
                 mpps_before: mb,
                 mpps_after: ma,
-                improvement: ma / mb.max(1e-12),
+                improvement,
                 abort_rate_before: b.abort_rate,
                 abort_rate_after: a.abort_rate,
                 profiler_headline: b.profile.headline.clone(),
@@ -205,7 +232,10 @@ pub fn run(opts: &BenchParallelOptions) -> Result<BenchParallelReport> {
 
 pub fn table(r: &BenchParallelReport) -> String {
     let mut out =
-        format!("machine: {}; trace of {} packets in memory, median of {} runs\n", r.machine, r.packets, r.runs);
+        format!(
+        "machine: {}; trace of {} packets in memory; {} alternating runs per comparison, medians (ratios: median of the pairs')\n",
+        r.machine, r.packets, r.runs
+    );
     out += &format!(
         "\n{:<10} {:>7} {:>8} {:>9} {:>8} {:>7} {:>9} {:>9} {:>10}\n",
         "NF", "workers", "Mpps", "txs", "aborts", "abort%", "runtime%", "imbalance", "peak MiB"

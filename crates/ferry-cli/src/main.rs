@@ -441,10 +441,10 @@ enum BenchCmd {
         #[arg(long, value_delimiter = ',', default_value = "firewall,policer,maglev,nat,bridge,anti_ddos")]
         nfs: Vec<String>,
         /// Packets in each NF's trace.
-        #[arg(long, default_value_t = 400_000)]
+        #[arg(long, default_value_t = 1_000_000)]
         packets: usize,
         /// Runs per point; the median is reported.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 5)]
         runs: usize,
         /// Leave out the case studies.
         #[arg(long)]

@@ -21,6 +21,7 @@ use std::cell::UnsafeCell;
 use std::sync::{Mutex, PoisonError};
 
 use crate::stm::{CommitHook, Stm, Tx};
+use crate::sync::Padded;
 
 /// Folds one part (or delta) into an accumulator.
 type MergeFn<T> = Box<dyn Fn(&mut T, &T) + Send + Sync>;
@@ -37,7 +38,9 @@ struct Part<T> {
 /// the NF's merge function, which must be associative with `identity` as
 /// its neutral element (a field-wise sum is).
 pub struct Statistics<T> {
-    parts: Box<[Part<T>]>,
+    /// Padded: each worker writes its delta on nearly every packet, so two
+    /// parts on one cache line would bounce it between cores.
+    parts: Box<[Padded<Part<T>>]>,
     identity: T,
     merge: MergeFn<T>,
 }
@@ -55,7 +58,7 @@ impl<T: Clone + Send + 'static> Statistics<T> {
     /// Counters for every worker of `stm`, all starting at `identity`.
     pub fn new(stm: &Stm, identity: T, merge: impl Fn(&mut T, &T) + Send + Sync + 'static) -> Statistics<T> {
         let parts = (0..stm.workers())
-            .map(|_| Part { committed: Mutex::new(identity.clone()), pending: UnsafeCell::new(None) })
+            .map(|_| Padded(Part { committed: Mutex::new(identity.clone()), pending: UnsafeCell::new(None) }))
             .collect();
         Statistics { parts, identity, merge: Box::new(merge) }
     }

@@ -138,6 +138,7 @@ pub fn run_trace_presplit<N: ParallelNf>(
                 thread::Builder::new().name(format!("ferry-worker-{index}")).spawn_scoped(
                     scope,
                     move || -> Result<WorkerReport, RuntimeError> {
+                        pin_to_cpu(index);
                         let periodic = config.periodic_ns.map(PeriodicTimer::new);
                         let mut worker = WorkerLoop::new(nf, stm.worker(index)?, config.ports, periodic);
                         worker.set_output_mode(output);
@@ -162,6 +163,31 @@ pub fn run_trace_presplit<N: ParallelNf>(
     drop(queues);
     let exit_outputs = run_alone(stm, config, |ctx| nf.exit(ctx))?;
     Ok((TraceReport { workers, init_outputs, exit_outputs }, elapsed))
+}
+
+/// Pins the calling thread to the `index`-th CPU it may run on (modulo
+/// their number), as NFOS pins each receive queue's core: a benchmark's
+/// workers then do not migrate, and two workers never share a CPU while
+/// another sits idle. Best effort: left unpinned if the kernel refuses.
+fn pin_to_cpu(index: usize) {
+    #[cfg(not(loom))]
+    {
+        // SAFETY: cpu_set_t is plain data, zeroed is an empty set, and both
+        // calls only read or write the set we pass with its size.
+        unsafe {
+            let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) != 0 {
+                return;
+            }
+            let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|c| libc::CPU_ISSET(*c, &allowed)).collect();
+            let Some(cpu) = cpus.get(index % cpus.len().max(1)) else { return };
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(*cpu, &mut one);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+        }
+    }
+    #[cfg(loom)]
+    let _ = index;
 }
 
 pub(crate) fn validate(stm: &Stm, config: &TraceConfig) -> Result<(), RuntimeError> {
