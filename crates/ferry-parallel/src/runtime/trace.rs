@@ -125,6 +125,16 @@ pub fn run_trace_presplit<N: ParallelNf>(
     validate(stm, config)?;
     let mut queues: Vec<Vec<Vec<BatchItem>>> = (0..config.workers).map(|_| Vec::new()).collect();
     dispatch(config, packets, |target, batch| queues[target].push(batch));
+    // A NIC queue's packets sit in that queue's own buffers. Copied queue
+    // by queue, each worker's packets are contiguous in memory instead of
+    // interleaved with the other workers' (which would make every worker
+    // pull the others' packets through its cache along with its own).
+    for queue in &mut queues {
+        for item in queue.iter_mut().flatten() {
+            let p = &item.packet;
+            item.packet = Packet::new(p.port(), p.timestamp_ns(), p.data().to_vec());
+        }
+    }
     let init_outputs = run_alone(stm, config, |ctx| nf.init(ctx))?;
     let start = std::time::Instant::now();
     let workers = thread::scope(|scope| {
