@@ -16,7 +16,9 @@ struct Merged<T> {
     merged_at: Option<u64>,
 }
 
-/// A value kept as one part per worker (global counters, statistics).
+/// A value kept as one part per worker that handlers also read (global
+/// counters a decision depends on; counters only an operator reads belong
+/// in [`super::Statistics`]).
 /// `update` changes only the calling worker's part, so updates on
 /// different cores never conflict. `read` merges all parts with the NF's
 /// merge function, which reads every part and so conflicts with updates

@@ -233,9 +233,8 @@ impl AntiDdos {
                 > i128::from(self.config.one_packet_flow_percent) * i128::from(counts.flows)
     }
 
-    fn count<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, f: impl FnOnce(&mut AntiDdosCounters)) -> Result<(), Abort> {
+    fn count<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, f: impl FnOnce(&mut AntiDdosCounters)) {
         self.counters.update(ctx.tx(), f);
-        Ok(())
     }
 }
 
@@ -256,13 +255,13 @@ impl ParallelNf for AntiDdos {
             self.count(ctx, |c| {
                 c.new_flows += 1;
                 c.dropped_new_flows += 1;
-            })?;
+            });
         } else {
             ctx.send(packet, self.config.out_port);
             self.count(ctx, |c| {
                 c.new_flows += 1;
                 c.forwarded += 1;
-            })?;
+            });
         }
         let state = FlowState { one_packet: true };
         Ok(Some(NewSet { state, idle_timeout_ns: self.config.flow_idle_timeout_ns }))
@@ -274,7 +273,8 @@ impl ParallelNf for AntiDdos {
             self.flow_counts.update(ctx.tx(), |c| c.one_packet_flows -= 1)?;
         }
         ctx.send(packet, self.config.out_port);
-        self.count(ctx, |c| c.forwarded += 1)
+        self.count(ctx, |c| c.forwarded += 1);
+        Ok(())
     }
 
     fn expired<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, flow: &FlowState) -> Result<(), Abort> {
@@ -289,15 +289,15 @@ impl ParallelNf for AntiDdos {
 
     fn orphan<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<(), Abort> {
         if packet.port() != self.config.in_port {
-            return self.count(ctx, |c| c.wrong_port += 1);
-        }
-        // TCP frames on the input port are sets; an orphan that parses is
-        // UDP or ICMP.
-        if five_tuple(packet.data()).is_some() {
+            self.count(ctx, |c| c.wrong_port += 1);
+        } else if five_tuple(packet.data()).is_some() {
+            // TCP frames on the input port are sets; an orphan that parses
+            // is UDP or ICMP.
             ctx.send(packet, self.config.out_port);
-            self.count(ctx, |c| c.not_tcp += 1)
+            self.count(ctx, |c| c.not_tcp += 1);
         } else {
-            self.count(ctx, |c| c.unparsable += 1)
+            self.count(ctx, |c| c.unparsable += 1);
         }
+        Ok(())
     }
 }

@@ -136,9 +136,8 @@ impl Firewall {
         now_ns.saturating_sub(connection.last_active_ns) < self.config.idle_timeout_ns
     }
 
-    fn count<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, f: impl FnOnce(&mut FirewallCounters)) -> Result<(), Abort> {
+    fn count<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, f: impl FnOnce(&mut FirewallCounters)) {
         self.counters.update(ctx.tx(), f);
-        Ok(())
     }
 }
 
@@ -174,18 +173,18 @@ impl ParallelNf for Firewall {
         packet: &mut Packet,
     ) -> Result<Option<NewSet<Connection>>, Abort> {
         if !is_tcp_or_udp(packet.data()) {
-            self.count(ctx, |c| c.dropped_unsupported += 1)?;
+            self.count(ctx, |c| c.dropped_unsupported += 1);
             return Ok(None);
         }
         if packet.port() != INTERNAL_PORT {
-            self.count(ctx, |c| c.blocked += 1)?;
+            self.count(ctx, |c| c.blocked += 1);
             return Ok(None);
         }
         ctx.send(packet, EXTERNAL_PORT);
         self.count(ctx, |c| {
             c.opened += 1;
             c.outbound += 1;
-        })?;
+        });
         let state = Connection { last_active_ns: ctx.now_ns() };
         Ok(Some(NewSet { state, idle_timeout_ns: self.config.idle_timeout_ns }))
     }
@@ -201,29 +200,32 @@ impl ParallelNf for Firewall {
         if packet.port() == INTERNAL_PORT {
             connection.last_active_ns = now;
             ctx.send(packet, EXTERNAL_PORT);
-            return self.count(ctx, |c| {
+            self.count(ctx, |c| {
                 c.opened += u64::from(!open);
                 c.outbound += 1;
             });
+        } else if !open {
+            self.count(ctx, |c| c.blocked += 1);
+        } else {
+            connection.last_active_ns = now;
+            ctx.send(packet, INTERNAL_PORT);
+            self.count(ctx, |c| c.inbound += 1);
         }
-        if !open {
-            return self.count(ctx, |c| c.blocked += 1);
-        }
-        connection.last_active_ns = now;
-        ctx.send(packet, INTERNAL_PORT);
-        self.count(ctx, |c| c.inbound += 1)
+        Ok(())
     }
 
     fn expired<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, _connection: &Connection) -> Result<(), Abort> {
-        self.count(ctx, |c| c.expired += 1)
+        self.count(ctx, |c| c.expired += 1);
+        Ok(())
     }
 
     fn orphan<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<(), Abort> {
         let known_port = matches!(packet.port(), INTERNAL_PORT | EXTERNAL_PORT);
         if known_port && is_malformed(packet.data()) {
-            self.count(ctx, |c| c.dropped_malformed += 1)
+            self.count(ctx, |c| c.dropped_malformed += 1);
         } else {
-            self.count(ctx, |c| c.dropped_unsupported += 1)
+            self.count(ctx, |c| c.dropped_unsupported += 1);
         }
+        Ok(())
     }
 }

@@ -474,27 +474,24 @@ impl Maglev {
         (0..self.backend_up.len()).map(|b| *self.backend_up.get_mut(b)).collect()
     }
 
-    fn count<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, f: impl FnOnce(&mut MaglevCounters)) -> Result<(), Abort> {
+    fn count<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, f: impl FnOnce(&mut MaglevCounters)) {
         self.counters.update(ctx.tx(), f);
-        Ok(())
     }
 
     /// Rewrites the frame's MACs for `backend` and sends it out of the
     /// backend's port.
-    fn forward<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet, backend: u16) -> Result<(), Abort> {
+    fn forward<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet, backend: u16) {
         let target = &self.config.backends[backend as usize];
-        match EthernetFrame::new_checked(packet.data_mut().as_mut_slice()) {
-            Ok(mut eth) => {
-                eth.set_dst(target.mac);
-                eth.set_src(self.config.mac);
-            }
-            Err(_) => return self.count(ctx, |c| c.unparsable += 1),
-        }
+        let Ok(mut eth) = EthernetFrame::new_checked(packet.data_mut().as_mut_slice()) else {
+            return self.count(ctx, |c| c.unparsable += 1);
+        };
+        eth.set_dst(target.mac);
+        eth.set_src(self.config.mac);
         ctx.send(packet, target.port);
         self.count(ctx, |c| {
             c.forwarded += 1;
             c.per_backend[backend as usize] += 1;
-        })
+        });
     }
 
     fn lookup<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, flow_hash: u64) -> Result<Option<u16>, Abort> {
@@ -511,25 +508,25 @@ impl ParallelNf for Maglev {
         packet: &mut Packet,
     ) -> Result<Option<NewSet<Connection>>, Abort> {
         let Some(tuple) = five_tuple(packet.data()) else {
-            self.count(ctx, |c| c.unparsable += 1)?;
+            self.count(ctx, |c| c.unparsable += 1);
             return Ok(None);
         };
         if tuple.dst_ip != self.config.vip {
-            self.count(ctx, |c| c.not_vip += 1)?;
+            self.count(ctx, |c| c.not_vip += 1);
             return Ok(None);
         }
         if !matches!(tuple.proto, L4Proto::Tcp | L4Proto::Udp) {
-            self.count(ctx, |c| c.unsupported_protocol += 1)?;
+            self.count(ctx, |c| c.unsupported_protocol += 1);
             return Ok(None);
         }
         let hash = flow_hash(tuple.src_ip, tuple.dst_ip, tuple.proto.ip_proto(), tuple.src_port, tuple.dst_port);
         let Some(backend) = self.lookup(ctx, hash)? else {
             // Not registered: the connection's next packet tries again.
-            self.count(ctx, |c| c.no_backend += 1)?;
+            self.count(ctx, |c| c.no_backend += 1);
             return Ok(None);
         };
-        self.count(ctx, |c| c.new_flows += 1)?;
-        self.forward(ctx, packet, backend)?;
+        self.count(ctx, |c| c.new_flows += 1);
+        self.forward(ctx, packet, backend);
         let state = Connection { backend, flow_hash: hash };
         Ok(Some(NewSet { state, idle_timeout_ns: self.config.flow_idle_timeout_ns }))
     }
@@ -537,20 +534,23 @@ impl ParallelNf for Maglev {
     fn packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, conn: &mut Connection, packet: &mut Packet) -> Result<(), Abort> {
         if !self.backend_up.read(ctx.tx(), conn.backend as usize)? {
             let Some(backend) = self.lookup(ctx, conn.flow_hash)? else {
-                return self.count(ctx, |c| c.no_backend += 1);
+                self.count(ctx, |c| c.no_backend += 1);
+                return Ok(());
             };
             conn.backend = backend;
-            self.count(ctx, |c| c.reassigned_flows += 1)?;
+            self.count(ctx, |c| c.reassigned_flows += 1);
         }
-        self.forward(ctx, packet, conn.backend)
+        self.forward(ctx, packet, conn.backend);
+        Ok(())
     }
 
     fn orphan<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<(), Abort> {
         if packet.port() == self.config.client_port {
-            self.count(ctx, |c| c.unparsable += 1)
+            self.count(ctx, |c| c.unparsable += 1);
         } else {
-            self.count(ctx, |c| c.wrong_port += 1)
+            self.count(ctx, |c| c.wrong_port += 1);
         }
+        Ok(())
     }
 
     /// Applies the health events due by now whose outcome differs from the

@@ -271,14 +271,13 @@ impl Policer {
         Ok(Some(conforms))
     }
 
-    fn lan_to_wan<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &Packet) -> Result<(), Abort> {
+    fn lan_to_wan<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &Packet) {
         ctx.send(packet, self.config.wan_port);
         self.counters.update(ctx.tx(), |c| c.lan_to_wan += 1);
-        Ok(())
     }
 
     /// Sends a conforming frame on, counts a non-conforming one.
-    fn verdict<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &Packet, conforms: Option<bool>) -> Result<(), Abort> {
+    fn verdict<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &Packet, conforms: Option<bool>) {
         let bytes = packet.data().len() as u64;
         match conforms {
             Some(true) => {
@@ -294,7 +293,6 @@ impl Policer {
             }),
             None => self.counters.update(ctx.tx(), |c| c.unparsable += 1),
         }
-        Ok(())
     }
 }
 
@@ -310,16 +308,16 @@ impl ParallelNf for Policer {
         packet: &mut Packet,
     ) -> Result<Option<NewSet<Option<TokenBucket>>>, Abort> {
         let new_set = if packet.port() == self.config.lan_port {
-            self.lan_to_wan(ctx, packet)?;
+            self.lan_to_wan(ctx, packet);
             NewSet { state: None, idle_timeout_ns: FLOW_SET_IDLE_TIMEOUT_NS }
         } else if let Some(map) = &self.shared_buckets {
             let conforms = self.take_shared(ctx, map, packet)?;
-            self.verdict(ctx, packet, conforms)?;
+            self.verdict(ctx, packet, conforms);
             NewSet { state: None, idle_timeout_ns: FLOW_SET_IDLE_TIMEOUT_NS }
         } else {
             let mut bucket = TokenBucket::full(self.capacity_nanobytes, ctx.now_ns());
             let conforms = self.take(&mut bucket, packet.data().len() as u64, ctx.now_ns());
-            self.verdict(ctx, packet, Some(conforms))?;
+            self.verdict(ctx, packet, Some(conforms));
             NewSet { state: Some(bucket), idle_timeout_ns: self.refill_ns.max(1) }
         };
         Ok(Some(new_set))
@@ -332,7 +330,8 @@ impl ParallelNf for Policer {
         packet: &mut Packet,
     ) -> Result<(), Abort> {
         if packet.port() == self.config.lan_port {
-            return self.lan_to_wan(ctx, packet);
+            self.lan_to_wan(ctx, packet);
+            return Ok(());
         }
         let conforms = match (bucket, &self.shared_buckets) {
             (Some(bucket), _) => Some(self.take(bucket, packet.data().len() as u64, ctx.now_ns())),
@@ -340,18 +339,18 @@ impl ParallelNf for Policer {
             // Unreachable: a per-destination WAN set always has a bucket.
             (None, None) => None,
         };
-        self.verdict(ctx, packet, conforms)
+        self.verdict(ctx, packet, conforms);
+        Ok(())
     }
 
     fn orphan<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<(), Abort> {
         if packet.port() == self.config.lan_port {
-            self.lan_to_wan(ctx, packet)
+            self.lan_to_wan(ctx, packet);
         } else if packet.port() == self.config.wan_port {
             self.counters.update(ctx.tx(), |c| c.unparsable += 1);
-            Ok(())
         } else {
             self.counters.update(ctx.tx(), |c| c.wrong_port += 1);
-            Ok(())
         }
+        Ok(())
     }
 }

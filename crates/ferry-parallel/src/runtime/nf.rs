@@ -72,7 +72,7 @@ impl OutputBuffer {
         }
     }
 
-    pub(crate) fn recycle(&mut self, data: Vec<u8>) {
+    fn recycle(&mut self, data: Vec<u8>) {
         if self.spare.len() < MAX_SPARE_BUFFERS {
             self.spare.push(data);
         }
