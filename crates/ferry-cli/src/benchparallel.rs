@@ -7,7 +7,10 @@
 //!   time spent in the transaction runtime (measured by the engine: begin
 //!   and commit timed, accesses timed on a random sample), load imbalance
 //!   and the run's peak resident memory (its growth from 1 to 2 workers is
-//!   the memory a core costs).
+//!   the memory a core costs); in the same rounds, two controls on the
+//!   same queues without the runtime or an NF (a set lookup and a copy per
+//!   packet; register arithmetic only), whose ratios are what this
+//!   machine gives two independent cores.
 //! * NFOS's three case studies, run as the profiler would be used: the
 //!   "before" configuration is profiled, the profiler's own report names
 //!   the root cause and recipe, and the "after" configuration applies it.
@@ -19,8 +22,8 @@
 
 use anyhow::{anyhow, Context, Result};
 use ferry_parallel::profiler::Profile;
-use ferry_parallel::runtime::Packet;
-use ferry_parallel::workloads::{run_named, workload, CASE_STUDIES};
+use ferry_parallel::runtime::{ControlWork, Packet};
+use ferry_parallel::workloads::{run_control, run_named, workload, CASE_STUDIES};
 use serde::Serialize;
 
 pub struct BenchParallelOptions {
@@ -56,6 +59,18 @@ pub struct Speedup {
     pub speedup_2_over_1: f64,
     /// Peak memory on 2 workers minus on 1: what the second core costs.
     pub extra_worker_mib: f64,
+    /// The controls, run in the same rounds over the same queues with no
+    /// runtime and no NF: their median 2-worker over 1-worker ratios. The
+    /// lookup control looks each packet's set up in a per-worker hash
+    /// table and copies the packet (`lookup_control_mpps`: on 1 and 2
+    /// workers); the compute control does only register arithmetic, about
+    /// as long per packet as the light NFs take.
+    pub lookup_control_speedup: f64,
+    pub lookup_control_mpps: [f64; 2],
+    pub compute_control_speedup: f64,
+    /// The median over rounds of the NF's ratio over the lookup control's
+    /// ratio in the same round.
+    pub of_lookup_control: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -120,6 +135,61 @@ fn run_once(nf: &str, args: &[String], trace: &[Packet], workers: usize) -> Resu
     })
 }
 
+/// Register arithmetic per packet in the compute control: about 120 ns,
+/// what the light NFs take per packet here.
+const COMPUTE_CONTROL_ROUNDS: u32 = 100;
+
+/// One NF's scaling: `runs` rounds of the NF on 1 and 2 workers and each
+/// control on 1 and 2 workers, in turn, so drift in the machine's speed
+/// hits all of them alike.
+fn scaling(runs: usize, nf: &str, args: &[String], trace: &[Packet]) -> Result<(RunResult, RunResult, Speedup)> {
+    let control = |work: ControlWork| -> Result<(f64, f64, f64)> {
+        let mut seconds = [0.0; 2];
+        let mut packets = 0;
+        for (slot, workers) in [1, 2].into_iter().enumerate() {
+            let (elapsed, n) = run_control(nf, args, trace, workers, work)
+                .map_err(|e| anyhow!("{work:?} control on {workers} workers: {e}"))?;
+            seconds[slot] = elapsed.as_secs_f64();
+            packets = n;
+        }
+        let mpps = |s: f64| packets as f64 / s / 1e6;
+        Ok((seconds[0] / seconds[1], mpps(seconds[0]), mpps(seconds[1])))
+    };
+    let (mut ones, mut twos, mut ratios, mut of_lookup) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut lookup, mut lookup_1, mut lookup_2, mut compute) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs.max(1) {
+        let one = run_once(nf, args, trace, 1).with_context(|| format!("{nf} on 1 worker"))?;
+        let two = run_once(nf, args, trace, 2).with_context(|| format!("{nf} on 2 workers"))?;
+        let (lookup_ratio, mpps_1, mpps_2) = control(ControlWork::LookupAndCopy)?;
+        let (compute_ratio, _, _) = control(ControlWork::Arithmetic { rounds: COMPUTE_CONTROL_ROUNDS })?;
+        let ratio = one.seconds / two.seconds;
+        ratios.push(ratio);
+        of_lookup.push(ratio / lookup_ratio);
+        lookup.push(lookup_ratio);
+        lookup_1.push(mpps_1);
+        lookup_2.push(mpps_2);
+        compute.push(compute_ratio);
+        ones.push(one);
+        twos.push(two);
+    }
+    let (one, two) = (median(ones), median(twos));
+    let speedup = Speedup {
+        nf: nf.to_string(),
+        speedup_2_over_1: median_f64(ratios),
+        extra_worker_mib: two.peak_rss_mib - one.peak_rss_mib,
+        lookup_control_speedup: median_f64(lookup),
+        lookup_control_mpps: [median_f64(lookup_1), median_f64(lookup_2)],
+        compute_control_speedup: median_f64(compute),
+        of_lookup_control: median_f64(of_lookup),
+    };
+    Ok((one, two, speedup))
+}
+
+fn median_f64(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// Runs `a` and `b` alternately `runs` times (so drift in the machine's
 /// speed hits both alike) and returns the median-throughput run of each
 /// and the median of the per-pair ratios of `a`'s time to `b`'s (how many
@@ -136,8 +206,7 @@ fn alternate(
         all_a.push(x);
         all_b.push(y);
     }
-    ratios.sort_by(f64::total_cmp);
-    Ok((median(all_a), median(all_b), ratios[ratios.len() / 2]))
+    Ok((median(all_a), median(all_b), median_f64(ratios)))
 }
 
 fn median(mut all: Vec<RunResult>) -> RunResult {
@@ -187,16 +256,8 @@ pub fn run(opts: &BenchParallelOptions) -> Result<BenchParallelReport> {
     };
     for nf in opts.nfs.iter().filter(|n| !n.is_empty() && *n != "none") {
         let (args, trace) = workload(nf, opts.packets).map_err(|e| anyhow!(e))?;
-        let (one, two, speedup) = alternate(
-            opts.runs,
-            || run_once(nf, &args, &trace, 1).with_context(|| format!("{nf} on 1 worker")),
-            || run_once(nf, &args, &trace, 2).with_context(|| format!("{nf} on 2 workers")),
-        )?;
-        report.speedups.push(Speedup {
-            nf: nf.clone(),
-            speedup_2_over_1: speedup,
-            extra_worker_mib: two.peak_rss_mib - one.peak_rss_mib,
-        });
+        let (one, two, speedup) = scaling(opts.runs, nf, &args, &trace)?;
+        report.speedups.push(speedup);
         report.scaling.push(row(nf, 1, &one));
         report.scaling.push(row(nf, 2, &two));
     }
@@ -256,8 +317,16 @@ pub fn table(r: &BenchParallelReport) -> String {
     }
     for s in &r.speedups {
         out += &format!(
-            "  {}: 2 workers / 1 worker = {:.2}x; the second worker adds {:.1} MiB\n",
-            s.nf, s.speedup_2_over_1, s.extra_worker_mib
+            "  {}: 2 workers / 1 worker = {:.2}x; the second worker adds {:.1} MiB\n    same queues, no runtime: \
+             lookup+copy control {:.2}x ({:.1} -> {:.1} Mpps; the NF's ratio is {:.0}% of it), compute control {:.2}x\n",
+            s.nf,
+            s.speedup_2_over_1,
+            s.extra_worker_mib,
+            s.lookup_control_speedup,
+            s.lookup_control_mpps[0],
+            s.lookup_control_mpps[1],
+            s.of_lookup_control * 100.0,
+            s.compute_control_speedup
         );
     }
     for c in &r.case_studies {

@@ -9,7 +9,9 @@ use ferry_traffic::Ipv4Range;
 use crate::equivalence::{generate_trace, TraceSpec};
 use crate::live::registry::{self, NfArgs, NfEnv, NfSetup, NfVisitor};
 use crate::profiler::{Profile, Profiler, RootCause};
-use crate::runtime::{run_trace_presplit, OutputMode, Packet, ParallelNf, TraceConfig, TraceReport};
+use crate::runtime::{
+    run_control_presplit, run_trace_presplit, ControlWork, OutputMode, Packet, ParallelNf, TraceConfig, TraceReport,
+};
 use crate::stm::Stm;
 
 /// The Maglev workload's virtual address.
@@ -82,6 +84,47 @@ pub fn run_named(nf: &str, args: &[String], trace: &[Packet], workers: usize) ->
     let env = NfEnv { ports: 2, workers };
     let run = Run { stm: &stm, workers, trace: trace.to_vec() };
     registry::build(nf, &stm, &env, &args, run).map_err(|e| format!("{nf}: {e}"))?
+}
+
+/// The runtime-free visitor behind [`run_control`]: only the NF's
+/// packet-set definition is used.
+struct Control {
+    workers: usize,
+    trace: Vec<Packet>,
+    work: ControlWork,
+}
+
+impl NfVisitor for Control {
+    type Output = Result<(Duration, usize), String>;
+
+    fn visit<N: ParallelNf>(self, _nf: N, setup: NfSetup) -> Result<(Duration, usize), String> {
+        let config = TraceConfig {
+            workers: self.workers,
+            batch_size: 32,
+            ports: 2,
+            periodic_ns: None,
+            packet_sets: setup.packet_sets,
+        };
+        let packets = self.trace.len();
+        let (_, elapsed) = run_control_presplit(&config, self.trace, self.work).map_err(|e| e.to_string())?;
+        Ok((elapsed, packets))
+    }
+}
+
+/// A control run ([`run_control_presplit`]) doing `work` over `trace`
+/// split as NF `nf` splits it: the workers' time and the packets.
+pub fn run_control(
+    nf: &str,
+    args: &[String],
+    trace: &[Packet],
+    workers: usize,
+    work: ControlWork,
+) -> Result<(Duration, usize), String> {
+    let stm = Stm::new(workers).map_err(|e| e.to_string())?;
+    let args = NfArgs::parse(args).map_err(|e| format!("{nf}: {e}"))?;
+    let env = NfEnv { ports: 2, workers };
+    let control = Control { workers, trace: trace.to_vec(), work };
+    registry::build(nf, &stm, &env, &args, control).map_err(|e| format!("{nf}: {e}"))?
 }
 
 /// One of NFOS's case studies: a configuration with a scalability

@@ -8,7 +8,8 @@ use std::net::Ipv4Addr;
 use ferry_parallel::ds::{DefaultBucketHash, Map};
 use ferry_parallel::packet_set::{Field, PacketSetDef, PortRule};
 use ferry_parallel::runtime::{
-    run_trace, run_trace_presplit, Ctx, NewSet, OutputMode, Packet, ParallelNf, RuntimeError, TraceConfig, TraceReport,
+    run_control_presplit, run_trace, run_trace_presplit, ControlWork, Ctx, NewSet, OutputMode, Packet, ParallelNf,
+    RuntimeError, TraceConfig, TraceReport,
 };
 use ferry_parallel::stm::{Abort, Stm, StructureKind, TObj};
 use ferry_wire::{build_frame, five_tuple, FiveTuple, FrameSpec, L4Proto};
@@ -199,6 +200,36 @@ fn presplit_runs_count_the_output_they_do_not_keep() {
         assert_eq!(report.workers.iter().map(|w| w.output_packets).sum::<u64>(), trace.len() as u64, "{mode:?}");
         assert_eq!(report.workers.iter().map(|w| w.output_bytes).sum::<u64>(), bytes, "{mode:?}");
     }
+}
+
+/// The bare control the benchmark compares with sees every packet once, on
+/// the worker its set belongs to, and copies all of its bytes.
+#[test]
+fn control_runs_handle_every_packet_on_its_sets_worker() {
+    let trace = generated_trace(11, 300);
+    let bytes: u64 = trace.iter().map(|p| p.data().len() as u64).sum();
+    for workers in [1, 2] {
+        let config =
+            TraceConfig { workers, batch_size: 32, ports: 2, periodic_ns: None, packet_sets: udp_flows_on_port_0() };
+        let (reports, _) = run_control_presplit(&config, trace.iter().cloned(), ControlWork::LookupAndCopy).unwrap();
+        assert_eq!(reports.len(), workers);
+        assert_eq!(reports.iter().map(|r| r.packets).sum::<u64>(), trace.len() as u64, "{workers} workers");
+        assert_eq!(reports.iter().map(|r| r.bytes).sum::<u64>(), bytes, "{workers} workers");
+        // Each of the 300 UDP flows lives on exactly one worker.
+        assert_eq!(reports.iter().map(|r| r.flows).sum::<usize>(), 300, "{workers} workers");
+        if workers == 2 {
+            assert!(reports.iter().all(|r| r.flows > 0), "the hash left a worker without flows");
+        }
+        let (reports, _) =
+            run_control_presplit(&config, trace.iter().cloned(), ControlWork::Arithmetic { rounds: 4 }).unwrap();
+        assert_eq!(reports.iter().map(|r| r.packets).sum::<u64>(), trace.len() as u64, "{workers} workers");
+    }
+    let config =
+        TraceConfig { workers: 0, batch_size: 32, ports: 2, periodic_ns: None, packet_sets: udp_flows_on_port_0() };
+    assert!(matches!(
+        run_control_presplit(&config, trace, ControlWork::LookupAndCopy),
+        Err(RuntimeError::Config { field: "workers", .. })
+    ));
 }
 
 /// Counts handler calls in transactional counters.

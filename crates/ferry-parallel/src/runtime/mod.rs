@@ -20,6 +20,7 @@
 
 mod batch;
 mod nf;
+mod pinned;
 mod set_table;
 mod trace;
 
@@ -27,6 +28,7 @@ mod trace;
 pub(crate) use batch::{BatchItem, PeriodicTimer, WorkerLoop};
 pub use batch::{OutputMode, WorkerReport};
 pub use nf::{Ctx, NewSet, OutputPacket, Packet, ParallelNf};
+pub use pinned::{run_control_presplit, ControlReport, ControlWork};
 #[cfg(not(loom))]
 pub(crate) use trace::{run_alone, validate};
 pub use trace::{run_trace, run_trace_presplit, worker_of, TraceConfig, TraceReport};

@@ -3,11 +3,13 @@
 
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::thread;
+use std::time::Duration;
 
 use ferry_traffic::rss::RSS_TABLE_SIZE;
 
 use super::batch::{BatchItem, OutputMode, PeriodicTimer, WorkerLoop, WorkerReport};
 use super::nf::{Ctx, OutputBuffer, OutputPacket, Packet, ParallelNf};
+use super::pinned::{own_copy, presplit, run_pinned};
 use super::RuntimeError;
 use crate::packet_set::{PacketSetDef, SetKey};
 use crate::stm::{Abort, Stm, TxStats};
@@ -110,8 +112,12 @@ pub fn run_trace<N: ParallelNf>(
 /// As [`run_trace`], but the whole trace is classified and cut into each
 /// worker's batches before the workers start, as a NIC's RSS would have
 /// spread it over receive queues. The workers then run with no dispatcher
-/// thread competing for CPUs; the returned duration is theirs alone (from
-/// their start to the last one's end), for benchmarks. `output` says
+/// thread competing for CPUs. The returned duration is their processing
+/// alone, for benchmarks: from the moment all of them are set up and
+/// released together to the end of the last one's last batch. Starting
+/// threads and tearing down their set tables is not packet processing (a
+/// live NF's workers are up before traffic comes), and on 2 vCPUs thread
+/// start-up alone varied by 2 ms, a few percent of a run. `output` says
 /// whether workers keep their committed output or only count it
 /// ([`WorkerReport::output_packets`]): a benchmark counts, so that it
 /// measures the NF rather than the memory allocator.
@@ -121,83 +127,31 @@ pub fn run_trace_presplit<N: ParallelNf>(
     config: &TraceConfig,
     packets: impl IntoIterator<Item = Packet>,
     output: OutputMode,
-) -> Result<(TraceReport, std::time::Duration), RuntimeError> {
+) -> Result<(TraceReport, Duration), RuntimeError> {
     validate(stm, config)?;
-    let mut queues: Vec<Vec<Vec<BatchItem>>> = (0..config.workers).map(|_| Vec::new()).collect();
-    dispatch(config, packets, |target, batch| queues[target].push(batch));
-    // A NIC queue's packets sit in that queue's own buffers. Copied queue
-    // by queue, each worker's packets are contiguous in memory instead of
-    // interleaved with the other workers' (which would make every worker
-    // pull the others' packets through its cache along with its own).
-    for queue in &mut queues {
-        for item in queue.iter_mut().flatten() {
-            let p = &item.packet;
-            item.packet = Packet::new(p.port(), p.timestamp_ns(), p.data().to_vec());
-        }
-    }
+    let queues = presplit(config, packets);
     let init_outputs = run_alone(stm, config, |ctx| nf.init(ctx))?;
-    let start = std::time::Instant::now();
-    let workers = thread::scope(|scope| {
-        // The workers borrow their queues: the packets are freed after the
-        // clock stops (by this thread, whose allocator arena they are from).
-        let handles: Vec<_> = queues
-            .iter()
-            .enumerate()
-            .map(|(index, batches)| {
-                // Named, so profilers can tell the workers' time apart.
-                thread::Builder::new().name(format!("ferry-worker-{index}")).spawn_scoped(
-                    scope,
-                    move || -> Result<WorkerReport, RuntimeError> {
-                        pin_to_cpu(index);
-                        let periodic = config.periodic_ns.map(PeriodicTimer::new);
-                        let mut worker = WorkerLoop::new(nf, stm.worker(index)?, config.ports, periodic);
-                        worker.set_output_mode(output);
-                        for batch in batches {
-                            worker.run_batch(batch);
-                        }
-                        Ok(worker.finish())
-                    },
-                )
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(worker, spawned)| {
-                let handle = spawned.map_err(|_| RuntimeError::WorkerPanicked { worker })?;
-                handle.join().map_err(|_| RuntimeError::WorkerPanicked { worker })?
-            })
-            .collect::<Result<Vec<_>, _>>()
+    let (workers, elapsed) = run_pinned(&queues, |index, batches, start| {
+        let periodic = config.periodic_ns.map(PeriodicTimer::new);
+        let worker = stm.worker(index);
+        let batches = own_copy(batches);
+        // Every worker crosses the start line, even one whose setup failed,
+        // or the others would wait there forever.
+        let started = start.cross();
+        let mut worker = WorkerLoop::new(nf, worker?, config.ports, periodic);
+        worker.set_output_mode(output);
+        for batch in &batches {
+            worker.run_batch(batch);
+        }
+        let ended = start.now();
+        Ok((worker.finish(), started, ended))
     })?;
-    let elapsed = start.elapsed();
+    // The dispatcher's packets are freed by this thread, whose allocator
+    // arena they are from (freeing them from the workers would serialise
+    // them on that arena's lock).
     drop(queues);
     let exit_outputs = run_alone(stm, config, |ctx| nf.exit(ctx))?;
     Ok((TraceReport { workers, init_outputs, exit_outputs }, elapsed))
-}
-
-/// Pins the calling thread to the `index`-th CPU it may run on (modulo
-/// their number), as NFOS pins each receive queue's core: a benchmark's
-/// workers then do not migrate, and two workers never share a CPU while
-/// another sits idle. Best effort: left unpinned if the kernel refuses.
-fn pin_to_cpu(index: usize) {
-    #[cfg(not(loom))]
-    {
-        // SAFETY: cpu_set_t is plain data, zeroed is an empty set, and both
-        // calls only read or write the set we pass with its size.
-        unsafe {
-            let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) != 0 {
-                return;
-            }
-            let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|c| libc::CPU_ISSET(*c, &allowed)).collect();
-            let Some(cpu) = cpus.get(index % cpus.len().max(1)) else { return };
-            let mut one: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(*cpu, &mut one);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
-        }
-    }
-    #[cfg(loom)]
-    let _ = index;
 }
 
 pub(crate) fn validate(stm: &Stm, config: &TraceConfig) -> Result<(), RuntimeError> {
@@ -247,7 +201,7 @@ fn worker_thread<N: ParallelNf>(
 /// The software dispatcher: classifies each packet, gives its set's worker
 /// and orphans round-robin, in batches of `batch_size`, to `emit(worker,
 /// batch)`.
-fn dispatch(
+pub(super) fn dispatch(
     config: &TraceConfig,
     packets: impl IntoIterator<Item = Packet>,
     mut emit: impl FnMut(usize, Vec<BatchItem>),
