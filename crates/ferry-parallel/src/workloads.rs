@@ -43,6 +43,20 @@ pub fn workload(nf: &str, packets: usize) -> Result<(Vec<String>, Vec<Packet>), 
     Ok((args, trace))
 }
 
+/// The engine, parsed arguments and environment NF `nf` is built with for
+/// a benchmark run on `workers` workers.
+fn prepare(nf: &str, args: &[String], workers: usize) -> Result<(Stm, NfArgs, NfEnv), String> {
+    let stm = Stm::new(workers).map_err(|e| e.to_string())?;
+    let args = NfArgs::parse(args).map_err(|e| format!("{nf}: {e}"))?;
+    Ok((stm, args, NfEnv { ports: 2, workers }))
+}
+
+/// A benchmark run's configuration: NFOS's receive batches of 32, two
+/// ports, the NF's packet sets and timer.
+fn bench_config(workers: usize, setup: NfSetup) -> TraceConfig {
+    TraceConfig { workers, batch_size: 32, ports: 2, periodic_ns: setup.periodic_ns, packet_sets: setup.packet_sets }
+}
+
 /// One run: its report, the workers' time and the profiler's view.
 pub struct NamedRun {
     pub report: TraceReport,
@@ -61,13 +75,7 @@ impl NfVisitor for Run<'_> {
     type Output = Result<NamedRun, String>;
 
     fn visit<N: ParallelNf>(self, nf: N, setup: NfSetup) -> Result<NamedRun, String> {
-        let config = TraceConfig {
-            workers: self.workers,
-            batch_size: 32,
-            ports: 2,
-            periodic_ns: setup.periodic_ns,
-            packet_sets: setup.packet_sets,
-        };
+        let config = bench_config(self.workers, setup);
         let packets = self.trace.len();
         let (report, elapsed) =
             run_trace_presplit(self.stm, &nf, &config, self.trace, OutputMode::Count).map_err(|e| e.to_string())?;
@@ -79,9 +87,7 @@ impl NfVisitor for Run<'_> {
 /// Runs NF `nf` (a live-registry name) with `args` over `trace` on
 /// `workers` workers, the trace split over them beforehand.
 pub fn run_named(nf: &str, args: &[String], trace: &[Packet], workers: usize) -> Result<NamedRun, String> {
-    let stm = Stm::new(workers).map_err(|e| e.to_string())?;
-    let args = NfArgs::parse(args).map_err(|e| format!("{nf}: {e}"))?;
-    let env = NfEnv { ports: 2, workers };
+    let (stm, args, env) = prepare(nf, args, workers)?;
     let run = Run { stm: &stm, workers, trace: trace.to_vec() };
     registry::build(nf, &stm, &env, &args, run).map_err(|e| format!("{nf}: {e}"))?
 }
@@ -98,13 +104,7 @@ impl NfVisitor for Control {
     type Output = Result<(Duration, usize), String>;
 
     fn visit<N: ParallelNf>(self, _nf: N, setup: NfSetup) -> Result<(Duration, usize), String> {
-        let config = TraceConfig {
-            workers: self.workers,
-            batch_size: 32,
-            ports: 2,
-            periodic_ns: None,
-            packet_sets: setup.packet_sets,
-        };
+        let config = bench_config(self.workers, setup);
         let packets = self.trace.len();
         let (_, elapsed) = run_control_presplit(&config, self.trace, self.work).map_err(|e| e.to_string())?;
         Ok((elapsed, packets))
@@ -120,9 +120,7 @@ pub fn run_control(
     workers: usize,
     work: ControlWork,
 ) -> Result<(Duration, usize), String> {
-    let stm = Stm::new(workers).map_err(|e| e.to_string())?;
-    let args = NfArgs::parse(args).map_err(|e| format!("{nf}: {e}"))?;
-    let env = NfEnv { ports: 2, workers };
+    let (stm, args, env) = prepare(nf, args, workers)?;
     let control = Control { workers, trace: trace.to_vec(), work };
     registry::build(nf, &stm, &env, &args, control).map_err(|e| format!("{nf}: {e}"))?
 }

@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 
 use super::batch::BatchItem;
 use super::nf::Packet;
-use super::trace::{dispatch, TraceConfig};
+use super::trace::{check_config, dispatch, TraceConfig};
 use super::RuntimeError;
 use crate::packet_set::SetKey;
 
@@ -136,12 +136,7 @@ pub fn run_control_presplit(
     packets: impl IntoIterator<Item = Packet>,
     work: ControlWork,
 ) -> Result<(Vec<ControlReport>, Duration), RuntimeError> {
-    if config.workers == 0 {
-        return Err(RuntimeError::Config { field: "workers", reason: "must be at least 1" });
-    }
-    if config.batch_size == 0 {
-        return Err(RuntimeError::Config { field: "batch_size", reason: "must be at least 1" });
-    }
+    check_config(config)?;
     let queues = presplit(config, packets);
     let result = run_pinned(&queues, |index, batches, start| {
         let mut report = ControlReport::default();

@@ -158,6 +158,14 @@ pub(crate) fn validate(stm: &Stm, config: &TraceConfig) -> Result<(), RuntimeErr
     if config.workers != stm.workers() {
         return Err(RuntimeError::WorkerCount { config: config.workers, engine: stm.workers() });
     }
+    check_config(config)
+}
+
+/// What a run's configuration needs whether or not an engine runs it.
+pub(super) fn check_config(config: &TraceConfig) -> Result<(), RuntimeError> {
+    if config.workers == 0 {
+        return Err(RuntimeError::Config { field: "workers", reason: "must be at least 1" });
+    }
     if config.batch_size == 0 {
         return Err(RuntimeError::Config { field: "batch_size", reason: "must be at least 1" });
     }
