@@ -6,8 +6,12 @@
 //!   cores: Mpps, speedup, transactions, abort rate, the share of worker
 //!   time spent in the transaction runtime (measured by the engine: begin
 //!   and commit timed, accesses timed on a random sample), load imbalance
-//!   and the run's peak resident memory (its growth from 1 to 2 workers is
-//!   the memory a core costs); in the same rounds, two controls on the
+//!   and memory: heap bytes building the NF's shared structures took and
+//!   each worker's heap growth over its packets (counted per thread by
+//!   `ferry_parallel::heap::CountingAlloc`, this binary's allocator), whose
+//!   growth from 1 to 2 workers is what a core costs, next to the run's
+//!   peak resident memory (NFOS's measure, dominated here by the trace in
+//!   memory); in the same rounds, two controls on the
 //!   same queues without the runtime or an NF (a set lookup and a copy per
 //!   packet; register arithmetic only), whose ratios are what this
 //!   machine gives two independent cores.
@@ -46,9 +50,22 @@ pub struct ScalingRow {
     /// (`TxStats::runtime_ns` over `WorkerReport::busy_ns`).
     pub runtime_share: f64,
     pub imbalance: f64,
+    /// Heap bytes building the engine and the NF took (the shared
+    /// structures, with their per-worker parts), KiB.
+    pub shared_kib: f64,
+    /// Each worker's peak heap growth over its packets (set table,
+    /// installed versions, buffers), KiB.
+    pub worker_kib: Vec<f64>,
     /// Peak resident memory of the process during the run (the trace's
-    /// copy included), MiB.
+    /// copies included), MiB.
     pub peak_rss_mib: f64,
+}
+
+impl ScalingRow {
+    /// The NF's state on this many workers: shared plus every worker's.
+    pub fn state_kib(&self) -> f64 {
+        self.shared_kib + self.worker_kib.iter().sum::<f64>()
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -57,8 +74,12 @@ pub struct Speedup {
     /// The median over alternating pairs of runs of the 1-worker time over
     /// the 2-worker time.
     pub speedup_2_over_1: f64,
-    /// Peak memory on 2 workers minus on 1: what the second core costs.
-    pub extra_worker_mib: f64,
+    /// NF state (shared plus per worker, [`ScalingRow::state_kib`]) on 2
+    /// workers minus on 1: what the second core costs, KiB.
+    pub extra_worker_kib: f64,
+    /// The same difference in peak resident memory, MiB: the trace's
+    /// copies make it mostly noise.
+    pub extra_worker_rss_mib: f64,
     /// The controls, run in the same rounds over the same queues with no
     /// runtime and no NF: their median 2-worker over 1-worker ratios. The
     /// lookup control looks each packet's set up in a per-worker hash
@@ -112,9 +133,13 @@ struct RunResult {
     abort_rate: f64,
     runtime_share: f64,
     imbalance: f64,
+    shared_kib: f64,
+    worker_kib: Vec<f64>,
     peak_rss_mib: f64,
     profile: Profile,
 }
+
+const KIB: f64 = 1024.0;
 
 fn run_once(nf: &str, args: &[String], trace: &[Packet], workers: usize) -> Result<RunResult> {
     reset_peak_rss();
@@ -122,6 +147,15 @@ fn run_once(nf: &str, args: &[String], trace: &[Packet], workers: usize) -> Resu
     let peak_rss_mib = status_kib("VmHWM:") / 1024.0;
     let stats = run.report.total_stats();
     let busy_ns: u64 = run.report.workers.iter().map(|w| w.busy_ns).sum();
+    let missing =
+        || anyhow!("heap bytes not counted: the binary's allocator is not ferry_parallel::heap::CountingAlloc");
+    let shared_kib = run.build_heap.ok_or_else(missing)?.net_bytes as f64 / KIB;
+    let worker_kib = run
+        .report
+        .workers
+        .iter()
+        .map(|w| w.heap.map(|h| h.peak_bytes as f64 / KIB).ok_or_else(missing))
+        .collect::<Result<Vec<f64>>>()?;
     Ok(RunResult {
         seconds: run.elapsed.as_secs_f64(),
         packets: run.packets,
@@ -130,6 +164,8 @@ fn run_once(nf: &str, args: &[String], trace: &[Packet], workers: usize) -> Resu
         abort_rate: stats.abort_ratio(),
         runtime_share: (stats.runtime_ns() as f64 / busy_ns.max(1) as f64).min(1.0),
         imbalance: run.report.load_imbalance(),
+        shared_kib,
+        worker_kib,
         peak_rss_mib,
         profile: run.profile,
     })
@@ -176,7 +212,8 @@ fn scaling(runs: usize, nf: &str, args: &[String], trace: &[Packet]) -> Result<(
     let speedup = Speedup {
         nf: nf.to_string(),
         speedup_2_over_1: median_f64(ratios),
-        extra_worker_mib: two.peak_rss_mib - one.peak_rss_mib,
+        extra_worker_kib: row(nf, 2, &two).state_kib() - row(nf, 1, &one).state_kib(),
+        extra_worker_rss_mib: two.peak_rss_mib - one.peak_rss_mib,
         lookup_control_speedup: median_f64(lookup),
         lookup_control_mpps: [median_f64(lookup_1), median_f64(lookup_2)],
         compute_control_speedup: median_f64(compute),
@@ -243,6 +280,8 @@ fn row(nf: &str, workers: usize, r: &RunResult) -> ScalingRow {
         abort_rate: r.abort_rate,
         runtime_share: r.runtime_share,
         imbalance: r.imbalance,
+        shared_kib: r.shared_kib,
+        worker_kib: r.worker_kib.clone(),
         peak_rss_mib: r.peak_rss_mib,
     }
 }
@@ -298,12 +337,23 @@ pub fn table(r: &BenchParallelReport) -> String {
         r.machine, r.packets, r.runs
     );
     out += &format!(
-        "\n{:<10} {:>7} {:>8} {:>9} {:>8} {:>7} {:>9} {:>9} {:>10}\n",
-        "NF", "workers", "Mpps", "txs", "aborts", "abort%", "runtime%", "imbalance", "peak MiB"
+        "\n{:<10} {:>7} {:>8} {:>9} {:>8} {:>7} {:>9} {:>9} {:>10} {:>15} {:>8}\n",
+        "NF",
+        "workers",
+        "Mpps",
+        "txs",
+        "aborts",
+        "abort%",
+        "runtime%",
+        "imbalance",
+        "shared KiB",
+        "per-worker KiB",
+        "peak MiB"
     );
     for x in &r.scaling {
+        let per_worker: Vec<String> = x.worker_kib.iter().map(|k| format!("{k:.0}")).collect();
         out += &format!(
-            "{:<10} {:>7} {:>8.3} {:>9} {:>8} {:>7.2} {:>9.1} {:>9.2} {:>10.0}\n",
+            "{:<10} {:>7} {:>8.3} {:>9} {:>8} {:>7.2} {:>9.1} {:>9.2} {:>10.0} {:>15} {:>8.0}\n",
             x.nf,
             x.workers,
             x.mpps,
@@ -312,16 +362,19 @@ pub fn table(r: &BenchParallelReport) -> String {
             x.abort_rate * 100.0,
             x.runtime_share * 100.0,
             x.imbalance,
+            x.shared_kib,
+            per_worker.join(" + "),
             x.peak_rss_mib
         );
     }
     for s in &r.speedups {
         out += &format!(
-            "  {}: 2 workers / 1 worker = {:.2}x; the second worker adds {:.1} MiB\n    same queues, no runtime: \
+            "  {}: 2 workers / 1 worker = {:.2}x; the second worker adds {:.0} KiB of NF state ({:+.0} MiB peak RSS)\n    same queues, no runtime: \
              lookup+copy control {:.2}x ({:.1} -> {:.1} Mpps; the NF's ratio is {:.0}% of it), compute control {:.2}x\n",
             s.nf,
             s.speedup_2_over_1,
-            s.extra_worker_mib,
+            s.extra_worker_kib,
+            s.extra_worker_rss_mib,
             s.lookup_control_speedup,
             s.lookup_control_mpps[0],
             s.lookup_control_mpps[1],

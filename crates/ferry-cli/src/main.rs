@@ -16,6 +16,11 @@ use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
 use serde::Serialize;
 
+/// Counts heap bytes per thread (a few instructions per allocation), so
+/// `ferry bench parallel` can report the memory each worker core costs.
+#[global_allocator]
+static ALLOCATOR: ferry_parallel::heap::CountingAlloc = ferry_parallel::heap::CountingAlloc;
+
 #[derive(Parser)]
 #[command(name = "ferry", version, about = "Ferry: network functions on AF_XDP and XDP")]
 struct Cli {

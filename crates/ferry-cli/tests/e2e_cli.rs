@@ -1,6 +1,6 @@
 //! End to end: the `ferry` command's error reporting on bad input, and
-//! smoke runs of `ferry demo` and `ferry bench io` (which build and tear
-//! down their own testbeds).
+//! smoke runs of `ferry demo` and the benchmarks (those that need one build
+//! and tear down their own testbeds).
 
 mod common;
 
@@ -226,6 +226,31 @@ fn bench_pipeline_smoke() {
         assert!(done.stdout.contains(row), "no {row} row:\n{}", done.stdout);
     }
     assert!(done.stdout.contains("9-element chain"), "{}", done.stdout);
+}
+
+#[test]
+fn bench_parallel_smoke_reports_each_workers_memory() {
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench-parallel");
+    let out = dir.path("parallel.json");
+    let args = ["bench", "parallel", "--nfs", "maglev", "--packets", "20000", "--runs", "1", "--no-case-studies"];
+    let done =
+        Ferry::spawn_here(&[&args[..], &["--json", out.to_str().unwrap()]].concat()).finish(Duration::from_secs(120));
+    assert!(done.status.success(), "bench parallel failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let rows = r["scaling"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{r:#}");
+    for row in rows {
+        let workers = row["workers"].as_u64().unwrap() as usize;
+        let per_worker = row["worker_kib"].as_array().unwrap();
+        assert_eq!(per_worker.len(), workers, "{row:#}");
+        // Every worker keeps a set table of the flows it saw.
+        assert!(per_worker.iter().all(|k| k.as_f64().unwrap() > 0.0), "{row:#}");
+        // Maglev's lookup table alone is 65537 entries.
+        assert!(row["shared_kib"].as_f64().unwrap() >= 128.0, "{row:#}");
+    }
+    assert!(r["speedups"][0]["extra_worker_kib"].is_number(), "{r:#}");
+    assert!(done.stdout.contains("per-worker KiB"), "{}", done.stdout);
 }
 
 #[test]

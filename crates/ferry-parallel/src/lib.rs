@@ -10,9 +10,11 @@
 //!   form) and their keys; [`rss_check`]: whether a NIC's RSS can serve one.
 //! * [`runtime`]: the handler trait, batches as transactions, and the
 //!   trace-driven runner with its Toeplitz software dispatcher.
+//! * [`heap`]: heap bytes per thread, for memory per core.
 
 pub mod ds;
 pub mod equivalence;
+pub mod heap;
 #[cfg(not(loom))]
 pub mod live;
 pub mod nfs;

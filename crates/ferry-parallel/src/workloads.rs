@@ -7,6 +7,7 @@ use std::time::Duration;
 use ferry_traffic::Ipv4Range;
 
 use crate::equivalence::{generate_trace, TraceSpec};
+use crate::heap::{self, HeapMark, HeapUse};
 use crate::live::registry::{self, NfArgs, NfEnv, NfSetup, NfVisitor};
 use crate::profiler::{Profile, Profiler, RootCause};
 use crate::runtime::{
@@ -63,32 +64,41 @@ pub struct NamedRun {
     pub elapsed: Duration,
     pub packets: usize,
     pub profile: Profile,
+    /// Heap bytes building the engine and the NF took (its shared
+    /// structures, with their per-worker parts), when the binary counts
+    /// heap bytes ([`crate::heap`]).
+    pub build_heap: Option<HeapUse>,
 }
 
 struct Run<'a> {
     stm: &'a Stm,
     workers: usize,
     trace: Vec<Packet>,
+    /// Taken before the engine was made.
+    before_build: Option<HeapMark>,
 }
 
 impl NfVisitor for Run<'_> {
     type Output = Result<NamedRun, String>;
 
     fn visit<N: ParallelNf>(self, nf: N, setup: NfSetup) -> Result<NamedRun, String> {
+        let build_heap = self.before_build.map(|mark| mark.usage());
         let config = bench_config(self.workers, setup);
         let packets = self.trace.len();
         let (report, elapsed) =
             run_trace_presplit(self.stm, &nf, &config, self.trace, OutputMode::Count).map_err(|e| e.to_string())?;
         let profile = Profiler::new(self.stm).profile(&report);
-        Ok(NamedRun { report, elapsed, packets, profile })
+        Ok(NamedRun { report, elapsed, packets, profile, build_heap })
     }
 }
 
 /// Runs NF `nf` (a live-registry name) with `args` over `trace` on
 /// `workers` workers, the trace split over them beforehand.
 pub fn run_named(nf: &str, args: &[String], trace: &[Packet], workers: usize) -> Result<NamedRun, String> {
+    let trace = trace.to_vec();
+    let before_build = heap::mark();
     let (stm, args, env) = prepare(nf, args, workers)?;
-    let run = Run { stm: &stm, workers, trace: trace.to_vec() };
+    let run = Run { stm: &stm, workers, trace, before_build };
     registry::build(nf, &stm, &env, &args, run).map_err(|e| format!("{nf}: {e}"))?
 }
 

@@ -6,6 +6,7 @@ use rustc_hash::FxHashMap;
 
 use super::nf::{Ctx, OutputBuffer, OutputPacket, Packet, ParallelNf};
 use super::set_table::{LiveSet, SetTable};
+use crate::heap::HeapUse;
 use crate::packet_set::SetKey;
 use crate::stm::{TxStats, Worker};
 use crate::sync::Stamp;
@@ -100,6 +101,11 @@ pub struct WorkerReport {
     /// Time spent running batches and ticks (from the expiry check to
     /// the released output): the time [`TxStats::runtime_ns`] is a share of.
     pub busy_ns: u64,
+    /// The worker thread's heap growth while it processed its packets (set
+    /// table, installed versions, buffers), when the binary counts heap
+    /// bytes ([`crate::heap`]) and the run measured it
+    /// ([`super::run_trace_presplit`]).
+    pub heap: Option<HeapUse>,
 }
 
 /// What a worker does with committed output in a trace run.
@@ -256,6 +262,7 @@ impl<'a, N: ParallelNf> WorkerLoop<'a, N> {
             output_packets: self.output_packets,
             output_bytes: self.output_bytes,
             busy_ns: self.busy_ns,
+            heap: None,
         }
     }
 }

@@ -11,6 +11,7 @@ use super::batch::{BatchItem, OutputMode, PeriodicTimer, WorkerLoop, WorkerRepor
 use super::nf::{Ctx, OutputBuffer, OutputPacket, Packet, ParallelNf};
 use super::pinned::{own_copy, presplit, run_pinned};
 use super::RuntimeError;
+use crate::heap;
 use crate::packet_set::{PacketSetDef, SetKey};
 use crate::stm::{Abort, Stm, TxStats};
 
@@ -120,7 +121,9 @@ pub fn run_trace<N: ParallelNf>(
 /// start-up alone varied by 2 ms, a few percent of a run. `output` says
 /// whether workers keep their committed output or only count it
 /// ([`WorkerReport::output_packets`]): a benchmark counts, so that it
-/// measures the NF rather than the memory allocator.
+/// measures the NF rather than the memory allocator. Each worker's heap
+/// growth over its packets is in [`WorkerReport::heap`] when the binary
+/// counts heap bytes.
 pub fn run_trace_presplit<N: ParallelNf>(
     stm: &Stm,
     nf: &N,
@@ -138,13 +141,16 @@ pub fn run_trace_presplit<N: ParallelNf>(
         // Every worker crosses the start line, even one whose setup failed,
         // or the others would wait there forever.
         let started = start.cross();
+        let heap_mark = heap::mark();
         let mut worker = WorkerLoop::new(nf, worker?, config.ports, periodic);
         worker.set_output_mode(output);
         for batch in &batches {
             worker.run_batch(batch);
         }
         let ended = start.now();
-        Ok((worker.finish(), started, ended))
+        // Before `finish`, while the set table is still the worker's.
+        let used = heap_mark.map(|mark| mark.usage());
+        Ok((WorkerReport { heap: used, ..worker.finish() }, started, ended))
     })?;
     // The dispatcher's packets are freed by this thread, whose allocator
     // arena they are from (freeing them from the workers would serialise
