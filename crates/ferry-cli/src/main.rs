@@ -621,6 +621,21 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{:<14} {:<12} {}", info.spec.name, info.args, info.summary);
                 println!("{:<14} counters: {}", "", info.spec.counters.join(", "));
             }
+            // Hosted by `ferry nf serve --kind parallel-NAME` (or `kind:` in
+            // a chain file), with the host's own arguments on top.
+            for name in ferry_parallel::live::registry::NAMES {
+                let d = ferry_parallel::live::registry::describe(name)?;
+                println!("{:<14} {} (parallel runtime)", format!("parallel-{name}"), d.summary);
+                let args: Vec<String> =
+                    d.args.iter().chain(&ferry_cli::serve_parallel::HOST_KEYS).map(|k| format!("{k}=")).collect();
+                println!("{:<14} args: {}", "", args.join(" "));
+                let own = if d.counters.is_empty() { "(none)".to_string() } else { d.counters.join(", ") };
+                println!(
+                    "{:<14} counters: runtime's {}; {own}; w<i>_packets",
+                    "",
+                    ferry_parallel::live::COUNTERS.join(", ")
+                );
+            }
             Ok(())
         }
         Cmd::Nf(NfCmd::Run { port, batch, duration, warmup, window, json, nfs }) => {

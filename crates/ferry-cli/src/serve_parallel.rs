@@ -46,7 +46,7 @@ pub fn serve(name: &str, args: &[String]) -> Result<()> {
     let stm = Stm::new(workers).with_context(|| format!("workers={workers}"))?;
     // Before any thread exists (connect starts one), so all inherit it.
     let signals = block_stop_signals()?;
-    let names = live::counter_names(workers);
+    let names = live::counter_names(workers, registry::counter_names(name)?);
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let nf = Nf::connect_from_env_with(&names)?;
     if nf.threads() != 1 {
@@ -73,6 +73,10 @@ pub fn serve(name: &str, args: &[String]) -> Result<()> {
         c.aborts,
         c.per_worker
     );
+    let own: Vec<String> = report.nf_counters.iter().map(|(name, v)| format!("{name} {v}")).collect();
+    if !own.is_empty() {
+        eprintln!("parallel-{name} ({}): {}", nf.name(), own.join(" "));
+    }
     Ok(())
 }
 

@@ -74,6 +74,12 @@ fn nf_run_unknown_nf_is_named() {
         assert!(r.stdout.contains(nf), "{nf} in nf list:\n{}", r.stdout);
     }
     assert!(r.stdout.contains("drop_bad_checksum"), "{}", r.stdout);
+    // And the parallel runtime's NFs, with their own counters and the
+    // host's arguments.
+    for nf in ["parallel-nat", "parallel-bridge", "parallel-firewall", "parallel-maglev", "parallel-anti_ddos"] {
+        assert!(r.stdout.contains(nf), "{nf} in nf list:\n{}", r.stdout);
+    }
+    assert!(r.stdout.contains("mappings_created") && r.stdout.contains("workers="), "{}", r.stdout);
 }
 
 #[test]

@@ -366,8 +366,16 @@ links:
     // it sent is the inside traffic plus the answers; the early
     // unsolicited frames and the strays are the drops.
     let received = sent + early.len() as u64 + late.len() as u64;
-    wait_until("the firewall to receive everything", Duration::from_secs(5), || {
-        rc.status().is_ok_and(|s| c(&s, "fw", "received") == received)
+    // The NF's own counters are published once it has settled (nothing in
+    // flight), which may be a moment after the last receive.
+    let accounted = |s: &ferry_chain::proto::Status| -> u64 {
+        ["outbound", "inbound", "blocked", "dropped_malformed", "dropped_unsupported"]
+            .iter()
+            .map(|n| c(s, "fw", n))
+            .sum::<u64>()
+    };
+    wait_until("the firewall to receive and account for everything", Duration::from_secs(5), || {
+        rc.status().is_ok_and(|s| c(&s, "fw", "received") == received && accounted(&s) == received)
     });
     let st = rc.status().unwrap();
     eprintln!("{}", chainctl::status_table(&st));
@@ -381,6 +389,13 @@ links:
     let (w0, w1) = (c(&st, "fw", "w0_packets"), c(&st, "fw", "w1_packets"));
     assert!(w0 > 0 && w1 > 0, "both workers got packets: w0={w0} w1={w1}");
     assert_eq!(w0 + w1, received);
+
+    // The firewall's own counters, published next to the runtime's.
+    assert_eq!(c(&st, "fw", "outbound"), sent, "inside traffic passed");
+    assert_eq!(c(&st, "fw", "inbound"), answers.len() as u64, "the answers passed");
+    assert_eq!(c(&st, "fw", "blocked"), (early.len() + strays.len()) as u64, "unsolicited frames were blocked");
+    assert_eq!(c(&st, "fw", "opened"), connections.len() as u64, "one connection per inside flow");
+    assert_eq!(c(&st, "fw", "dropped_malformed") + c(&st, "fw", "dropped_unsupported"), 0);
 
     assert_conserved(&rc);
     rc.shutdown().unwrap();

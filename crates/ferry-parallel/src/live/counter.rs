@@ -139,8 +139,11 @@ impl ParallelNf for DstCounter {
 }
 
 impl RegisteredNf for DstCounter {
+    const SUMMARY: &'static str = "counts packets per destination and forwards them (tests, demos)";
+    const ARGS: &'static [&'static str] = &["buckets", "idle_ms", "work_ns", "exit_marker", "expiry_marker"];
+
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
-        args.only(&["buckets", "idle_ms", "work_ns", "exit_marker", "expiry_marker"])?;
+        args.only(Self::ARGS)?;
         let buckets = args.u64_or("buckets", 1024)?;
         let idle_ms = args.u64_or("idle_ms", 10_000)?;
         let work_ns = args.u64_or("work_ns", 0)?;

@@ -57,6 +57,11 @@
 //!   no batch for `tick_ns` asks the chain thread for a tick, which comes
 //!   through the same queue (so a worker's clock never goes backwards) and
 //!   runs the expiries and timer due as one transaction.
+//! * **Counters.** Published as the NF's ferry counters (`ferry nf list`,
+//!   `chain status`): the chain thread's [`COUNTERS`], then the NF's own
+//!   ([`ParallelNf::named_counters`], merged over workers at most once a
+//!   millisecond: the merge takes each worker's part lock), then packets
+//!   per worker for as many workers as ferry's 24 counters leave room for.
 //! * **Shutdown.** When ferryd stops the NF (`recv_burst` fails), or the
 //!   host asks ([`run_live_until`]; `ferry nf serve` does on SIGTERM), the
 //!   batches in the NF are processed and their output sent, the workers
@@ -89,27 +94,37 @@ use crate::stm::Stm;
 pub const DEFAULT_QUEUED_BATCHES: usize = 8;
 /// Default tick of idle workers that have timers: 10 ms.
 pub const DEFAULT_TICK_NS: u64 = 10_000_000;
-/// Workers that get a packet counter of their own (`w<i>_packets`); ferry
-/// allows 24 NF counters and [`COUNTERS`] takes 8.
-pub const MAX_WORKER_COUNTERS: usize = 16;
+/// Counters an NF may declare (ferry's limit).
+const MAX_COUNTERS: usize = ferry_sdk::MAX_NF_COUNTERS;
+/// How often the chain thread publishes the NF's own counters (merging
+/// them takes a lock per worker, too much for every burst).
+const NF_COUNTERS_EVERY_NS: u64 = 1_000_000;
 /// Spare byte buffers the chain thread keeps for copies.
 const SPARE_BUFFERS: usize = 4096;
 /// Longest wait for a completion while a full queue holds input back.
 const HELD_WAIT: Duration = Duration::from_millis(1);
 
-/// The NF counters the live mode publishes (before the per-worker ones).
+/// The NF counters the live mode publishes (before the NF's own).
 pub const COUNTERS: [&str; 8] =
     ["received", "outputs", "sent", "no_frame", "bad_port", "commits", "aborts", "in_flight_max"];
 
 /// The names to declare when connecting ([`ferry_sdk::Nf::connect_from_env_with`]):
-/// [`COUNTERS`], then `w<i>_packets` for the first [`MAX_WORKER_COUNTERS`]
-/// workers.
-pub fn counter_names(workers: usize) -> Vec<String> {
+/// [`COUNTERS`], then the NF's own (`nf_counters`: what its
+/// [`ParallelNf::named_counters`] names, e.g. from
+/// [`registry::counter_names`]), then `w<i>_packets` for as many workers as
+/// ferry's 24 counters leave room for.
+pub fn counter_names(workers: usize, nf_counters: &[&str]) -> Vec<String> {
     COUNTERS
         .iter()
+        .chain(nf_counters)
         .map(|s| s.to_string())
-        .chain((0..workers.min(MAX_WORKER_COUNTERS)).map(|i| format!("w{i}_packets")))
+        .chain((0..worker_counters(workers, nf_counters.len())).map(|i| format!("w{i}_packets")))
         .collect()
+}
+
+/// Workers that get a `w<i>_packets` counter next to `nf_counters` of the NF.
+fn worker_counters(workers: usize, nf_counters: usize) -> usize {
+    workers.min(MAX_COUNTERS.saturating_sub(COUNTERS.len() + nf_counters))
 }
 
 /// How to run an NF live.
@@ -166,6 +181,8 @@ pub struct LiveCounters {
 #[derive(Debug, Clone)]
 pub struct LiveReport {
     pub counters: LiveCounters,
+    /// The NF's own counters at the end ([`ParallelNf::named_counters`]).
+    pub nf_counters: Vec<(&'static str, u64)>,
     /// Per worker, at the end (their `outputs` are empty: output was sent).
     pub workers: Vec<WorkerReport>,
 }
@@ -223,10 +240,11 @@ pub fn run_live_until<N: ParallelNf>(
         return Err(RuntimeError::Config { field: "tick_ns", reason: "must be at least 1" });
     }
     let workers = config.run.workers;
-    let mut chain = ChainThread::new(config);
+    let nf_counters = || nf.named_counters();
+    let mut chain = ChainThread::new(config, &nf_counters);
     let init = run_alone(stm, &config.run, |ctx| nf.init(ctx))?;
     chain.emit_all(th, init);
-    chain.publish(th);
+    chain.publish(th, true);
     let reports = thread::scope(|scope| {
         let (done_tx, done_rx) = sync_channel::<Done>(workers * (config.queued_batches + 2));
         let mut handles = Vec::with_capacity(workers);
@@ -249,8 +267,8 @@ pub fn run_live_until<N: ParallelNf>(
     let exit = run_alone(stm, &config.run, |ctx| nf.exit(ctx))?;
     chain.emit_all(th, exit);
     th.flush();
-    chain.publish(th);
-    Ok(LiveReport { counters: chain.counters, workers })
+    chain.publish(th, true);
+    Ok(LiveReport { counters: chain.counters, nf_counters: nf.named_counters(), workers })
 }
 
 fn worker_thread<N: ParallelNf>(
@@ -330,10 +348,22 @@ struct ChainThread<'c> {
     worker_commits: Vec<u64>,
     worker_aborts: Vec<u64>,
     counters: LiveCounters,
+    /// The NF's [`ParallelNf::named_counters`].
+    nf_counters: &'c NfCounters<'c>,
+    /// How many there are (their place among the published counters).
+    nf_counter_count: usize,
+    nf_published_ns: u64,
+    /// Every packet received so far is committed (or a tick was): the NF's
+    /// counters may have changed and the thread may now wait for traffic,
+    /// so they are published at once rather than after the interval.
+    nf_settled: bool,
 }
 
+/// Reads an NF's own counters.
+type NfCounters<'n> = dyn Fn() -> Vec<(&'static str, u64)> + 'n;
+
 impl<'c> ChainThread<'c> {
-    fn new(config: &'c LiveConfig) -> Self {
+    fn new(config: &'c LiveConfig, nf_counters: &'c NfCounters<'c>) -> Self {
         let workers = config.run.workers;
         ChainThread {
             config,
@@ -350,6 +380,10 @@ impl<'c> ChainThread<'c> {
             worker_commits: vec![0; workers],
             worker_aborts: vec![0; workers],
             counters: LiveCounters { per_worker: vec![0; workers], ..LiveCounters::default() },
+            nf_counter_count: nf_counters().len(),
+            nf_counters,
+            nf_published_ns: 0,
+            nf_settled: false,
         }
     }
 
@@ -367,7 +401,7 @@ impl<'c> ChainThread<'c> {
                 return;
             }
             self.ticks(monotonic_ns());
-            self.publish(th);
+            self.publish(th, false);
             if !clear {
                 // A full queue: take no input until a worker makes room.
                 if th.service().is_err() {
@@ -517,6 +551,7 @@ impl<'c> ChainThread<'c> {
     fn finish(&mut self, th: &mut NfThread, mut d: Done) {
         let n = d.items.len() as u64;
         self.in_flight -= n;
+        self.nf_settled |= self.in_flight == 0;
         self.counters.per_worker[d.worker] += n;
         self.worker_commits[d.worker] = d.commits;
         self.worker_aborts[d.worker] = d.aborts;
@@ -572,7 +607,11 @@ impl<'c> ChainThread<'c> {
         }
     }
 
-    fn publish(&mut self, th: &NfThread) {
+    /// Publishes the counters [`counter_names`] declares: the chain
+    /// thread's own and the workers' every time; the NF's when `all`, when
+    /// the NF has settled (nothing in flight), or else at most every
+    /// [`NF_COUNTERS_EVERY_NS`].
+    fn publish(&mut self, th: &NfThread, all: bool) {
         self.counters.commits = self.worker_commits.iter().sum();
         self.counters.aborts = self.worker_aborts.iter().sum();
         let c = &self.counters;
@@ -580,8 +619,18 @@ impl<'c> ChainThread<'c> {
         for (i, v) in fixed.into_iter().enumerate() {
             th.set_nf_counter(i, v);
         }
-        for (w, &v) in c.per_worker.iter().take(MAX_WORKER_COUNTERS).enumerate() {
-            th.set_nf_counter(COUNTERS.len() + w, v);
+        let first_worker = COUNTERS.len() + self.nf_counter_count;
+        let workers = worker_counters(c.per_worker.len(), self.nf_counter_count);
+        for (w, &v) in c.per_worker.iter().take(workers).enumerate() {
+            th.set_nf_counter(first_worker + w, v);
+        }
+        let now = monotonic_ns();
+        if all || self.nf_settled || now.saturating_sub(self.nf_published_ns) >= NF_COUNTERS_EVERY_NS {
+            self.nf_published_ns = now;
+            self.nf_settled = false;
+            for (i, (_, v)) in (self.nf_counters)().into_iter().take(self.nf_counter_count).enumerate() {
+                th.set_nf_counter(COUNTERS.len() + i, v);
+            }
         }
     }
 }

@@ -74,12 +74,12 @@ use std::ops::RangeInclusive;
 use ferry_wire::MacAddr;
 
 use super::registry::{bad_value, ArgError, NfArgs, NfEnv, NfSetup, RegisteredNf};
-use crate::nfs::anti_ddos::{AntiDdos, AntiDdosConfig};
-use crate::nfs::bridge::{Bridge, BridgeConfig};
-use crate::nfs::firewall::{Firewall, FirewallConfig};
-use crate::nfs::maglev::{Backend, Maglev, MaglevConfig, MaglevError};
-use crate::nfs::nat::{Nat, NatConfig};
-use crate::nfs::policer::{Policer, PolicerConfig, PolicerSets, MAX_BURST_BYTES};
+use crate::nfs::anti_ddos::{AntiDdos, AntiDdosConfig, AntiDdosCounters};
+use crate::nfs::bridge::{Bridge, BridgeConfig, BridgeCounters};
+use crate::nfs::firewall::{Firewall, FirewallConfig, FirewallCounters};
+use crate::nfs::maglev::{Backend, Maglev, MaglevConfig, MaglevCounters, MaglevError};
+use crate::nfs::nat::{Nat, NatConfig, NatCounters};
+use crate::nfs::policer::{Policer, PolicerConfig, PolicerCounters, PolicerSets, MAX_BURST_BYTES};
 use crate::runtime::TraceConfig;
 use crate::stm::Stm;
 
@@ -190,8 +190,12 @@ fn setup(trace: TraceConfig) -> NfSetup {
 }
 
 impl RegisteredNf for Nat {
+    const SUMMARY: &'static str = "endpoint-independent NAT (RFC 4787), ports leased from per-core pools";
+    const ARGS: &'static [&'static str] = NAT_KEYS;
+    const COUNTERS: &'static [&'static str] = &NatCounters::NAMES;
+
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
-        args.only(NAT_KEYS)?;
+        args.only(Self::ARGS)?;
         two_sided("nat", env)?;
         let d = NatConfig::default();
         let config = NatConfig {
@@ -214,8 +218,12 @@ impl RegisteredNf for Nat {
 }
 
 impl RegisteredNf for Bridge {
+    const SUMMARY: &'static str = "MAC-learning bridge with entry expiry and a refresh interval";
+    const ARGS: &'static [&'static str] = BRIDGE_KEYS;
+    const COUNTERS: &'static [&'static str] = &BridgeCounters::NAMES;
+
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
-        args.only(BRIDGE_KEYS)?;
+        args.only(Self::ARGS)?;
         let d = BridgeConfig::default();
         let ports: u16 = number(args, "ports", env.ports)?;
         if ports < 2 {
@@ -246,8 +254,12 @@ impl RegisteredNf for Bridge {
 }
 
 impl RegisteredNf for Firewall {
+    const SUMMARY: &'static str = "stateful firewall: inside opens connections, outside only answers";
+    const ARGS: &'static [&'static str] = FIREWALL_KEYS;
+    const COUNTERS: &'static [&'static str] = &FirewallCounters::NAMES;
+
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
-        args.only(FIREWALL_KEYS)?;
+        args.only(Self::ARGS)?;
         two_sided("firewall", env)?;
         let d = FirewallConfig::default();
         let config = FirewallConfig {
@@ -260,8 +272,12 @@ impl RegisteredNf for Firewall {
 }
 
 impl RegisteredNf for Maglev {
+    const SUMMARY: &'static str = "Maglev load balancer with connection affinity";
+    const ARGS: &'static [&'static str] = MAGLEV_KEYS;
+    const COUNTERS: &'static [&'static str] = &MaglevCounters::NAMES;
+
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
-        args.only(MAGLEV_KEYS)?;
+        args.only(Self::ARGS)?;
         let vip: Ipv4Addr = args.parse_required("vip", "an IPv4 address", |v| v.parse().ok())?;
         let mac = args.parse_or("mac", DEFAULT_MAGLEV_MAC, "not a MAC address aa:bb:cc:dd:ee:ff", parse_mac)?;
         let backends = args.parse_or(
@@ -293,8 +309,12 @@ impl RegisteredNf for Maglev {
 }
 
 impl RegisteredNf for Policer {
+    const SUMMARY: &'static str = "per-destination token-bucket policer";
+    const ARGS: &'static [&'static str] = POLICER_KEYS;
+    const COUNTERS: &'static [&'static str] = &PolicerCounters::NAMES;
+
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
-        args.only(POLICER_KEYS)?;
+        args.only(Self::ARGS)?;
         let rate = positive(args, "rate", number(args, "rate", DEFAULT_POLICER_RATE)?)?;
         let burst = number(args, "burst", DEFAULT_POLICER_BURST)?;
         if burst == 0 || burst > MAX_BURST_BYTES {
@@ -320,8 +340,12 @@ impl RegisteredNf for Policer {
 }
 
 impl RegisteredNf for AntiDdos {
+    const SUMMARY: &'static str = "SYN-flood detector over distributed flow counters (NFOS Listing 2)";
+    const ARGS: &'static [&'static str] = ANTI_DDOS_KEYS;
+    const COUNTERS: &'static [&'static str] = &AntiDdosCounters::NAMES;
+
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
-        args.only(ANTI_DDOS_KEYS)?;
+        args.only(Self::ARGS)?;
         let mut config = AntiDdosConfig::new();
         config.in_port = number(args, "in_port", config.in_port)?;
         config.out_port = out_link(env, "out_port", number(args, "out_port", config.out_port)?)?;

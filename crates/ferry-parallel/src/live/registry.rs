@@ -168,6 +168,13 @@ pub fn bad_value(key: &str, value: &str, reason: &'static str) -> ArgError {
 
 /// An NF the table can build.
 pub trait RegisteredNf: ParallelNf + Sized {
+    /// One line for `ferry nf list`.
+    const SUMMARY: &'static str;
+    /// The argument keys it takes (all it accepts; the host adds its own).
+    const ARGS: &'static [&'static str];
+    /// The names [`ParallelNf::named_counters`] gives, in its order.
+    const COUNTERS: &'static [&'static str] = &[];
+
     /// Builds the NF, registering its data structures with `stm`.
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError>;
 }
@@ -212,6 +219,40 @@ pub fn build<V: NfVisitor>(
     }
 }
 
+/// What an NF of the table is, known before it is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NfDescription {
+    pub summary: &'static str,
+    /// Its argument keys ([`RegisteredNf::ARGS`]).
+    pub args: &'static [&'static str],
+    /// Its own counters ([`RegisteredNf::COUNTERS`]).
+    pub counters: &'static [&'static str],
+}
+
+fn describe_nf<N: RegisteredNf>() -> NfDescription {
+    NfDescription { summary: N::SUMMARY, args: N::ARGS, counters: N::COUNTERS }
+}
+
+/// NF `name`'s description.
+pub fn describe(name: &str) -> Result<NfDescription, ArgError> {
+    Ok(match name {
+        "counter" => describe_nf::<DstCounter>(),
+        "nat" => describe_nf::<Nat>(),
+        "bridge" => describe_nf::<Bridge>(),
+        "firewall" => describe_nf::<Firewall>(),
+        "maglev" => describe_nf::<Maglev>(),
+        "policer" => describe_nf::<Policer>(),
+        "anti_ddos" => describe_nf::<AntiDdos>(),
+        _ => return Err(ArgError::UnknownNf { name: name.to_string(), known: NAMES.join(", ") }),
+    })
+}
+
+/// The names of NF `name`'s own counters: a live host declares them when
+/// it connects, before the NF is built.
+pub fn counter_names(name: &str) -> Result<&'static [&'static str], ArgError> {
+    describe(name).map(|d| d.counters)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +278,37 @@ mod tests {
         let bad = NfArgs::parse(&["colour=red"]).unwrap();
         assert!(matches!(build("counter", &stm, &env, &bad, Names), Err(ArgError::Unknown { .. })));
         assert!(matches!(NfArgs::parse(&["novalue"]), Err(ArgError::NotKeyValue { .. })));
+    }
+
+    struct CounterNames;
+
+    impl NfVisitor for CounterNames {
+        type Output = Vec<&'static str>;
+        fn visit<N: ParallelNf>(self, nf: N, _setup: NfSetup) -> Vec<&'static str> {
+            nf.named_counters().into_iter().map(|(name, _)| name).collect()
+        }
+    }
+
+    #[test]
+    fn every_nf_names_the_counters_it_declares_in_order() {
+        let env = NfEnv { ports: 2, workers: 1 };
+        for name in NAMES {
+            let stm = Stm::new(1).unwrap();
+            let args = NfArgs::parse(&if *name == "maglev" { vec!["vip=198.18.0.1"] } else { vec![] }).unwrap();
+            let named = build(name, &stm, &env, &args, CounterNames).unwrap();
+            assert_eq!(named, counter_names(name).unwrap(), "{name}");
+            if *name != "counter" {
+                assert!(named.len() >= 6, "{name} publishes its counters: {named:?}");
+            }
+            // Declared next to the live mode's own and per-worker counters:
+            // no name twice, within ferry's limit, room for 2 workers.
+            let declared = super::super::counter_names(64, &named);
+            assert!(declared.len() <= ferry_sdk::MAX_NF_COUNTERS, "{name}: {declared:?}");
+            assert!(declared.contains(&"w1_packets".to_string()), "{name}: {declared:?}");
+            let unique: std::collections::HashSet<&String> = declared.iter().collect();
+            assert_eq!(unique.len(), declared.len(), "{name}: a name twice in {declared:?}");
+        }
+        assert!(matches!(counter_names("nope"), Err(ArgError::UnknownNf { .. })));
     }
 
     #[test]

@@ -155,6 +155,17 @@ pub struct AntiDdosCounters {
 }
 
 impl AntiDdosCounters {
+    /// The counters a live host publishes, by name.
+    pub const NAMES: [&'static str; 6] =
+        ["forwarded", "new_flows", "dropped_new_flows", "not_tcp", "unparsable", "wrong_port"];
+
+    /// The values of [`AntiDdosCounters::NAMES`], in that order.
+    pub fn values(&self) -> [u64; 6] {
+        [self.forwarded, self.new_flows, self.dropped_new_flows, self.not_tcp, self.unparsable, self.wrong_port]
+    }
+}
+
+impl AntiDdosCounters {
     fn merge(acc: &mut AntiDdosCounters, part: &AntiDdosCounters) {
         acc.forwarded += part.forwarded;
         acc.new_flows += part.new_flows;
@@ -240,6 +251,10 @@ impl AntiDdos {
 
 impl ParallelNf for AntiDdos {
     type SetState = FlowState;
+
+    fn named_counters(&self) -> Vec<(&'static str, u64)> {
+        AntiDdosCounters::NAMES.into_iter().zip(self.counters().values()).collect()
+    }
 
     fn first_packet<'a>(
         &'a self,

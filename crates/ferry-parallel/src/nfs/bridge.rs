@@ -120,6 +120,38 @@ pub struct BridgeCounters {
 }
 
 impl BridgeCounters {
+    /// The counters a live host publishes, by name.
+    pub const NAMES: [&'static str; 10] = [
+        "forwarded",
+        "flooded",
+        "filtered",
+        "learnt",
+        "moved",
+        "expired",
+        "table_full",
+        "dropped_malformed",
+        "dropped_group_source",
+        "dropped_unknown_port",
+    ];
+
+    /// The values of [`BridgeCounters::NAMES`], in that order.
+    pub fn values(&self) -> [u64; 10] {
+        [
+            self.forwarded,
+            self.flooded,
+            self.filtered,
+            self.learnt,
+            self.moved,
+            self.expired,
+            self.table_full,
+            self.dropped_malformed,
+            self.dropped_group_source,
+            self.dropped_unknown_port,
+        ]
+    }
+}
+
+impl BridgeCounters {
     fn merge(&mut self, other: &BridgeCounters) {
         self.forwarded += other.forwarded;
         self.flooded += other.flooded;
@@ -333,6 +365,10 @@ impl Bridge {
 
 impl ParallelNf for Bridge {
     type SetState = ();
+
+    fn named_counters(&self) -> Vec<(&'static str, u64)> {
+        BridgeCounters::NAMES.into_iter().zip(self.counters().values()).collect()
+    }
 
     fn first_packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<Option<NewSet<()>>, Abort> {
         self.process(ctx, packet)?;

@@ -80,6 +80,25 @@ pub struct FirewallCounters {
 }
 
 impl FirewallCounters {
+    /// The counters a live host publishes, by name.
+    pub const NAMES: [&'static str; 7] =
+        ["opened", "outbound", "inbound", "blocked", "expired", "dropped_malformed", "dropped_unsupported"];
+
+    /// The values of [`FirewallCounters::NAMES`], in that order.
+    pub fn values(&self) -> [u64; 7] {
+        [
+            self.opened,
+            self.outbound,
+            self.inbound,
+            self.blocked,
+            self.expired,
+            self.dropped_malformed,
+            self.dropped_unsupported,
+        ]
+    }
+}
+
+impl FirewallCounters {
     fn merge(&mut self, other: &FirewallCounters) {
         self.opened += other.opened;
         self.outbound += other.outbound;
@@ -166,6 +185,10 @@ fn is_malformed(frame: &[u8]) -> bool {
 
 impl ParallelNf for Firewall {
     type SetState = Connection;
+
+    fn named_counters(&self) -> Vec<(&'static str, u64)> {
+        FirewallCounters::NAMES.into_iter().zip(self.counters().values()).collect()
+    }
 
     fn first_packet<'a>(
         &'a self,

@@ -326,6 +326,36 @@ pub struct MaglevCounters {
 }
 
 impl MaglevCounters {
+    /// The counters a live host publishes, by name (the per-backend counts are left out: their number varies).
+    pub const NAMES: [&'static str; 9] = [
+        "forwarded",
+        "new_flows",
+        "reassigned_flows",
+        "no_backend",
+        "not_vip",
+        "unsupported_protocol",
+        "unparsable",
+        "wrong_port",
+        "table_rebuilds",
+    ];
+
+    /// The values of [`MaglevCounters::NAMES`], in that order.
+    pub fn values(&self) -> [u64; 9] {
+        [
+            self.forwarded,
+            self.new_flows,
+            self.reassigned_flows,
+            self.no_backend,
+            self.not_vip,
+            self.unsupported_protocol,
+            self.unparsable,
+            self.wrong_port,
+            self.table_rebuilds,
+        ]
+    }
+}
+
+impl MaglevCounters {
     fn merge(acc: &mut MaglevCounters, part: &MaglevCounters) {
         acc.forwarded += part.forwarded;
         acc.new_flows += part.new_flows;
@@ -501,6 +531,10 @@ impl Maglev {
 
 impl ParallelNf for Maglev {
     type SetState = Connection;
+
+    fn named_counters(&self) -> Vec<(&'static str, u64)> {
+        MaglevCounters::NAMES.into_iter().zip(self.counters().values()).collect()
+    }
 
     fn first_packet<'a>(
         &'a self,

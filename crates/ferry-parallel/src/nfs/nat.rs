@@ -131,6 +131,34 @@ pub struct NatCounters {
 }
 
 impl NatCounters {
+    /// The counters a live host publishes, by name.
+    pub const NAMES: [&'static str; 8] = [
+        "outbound",
+        "inbound",
+        "mappings_created",
+        "mappings_expired",
+        "dropped_unmapped",
+        "dropped_pool_exhausted",
+        "dropped_malformed",
+        "dropped_unsupported",
+    ];
+
+    /// The values of [`NatCounters::NAMES`], in that order.
+    pub fn values(&self) -> [u64; 8] {
+        [
+            self.outbound,
+            self.inbound,
+            self.mappings_created,
+            self.mappings_expired,
+            self.dropped_unmapped,
+            self.dropped_pool_exhausted,
+            self.dropped_malformed,
+            self.dropped_unsupported,
+        ]
+    }
+}
+
+impl NatCounters {
     fn merge(&mut self, other: &NatCounters) {
         self.outbound += other.outbound;
         self.inbound += other.inbound;
@@ -442,6 +470,10 @@ pub struct NatAudit {
 
 impl ParallelNf for Nat {
     type SetState = ();
+
+    fn named_counters(&self) -> Vec<(&'static str, u64)> {
+        NatCounters::NAMES.into_iter().zip(self.counters().values()).collect()
+    }
 
     fn first_packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<Option<NewSet<()>>, Abort> {
         self.process(ctx, packet)?;

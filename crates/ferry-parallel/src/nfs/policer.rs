@@ -178,6 +178,25 @@ pub struct PolicerCounters {
 }
 
 impl PolicerCounters {
+    /// The counters a live host publishes, by name.
+    pub const NAMES: [&'static str; 7] =
+        ["passed", "passed_bytes", "over_rate", "over_rate_bytes", "lan_to_wan", "unparsable", "wrong_port"];
+
+    /// The values of [`PolicerCounters::NAMES`], in that order.
+    pub fn values(&self) -> [u64; 7] {
+        [
+            self.passed,
+            self.passed_bytes,
+            self.over_rate,
+            self.over_rate_bytes,
+            self.lan_to_wan,
+            self.unparsable,
+            self.wrong_port,
+        ]
+    }
+}
+
+impl PolicerCounters {
     fn merge(acc: &mut PolicerCounters, part: &PolicerCounters) {
         acc.passed += part.passed;
         acc.passed_bytes += part.passed_bytes;
@@ -301,6 +320,10 @@ impl ParallelNf for Policer {
     /// sets (WAN ones with per-flow buckets, and all LAN ones), whose only
     /// job is to keep a flow on one worker, in order.
     type SetState = Option<TokenBucket>;
+
+    fn named_counters(&self) -> Vec<(&'static str, u64)> {
+        PolicerCounters::NAMES.into_iter().zip(self.counters().values()).collect()
+    }
 
     fn first_packet<'a>(
         &'a self,

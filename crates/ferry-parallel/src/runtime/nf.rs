@@ -197,4 +197,12 @@ pub trait ParallelNf: Sync {
     fn periodic<'a>(&'a self, _ctx: &mut Ctx<'_, 'a>) -> Result<(), Abort> {
         Ok(())
     }
+
+    /// The NF's own counters by name, as of each worker's last commit
+    /// (outside any transaction; a live host publishes them next to its
+    /// own). The names and their order never change: a host declares them
+    /// before the NF is built. None by default.
+    fn named_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
