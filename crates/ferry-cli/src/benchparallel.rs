@@ -92,6 +92,18 @@ pub struct Speedup {
     /// The median over rounds of the NF's ratio over the lookup control's
     /// ratio in the same round.
     pub of_lookup_control: f64,
+    /// Every round, in order: what the medians are taken over.
+    pub rounds: Vec<ScalingRound>,
+}
+
+/// One round of [`Speedup`]: the NF and both controls on 1 and 2 workers.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScalingRound {
+    /// The NF's Mpps on 1 and 2 workers.
+    pub mpps: [f64; 2],
+    pub speedup: f64,
+    pub lookup_control_speedup: f64,
+    pub compute_control_speedup: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -193,12 +205,20 @@ fn scaling(runs: usize, nf: &str, args: &[String], trace: &[Packet]) -> Result<(
     };
     let (mut ones, mut twos, mut ratios, mut of_lookup) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut lookup, mut lookup_1, mut lookup_2, mut compute) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut rounds = Vec::new();
     for _ in 0..runs.max(1) {
         let one = run_once(nf, args, trace, 1).with_context(|| format!("{nf} on 1 worker"))?;
         let two = run_once(nf, args, trace, 2).with_context(|| format!("{nf} on 2 workers"))?;
         let (lookup_ratio, mpps_1, mpps_2) = control(ControlWork::LookupAndCopy)?;
         let (compute_ratio, _, _) = control(ControlWork::Arithmetic { rounds: COMPUTE_CONTROL_ROUNDS })?;
         let ratio = one.seconds / two.seconds;
+        let mpps = |r: &RunResult| r.packets as f64 / r.seconds / 1e6;
+        rounds.push(ScalingRound {
+            mpps: [mpps(&one), mpps(&two)],
+            speedup: ratio,
+            lookup_control_speedup: lookup_ratio,
+            compute_control_speedup: compute_ratio,
+        });
         ratios.push(ratio);
         of_lookup.push(ratio / lookup_ratio);
         lookup.push(lookup_ratio);
@@ -218,6 +238,7 @@ fn scaling(runs: usize, nf: &str, args: &[String], trace: &[Packet]) -> Result<(
         lookup_control_mpps: [median_f64(lookup_1), median_f64(lookup_2)],
         compute_control_speedup: median_f64(compute),
         of_lookup_control: median_f64(of_lookup),
+        rounds,
     };
     Ok((one, two, speedup))
 }
@@ -381,6 +402,8 @@ pub fn table(r: &BenchParallelReport) -> String {
             s.of_lookup_control * 100.0,
             s.compute_control_speedup
         );
+        let each: Vec<String> = s.rounds.iter().map(|r| format!("{:.2}", r.speedup)).collect();
+        out += &format!("    rounds' 2/1 ratios: {}\n", each.join(" "));
     }
     for c in &r.case_studies {
         out += &format!(
