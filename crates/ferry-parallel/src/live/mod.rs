@@ -60,7 +60,8 @@
 //! * **Counters.** Published as the NF's ferry counters (`ferry nf list`,
 //!   `chain status`): the chain thread's [`COUNTERS`], then the NF's own
 //!   ([`ParallelNf::named_counters`], merged over workers at most once a
-//!   millisecond: the merge takes each worker's part lock), then packets
+//!   millisecond, since the merge takes each worker's part lock, and as
+//!   soon as nothing is in flight, so an idle NF shows final values), then packets
 //!   per worker for as many workers as ferry's 24 counters leave room for.
 //! * **Shutdown.** When ferryd stops the NF (`recv_burst` fails), or the
 //!   host asks ([`run_live_until`]; `ferry nf serve` does on SIGTERM), the
@@ -212,7 +213,9 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// Runs `nf` live on `th` until ferryd stops the NF: init, packets, exit.
-/// Publishes [`counter_names`] counters on `th` (declare them at connect).
+/// Publishes [`counter_names`] counters on `th`: declare
+/// `counter_names(workers, names)` at connect, with `names` the ones
+/// `nf.named_counters()` gives ([`registry::counter_names`] for the table).
 pub fn run_live<N: ParallelNf>(
     stm: &Stm,
     nf: &N,
