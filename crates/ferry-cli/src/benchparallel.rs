@@ -61,20 +61,13 @@ pub struct ScalingRow {
     pub peak_rss_mib: f64,
 }
 
-impl ScalingRow {
-    /// The NF's state on this many workers: shared plus every worker's.
-    pub fn state_kib(&self) -> f64 {
-        self.shared_kib + self.worker_kib.iter().sum::<f64>()
-    }
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct Speedup {
     pub nf: String,
     /// The median over alternating pairs of runs of the 1-worker time over
     /// the 2-worker time.
     pub speedup_2_over_1: f64,
-    /// NF state (shared plus per worker, [`ScalingRow::state_kib`]) on 2
+    /// NF state (shared plus every worker's, as in [`ScalingRow`]) on 2
     /// workers minus on 1: what the second core costs, KiB.
     pub extra_worker_kib: f64,
     /// The same difference in peak resident memory, MiB: the trace's
@@ -149,6 +142,13 @@ struct RunResult {
     worker_kib: Vec<f64>,
     peak_rss_mib: f64,
     profile: Profile,
+}
+
+impl RunResult {
+    /// The NF's state in this run: shared plus every worker's, KiB.
+    fn state_kib(&self) -> f64 {
+        self.shared_kib + self.worker_kib.iter().sum::<f64>()
+    }
 }
 
 const KIB: f64 = 1024.0;
@@ -232,7 +232,7 @@ fn scaling(runs: usize, nf: &str, args: &[String], trace: &[Packet]) -> Result<(
     let speedup = Speedup {
         nf: nf.to_string(),
         speedup_2_over_1: median_f64(ratios),
-        extra_worker_kib: row(nf, 2, &two).state_kib() - row(nf, 1, &one).state_kib(),
+        extra_worker_kib: two.state_kib() - one.state_kib(),
         extra_worker_rss_mib: two.peak_rss_mib - one.peak_rss_mib,
         lookup_control_speedup: median_f64(lookup),
         lookup_control_mpps: [median_f64(lookup_1), median_f64(lookup_2)],

@@ -247,7 +247,7 @@ pub fn run_live_until<N: ParallelNf>(
     let mut chain = ChainThread::new(config, &nf_counters);
     let init = run_alone(stm, &config.run, |ctx| nf.init(ctx))?;
     chain.emit_all(th, init);
-    chain.publish(th, true);
+    chain.publish(th, monotonic_ns(), true);
     let reports = thread::scope(|scope| {
         let (done_tx, done_rx) = sync_channel::<Done>(workers * (config.queued_batches + 2));
         let mut handles = Vec::with_capacity(workers);
@@ -270,7 +270,7 @@ pub fn run_live_until<N: ParallelNf>(
     let exit = run_alone(stm, &config.run, |ctx| nf.exit(ctx))?;
     chain.emit_all(th, exit);
     th.flush();
-    chain.publish(th, true);
+    chain.publish(th, monotonic_ns(), true);
     Ok(LiveReport { counters: chain.counters, nf_counters: nf.named_counters(), workers })
 }
 
@@ -403,8 +403,10 @@ impl<'c> ChainThread<'c> {
             if self.dead {
                 return;
             }
-            self.ticks(monotonic_ns());
-            self.publish(th, false);
+            // One clock read per loop for the ticks and the counters.
+            let now_ns = monotonic_ns();
+            self.ticks(now_ns);
+            self.publish(th, now_ns, false);
             if !clear {
                 // A full queue: take no input until a worker makes room.
                 if th.service().is_err() {
@@ -614,7 +616,7 @@ impl<'c> ChainThread<'c> {
     /// thread's own and the workers' every time; the NF's when `all`, when
     /// the NF has settled (nothing in flight), or else at most every
     /// [`NF_COUNTERS_EVERY_NS`].
-    fn publish(&mut self, th: &NfThread, all: bool) {
+    fn publish(&mut self, th: &NfThread, now_ns: u64, all: bool) {
         self.counters.commits = self.worker_commits.iter().sum();
         self.counters.aborts = self.worker_aborts.iter().sum();
         let c = &self.counters;
@@ -627,9 +629,8 @@ impl<'c> ChainThread<'c> {
         for (w, &v) in c.per_worker.iter().take(workers).enumerate() {
             th.set_nf_counter(first_worker + w, v);
         }
-        let now = monotonic_ns();
-        if all || self.nf_settled || now.saturating_sub(self.nf_published_ns) >= NF_COUNTERS_EVERY_NS {
-            self.nf_published_ns = now;
+        if all || self.nf_settled || now_ns.saturating_sub(self.nf_published_ns) >= NF_COUNTERS_EVERY_NS {
+            self.nf_published_ns = now_ns;
             self.nf_settled = false;
             for (i, (_, v)) in (self.nf_counters)().into_iter().take(self.nf_counter_count).enumerate() {
                 th.set_nf_counter(COUNTERS.len() + i, v);

@@ -156,6 +156,33 @@ fn number<T: std::str::FromStr>(args: &NfArgs, key: &str, default: T) -> Result<
 }
 
 /// `value` (of `key`) must be at least 1.
+/// The lease-table settings NAT and the bridge both take: the refresh
+/// interval of their Allocator, their Map's buckets and the periodic
+/// reclaim of expired leases.
+struct LeaseTable {
+    refresh_interval_ns: u64,
+    buckets: usize,
+    reclaim_period_ns: u64,
+    reclaim_batch: usize,
+}
+
+impl LeaseTable {
+    /// `refresh_ms`, `buckets`, `reclaim_ms` and `reclaim_batch` from
+    /// `args`, each defaulting to the field of `defaults`.
+    fn parse(args: &NfArgs, defaults: LeaseTable) -> Result<LeaseTable, ArgError> {
+        Ok(LeaseTable {
+            refresh_interval_ns: args.duration_ns_or("refresh_ms", MS, defaults.refresh_interval_ns)?,
+            buckets: positive(args, "buckets", number(args, "buckets", defaults.buckets)?)?,
+            reclaim_period_ns: positive(
+                args,
+                "reclaim_ms",
+                args.duration_ns_or("reclaim_ms", MS, defaults.reclaim_period_ns)?,
+            )?,
+            reclaim_batch: positive(args, "reclaim_batch", number(args, "reclaim_batch", defaults.reclaim_batch)?)?,
+        })
+    }
+}
+
 fn positive<T: PartialEq + Default>(args: &NfArgs, key: &str, value: T) -> Result<T, ArgError> {
     if value == T::default() {
         return Err(bad_value(key, args.get(key).unwrap_or("0"), "must be at least 1"));
@@ -198,18 +225,26 @@ impl RegisteredNf for Nat {
         args.only(Self::ARGS)?;
         two_sided("nat", env)?;
         let d = NatConfig::default();
+        let public_ip = args.parse_or("public_ip", d.public_ip, "not an IPv4 address", |v| v.parse().ok())?;
+        let ports = args.parse_or("ports", d.ports, "not a port range lo-hi with lo <= hi", parse_port_range)?;
+        let lease_ns = positive(args, "lease_ms", args.duration_ns_or("lease_ms", MS, d.lease_ns)?)?;
+        let table = LeaseTable::parse(
+            args,
+            LeaseTable {
+                refresh_interval_ns: d.refresh_interval_ns,
+                buckets: d.buckets,
+                reclaim_period_ns: d.reclaim_period_ns,
+                reclaim_batch: d.reclaim_batch,
+            },
+        )?;
         let config = NatConfig {
-            public_ip: args.parse_or("public_ip", d.public_ip, "not an IPv4 address", |v| v.parse().ok())?,
-            ports: args.parse_or("ports", d.ports, "not a port range lo-hi with lo <= hi", parse_port_range)?,
-            lease_ns: positive(args, "lease_ms", args.duration_ns_or("lease_ms", MS, d.lease_ns)?)?,
-            refresh_interval_ns: args.duration_ns_or("refresh_ms", MS, d.refresh_interval_ns)?,
-            buckets: positive(args, "buckets", number(args, "buckets", d.buckets)?)?,
-            reclaim_period_ns: positive(
-                args,
-                "reclaim_ms",
-                args.duration_ns_or("reclaim_ms", MS, d.reclaim_period_ns)?,
-            )?,
-            reclaim_batch: positive(args, "reclaim_batch", number(args, "reclaim_batch", d.reclaim_batch)?)?,
+            public_ip,
+            ports,
+            lease_ns,
+            refresh_interval_ns: table.refresh_interval_ns,
+            buckets: table.buckets,
+            reclaim_period_ns: table.reclaim_period_ns,
+            reclaim_batch: table.reclaim_batch,
         };
         let trace = config.trace_config(env.workers);
         let nf = Nat::new(stm, config).map_err(|e| built("nat", e))?;
@@ -234,18 +269,25 @@ impl RegisteredNf for Bridge {
             let message = format!("ports={ports}: bridge port i is out-link i, and the NF has {} out-links", env.ports);
             return Err(ArgError::Build { nf: "bridge", message });
         }
+        let capacity = positive(args, "capacity", number(args, "capacity", d.capacity)?)?;
+        let mac_timeout_ns = positive(args, "timeout_ms", args.duration_ns_or("timeout_ms", MS, d.mac_timeout_ns)?)?;
+        let table = LeaseTable::parse(
+            args,
+            LeaseTable {
+                refresh_interval_ns: d.refresh_interval_ns,
+                buckets: d.buckets,
+                reclaim_period_ns: d.reclaim_period_ns,
+                reclaim_batch: d.reclaim_batch,
+            },
+        )?;
         let config = BridgeConfig {
             ports,
-            capacity: positive(args, "capacity", number(args, "capacity", d.capacity)?)?,
-            mac_timeout_ns: positive(args, "timeout_ms", args.duration_ns_or("timeout_ms", MS, d.mac_timeout_ns)?)?,
-            refresh_interval_ns: args.duration_ns_or("refresh_ms", MS, d.refresh_interval_ns)?,
-            buckets: positive(args, "buckets", number(args, "buckets", d.buckets)?)?,
-            reclaim_period_ns: positive(
-                args,
-                "reclaim_ms",
-                args.duration_ns_or("reclaim_ms", MS, d.reclaim_period_ns)?,
-            )?,
-            reclaim_batch: positive(args, "reclaim_batch", number(args, "reclaim_batch", d.reclaim_batch)?)?,
+            capacity,
+            mac_timeout_ns,
+            refresh_interval_ns: table.refresh_interval_ns,
+            buckets: table.buckets,
+            reclaim_period_ns: table.reclaim_period_ns,
+            reclaim_batch: table.reclaim_batch,
         };
         let trace = config.trace_config(env.workers);
         let nf = Bridge::new(stm, config).map_err(|e| built("bridge", e))?;
