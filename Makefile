@@ -10,7 +10,7 @@ APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-pin
 FERRY_RELEASE := target/release/ferry
 FERRY_DEBUG := target/debug/ferry
 
-.PHONY: all deps build demo test lint bench bench-io bench-chain bench-pipeline bench-evnf clean sweep
+.PHONY: all deps build demo test test-suite test-stress lint bench bench-io bench-chain bench-pipeline bench-evnf clean sweep
 
 all: build
 
@@ -40,16 +40,31 @@ lint: deps
 	clang-format --dry-run -Werror bpf/*.c bpf/include/*.h
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# Every test binary runs (--no-fail-fast) and every failure is listed; the
+# last line is `N passed, N failed` for the whole run, and the exit status is
+# non-zero if anything failed (a crashed binary counts as a failure).
+test: deps lint test-suite
+
+# The tests alone, without lint: what `make test` and `make test-stress` run.
 # Testbeds left by a killed earlier run are swept before and after.
-test: deps lint
+TEST_LOG ?= target/test.log
+test-suite: deps
 	$(CARGO) build --workspace
 	$(FERRY_DEBUG) testbed sweep
-	set -o pipefail; $(CARGO) test --workspace -- --test-threads=2 2>&1 | tee target/test.log; rc=$$?; \
+	@mkdir -p $(dir $(TEST_LOG))
+	set -o pipefail; rc=0; \
+	$(CARGO) test --workspace --no-fail-fast -- --test-threads=2 2>&1 | tee $(TEST_LOG) || rc=1; \
 	$(FERRY_DEBUG) testbed sweep; \
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p ferry-ring -p ferry-parallel --release --test loom 2>&1 \
-	  | tee -a target/test.log || rc=1; \
-	awk '/^test result:/ {p += $$4; f += $$6} END {printf "%d passed, %d failed\n", p, f}' target/test.log; \
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p ferry-ring -p ferry-parallel --release \
+	  --no-fail-fast --test loom 2>&1 | tee -a $(TEST_LOG) || rc=1; \
+	awk -f .ci/test-summary.awk $(TEST_LOG); \
 	exit $$rc
+
+# The test suite RUNS times (default 5) under a CPU hog on every core, with
+# a table of failures per test. Not part of `make test`.
+RUNS ?= 5
+test-stress: deps
+	RUNS=$(RUNS) .ci/test-stress
 
 bench: bench-io bench-chain bench-evnf
 bench-io: build

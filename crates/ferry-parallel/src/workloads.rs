@@ -11,7 +11,8 @@ use crate::heap::{self, HeapMark, HeapUse};
 use crate::live::registry::{self, NfArgs, NfEnv, NfSetup, NfVisitor};
 use crate::profiler::{Profile, Profiler, RootCause};
 use crate::runtime::{
-    run_control_presplit, run_trace_presplit, ControlWork, OutputMode, Packet, ParallelNf, TraceConfig, TraceReport,
+    run_control_presplit, run_trace_lockstep, run_trace_presplit, ControlWork, OutputMode, Packet, ParallelNf,
+    TraceConfig, TraceReport,
 };
 use crate::stm::Stm;
 
@@ -99,6 +100,39 @@ pub fn run_named(nf: &str, args: &[String], trace: &[Packet], workers: usize) ->
     let before_build = heap::mark();
     let (stm, args, env) = prepare(nf, args, workers)?;
     let run = Run { stm: &stm, workers, trace, before_build };
+    registry::build(nf, &stm, &env, &args, run).map_err(|e| format!("{nf}: {e}"))?
+}
+
+/// The visitor behind [`profile_named_lockstep`].
+struct LockstepRun<'a> {
+    stm: &'a Stm,
+    workers: usize,
+    trace: Vec<Packet>,
+}
+
+impl NfVisitor for LockstepRun<'_> {
+    type Output = Result<(TraceReport, Profile), String>;
+
+    fn visit<N: ParallelNf>(self, nf: N, setup: NfSetup) -> Result<(TraceReport, Profile), String> {
+        let config = bench_config(self.workers, setup);
+        let report = run_trace_lockstep(self.stm, &nf, &config, self.trace).map_err(|e| e.to_string())?;
+        let profile = Profiler::new(self.stm).profile(&report);
+        Ok((report, profile))
+    }
+}
+
+/// Runs NF `nf` as [`run_named`] does, but with the workers' transactions
+/// in lockstep ([`run_trace_lockstep`]): the report and profile are the
+/// same on every machine, so tests can assert on the profiler's findings.
+/// Not timed.
+pub fn profile_named_lockstep(
+    nf: &str,
+    args: &[String],
+    trace: &[Packet],
+    workers: usize,
+) -> Result<(TraceReport, Profile), String> {
+    let (stm, args, env) = prepare(nf, args, workers)?;
+    let run = LockstepRun { stm: &stm, workers, trace: trace.to_vec() };
     registry::build(nf, &stm, &env, &args, run).map_err(|e| format!("{nf}: {e}"))?
 }
 

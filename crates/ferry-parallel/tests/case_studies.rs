@@ -2,38 +2,20 @@
 //! "before" configuration, names the root cause and its recipe in its own
 //! report, and the recipe lowers the abort rate.
 //!
-//! Conflicts need both workers running at the same time; on a loaded
-//! 2-CPU machine they sometimes are not, so a run that shows too few
-//! aborts to judge is repeated (at most 5 times).
+//! Free-running workers conflict only when the OS runs their transactions
+//! at the same time, which a loaded machine makes rare; so every run here
+//! is a lockstep run (`profile_named_lockstep`), whose aborts are the same
+//! on every machine under any load.
 
-use std::sync::Mutex;
-
-use ferry_parallel::profiler::Profile;
-use ferry_parallel::workloads::{run_named, workload, CaseStudy, CASE_STUDIES};
-
-/// The case studies saturate both CPUs: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+use ferry_parallel::workloads::{profile_named_lockstep, workload, CaseStudy, CASE_STUDIES};
 
 const PACKETS: usize = 60_000;
 const ENOUGH_ABORTS: u64 = 20;
 
-fn profile_until_contended(case: &CaseStudy, args: &[String], trace: &[ferry_parallel::runtime::Packet]) -> Profile {
-    let mut last = None;
-    for _ in 0..5 {
-        let run = run_named(case.nf, args, trace, 2).expect("run the case study");
-        let aborts = run.report.total_stats().aborts;
-        last = Some(run.profile);
-        if aborts >= ENOUGH_ABORTS {
-            break;
-        }
-    }
-    last.expect("at least one run")
-}
-
 fn check(case: &CaseStudy) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (base, trace) = workload(case.nf, PACKETS).expect("workload");
-    let before = profile_until_contended(case, &case.args(&base, false), &trace);
+    let (_, before) = profile_named_lockstep(case.nf, &case.args(&base, false), &trace, 2).expect("run the case study");
+    eprintln!("{before}");
     assert!(before.summary.aborts >= ENOUGH_ABORTS, "{}: too few aborts to judge:\n{before}", case.name);
     let top = before.top_root_cause().expect("a root cause");
     assert_eq!(top.cause, case.cause, "{}: the profiler's top cause:\n{before}", case.name);
@@ -47,7 +29,8 @@ fn check(case: &CaseStudy) {
         );
     }
     assert!(before.to_json().contains(case.cause.name()), "{}: the JSON names the cause", case.name);
-    let after = run_named(case.nf, &case.args(&base, true), &trace, 2).expect("run after the recipe").profile;
+    let (_, after) = profile_named_lockstep(case.nf, &case.args(&base, true), &trace, 2).expect("run after the recipe");
+    eprintln!("{after}");
     assert!(
         after.summary.abort_rate < before.summary.abort_rate,
         "{}: the recipe lowers the abort rate: {:.3} -> {:.3}",

@@ -4,49 +4,30 @@
 //! profiler's own suggested value where it gives one) must lower the abort
 //! rate. These NFs are stand-ins for the real NAT, bridge and anti-DDoS.
 //!
-//! Conflicts between two worker threads depend on timing, so a run of a
-//! contended NF is repeated (a few times at most) until it shows enough
-//! aborts to rank; the recipe side needs no luck: it removes sharing.
+//! Free-running workers conflict only when the OS happens to run their
+//! transactions at the same time, so shares and rates would depend on the
+//! machine's load. Every run here is a lockstep run (`run_trace_lockstep`):
+//! the two workers' attempts overlap pairwise in a fixed order, so each
+//! run's aborts, and so every figure asserted on, are the same on every
+//! machine under any load.
 #![cfg(not(loom))]
 
 use std::net::Ipv4Addr;
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use ferry_parallel::ds::{Allocator, AllocatorConfig, DefaultBucketHash, DistributedObj, Map, Vector};
 use ferry_parallel::packet_set::{Field, PacketSetDef, PortRule};
 use ferry_parallel::profiler::{Profile, Profiler, Recipe, RootCause, StructureConfig, IMBALANCE_THRESHOLD};
-use ferry_parallel::runtime::{run_trace, worker_of, Ctx, NewSet, Packet, ParallelNf, TraceConfig, TraceReport};
+use ferry_parallel::runtime::{
+    run_trace_lockstep, worker_of, Ctx, NewSet, Packet, ParallelNf, TraceConfig, TraceReport,
+};
 use ferry_parallel::stm::{Abort, Stm};
 use ferry_wire::{build_frame, five_tuple, FiveTuple, FrameSpec, L4Proto};
 
 const WORKERS: usize = 2;
 /// Packets 100 ns apart in packet time.
 const SPACING_NS: u64 = 100;
-/// Runs of a contended NF before giving up on seeing enough aborts.
-const MAX_TRIES: usize = 6;
 /// Aborts a contended run must show to be ranked.
 const MIN_ABORTS: u64 = 10;
-
-/// Per-packet processing time of the synthetic NFs (parsing, lookups,
-/// rewriting in a real NF): it keeps both workers inside transactions at
-/// the same time, which is when conflicts happen.
-const PACKET_WORK: Duration = Duration::from_micros(5);
-
-/// Tests that run NFs take turns: tests running in parallel on a small
-/// machine would take the cores the two workers need to overlap.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn packet_work() {
-    let start = Instant::now();
-    while start.elapsed() < PACKET_WORK {
-        std::hint::spin_loop();
-    }
-}
 
 const THIS_FILE: &str = include_str!("profiler.rs");
 
@@ -155,56 +136,11 @@ fn profile_of((report, profiler): Run) -> Profile {
     profiler.profile(&report)
 }
 
-/// Adds `more`'s counts to `into` (two runs of one NF: same structures,
-/// same lines), as if it had been one longer run.
-fn merge_runs(into: &mut TraceReport, more: TraceReport) {
-    for (a, b) in into.workers.iter_mut().zip(more.workers) {
-        a.packets += b.packets;
-        a.batches += b.batches;
-        a.stats.merge(&b.stats);
-    }
-}
-
-/// Profiles a contended NF: runs it until the runs together show at least
-/// `MIN_ABORTS` aborts (at most `MAX_TRIES` runs: conflicts need the two
-/// workers to overlap, which a loaded machine makes rarer) and profiles
-/// them as one run.
-fn contended_profile(mut run: impl FnMut() -> Run) -> Profile {
-    let (mut report, profiler) = run();
-    for _ in 1..MAX_TRIES {
-        if report.total_stats().aborts >= MIN_ABORTS {
-            break;
-        }
-        merge_runs(&mut report, run().0);
-    }
-    let profile = profiler.profile(&report);
-    assert!(profile.summary.aborts >= MIN_ABORTS, "no contention in {MAX_TRIES} runs:\n{profile}");
+/// Profiles a contended NF's run, which must show enough aborts to rank.
+fn contended_profile(run: Run) -> Profile {
+    let profile = profile_of(run);
+    assert!(profile.summary.aborts >= MIN_ABORTS, "no contention:\n{profile}");
     profile
-}
-
-/// Runs the NF with a recipe applied and returns it with the contended
-/// profile to compare it with. A recipe that works lowers the abort rate
-/// by far more than half, but a single run's rate depends on how often the
-/// two workers happened to overlap (other processes take cores too), so
-/// up to 3 rounds of (contended, relaxed) runs are made, back to back,
-/// until one shows the relaxed rate under half the contended one; the
-/// first round reuses `contended`.
-fn compare_with_recipe(
-    contended: Profile,
-    mut run_contended: impl FnMut() -> Run,
-    mut run_relaxed: impl FnMut() -> Profile,
-) -> (Profile, Profile) {
-    let mut contended = contended;
-    let mut relaxed = run_relaxed();
-    for _ in 1..3 {
-        if relaxed.summary.abort_rate < contended.summary.abort_rate / 2.0 {
-            break;
-        }
-        contended = contended_profile(&mut run_contended);
-        relaxed = run_relaxed();
-    }
-    eprintln!("{relaxed}");
-    (contended, relaxed)
 }
 
 /// Checks what every contended profile must say: the top cause, its main
@@ -259,7 +195,6 @@ impl ParallelNf for PortPool {
         ctx: &mut Ctx<'_, 'a>,
         packet: &mut Packet,
     ) -> Result<Option<NewSet<Self::SetState>>, Abort> {
-        packet_work();
         let port = self.ports.allocate(ctx.tx())?;
         if port.is_some() {
             self.counts.update(ctx.tx(), |c| c.0 += 1)?;
@@ -271,7 +206,6 @@ impl ParallelNf for PortPool {
     }
 
     fn packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, port: &mut Option<u32>, packet: &mut Packet) -> Result<(), Abort> {
-        packet_work();
         if port.is_some() {
             ctx.send(packet, 1);
         }
@@ -297,19 +231,18 @@ fn run_port_pool(capacity: u32, trace: &[Packet]) -> Run {
         counts: DistributedObj::new(&stm, "nat_counts", (0, 0), sum, 0),
     };
     let config = TraceConfig { periodic_ns: Some(5_000), ..config(udp_flows()) };
-    let report = run_trace(&stm, &nf, &config, trace.iter().cloned()).unwrap();
+    let report = run_trace_lockstep(&stm, &nf, &config, trace.iter().cloned()).unwrap();
     (report, Profiler::new(&stm).with(&nf.ports).with(&nf.counts))
 }
 
 #[test]
 fn scarce_pool_is_reported_and_overprovisioning_removes_the_conflicts() {
-    let _serial = serial();
     // A port is held for 5 µs plus up to 5 µs until the periodic expiry.
     // Worker 0 starts a flow every 400 ns (12 to 25 ports in use), worker
     // 1 every 1.2 µs (4 to 9): with 20 ports, 10 per core, worker 0's pool
     // runs dry and it takes from worker 1's.
     let trace = skewed_trace(16_000);
-    let scarce = contended_profile(|| run_port_pool(20, &trace));
+    let scarce = contended_profile(run_port_pool(20, &trace));
     assert_top(&scarce, "nat_ports", RootCause::AllocatorPoolExhausted, Recipe::OverprovisionResource, ".allocate(");
     let top = scarce.top_cause().unwrap();
     assert!(top.explanation.contains("capacity 20 = 10 per core on 2 cores"), "{}", top.explanation);
@@ -370,7 +303,6 @@ impl ParallelNf for Learner {
     }
 
     fn orphan<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<(), Abort> {
-        packet_work();
         let src: [u8; 6] = packet.data()[6..12].try_into().unwrap();
         if let Some(lease) = self.macs.get(ctx.tx(), &src)? {
             self.leases.refresh(ctx.tx(), lease)?;
@@ -399,15 +331,14 @@ fn run_learner(refresh_interval_ns: u64, trace: &[Packet]) -> Run {
         leases: Allocator::new(&stm, "mac_leases", leases).unwrap(),
     };
     let config = TraceConfig { periodic_ns: Some(1_000), ..config(PacketSetDef::none()) };
-    let report = run_trace(&stm, &nf, &config, trace.iter().cloned()).unwrap();
+    let report = run_trace_lockstep(&stm, &nf, &config, trace.iter().cloned()).unwrap();
     (report, Profiler::new(&stm).with(&nf.macs).with(&nf.leases))
 }
 
 #[test]
 fn refresh_on_every_packet_is_reported_and_a_refresh_interval_removes_the_conflicts() {
-    let _serial = serial();
     let trace = mac_trace(20_000);
-    let every_packet = contended_profile(|| run_learner(0, &trace));
+    let every_packet = contended_profile(run_learner(0, &trace));
     assert_top(
         &every_packet,
         "mac_leases",
@@ -448,7 +379,6 @@ impl ParallelNf for FlowCounters {
     type SetState = bool;
 
     fn first_packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<Option<NewSet<bool>>, Abort> {
-        packet_work();
         self.counters.update(ctx.tx(), |(flows, one_packet)| {
             *flows += 1;
             *one_packet += 1;
@@ -461,7 +391,6 @@ impl ParallelNf for FlowCounters {
     }
 
     fn packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, one_packet: &mut bool, packet: &mut Packet) -> Result<(), Abort> {
-        packet_work();
         if std::mem::replace(one_packet, false) {
             self.counters.update(ctx.tx(), |(_, one_packet)| *one_packet -= 1)?;
         }
@@ -477,16 +406,15 @@ fn run_flow_counters(max_staleness_ns: u64, trace: &[Packet]) -> Run {
         acc.1 += part.1;
     };
     let nf = FlowCounters { counters: DistributedObj::new(&stm, "flow_counters", (0, 0), merge, max_staleness_ns) };
-    let report = run_trace(&stm, &nf, &config(udp_flows()), trace.iter().cloned()).unwrap();
+    let report = run_trace_lockstep(&stm, &nf, &config(udp_flows()), trace.iter().cloned()).unwrap();
     (report, Profiler::new(&stm).with(&nf.counters))
 }
 
 #[test]
 fn zero_staleness_is_reported_and_allowing_staleness_lowers_the_abort_rate() {
-    let _serial = serial();
     // Many short flows: a counter read on every other packet.
     let trace = flow_trace(10_000, 2, 64);
-    let fresh = contended_profile(|| run_flow_counters(0, &trace));
+    let fresh = contended_profile(run_flow_counters(0, &trace));
     assert_top(&fresh, "flow_counters", RootCause::DistributedStaleRead, Recipe::RaiseStaleness, ".read(");
     let top = fresh.top_cause().unwrap();
     assert!(top.explanation.contains("max staleness 0"), "{}", top.explanation);
@@ -497,11 +425,7 @@ fn zero_staleness_is_reported_and_allowing_staleness_lowers_the_abort_rate() {
     // NFOS's anti-DDoS recipe: 0 -> 0.1 ms.
     let suggestion = top.suggestion.clone().unwrap();
     assert_eq!((suggestion.parameter.as_str(), suggestion.suggested), ("max_staleness_ns", 100_000));
-    let (fresh, stale) = compare_with_recipe(
-        fresh,
-        || run_flow_counters(0, &trace),
-        || profile_of(run_flow_counters(suggestion.suggested, &trace)),
-    );
+    let stale = profile_of(run_flow_counters(suggestion.suggested, &trace));
     assert!(
         stale.summary.abort_rate < fresh.summary.abort_rate / 2.0,
         "staleness 0: {:.3}, 0.1 ms: {:.3}",
@@ -520,7 +444,6 @@ struct SourceCounter {
 
 impl SourceCounter {
     fn count<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &Packet) -> Result<(), Abort> {
-        packet_work();
         let source = five_tuple(packet.data()).expect("UDP").src_ip;
         let seen = self.per_source.get(ctx.tx(), &source)?.unwrap_or(0);
         self.per_source.set(ctx.tx(), source, seen + 1)?;
@@ -544,17 +467,16 @@ impl ParallelNf for SourceCounter {
 fn run_source_counter(buckets: usize, trace: &[Packet]) -> Run {
     let stm = Stm::new(WORKERS).unwrap();
     let mut nf = SourceCounter { per_source: Map::new(&stm, "per_source", buckets, DefaultBucketHash).unwrap() };
-    let report = run_trace(&stm, &nf, &config(udp_flows()), trace.iter().cloned()).unwrap();
+    let report = run_trace_lockstep(&stm, &nf, &config(udp_flows()), trace.iter().cloned()).unwrap();
     let profiler = Profiler::new(&stm).with_map_contents(&mut nf.per_source);
     (report, profiler)
 }
 
 #[test]
 fn a_crowded_map_is_reported_and_more_buckets_lower_the_abort_rate() {
-    let _serial = serial();
     // 256 flows of 80 packets, all interleaved: 256 keys.
     let trace = flow_trace(256, 80, 256);
-    let crowded = contended_profile(|| run_source_counter(1, &trace));
+    let crowded = contended_profile(run_source_counter(1, &trace));
     assert_top(&crowded, "per_source", RootCause::MapSameBucket, Recipe::EnlargeMapOrChangeHash, "per_source.");
     let top = crowded.top_cause().unwrap();
     assert!(top.explanation.contains("1 bucket, 256 keys, longest bucket 256"), "{}", top.explanation);
@@ -567,11 +489,7 @@ fn a_crowded_map_is_reported_and_more_buckets_lower_the_abort_rate() {
 
     let suggestion = top.suggestion.clone().unwrap();
     assert_eq!((suggestion.parameter.as_str(), suggestion.current, suggestion.suggested), ("buckets", 1, 16_384));
-    let (crowded, spread) = compare_with_recipe(
-        crowded,
-        || run_source_counter(1, &trace),
-        || profile_of(run_source_counter(suggestion.suggested as usize, &trace)),
-    );
+    let spread = profile_of(run_source_counter(suggestion.suggested as usize, &trace));
     assert!(
         spread.summary.abort_rate < crowded.summary.abort_rate / 2.0,
         "1 bucket: {:.3}, {} buckets: {:.3}",
@@ -585,7 +503,6 @@ fn a_crowded_map_is_reported_and_more_buckets_lower_the_abort_rate() {
 
 #[test]
 fn one_heavy_set_is_reported_as_load_imbalance() {
-    let _serial = serial();
     let one_flow: Vec<Packet> = (0..2_000).map(|i| Packet::new(0, i * SPACING_NS, frame(mac(1), &tuple(7)))).collect();
     let (report, profiler) = run_source_counter(1024, &one_flow);
     let profile = profiler.profile(&report);

@@ -15,7 +15,8 @@
 //! states and the packets, and output leaves only after the commit.
 //!
 //! [`run_trace`] drives it from packets in memory with a software
-//! dispatcher; [`crate::live`] drives the same worker machinery from a
+//! dispatcher ([`run_trace_lockstep`] the same in a fixed interleaving of
+//! the workers' transactions, for reproducible conflicts); [`crate::live`] drives the same worker machinery from a
 //! ferryd chain (AF_XDP ports and rings).
 
 mod batch;
@@ -31,7 +32,7 @@ pub use nf::{Ctx, NewSet, OutputPacket, Packet, ParallelNf};
 pub use pinned::{run_control_presplit, ControlReport, ControlWork};
 #[cfg(not(loom))]
 pub(crate) use trace::{run_alone, validate};
-pub use trace::{run_trace, run_trace_presplit, worker_of, TraceConfig, TraceReport};
+pub use trace::{run_trace, run_trace_lockstep, run_trace_presplit, worker_of, TraceConfig, TraceReport};
 
 use crate::stm::StmError;
 

@@ -2,7 +2,8 @@
 //! generated trace) through the software dispatcher to worker threads.
 
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::thread;
+use std::sync::Arc;
+use std::thread::{self, ScopedJoinHandle};
 use std::time::Duration;
 
 use ferry_traffic::rss::RSS_TABLE_SIZE;
@@ -13,7 +14,7 @@ use super::pinned::{own_copy, presplit, run_pinned};
 use super::RuntimeError;
 use crate::heap;
 use crate::packet_set::{PacketSetDef, SetKey};
-use crate::stm::{Abort, Stm, TxStats};
+use crate::stm::{Abort, LeaveOnDrop, Lockstep, Stm, TxStats};
 
 /// Batches queued per worker before the dispatcher waits (bounds memory
 /// when a worker falls behind, as a NIC queue would).
@@ -100,11 +101,7 @@ pub fn run_trace<N: ParallelNf>(
             let _ = senders[target].send(batch);
         });
         drop(senders);
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(worker, h)| h.join().map_err(|_| RuntimeError::WorkerPanicked { worker })?)
-            .collect::<Result<Vec<_>, _>>()
+        join_workers(handles)
     })?;
     let exit_outputs = run_alone(stm, config, |ctx| nf.exit(ctx))?;
     Ok(TraceReport { workers, init_outputs, exit_outputs })
@@ -158,6 +155,62 @@ pub fn run_trace_presplit<N: ParallelNf>(
     drop(queues);
     let exit_outputs = run_alone(stm, config, |ctx| nf.exit(ctx))?;
     Ok((TraceReport { workers, init_outputs, exit_outputs }, elapsed))
+}
+
+/// As [`run_trace`], but the workers' transactions interleave in a fixed
+/// order ([`Lockstep`]): each round, every worker runs its next attempt's
+/// body and then every worker commits, one at a time. Every pair of
+/// attempts in a round overlaps, so the run shows the most contention the
+/// NF's sharing can cause, and its outputs, aborts and profile are the
+/// same on every run and under any load. The trace is cut into each
+/// worker's batches first ([`run_trace_presplit`]): a worker's turns must
+/// not wait on a dispatcher. Workers take turns, so this measures
+/// contention, never speed.
+pub fn run_trace_lockstep<N: ParallelNf>(
+    stm: &Stm,
+    nf: &N,
+    config: &TraceConfig,
+    packets: impl IntoIterator<Item = Packet>,
+) -> Result<TraceReport, RuntimeError> {
+    validate(stm, config)?;
+    let queues = presplit(config, packets);
+    let init_outputs = run_alone(stm, config, |ctx| nf.init(ctx))?;
+    let lockstep = Arc::new(Lockstep::new(config.workers));
+    let workers = thread::scope(|scope| {
+        let handles: Vec<_> = queues
+            .iter()
+            .enumerate()
+            .map(|(index, batches)| {
+                let lockstep = Arc::clone(&lockstep);
+                scope.spawn(move || {
+                    // However this thread ends, the others stop waiting for it.
+                    let _leave = LeaveOnDrop { lockstep: &lockstep, worker: index };
+                    let mut worker = stm.worker(index)?;
+                    worker.set_lockstep(Arc::clone(&lockstep));
+                    let periodic = config.periodic_ns.map(PeriodicTimer::new);
+                    let mut worker = WorkerLoop::new(nf, worker, config.ports, periodic);
+                    for batch in batches {
+                        worker.run_batch(batch);
+                    }
+                    Ok(worker.finish())
+                })
+            })
+            .collect();
+        join_workers(handles)
+    })?;
+    let exit_outputs = run_alone(stm, config, |ctx| nf.exit(ctx))?;
+    Ok(TraceReport { workers, init_outputs, exit_outputs })
+}
+
+/// Joins the worker threads in order; a panicked one is an error.
+fn join_workers(
+    handles: Vec<ScopedJoinHandle<'_, Result<WorkerReport, RuntimeError>>>,
+) -> Result<Vec<WorkerReport>, RuntimeError> {
+    handles
+        .into_iter()
+        .enumerate()
+        .map(|(worker, h)| h.join().map_err(|_| RuntimeError::WorkerPanicked { worker })?)
+        .collect()
 }
 
 pub(crate) fn validate(stm: &Stm, config: &TraceConfig) -> Result<(), RuntimeError> {

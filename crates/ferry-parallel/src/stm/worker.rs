@@ -1,8 +1,11 @@
 //! A worker's handle on the engine: runs transactions to commit, retrying
 //! aborted attempts, and counts what happened.
 
+use std::sync::Arc;
+
 use super::abort::Abort;
 use super::engine::Stm;
+use super::lockstep::{Lockstep, Phase};
 use super::stats::TxStats;
 use super::tx::{Tx, TxBuffers};
 use crate::sync::Stamp;
@@ -29,6 +32,8 @@ pub struct Worker<'a> {
     commits_since_horizon: u32,
     #[cfg_attr(loom, allow(dead_code))]
     backoff_state: u64,
+    /// Turns to take with the other workers, in a lockstep run.
+    lockstep: Option<Arc<Lockstep>>,
 }
 
 impl<'a> Worker<'a> {
@@ -43,6 +48,31 @@ impl<'a> Worker<'a> {
             reclaim_period: DEFAULT_RECLAIM_PERIOD,
             commits_since_horizon: DEFAULT_RECLAIM_PERIOD,
             backoff_state: 0x2545_f491_4f6c_dd1d ^ (index as u64 + 1),
+            lockstep: None,
+        }
+    }
+
+    /// Takes turns with the other workers from now on: each attempt's body
+    /// and its commit wait for this worker's turn ([`Lockstep`]).
+    pub fn set_lockstep(&mut self, lockstep: Arc<Lockstep>) {
+        self.lockstep = Some(lockstep);
+    }
+
+    fn wait_turn(&self, phase: Phase) {
+        if let Some(lockstep) = &self.lockstep {
+            lockstep.wait_turn(self.index, phase);
+        }
+    }
+
+    fn end_body_turn(&self) {
+        if let Some(lockstep) = &self.lockstep {
+            lockstep.end_body_turn();
+        }
+    }
+
+    fn end_commit_turn(&self, committed: bool) {
+        if let Some(lockstep) = &self.lockstep {
+            lockstep.end_commit_turn(committed);
         }
     }
 
@@ -103,12 +133,18 @@ impl<'a> Worker<'a> {
         }
         // Clock reads: one here, two around a writing commit, one more if
         // the body aborts; none per access.
+        self.wait_turn(Phase::Body);
         let began = Stamp::now();
         self.attempts += 1;
         let mut tx = Tx::begin(self.stm, self.index, self.attempts, now_ns, buffers);
         let begun = Stamp::now();
         let mut ended = None;
-        let result = body(&mut tx).and_then(|value| {
+        let body_result = body(&mut tx);
+        self.end_body_turn();
+        // An attempt whose body aborted takes its commit turn too, so the
+        // order of turns does not depend on what the bodies did.
+        self.wait_turn(Phase::Commit);
+        let result = body_result.and_then(|value| {
             if tx.is_read_only() {
                 // Nothing to lock, validate or install.
                 return tx.commit(self.horizon).map(|()| value);
@@ -125,6 +161,7 @@ impl<'a> Worker<'a> {
         if result.is_ok() {
             tx.run_commit_hooks();
         }
+        self.end_commit_turn(result.is_ok());
         let read_only = tx.is_read_only();
         let (reads, writes) = tx.access_counts();
         let access_ns = tx.sampled_access_ns();
