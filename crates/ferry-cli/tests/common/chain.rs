@@ -1,7 +1,6 @@
 //! Helpers of the tests that run chains under ferryd.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use ferry_chain::proto::Status;
 use ferry_cli::chainctl::{self, counter, RunningChain};
@@ -48,13 +47,5 @@ pub fn pid_of(s: &Status, nf: &str) -> u32 {
 pub fn assert_conserved(rc: &RunningChain) {
     for r in rc.audit().expect("audit") {
         assert!(r.conserved(), "frame conservation violated: {r:?}");
-    }
-}
-
-pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }

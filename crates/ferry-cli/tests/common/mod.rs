@@ -33,6 +33,31 @@ pub fn privileged(test: &str) -> bool {
     }
 }
 
+/// How long the waiting helpers wait before they fail the test. A
+/// deadline here only stops a hung test: it says nothing about speed, and
+/// a loaded CI machine can take many times as long as an idle one to start
+/// an NF, so it is far above anything a working setup needs.
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// Waits for `f` to hold (an event: a counter reached, a process gone),
+/// failing the test after [`HANG_GUARD`].
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    wait_for(what, || f().then_some(()))
+}
+
+/// Waits for `f` to return something (a status showing the event) and
+/// returns it, failing the test after [`HANG_GUARD`].
+pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + HANG_GUARD;
+    loop {
+        if let Some(found) = f() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out after {HANG_GUARD:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Brings up a testbed from YAML text.
 pub fn testbed(yaml: &str, origin: &str) -> Testbed {
     let spec = TestbedSpec::from_yaml_str(yaml, origin).unwrap_or_else(|e| panic!("testbed spec {origin}: {e}"));

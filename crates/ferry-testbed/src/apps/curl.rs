@@ -9,7 +9,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CurlOpts {
     /// Limit for the whole transfer (`--max-time`) and for connecting
-    /// (`--connect-timeout`); default 5 s.
+    /// (`--connect-timeout`); default 30 s, a guard against a hang that a
+    /// loaded machine's slow but working transfer stays far below.
     pub timeout: Duration,
     /// Source port (`--local-port`), e.g. to make a known 5-tuple.
     pub local_port: Option<u16>,
@@ -17,7 +18,7 @@ pub struct CurlOpts {
 
 impl Default for CurlOpts {
     fn default() -> CurlOpts {
-        CurlOpts { timeout: Duration::from_secs(5), local_port: None }
+        CurlOpts { timeout: Duration::from_secs(30), local_port: None }
     }
 }
 

@@ -57,8 +57,13 @@ impl Iperf3Server {
 /// Options of [`iperf3_client`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IperfOpts {
-    /// Test length (`-t`), rounded up to whole seconds (default 2 s).
+    /// Test length (`-t`), rounded up to whole seconds (default 2 s),
+    /// unless `bytes` is set.
     pub duration: Duration,
+    /// Send this many bytes (`-n`) instead of running for `duration`: a
+    /// test that counts packets wants a fixed amount of traffic, not
+    /// whatever a loaded machine manages to send in a given time.
+    pub bytes: Option<u64>,
     /// Pin the client to this CPU.
     pub cpu: Option<usize>,
     /// Client source port of the data connection (`--cport`), for a known
@@ -73,7 +78,7 @@ pub struct IperfOpts {
 
 impl Default for IperfOpts {
     fn default() -> IperfOpts {
-        IperfOpts { duration: Duration::from_secs(2), cpu: None, cport: None, bitrate: None, bind: None }
+        IperfOpts { duration: Duration::from_secs(2), bytes: None, cpu: None, cport: None, bitrate: None, bind: None }
     }
 }
 
@@ -116,12 +121,22 @@ pub fn iperf3_client(
         server.to_string(),
         "-p".into(),
         port.to_string(),
-        "-t".into(),
-        secs.to_string(),
         "-J".into(),
         "--connect-timeout".into(),
         "3000".into(),
     ];
+    // A byte count can take long on a loaded machine: the guard is only
+    // against a hang.
+    let limit = match opts.bytes {
+        Some(bytes) => {
+            args.extend(["-n".into(), bytes.to_string()]);
+            Duration::from_secs(120)
+        }
+        None => {
+            args.extend(["-t".into(), secs.to_string()]);
+            Duration::from_secs(secs + 20)
+        }
+    };
     if let Some(p) = opts.cport {
         args.extend(["--cport".into(), p.to_string()]);
     }
@@ -132,7 +147,7 @@ pub fn iperf3_client(
         args.extend(["-B".into(), a.to_string()]);
     }
     let cmd = tb.exec(ns, "iperf3", args);
-    let out = run_client("iperf3", cmd, opts.cpu, None, Duration::from_secs(secs + 20))?;
+    let out = run_client("iperf3", cmd, opts.cpu, None, limit)?;
     // iperf3 -J reports most errors in the JSON, sometimes with status 0.
     match parse_iperf_json(&out.stdout_text()) {
         Err(AppError::Reported { message, .. }) => {
