@@ -170,21 +170,23 @@ links:
     let socket = dir.0.join("ferryd.sock");
     let quiet = std::env::var_os("FERRY_TEST_VERBOSE").is_none();
     let rc = chainctl::start(&chain, &socket, quiet).expect("ferryd starts and every NF connects");
-    std::thread::sleep(Duration::from_millis(1500));
 
     // Counters are read while packets flow, and `swapped` is published after
-    // each burst: look for a moment between bursts.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // each burst: wait for a moment between bursts, once the sink has had
+    // plenty. A C NF that does not swap every packet never shows one, and
+    // the wait fails (the deadline only ends a hung test).
+    let deadline = Instant::now() + Duration::from_secs(60);
     let (s, swapped, rx) = loop {
         let s = rc.status().expect("status");
         let (swapped, rx) = (per_thread(&s, "cnf", "swapped"), per_thread(&s, "cnf", "rx_ring"));
-        if swapped == rx || Instant::now() > deadline {
+        let sunk = chainctl::counter(&s, "snk", "sunk");
+        if (swapped == rx && sunk > 10_000) || Instant::now() > deadline {
             break (s, swapped, rx);
         }
         std::thread::sleep(Duration::from_millis(10));
     };
     let sunk = chainctl::counter(&s, "snk", "sunk");
-    assert!(sunk > 10_000, "the sink got {sunk} packets through the C NF in 1.5 s:\n{}", chainctl::status_table(&s));
+    assert!(sunk > 10_000, "the sink got {sunk} packets through the C NF:\n{}", chainctl::status_table(&s));
     assert_eq!(swapped, rx, "per thread, the C NF swapped every packet it received:\n{}", chainctl::status_table(&s));
     // Both C threads run; which of them get packets is up to the flow hash
     // over the source's flows (all of them land on one thread today).

@@ -51,8 +51,10 @@ pub struct XskPorts {
 }
 
 /// Opens one socket per queue on `dev`, all over one memfd UMEM. With
-/// `receive` the xsk-redirect program is attached and every socket is
-/// registered in its XSKMAP.
+/// `receive` every socket is registered in the xsk-redirect program's
+/// XSKMAP and its fill ring stocked before the program is attached, so
+/// once the device shows the program, frames reach a socket ready for
+/// them (a test or script can wait for that instead of sleeping).
 pub fn open(spec: &PortSpec, receive: bool) -> Result<XskPorts> {
     let (dev, queues, opts) = (spec.dev.as_str(), spec.queues.as_slice(), &spec.xsk);
     let ifindex = crate::util::ifindex(dev)?;
@@ -61,10 +63,7 @@ pub fn open(spec: &PortSpec, receive: bool) -> Result<XskPorts> {
     let rings = RingSizes { rx: if receive { opts.ring } else { 0 }, tx: opts.ring, fill: opts.ring, comp: opts.ring };
     let cfg = SocketConfig { rings, bind: opts.bind, need_wakeup: opts.need_wakeup, busy_poll: opts.busy_poll };
     let mut program = if receive {
-        Some(
-            LoadedXdp::attach(Object::XskRedirect, "ferry_xsk_redirect", ifindex, opts.mode)
-                .with_context(|| format!("attaching XDP to {dev}"))?,
-        )
+        Some(LoadedXdp::load(Object::XskRedirect, "ferry_xsk_redirect").context("loading the xsk-redirect program")?)
     } else {
         None
     };
@@ -85,6 +84,9 @@ pub fn open(spec: &PortSpec, receive: bool) -> Result<XskPorts> {
         // free for what the port transmits.
         let rx_frames = if receive { per_port / 2 } else { 0 };
         ports.push(Port::new(sock, start..start + per_port, rx_frames)?);
+    }
+    if let Some(p) = program.as_mut() {
+        p.attach_to(ifindex, opts.mode).with_context(|| format!("attaching XDP to {dev}"))?;
     }
     Ok(XskPorts { ports, queues: queues.to_vec(), program })
 }

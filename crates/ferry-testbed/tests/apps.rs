@@ -187,7 +187,7 @@ table inet ferry_test {
 "#;
     nft_apply(&tb, "dut", ruleset).expect("nft -f");
     assert_eq!(nft_counter(&tb, "dut", "inet", "ferry_test", "icmp_fwd").expect("counter"), (0, 0));
-    assert!(common::ping(|| tb.exec("client", "ping", ["-c", "1", "-W", "1", "10.10.2.11"])), "ping b1");
+    assert!(common::ping(|| tb.exec("client", "ping", ["-c", "1", "-W", "5", "10.10.2.11"])), "ping b1");
     let (packets, bytes) = nft_counter(&tb, "dut", "inet", "ferry_test", "icmp_fwd").expect("counter");
     // Echo request and reply are both forwarded by dut.
     assert!(packets >= 2 && bytes >= 2 * 84, "packets {packets}, bytes {bytes}");

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{example, ns_exists, ping, privileged, wait_until};
+use common::{example, ns_exists, ping, privileged, wait_until, HANG_GUARD};
 use ferry_testbed::{TestbedError, TestbedSpec};
 use std::io::BufRead;
 use std::process::{Command, Stdio};
@@ -13,7 +13,7 @@ use std::time::Duration;
 const CHILD_ENV: &str = "FERRY_TESTBED_TEST_CHILD";
 
 fn ping_cmd(tb: &ferry_testbed::Testbed, ns: &str, addr: &str) -> bool {
-    ping(|| tb.exec(ns, "ping", ["-c", "1", "-W", "1", addr]))
+    ping(|| tb.exec(ns, "ping", ["-c", "1", "-W", "5", addr]))
 }
 
 #[test]
@@ -124,14 +124,11 @@ fn sigkill_owner_reaper_cleans_up() {
     child.kill().unwrap(); // SIGKILL: no destructor runs in the child
     child.wait().unwrap();
     assert!(
-        wait_until(Duration::from_secs(2), || names.iter().all(|n| !ns_exists(n))),
-        "reaper did not delete {names:?} within 2 s of SIGKILL"
+        wait_until(HANG_GUARD, || names.iter().all(|n| !ns_exists(n))),
+        "reaper did not delete {names:?} within {HANG_GUARD:?} of SIGKILL"
     );
     let marker = |n: &String| std::path::Path::new(ferry_testbed::STATE_DIR).join("by-ns").join(format!("{n}.pid"));
-    assert!(
-        wait_until(Duration::from_secs(1), || names.iter().all(|n| !marker(n).exists())),
-        "reaper left marker files behind"
-    );
+    assert!(wait_until(HANG_GUARD, || names.iter().all(|n| !marker(n).exists())), "reaper left marker files behind");
 }
 
 #[test]
@@ -198,7 +195,7 @@ fn detached_up_then_down_by_name() {
     assert!(rt.state_file().exists());
     let real_a = rt.ns_name("a").to_string();
     assert!(ns_exists(&real_a));
-    assert!(ping(|| rt.exec("a", "ping", ["-c", "1", "-W", "1", "10.0.3.2"])));
+    assert!(ping(|| rt.exec("a", "ping", ["-c", "1", "-W", "5", "10.0.3.2"])));
 
     // A second `up` of the same name is refused while the first is up.
     match ferry_testbed::up_detached(&spec) {

@@ -27,6 +27,10 @@ pub fn ns_exists(real: &str) -> bool {
     Path::new("/run/netns").join(real).exists()
 }
 
+/// How long a wait for an event may take before the test fails: only a
+/// guard against a hang, far above what a loaded machine needs.
+pub const HANG_GUARD: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Polls `cond` every 20 ms until it holds or `timeout` passes.
 pub fn wait_until(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + timeout;
@@ -41,7 +45,7 @@ pub fn wait_until(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) 
     }
 }
 
-/// `ping -c 1 -W 1` through a Command built by `Testbed::exec`; retried a
+/// `ping -c 1 -W 5` through a Command built by `Testbed::exec`; retried a
 /// couple of times so a loaded 2-CPU machine does not make it flaky.
 pub fn ping(mut make: impl FnMut() -> std::process::Command) -> bool {
     (0..3).any(|_| make().stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false))
