@@ -175,6 +175,10 @@ fn dead_claim_does_not_block_other_producers() {
     assert_eq!(r.fill_level(), 8);
 }
 
+/// A wait's timeout in the wake-up tests: far beyond any wake-up on a
+/// loaded machine, so a wait that lasts this long was not woken.
+const WAKE_GUARD: Duration = Duration::from_secs(60);
+
 #[test]
 fn consumer_wakes_on_enqueue() {
     let r = ring(8);
@@ -187,12 +191,11 @@ fn consumer_wakes_on_enqueue() {
         std::thread::sleep(Duration::from_millis(50));
         p.send(&descs(0..1)).unwrap()
     });
+    // One wait, with a timeout no wake-up comes near however loaded the
+    // machine: returning before it means the eventfd woke the consumer.
     let start = Instant::now();
-    let mut ready = false;
-    while !ready && start.elapsed() < Duration::from_secs(5) {
-        ready = c.wait_for_data(Some(Duration::from_secs(10))).unwrap();
-    }
-    assert!(ready && start.elapsed() < Duration::from_secs(5), "woken by the eventfd, not the timeout");
+    let ready = c.wait_for_data(Some(WAKE_GUARD)).unwrap();
+    assert!(ready && start.elapsed() < WAKE_GUARD, "woken by the eventfd, not the timeout");
     assert_eq!(t.join().unwrap(), 1);
 }
 
@@ -205,6 +208,9 @@ fn producer_waits_for_room() {
     let mut c = r.consumer().unwrap();
     c.set_room_notify(room);
     assert_eq!(p.enqueue_batch(&descs(0..8)), 8);
+    // Taken before the consumer starts: the signal comes at least 100 ms
+    // later, since sleeps never end early.
+    let start = Instant::now();
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
         let mut out = Vec::new();
@@ -213,10 +219,11 @@ fn producer_waits_for_room() {
         c.recv(3, &mut out).unwrap(); // fill 2: signal
         c
     });
-    let start = Instant::now();
-    assert!(p.wait_for_room(4, Some(Duration::from_secs(10))).unwrap());
+    assert!(p.wait_for_room(4, Some(WAKE_GUARD)).unwrap());
     let waited = start.elapsed();
-    assert!(waited >= Duration::from_millis(90) && waited < Duration::from_secs(5), "{waited:?}");
+    // Not woken by the first recv (above the watermark), and woken by the
+    // second rather than the timeout.
+    assert!(waited >= Duration::from_millis(100) && waited < WAKE_GUARD, "{waited:?}");
     t.join().unwrap();
 }
 

@@ -89,8 +89,11 @@ fn nginx_backends_answer_through_the_dut() {
     let r = curl_get(&tb, "client", &b1.url("/big"), CurlOpts::default()).expect("curl /big");
     assert_eq!((r.status, r.body.len()), (200, 768 << 10));
     eprintln!("throttled /big took {:?}", r.time_total);
+    // A rate limit can only make a download slower, so the lower bound
+    // holds on any machine; how much slower a loaded machine makes it is
+    // not this test's business (the value nginx gets is checked in the
+    // config's unit test).
     assert!(r.time_total >= Duration::from_millis(900), "limit_rate not applied: {:?}", r.time_total);
-    assert!(r.time_total <= Duration::from_millis(2500), "limit_rate too slow: {:?}", r.time_total);
 
     let urls = vec![b1.url("/"); 3];
     let bodies = curl_many(&tb, "client", &urls).expect("curl_many on one connection");
