@@ -51,8 +51,7 @@ fn send_from_gen(tb: &ferry_testbed::Testbed, count: u64, rate: u64) {
 
 /// `send_from_gen` with an AF_XDP sink on s0; returns the sink's report.
 fn generator_to_sink(tb: &ferry_testbed::Testbed, count: u64, rate: u64) -> serde_json::Value {
-    let mut sink = Ferry::spawn(tb, "sink", &["sink", "--dev", "s0", "--idle-exit", "1500ms", "--json"]);
-    wait_attached(tb, "sink", "s0", &mut sink);
+    let sink = spawn_sink(tb, "sink", "s0", &["--idle-exit", "1500ms"]);
     send_from_gen(tb, count, rate);
     sink.wait_json(Duration::from_secs(30))
 }

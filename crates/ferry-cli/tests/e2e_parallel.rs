@@ -49,9 +49,7 @@ links:
     let sent = 20_000u64;
     let report = {
         let pcap_arg = pcap.to_str().unwrap();
-        let mut sink =
-            Ferry::spawn(&tb, "sink", &["sink", "--dev", "s0", "--idle-exit", "1500ms", "--json", "--pcap", pcap_arg]);
-        wait_attached(&tb, "sink", "s0", &mut sink);
+        let sink = spawn_sink(&tb, "sink", "s0", &["--idle-exit", "1500ms", "--pcap", pcap_arg]);
         let (count, rate) = (sent.to_string(), "10000");
         let args = [
             "gen",
@@ -273,9 +271,7 @@ links:
     let sent = 10_000u64;
     let report = {
         let pcap_arg = pcap.to_str().unwrap();
-        let mut sink =
-            Ferry::spawn(&tb, "sink", &["sink", "--dev", "s0", "--idle-exit", "1500ms", "--json", "--pcap", pcap_arg]);
-        wait_attached(&tb, "sink", "s0", &mut sink);
+        let sink = spawn_sink(&tb, "sink", "s0", &["--idle-exit", "1500ms", "--pcap", pcap_arg]);
         inject(&early);
         let count = sent.to_string();
         let args = [

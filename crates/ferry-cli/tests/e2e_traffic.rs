@@ -40,13 +40,11 @@ const GEN_TIMEOUT: Duration = Duration::from_secs(30);
 const SINK_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// Starts `ferry sink --dev DEV --json --idle-exit 1s --duration 20s [extra]`
-/// and waits until it is attached.
+/// (see [`spawn_sink`]) and waits until it is attached.
 fn start_sink(tb: &ferry_testbed::Testbed, ns: &str, dev: &str, extra: &[&str]) -> Ferry {
-    let mut args = vec!["sink", "--dev", dev, "--json", "--idle-exit", "1s", "--duration", "20s"];
+    let mut args = vec!["--idle-exit", "1s", "--duration", "20s"];
     args.extend_from_slice(extra);
-    let mut sink = Ferry::spawn(tb, ns, &args);
-    wait_attached(tb, ns, dev, &mut sink);
-    sink
+    spawn_sink(tb, ns, dev, &args)
 }
 
 #[test]

@@ -234,6 +234,18 @@ pub fn wait_attached(tb: &Testbed, ns: &str, dev: &str, proc: &mut Ferry) {
     });
 }
 
+/// `ferry sink --dev DEV --json` plus `args` in namespace `ns`, attached
+/// and ready. Its receive and fill rings hold 32768 frames, more than any
+/// test sends: frames it has not collected yet wait in its ring, so a sink
+/// kept off its CPU by other load loses none.
+pub fn spawn_sink(tb: &Testbed, ns: &str, dev: &str, args: &[&str]) -> Ferry {
+    let mut all = vec!["sink", "--dev", dev, "--json", "--ring", "32768", "--frames", "65536"];
+    all.extend_from_slice(args);
+    let mut sink = Ferry::spawn(tb, ns, &all);
+    wait_attached(tb, ns, dev, &mut sink);
+    sink
+}
+
 /// `ping -c COUNT -W 10 IP` from namespace `ns`; returns (success, output).
 /// A reply only counts as lost after 10 s: a loaded machine can be slow to
 /// answer, and a test asserts on whether replies come, not how fast.
