@@ -20,6 +20,21 @@ pub const HEADER_LEN: usize = 12;
 /// Largest body accepted.
 pub const MAX_BODY: u32 = 1 << 20;
 
+/// Longest client-supplied string (in characters) that an error reply or
+/// a log line repeats; see [`echoed`].
+pub const MAX_ECHOED: usize = 64;
+
+/// A string a client sent, as ferryd repeats it in error replies and logs:
+/// quoted, and cut to [`MAX_ECHOED`] characters with its full length noted,
+/// so a client cannot make ferryd write or send back megabytes.
+pub fn echoed(client: &str) -> String {
+    if client.chars().count() <= MAX_ECHOED {
+        return format!("{client:?}");
+    }
+    let cut: String = client.chars().take(MAX_ECHOED).collect();
+    format!("{cut:?}… ({} bytes)", client.len())
+}
+
 /// Environment variables ferryd sets for the NFs it starts.
 pub const ENV_SOCKET: &str = "FERRY_SOCKET";
 pub const ENV_NF: &str = "FERRY_NF";
@@ -238,6 +253,17 @@ pub fn request(path: &std::path::Path, msg: &Msg) -> Result<Msg, ProtoError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn echoed_strings_are_quoted_and_cut() {
+        assert_eq!(echoed("mid"), "\"mid\"");
+        let long = "x".repeat(900_000);
+        let shown = echoed(&long);
+        assert!(shown.len() < 100, "{} bytes", shown.len());
+        assert!(shown.ends_with("… (900000 bytes)"), "{shown}");
+        // Cut on a character boundary, whatever the bytes.
+        assert!(echoed(&"é".repeat(100)).starts_with(&format!("{:?}", "é".repeat(MAX_ECHOED))));
+    }
 
     #[test]
     fn roundtrip_and_rejections() {

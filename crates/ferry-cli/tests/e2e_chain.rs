@@ -176,6 +176,15 @@ fn ferryd_answers_bad_messages_with_errors_and_checks_credentials() {
     let s = UnixStream::connect(&rc.socket).unwrap();
     proto::send(&s, &Msg::Hello { nf: "nope".into(), pid: 1, counters: vec![] }, &[]).unwrap();
     expect_error(&s, "no NF \"nope\"");
+    // A huge name is not echoed back whole (nor logged whole).
+    let s = UnixStream::connect(&rc.socket).unwrap();
+    proto::send(&s, &Msg::Hello { nf: "n".repeat(900_000), pid: 1, counters: vec![] }, &[]).unwrap();
+    match proto::recv(&s).map(|m| m.0) {
+        Ok(Msg::Error { message }) => {
+            assert!(message.len() < 200 && message.contains("(900000 bytes)"), "{} bytes", message.len())
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
     // We are root; the NF's user is nobody.
     let s = UnixStream::connect(&rc.socket).unwrap();
     proto::send(&s, &Msg::Hello { nf: "mid".into(), pid: 1, counters: vec![] }, &[]).unwrap();

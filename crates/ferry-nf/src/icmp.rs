@@ -60,10 +60,17 @@ const REPLY_TTL: u8 = 64;
 ///
 /// The reply is what Linux sends: MACs and IPs swapped, TTL 64, TOS kept,
 /// flags and fragment offset cleared (Linux's ICMP socket doesn't set DF),
-/// IP options copied, type 0, same id, seq and data, both checksums
-/// recomputed. The one difference is the IP ident: Linux draws a new one,
-/// we keep the request's (no state, no RNG on the hot path). A VLAN tag and
-/// Ethernet padding are kept as they are.
+/// type 0, same id, seq and data, both checksums recomputed. The
+/// differences: the IP ident (Linux draws a new one, we keep the request's:
+/// no state, no RNG on the hot path) and IP options, which the reply never
+/// carries. RFC 1122 §3.2.2.6 asks a reply to include the request's options
+/// with a source route reversed and record-route and timestamp options
+/// updated; echoing them verbatim (as this responder once did) breaks a
+/// source route and reflects invalid options back at the requester. A
+/// reply without options is valid for any request, so the options are
+/// dropped: the ICMP message moves up over them, the total length shrinks,
+/// and the freed bytes at the end become zeroed Ethernet padding (the
+/// frame keeps its length). A VLAN tag and Ethernet padding are kept.
 #[derive(Debug)]
 pub struct IcmpEchoResponder {
     addrs: Vec<Ipv4Addr>,
@@ -132,7 +139,21 @@ impl IcmpEchoResponder {
         ip.swap_addrs();
         ip.set_ttl(REPLY_TTL);
         ip.set_flags_and_frag_offset(false, false, 0);
+        // new_checked guaranteed 20 <= header_len <= total_len <= buffer.
+        let (header_len, total_len) = (ip.header_len(), ip.total_len());
+        let options = header_len - IPV4_MIN_HEADER_LEN;
+        if options > 0 {
+            ip.set_version_and_header_len(IPV4_MIN_HEADER_LEN);
+            ip.set_total_len((total_len - options) as u16);
+        }
         ip.fill_checksum();
+        if options > 0 {
+            // The ICMP message moves up over the options; what it leaves at
+            // the end becomes zeroed padding.
+            let ipb = &mut frame[l3..];
+            ipb.copy_within(header_len..total_len, IPV4_MIN_HEADER_LEN);
+            ipb[total_len - options..total_len].fill(0);
+        }
         EthernetFrame::new_unchecked(&mut *frame).swap_addrs();
         (Verdict::Tx, TX)
     }

@@ -203,21 +203,45 @@ fn ping_reply_matches_linux() {
     check(&mut nf, &mut f, Verdict::Tx, "tx", "tagged ping");
     assert_eq!(f, tagged(&expected_ping_reply()));
 
-    // IP options are copied; the header checksum covers them.
-    let mut f = with_ip_options(&PING_REQUEST);
+    // IP options never reach the reply (RFC 1122 §3.2.2.6 would have a
+    // source route reversed; a reply without options is valid for any
+    // request): the reply is the option-less one, then 4 bytes of padding.
+    let mut f = with_ip_options(&PING_REQUEST, &NOPS);
     check(&mut nf, &mut f, Verdict::Tx, "tx", "ping with options");
-    assert_eq!(&f[34..38], &[1, 1, 1, 0]);
+    assert_eq!(f.len(), PING_REQUEST.len() + 4, "the frame keeps its length");
+    assert_eq!(&f[..98], &expected_ping_reply()[..]);
+    assert_eq!(&f[98..], &[0; 4]);
     assert_eq!(ferry_wire::verify_checksums(&f), Ok(true));
-    assert_eq!(&f[38..], &PING_REPLY_LINUX[34..]);
 }
 
-/// Adds 4 bytes of options (NOP NOP NOP EOL) and fixes IHL, total length,
-/// checksum.
-fn with_ip_options(frame: &[u8]) -> Vec<u8> {
+#[test]
+fn ping_reply_drops_a_source_route_and_invalid_options() {
+    let mut nf = icmp_nf();
+    // Loose source route via 10.0.1.9, pointer at its first address, then
+    // EOL: RFC 1122 would reverse it; the reply carries no route at all.
+    const LSRR: [u8; 8] = [131, 7, 4, 10, 0, 1, 9, 0];
+    // An option whose length runs past the header: never reflected.
+    const INVALID: [u8; 4] = [68, 40, 5, 0];
+    for (what, options) in [("source route", &LSRR[..]), ("invalid option", &INVALID[..])] {
+        let mut f = with_ip_options(&PING_REQUEST, options);
+        check(&mut nf, &mut f, Verdict::Tx, "tx", what);
+        assert_eq!(f[14], 0x45, "{what}: IHL 5, no options");
+        assert_eq!(&f[..98], &expected_ping_reply()[..], "{what}");
+        assert!(f[98..].iter().all(|b| *b == 0), "{what}: zeroed padding");
+        assert_eq!(ferry_wire::verify_checksums(&f), Ok(true), "{what}");
+    }
+}
+
+/// NOP NOP NOP EOL.
+const NOPS: [u8; 4] = [1, 1, 1, 0];
+
+/// Adds `options` (a multiple of 4 bytes) to an untagged frame and fixes
+/// IHL, total length and checksum.
+fn with_ip_options(frame: &[u8], options: &[u8]) -> Vec<u8> {
     let mut v = frame.to_vec();
-    v.splice(34..34, [1, 1, 1, 0]);
-    v[14] = 0x46;
-    let tl = u16::from_be_bytes([v[16], v[17]]) + 4;
+    v.splice(34..34, options.iter().copied());
+    v[14] = 0x45 + (options.len() / 4) as u8;
+    let tl = u16::from_be_bytes([v[16], v[17]]) + options.len() as u16;
     v[16..18].copy_from_slice(&tl.to_be_bytes());
     fix_ip(&mut v, 14);
     v
@@ -528,7 +552,7 @@ proptest! {
             0 => padded(&ARP_REQUEST),
             1 => PING_REQUEST.to_vec(),
             2 => tagged(&PING_REQUEST),
-            _ => with_ip_options(&PING_REQUEST),
+            _ => with_ip_options(&PING_REQUEST, &NOPS),
         };
         let mut nfs = all_nfs();
         let mut f = base.clone();

@@ -215,7 +215,7 @@ impl Daemon {
                     match self.admit(&stream, &nf, pid, counters) {
                         Ok(i) => self.nf_lifetime(&stream, i),
                         Err(e) => {
-                            log(format!("refused NF {nf:?}: {e:#}"));
+                            log(format!("refused NF {}: {e:#}", proto::echoed(&nf)));
                             let _ = proto::send(&stream, &Msg::Error { message: format!("{e:#}") }, &[]);
                         }
                     }
@@ -253,7 +253,10 @@ impl Daemon {
     /// Checks an NF's credentials, creates its sockets and sends it
     /// everything it needs.
     fn admit(&self, stream: &UnixStream, name: &str, _claimed_pid: u32, counters: Vec<String>) -> Result<usize> {
-        let i = self.plan.nf_index(name).ok_or_else(|| anyhow!("no NF {name:?} in chain {:?}", self.plan.name))?;
+        let i = self
+            .plan
+            .nf_index(name)
+            .ok_or_else(|| anyhow!("no NF {} in chain {:?}", proto::echoed(name), self.plan.name))?;
         let nf = &self.plan.nfs[i];
         let (pid, uid, _) = spawn::peer_cred(stream)?;
         let (want_uid, _) = spawn::lookup_user(&nf.user)?;
@@ -262,6 +265,10 @@ impl Daemon {
         }
         if counters.len() > shm::MAX_NF_COUNTERS {
             bail!("{} NF counters, at most {}", counters.len(), shm::MAX_NF_COUNTERS);
+        }
+        // Counter names are shown by status and logs: bounded like echoes.
+        if let Some(long) = counters.iter().find(|c| c.chars().count() > proto::MAX_ECHOED) {
+            bail!("counter name {} is over {} characters", proto::echoed(long), proto::MAX_ECHOED);
         }
         let mut st = self.nfs[i].lock().expect("nf lock");
         if st.connected {
