@@ -24,6 +24,26 @@ fn assert_unprivileged(pid: u32) {
         assert_eq!(field(cap), "0000000000000000", "{cap} of NF pid {pid}");
     }
     assert_eq!(field("NoNewPrivs:"), "1");
+    assert_unreachable_by_its_uid(pid);
+}
+
+/// The NF is not dumpable, so a process with exactly its credentials (uid
+/// 65534, no capabilities, no_new_privs) cannot list or open its fds nor
+/// read its memory through /proc: another domain's NF running as the same
+/// user cannot map this one's UMEM.
+fn assert_unreachable_by_its_uid(pid: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(format!("/proc/{pid}/fd")).expect("NF /proc entry").uid();
+    assert_eq!(owner, 0, "NF pid {pid} is not dumpable: its /proc entries belong to root");
+    for path in [format!("/proc/{pid}/fd/"), format!("/proc/{pid}/fd/3"), format!("/proc/{pid}/mem")] {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs", "--inh-caps=-all"])
+            .args(["head", "-c", "1", &path])
+            .output()
+            .expect("run setpriv (util-linux)");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("Permission denied"), "uid 65534 read {path}: {err}");
+    }
 }
 
 /// Sends `count` UDP frames (64 flows) from g0 to d0's MAC at `rate` pps

@@ -46,7 +46,18 @@ impl Nf {
     }
 
     /// Says hello to ferryd at `path` as NF `name` and maps what it sends.
+    ///
+    /// First the process makes itself non-dumpable: then no other process
+    /// of its uid (another domain's NF, anything else running as that user)
+    /// can open its fds or read its memory through /proc, so the UMEM and
+    /// rings it is about to receive are its own. It has to happen here,
+    /// after exec (exec makes a process dumpable again), and before hello:
+    /// ferryd refuses a dumpable NF.
     pub fn connect(path: &Path, name: &str, counters: &[&str]) -> Result<Nf, SdkError> {
+        // SAFETY: prctl with plain integer arguments.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            return Err(SdkError::Undumpable(std::io::Error::last_os_error()));
+        }
         let ctrl = UnixStream::connect(path)
             .map_err(|source| SdkError::Connect { path: path.display().to_string(), source })?;
         let hello = Msg::Hello {

@@ -14,6 +14,8 @@ pub enum SdkError {
     Refused { nf: String, message: String },
     #[error("protocol: {0}")]
     Proto(#[from] ProtoError),
+    #[error("cannot make the NF non-dumpable (prctl PR_SET_DUMPABLE): {0}")]
+    Undumpable(std::io::Error),
     #[error("ferryd sent {got} fds for {want} roles")]
     FdCount { got: usize, want: usize },
     #[error("shared memory: {0}")]

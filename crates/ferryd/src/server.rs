@@ -263,6 +263,14 @@ impl Daemon {
         if uid != want_uid {
             bail!("peer uid {uid} is not NF {name:?}'s user {:?} (uid {want_uid})", nf.user);
         }
+        // A dumpable NF would expose the domain's memory to every process of
+        // its uid through /proc (root sees everything anyway).
+        if uid != 0 && spawn::is_dumpable(pid)? {
+            bail!(
+                "NF {name:?} (pid {pid}) is dumpable, so any process of uid {uid} could open its fds and memory: \
+                 an NF calls prctl(PR_SET_DUMPABLE, 0) before hello (ferry's SDKs do)"
+            );
+        }
         if counters.len() > shm::MAX_NF_COUNTERS {
             bail!("{} NF counters, at most {}", counters.len(), shm::MAX_NF_COUNTERS);
         }

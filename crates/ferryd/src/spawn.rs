@@ -5,7 +5,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use ferry_chain::plan::NfPlan;
 use ferry_chain::proto;
 
@@ -77,6 +77,18 @@ pub fn spawn_nf(nf: &NfPlan, socket: &Path, ferry: &Path) -> Result<Child> {
     cmd.spawn().map_err(|e| anyhow!("starting NF {}: {e}", nf.name))
 }
 
+/// True if process `pid` is dumpable: then every process of its uid can
+/// open its fds and memory through /proc. The kernel shows it in /proc:
+/// the per-process entries of a non-dumpable process (all but the
+/// world-readable `/proc/PID` directory itself) belong to root, those of a
+/// dumpable one to its own uid.
+pub fn is_dumpable(pid: u32) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let path = format!("/proc/{pid}/fd");
+    let owner = std::fs::metadata(&path).with_context(|| format!("reading {path}"))?.uid();
+    Ok(owner != 0)
+}
+
 /// Peer credentials of a Unix socket: (pid, uid, gid).
 pub fn peer_cred(sock: &std::os::unix::net::UnixStream) -> Result<(u32, u32, u32)> {
     use std::os::fd::AsRawFd;
@@ -107,5 +119,40 @@ pub fn process_gone(pid: u32) -> bool {
             .rsplit_once(')')
             .and_then(|(_, rest)| rest.trim_start().chars().next())
             .is_some_and(|c| c == 'Z' || c == 'X'),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    /// A plain process of an unprivileged user is dumpable; the same
+    /// process once it made itself non-dumpable is not. (Needs root to
+    /// start a process as another user; skipped without it.)
+    #[test]
+    fn a_dumpable_process_is_told_from_a_non_dumpable_one() {
+        // SAFETY: plain getter.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but this test needs root");
+            eprintln!("SKIP: needs root");
+            return;
+        }
+        let (uid, gid) = lookup_user("nobody").expect("user nobody");
+        // `sh` is dumpable after exec; then it reads a line and exits.
+        let mut child = Command::new("sh")
+            .args(["-c", "read line"])
+            .uid(uid)
+            .gid(gid)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh as nobody");
+        let dumpable = is_dumpable(child.id());
+        drop(child.stdin.take());
+        child.wait().unwrap();
+        assert!(dumpable.unwrap(), "a fresh process of nobody is dumpable");
+        // This test process runs as root: /proc shows root whether or not
+        // it is dumpable, which is why ferryd skips the check for root.
+        assert!(!is_dumpable(std::process::id()).unwrap());
     }
 }
