@@ -52,7 +52,9 @@ pub fn start(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> {
     }
     let child = cmd.spawn().context("starting ferryd")?;
     let mut rc = RunningChain { child, socket: socket.to_path_buf() };
-    rc.wait_connected(Duration::from_secs(15))?;
+    // Only a guard against a chain that never comes up: a loaded machine
+    // can take many seconds to start a dozen NF processes.
+    rc.wait_connected(Duration::from_secs(60))?;
     Ok(rc)
 }
 
