@@ -158,13 +158,13 @@ fn measure_once(
         None
     };
     // Traffic starts once the DUT (and the return sink) are attached.
-    proc::wait_for_xdp(&dut_ns, "d0", Duration::from_secs(10))?;
+    proc::wait_for_xdp(&dut_ns, "d0", Duration::from_secs(60))?;
     // The testbed is reused across scenarios, so set the NAPI mode every
     // time (the setting outlives the program that made it possible).
     let napi_cpu = matches!(s, Scenario::XdpDrop | Scenario::XdpTx).then_some(1);
     proc::set_napi_thread(&dut_ns, "d0", napi_cpu)?;
     if s.returns_traffic() {
-        proc::wait_for_xdp(&gen_ns, "g0", Duration::from_secs(10))?;
+        proc::wait_for_xdp(&gen_ns, "g0", Duration::from_secs(60))?;
     }
     let gen_time = secs(total + Duration::from_millis(500));
     let size = size.to_string();

@@ -43,6 +43,8 @@ pub struct HttpRow {
     pub latency_p50_us: f64,
     pub latency_p99_us: f64,
     pub socket_errors: u64,
+    /// Of the socket errors, requests slower than wrk's timeout.
+    pub timeouts: u64,
     /// CPU of the balancer's process (HAProxy, or the eLB control plane), % of one CPU.
     pub balancer_process_cpu: f64,
     /// Softirq CPU summed over CPUs (XDP, nftables, veth), % of one CPU.
@@ -134,6 +136,7 @@ fn http_runs(tb: &TestbedNames, variant: &'static str, pid: u32, opts: &BenchEvn
             latency_p50_us: r.latency_p50_us,
             latency_p99_us: r.latency_p99_us,
             socket_errors: r.socket_errors,
+            timeouts: r.timeouts,
             balancer_process_cpu: cpu.pid_percent(pid).unwrap_or(0.0),
             softirq_cpu: cpu.softirq_percent,
             busy_cpu: cpu.total_busy_percent,

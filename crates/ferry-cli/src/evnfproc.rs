@@ -83,7 +83,7 @@ impl EvnfProc {
             ["evnf", "run", config_path.to_str().unwrap_or_default(), "--status", status.to_str().unwrap_or_default()];
         let proc = spawn_exe(ferry, tb.ns_name("dut"), &args, cpu)?;
         let mut p = EvnfProc { proc: Some(proc), config: config_path, status, _dir: dir };
-        p.wait_generation(1, Duration::from_secs(10))?;
+        p.wait_generation(1, Duration::from_secs(60))?;
         Ok(p)
     }
 
@@ -125,7 +125,7 @@ impl EvnfProc {
         std::fs::write(&self.config, config)?;
         self.proc.as_ref().ok_or_else(|| anyhow!("evnf process already stopped"))?.signal(libc::SIGHUP);
         let generation = before["generation"].as_u64().unwrap_or(0) + 1;
-        let s = self.wait_generation(generation, Duration::from_secs(5))?;
+        let s = self.wait_generation(generation, Duration::from_secs(60))?;
         if errors(&s) > errors(&before) {
             bail!("reload failed: {}", s["reload_errors"][errors(&s) - 1]);
         }

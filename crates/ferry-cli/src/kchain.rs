@@ -317,7 +317,7 @@ fn run_traffic(tb: &ferry_testbed::Testbed, exe: &Path, o: &KernelChainOptions) 
         sink_args.extend(["--count", c.as_str(), "--ring", ring.as_str(), "--frames", frames.as_str()]);
     }
     let sink = crate::proc::spawn_exe(exe, sink_ns, &sink_args, Some(SINK_CPU))?;
-    wait_for_xdp(sink_ns, "s0", Duration::from_secs(10))?;
+    wait_for_xdp(sink_ns, "s0", Duration::from_secs(60))?;
     let size = o.frame_len.to_string();
     let mut args = vec!["gen", "live", "--dev", "g0", "--dst-mac", SINK_MAC, "--size", &size];
     let rate = o.rate_pps.map(|r| r.to_string());

@@ -173,10 +173,11 @@ fn dynamic_feedback_shifts_weight_away_from_the_loaded_backend() {
         return;
     }
     let tb = sfc_testbed().expect("SFC testbed");
-    // /big: 3 MiB at 256 KiB/s, about 12 s per download, so the four
+    // /big: 3 MiB at 64 KiB/s, about 48 s per download, so the four
     // downloads are still open while the feedback settles and the twenty
-    // requests below run, however slowly a loaded machine gets there.
-    let opts = NginxOpts { big_file_bytes: 3 << 20, limit_rate: Some(256 << 10), ..Default::default() };
+    // requests below run, however slowly a loaded machine gets there
+    // (checked after the requests).
+    let opts = NginxOpts { big_file_bytes: 3 << 20, limit_rate: Some(64 << 10), ..Default::default() };
     let _b1 = Nginx::start(&tb, "b1", "10.10.2.11:80".parse().unwrap(), "b1", opts.clone()).expect("nginx b1");
     let _b2 = Nginx::start(&tb, "b2", "10.10.3.12:80".parse().unwrap(), "b2", opts).expect("nginx b2");
     // All new connections to b1 first.
@@ -216,6 +217,11 @@ fn dynamic_feedback_shifts_weight_away_from_the_loaded_backend() {
         to_b2 += (backend_of(&r.body) == "b2") as u32;
     }
     assert!(to_b2 >= 14, "{to_b2} of 20 new connections went to the idle backend");
+    // The premise held throughout: the downloads were still open and the
+    // weights still at their limits.
+    let s = nf.status().unwrap();
+    assert!(s["nfs"]["balancer"]["backends"][0]["open_conns"].as_u64() >= Some(4), "{s}");
+    assert_eq!((weight(&s, 0), weight(&s, 1)), (Some(0.25), Some(4.0)), "{s}");
     for d in downloads {
         let r = d.join().unwrap().expect("downloads complete");
         assert_eq!(r.body.len(), 3 << 20);

@@ -240,7 +240,13 @@ fn l2fwd_returns_every_frame_with_macs_swapped() {
     let tb = testbed(GEN_DUT, "e2e_traffic/l2fwd.yaml");
     let (g0, d1) = (mac(&tb, "lgen", "g0"), mac(&tb, "ldut", "d1"));
     let (l2, s, g) = {
-        let mut l2fwd = Ferry::spawn(&tb, "ldut", &["nf", "run", "--dev", "d1", "--json", "l2fwd"]);
+        // Rings that hold the whole run, as the sink's: an l2fwd kept off
+        // its CPU by other load loses no frame.
+        let mut l2fwd = Ferry::spawn(
+            &tb,
+            "ldut",
+            &["nf", "run", "--dev", "d1", "--json", "--ring", "32768", "--frames", "65536", "l2fwd"],
+        );
         wait_attached(&tb, "ldut", "d1", &mut l2fwd);
         let sink = start_sink(&tb, "lgen", "g0", &["--pcap", pcap.to_str().unwrap()]);
         let gen = Ferry::spawn(

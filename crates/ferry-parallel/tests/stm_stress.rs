@@ -1,7 +1,7 @@
 //! Contention stress: real threads hammering few objects.
 #![cfg(not(loom))]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 
 use ferry_parallel::stm::{Stm, StructureKind, TObj, TxStats};
@@ -49,14 +49,24 @@ fn transfers_preserve_the_total_and_read_only_auditors_never_abort() {
     let accounts: Vec<TObj<i64>> = (0..ACCOUNTS).map(|i| TObj::new(&stm, id, i as u64, INITIAL)).collect();
     let total = INITIAL * ACCOUNTS as i64;
     let done = AtomicBool::new(false);
+    // Audits finished so far: each writer waits halfway for the first one,
+    // so the auditor runs while transfers are still being committed,
+    // however the threads happen to be scheduled (a loaded machine could
+    // otherwise run every writer to the end before the auditor starts).
+    let audited = AtomicU64::new(0);
     let (audits, auditor_stats) = thread::scope(|s| {
         let writers: Vec<_> = (0..WRITERS)
             .map(|i| {
-                let (stm, accounts) = (&stm, &accounts);
+                let (stm, accounts, audited) = (&stm, &accounts, &audited);
                 s.spawn(move || {
                     let mut rng = StdRng::seed_from_u64(i as u64);
                     let mut w = stm.worker(i).unwrap();
-                    for _ in 0..TRANSFERS {
+                    for n in 0..TRANSFERS {
+                        if n == TRANSFERS / 2 {
+                            while audited.load(Ordering::Acquire) == 0 {
+                                thread::yield_now();
+                            }
+                        }
                         let from = rng.gen_range(0..ACCOUNTS);
                         let to = (from + rng.gen_range(1..ACCOUNTS)) % ACCOUNTS;
                         let amount = rng.gen_range(1..50);
@@ -70,11 +80,14 @@ fn transfers_preserve_the_total_and_read_only_auditors_never_abort() {
             })
             .collect();
         let auditor = {
-            let (stm, accounts, done) = (&stm, &accounts, &done);
+            let (stm, accounts, done, audited) = (&stm, &accounts, &done, &audited);
             s.spawn(move || {
                 let mut w = stm.worker(WRITERS).unwrap();
                 let mut audits = 0u64;
-                while !done.load(Ordering::Relaxed) {
+                loop {
+                    // Read before the audit: the audit after the writers
+                    // finished is the last one.
+                    let last = done.load(Ordering::Acquire);
                     let sum = w.atomically(0, |tx| {
                         let mut sum = 0;
                         for a in accounts {
@@ -84,6 +97,10 @@ fn transfers_preserve_the_total_and_read_only_auditors_never_abort() {
                     });
                     assert_eq!(sum, total, "an auditor saw a torn snapshot");
                     audits += 1;
+                    audited.store(audits, Ordering::Release);
+                    if last {
+                        break;
+                    }
                 }
                 (audits, w.take_stats())
             })
@@ -91,10 +108,10 @@ fn transfers_preserve_the_total_and_read_only_auditors_never_abort() {
         for w in writers {
             w.join().unwrap();
         }
-        done.store(true, Ordering::Relaxed);
+        done.store(true, Ordering::Release);
         auditor.join().unwrap()
     });
-    assert!(audits > 0);
+    assert!(audits >= 2, "one audit while the writers ran, one after");
     assert_eq!(auditor_stats.aborts, 0, "writers aborted a read-only transaction");
     assert_eq!(auditor_stats.read_only_commits, audits);
     let mut w = stm.worker(0).unwrap();

@@ -209,7 +209,7 @@ impl Ferry {
         // `ip netns exec` execs ferry, so the pid is ferry's own.
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.pid(), libc::SIGINT) };
-        self.finish(Duration::from_secs(10)).json()
+        self.finish(HANG_GUARD).json()
     }
 }
 

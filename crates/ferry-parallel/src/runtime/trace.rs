@@ -158,11 +158,12 @@ pub fn run_trace_presplit<N: ParallelNf>(
 }
 
 /// As [`run_trace`], but the workers' transactions interleave in a fixed
-/// order ([`Lockstep`]): each round, every worker runs its next attempt's
-/// body and then every worker commits, one at a time. Every pair of
-/// attempts in a round overlaps, so the run shows the most contention the
-/// NF's sharing can cause, and its outputs, aborts and profile are the
-/// same on every run and under any load. The trace is cut into each
+/// order ([`Lockstep`]): each round, every worker runs the body of its next
+/// transaction and then tries to commit, one worker at a time, and those
+/// whose commit failed retry within the round until each has committed.
+/// Every pair of transactions in a round overlaps, so the run shows the
+/// most contention the NF's sharing can cause, and its outputs, aborts and
+/// profile are the same on every run and under any load. The trace is cut into each
 /// worker's batches first ([`run_trace_presplit`]): a worker's turns must
 /// not wait on a dispatcher. Workers take turns, so this measures
 /// contention, never speed.
