@@ -29,7 +29,7 @@ struct TestNs(String);
 
 impl TestNs {
     fn new() -> TestNs {
-        let name = format!("fyevnf{}-{}", std::process::id(), rand_suffix());
+        let name = format!("fyevnf{}-{}", std::process::id(), unique_suffix());
         let ip = |args: &[&str]| {
             let ok = Command::new("ip").args(args).status().map(|s| s.success()).unwrap_or(false);
             assert!(ok, "ip {}", args.join(" "));
@@ -73,8 +73,11 @@ impl Drop for TestNs {
     }
 }
 
-fn rand_suffix() -> u32 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() % 100_000
+/// Unique within this process (the pid in the name covers other processes):
+/// two tests running at once never pick the same namespace.
+fn unique_suffix() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 fn frame(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, proto: L4Proto) -> Vec<u8> {

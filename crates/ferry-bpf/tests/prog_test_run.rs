@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{privileged, udp_frame};
+use common::{pin_to_this_cpu, privileged, udp_frame};
 use ferry_bpf::{test_run, GenConfig, LoadedXdp, Object, SLOT_MALFORMED};
 
 const XDP_ABORTED: u32 = 0;
@@ -97,6 +97,7 @@ fn generator_stamps_and_cycles_source_port() {
     if !privileged() {
         return;
     }
+    pin_to_this_cpu();
     let mut prog = LoadedXdp::load(Object::Gen, "ferry_gen").unwrap();
     let cfg = GenConfig {
         ifindex: 1,
@@ -132,6 +133,7 @@ fn generator_stops_at_its_limit_and_paces() {
     if !privileged() {
         return;
     }
+    pin_to_this_cpu();
     let mut prog = LoadedXdp::load(Object::Gen, "ferry_gen").unwrap();
     prog.set_gen_config(GenConfig { ifindex: 1, limit: 3, ..Default::default() }).unwrap();
     let fd = prog.program_fd().unwrap();

@@ -126,6 +126,31 @@ fn consume(c: &mut Consumer, seen: &mut [Seen], out: &mut Vec<Desc>) {
     }
 }
 
+/// How long the consumer may see nothing new before a test calls the ring
+/// wedged. A loaded machine slows the producers down but they still make
+/// progress, so the guard is on progress, not on the whole run's time.
+const STALL: Duration = Duration::from_secs(60);
+
+/// Fails the test when `delivered` has not grown for [`STALL`].
+struct StallGuard {
+    delivered: u64,
+    since: Instant,
+}
+
+impl StallGuard {
+    fn new() -> StallGuard {
+        StallGuard { delivered: 0, since: Instant::now() }
+    }
+
+    fn check(&mut self, delivered: u64, state: impl FnOnce() -> String) {
+        if delivered > self.delivered {
+            self.delivered = delivered;
+            self.since = Instant::now();
+        }
+        assert!(self.since.elapsed() < STALL, "nothing new for {STALL:?}: {}", state());
+    }
+}
+
 #[test]
 fn two_producer_processes_exactly_once_in_order() {
     const N: u64 = 2_000_000;
@@ -133,9 +158,10 @@ fn two_producer_processes_exactly_once_in_order() {
     let children = [spawn(&s, 0, N, "run"), spawn(&s, 1, N, "run")];
     let mut seen = vec![Seen::default(); 2];
     let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut guard = StallGuard::new();
     while seen.iter().map(|x| x.count).sum::<u64>() < 2 * N {
-        assert!(Instant::now() < deadline, "stalled at {:?}", seen.iter().map(|x| x.count).collect::<Vec<_>>());
+        let total = seen.iter().map(|x| x.count).sum();
+        guard.check(total, || format!("stalled at {:?}", seen.iter().map(|x| x.count).collect::<Vec<_>>()));
         consume(&mut s.consumer, &mut seen, &mut out);
     }
     for mut ch in children {
@@ -167,16 +193,19 @@ fn sigkill_mid_run_then_repair_unwedges() {
     let mut survivor = spawn(&s, 0, 1_000_000, "run");
     let mut seen = vec![Seen::default(); 2];
     let mut out = Vec::new();
+    let mut guard = StallGuard::new();
     while seen[1].count < 300_000 {
+        guard.check(seen[1].count, || format!("the victim stopped at {}", seen[1].count));
         consume(&mut s.consumer, &mut seen, &mut out);
     }
     // Kill while it is pushing as fast as it can (likely inside a claim).
     victim.kill().unwrap();
     victim.wait().unwrap();
     let report = ring.repair_after_producer_death(1);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut guard = StallGuard::new();
     while seen[0].count < 1_000_000 || ring.fill_level() > 0 {
-        assert!(Instant::now() < deadline, "wedged: {:?} blocked_by {:?}", report, s.consumer.blocked_by());
+        let total = seen[0].count + seen[1].count;
+        guard.check(total, || format!("wedged: {:?} blocked_by {:?}", report, s.consumer.blocked_by()));
         consume(&mut s.consumer, &mut seen, &mut out);
     }
     assert!(survivor.wait().unwrap().success());
@@ -194,10 +223,10 @@ fn killed_holding_a_claim_is_repaired_exactly() {
     let mut victim = spawn(&s, 1, 5_000, "abandon");
     let mut seen = vec![Seen::default(); 2];
     let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut guard = StallGuard::new();
     // Everything before the abandoned claim arrives, then the consumer is stuck.
     while seen[1].count < 5_000 || s.consumer.blocked_by().is_none() {
-        assert!(Instant::now() < deadline);
+        guard.check(seen[1].count, || format!("at {} blocked_by {:?}", seen[1].count, s.consumer.blocked_by()));
         consume(&mut s.consumer, &mut seen, &mut out);
     }
     assert_eq!(s.consumer.blocked_by(), Some((1, 8)));
