@@ -4,7 +4,7 @@
 //! (no network), and checks their counters and the domain's frame
 //! conservation.
 //!
-//! Needs root (ferryd starts NFs as `nobody`) and a C compiler (`CC`, else
+//! Needs root (ferryd starts NFs as unprivileged uids) and a C compiler (`CC`, else
 //! `cc`); without them the test is skipped, or fails under `CI=true`.
 //! Runs `cargo build -p ferry-capi` first (a no-op when fresh) so that the
 //! C NFs link the current `libferry.so`, and builds `ferryd` and `ferry` if
@@ -79,7 +79,7 @@ fn c_compiler() -> Option<String> {
     Command::new(&cc).arg("--version").output().ok().filter(|o| o.status.success()).map(|_| cc)
 }
 
-/// A directory `nobody` can read and search, removed on drop.
+/// A directory any user can read and search, removed on drop.
 struct TempDir(PathBuf);
 
 impl TempDir {
@@ -136,7 +136,7 @@ const TEST: &str = "c_example::c_nfs_in_a_chain";
 #[test]
 fn c_nfs_in_a_chain() {
     // SAFETY: plain getter.
-    if unsafe { libc::geteuid() } != 0 && !can_run(TEST, "needs root (ferryd runs NFs as user nobody)") {
+    if unsafe { libc::geteuid() } != 0 && !can_run(TEST, "needs root (ferryd runs NFs as unprivileged uids)") {
         return;
     }
     let Some(cc) = c_compiler() else {

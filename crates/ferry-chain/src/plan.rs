@@ -58,7 +58,8 @@ pub struct NfPlan {
     pub exec: Option<Vec<String>>,
     pub spawn: bool,
     pub restart: bool,
-    pub user: String,
+    /// The named user it runs as; None: its domain's allocated uid.
+    pub user: Option<String>,
     pub threads: Vec<ThreadPlan>,
     pub batch: u32,
     /// Out-link i, in the order of the chain file's `from:` lines.
@@ -128,7 +129,7 @@ impl ChainPlan {
             })
             .collect();
         let mut nfs: Vec<NfPlan> = Vec::new();
-        for n in &spec.nfs {
+        for (i, n) in spec.nfs.iter().enumerate() {
             let d = dom_index(&n.domain);
             let threads = (0..n.threads)
                 .map(|i| {
@@ -145,7 +146,7 @@ impl ChainPlan {
                 exec: n.exec.clone(),
                 spawn: n.spawn,
                 restart: n.restart,
-                user: n.user.clone(),
+                user: spec.user_of(i).map(str::to_string),
                 threads,
                 batch: n.batch,
                 outs: Vec::new(),

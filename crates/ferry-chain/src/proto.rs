@@ -38,6 +38,17 @@ pub fn echoed(client: &str) -> String {
 /// Environment variables ferryd sets for the NFs it starts.
 pub const ENV_SOCKET: &str = "FERRY_SOCKET";
 pub const ENV_NF: &str = "FERRY_NF";
+/// For an NF ferryd does not start: the file with its key, if not at
+/// [`key_path`].
+pub const ENV_KEY: &str = "FERRY_KEY";
+
+/// Where ferryd writes the key of NF `nf` that it does not start itself:
+/// `<socket>.keys/<nf>`, readable only by the NF's user.
+pub fn key_path(socket: &std::path::Path, nf: &str) -> std::path::PathBuf {
+    let mut dir = socket.as_os_str().to_owned();
+    dir.push(".keys");
+    std::path::PathBuf::from(dir).join(nf)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProtoError {
@@ -60,10 +71,14 @@ pub enum ProtoError {
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum Msg {
     /// NF -> ferryd: "I am NF `nf`". Its counter names are stored for stats.
+    /// `key`: the NF's key if ferryd did not start it (see `key_path`);
+    /// empty for an NF ferryd started, which it knows by its pid.
     Hello {
         nf: String,
         pid: u32,
         counters: Vec<String>,
+        #[serde(default)]
+        key: String,
     },
     /// ferryd -> NF: everything it needs, plus fds in the order of `fds`.
     Welcome(Box<Welcome>),
@@ -127,6 +142,9 @@ pub struct NfStatus {
     pub name: String,
     pub domain: String,
     pub pid: Option<u32>,
+    /// The uid it runs as (its domain's allocated uid, or its named user's).
+    #[serde(default)]
+    pub uid: Option<u32>,
     pub connected: bool,
     pub restarts: u32,
     /// Per thread: framework counters by name, then NF counters by name.
@@ -140,6 +158,11 @@ pub struct DomainStatus {
     pub in_pool: u64,
     pub reclaimed: u64,
     pub audits: u64,
+    /// Sums over every audit so far; both must stay 0.
+    #[serde(default)]
+    pub lost: u64,
+    #[serde(default)]
+    pub duplicated: u64,
 }
 
 /// Where every frame of a domain was at a paused instant.
@@ -158,6 +181,9 @@ pub struct AuditReport {
     pub reclaimed: u64,
     /// Threads that did not acknowledge the pause in time.
     pub unresponsive: Vec<u32>,
+    /// Threads found dead, whose frames and rings this audit reclaimed.
+    #[serde(default)]
+    pub dead: Vec<u32>,
 }
 
 impl AuditReport {
@@ -268,7 +294,7 @@ mod tests {
     #[test]
     fn roundtrip_and_rejections() {
         let (a, b) = UnixStream::pair().unwrap();
-        send(&a, &Msg::Hello { nf: "x".into(), pid: 7, counters: vec!["rx".into()] }, &[]).unwrap();
+        send(&a, &Msg::Hello { nf: "x".into(), pid: 7, counters: vec!["rx".into()], key: String::new() }, &[]).unwrap();
         match recv(&b).unwrap().0 {
             Msg::Hello { nf, pid, .. } => assert_eq!((nf.as_str(), pid), ("x", 7)),
             m => panic!("{m:?}"),

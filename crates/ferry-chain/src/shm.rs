@@ -47,6 +47,10 @@ pub const PAUSE_REQ: usize = 0;
 pub const AUDITS: usize = 1;
 /// Frames reclaimed from dead threads so far.
 pub const RECLAIMED: usize = 2;
+/// Frames audits found in no place, so far (must stay 0).
+pub const LOST: usize = 3;
+/// Frames audits found in two places at once, so far (must stay 0).
+pub const DUPLICATED: usize = 4;
 pub const HEADER_WORDS: usize = 16;
 
 /// Words per thread block.

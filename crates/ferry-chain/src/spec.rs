@@ -11,7 +11,6 @@
 //!   - name: resp
 //!     domain: main
 //!     kind: arp-icmp            # a built-in NF hosted by `ferry nf serve` ...
-//!     user: nobody
 //!   - name: fwd
 //!     domain: main
 //!     exec: [/usr/local/bin/my-nf, --flag]   # ... or any program using the SDK
@@ -23,6 +22,12 @@
 //!   - { from: resp, to: fwd }
 //!   - { from: fwd, to: out }
 //! ```
+//!
+//! Each trust domain runs as its own uid. By default ferryd allocates one
+//! per domain (as systemd's DynamicUser does); `user:` on a domain or an NF
+//! names an existing user instead, and two domains may name the same user
+//! only if the file says `share_users: true` (then the OS no longer keeps
+//! them apart: any process of that user can signal the other's NFs).
 //!
 //! Errors name the file, line, column and field (`chain.yaml:12:9:
 //! links[1].to: unknown node "fw"`), through `ferry_testbed::yamlloc`.
@@ -49,6 +54,9 @@ pub struct ChainSpec {
     pub nfs: Vec<NfSpec>,
     #[serde(default)]
     pub links: Vec<LinkSpec>,
+    /// Lets two domains run as the same named user (refused otherwise).
+    #[serde(default)]
+    pub share_users: bool,
     #[serde(skip)]
     pub origin: String,
 }
@@ -68,6 +76,10 @@ pub struct DomainSpec {
     /// Slots of each NF thread's receive ring (a power of two).
     #[serde(default = "default_ring_size")]
     pub ring_size: u32,
+    /// The user the domain's NFs run as; absent, ferryd allocates a uid
+    /// for the domain alone.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// An AF_XDP port: queues of one netdev.
@@ -132,9 +144,10 @@ pub struct NfSpec {
     #[serde(default = "yes")]
     pub spawn: bool,
     /// The only user allowed to connect as this NF; ferryd also runs it as
-    /// this user, with no capabilities.
-    #[serde(default = "default_user")]
-    pub user: String,
+    /// this user, with no capabilities. Absent: the domain's `user`, else
+    /// the uid ferryd allocates for the domain.
+    #[serde(default)]
+    pub user: Option<String>,
     #[serde(default = "one")]
     pub threads: u32,
     /// Descriptors moved per ring enqueue (1 turns batched redirect off).
@@ -253,9 +266,6 @@ fn one() -> u32 {
 fn yes() -> bool {
     true
 }
-fn default_user() -> String {
-    "nobody".into()
-}
 fn default_busy_threshold() -> u32 {
     8
 }
@@ -273,6 +283,10 @@ fn default_bp_sleep_us() -> u64 {
 pub fn parse(path: &Path) -> Result<ChainSpec, YamlError> {
     let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
     ChainSpec::from_yaml_str(&text, &origin)
+}
+
+fn valid_user(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 32 && !s.contains([':', '/', ' ', '\n'])
 }
 
 fn valid_name(s: &str) -> bool {
@@ -354,6 +368,9 @@ impl ChainSpec {
             if !d.ring_size.is_power_of_two() || !(64..=1 << 16).contains(&d.ring_size) {
                 return Err((at("ring_size"), format!("{} is not a power of two in 64..=65536", d.ring_size)));
             }
+            if let Some(u) = d.user.as_deref().filter(|u| !valid_user(u)) {
+                return Err((at("user"), format!("{u:?} is not a user name")));
+            }
         }
         let mut nodes = HashSet::new();
         for (i, p) in self.ports.iter().enumerate() {
@@ -416,10 +433,11 @@ impl ChainSpec {
                 let path = vec![Key("nfs"), Index(i), Key("backpressure"), Key("threshold")];
                 return Err((path, format!("{t} must be in (0, 1]")));
             }
-            if n.user.is_empty() || n.user.contains([':', '/', ' ']) {
-                return Err((at("user"), format!("{:?} is not a user name", n.user)));
+            if let Some(u) = n.user.as_deref().filter(|u| !valid_user(u)) {
+                return Err((at("user"), format!("{u:?} is not a user name")));
             }
         }
+        self.check_users()?;
         // Each port queue is one AF_XDP socket, so one NF thread at most.
         let mut port_user: HashMap<usize, usize> = HashMap::new();
         for (i, l) in self.links.iter().enumerate() {
@@ -488,6 +506,49 @@ impl ChainSpec {
         }
         Ok(())
     }
+
+    /// The user NF `i` runs as, if the file names one (its own, else its
+    /// domain's); None means the domain's allocated uid.
+    pub fn user_of(&self, i: usize) -> Option<&str> {
+        let n = &self.nfs[i];
+        n.user.as_deref().or_else(|| self.domains.iter().find(|d| d.name == n.domain)?.user.as_deref())
+    }
+
+    /// Two domains under one named user are not kept apart by the OS, so
+    /// that takes `share_users: true`.
+    fn check_users(&self) -> Result<(), Invalid> {
+        use Seg::{Index, Key};
+        if self.share_users {
+            return Ok(());
+        }
+        let mut first: HashMap<&str, &str> = HashMap::new();
+        let named = self.domains.iter().enumerate().filter_map(|(i, d)| {
+            let path = vec![Key("domains"), Index(i), Key("user")];
+            d.user.as_deref().map(|u| (u, d.name.as_str(), path))
+        });
+        let by_nf = self.nfs.iter().enumerate().filter_map(|(i, n)| {
+            let path = vec![Key("nfs"), Index(i), Key("user")];
+            n.user.as_deref().map(|u| (u, n.domain.as_str(), path))
+        });
+        for (user, domain, path) in named.chain(by_nf) {
+            match first.get(user) {
+                Some(&other) if other != domain => {
+                    return Err((
+                        path,
+                        format!(
+                            "user {user:?} already runs domain {other:?}: domains sharing a user are not isolated \
+                             by the OS, so each runs as its own (leave `user` out and ferryd allocates one), or \
+                             set `share_users: true` to allow it"
+                        ),
+                    ))
+                }
+                _ => {
+                    first.insert(user, domain);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn bad_name(s: &str) -> String {
@@ -520,7 +581,7 @@ links:
         let c = ChainSpec::from_yaml_str(GOOD, "t.yaml").unwrap();
         assert_eq!(c.nfs.len(), 2);
         assert_eq!(c.nfs[1].backpressure.mode, BackpressureMode::Sleep);
-        assert_eq!(c.nfs[0].user, "nobody");
+        assert_eq!(c.user_of(0), None, "an allocated uid by default");
         assert_eq!(c.node("out"), Some(Node::Port(1)));
     }
 
@@ -569,5 +630,26 @@ links:
         let bad =
             GOOD.replace("{ name: x, domain: a, kind: l2fwd }", "{ name: x, domain: a, kind: l2fwd, threads: 2 }");
         assert!(err(&bad).contains("has 2 threads but port \"in\" only 1 queues"), "{}", err(&bad));
+    }
+
+    #[test]
+    fn two_domains_under_one_user_need_share_users() {
+        let named = GOOD.replace("{ name: a }", "{ name: a, user: svc }");
+        let c = ChainSpec::from_yaml_str(&named, "c.yaml").unwrap();
+        assert_eq!((c.user_of(0), c.user_of(1)), (Some("svc"), None));
+        let bad = named.replace("kind: l2fwd, threads: 1", "kind: l2fwd, user: svc, threads: 1");
+        let e = err(&bad);
+        assert!(e.starts_with("c.yaml:11:"), "{e}");
+        assert!(e.contains("nfs[1].user: user \"svc\" already runs domain \"a\""), "{e}");
+        let bad = named.replace("{ name: b, frames: 1024 }", "{ name: b, frames: 1024, user: svc }");
+        assert!(err(&bad).contains("domains[1].user: user \"svc\" already runs domain \"a\""), "{}", err(&bad));
+        let shared = format!("share_users: true\n{bad}");
+        let c = ChainSpec::from_yaml_str(&shared, "c.yaml").unwrap();
+        assert_eq!((c.user_of(0), c.user_of(1)), (Some("svc"), Some("svc")));
+        // A user per domain is what isolation wants.
+        let apart = named.replace("kind: l2fwd, threads: 1", "kind: l2fwd, user: web, threads: 1");
+        assert!(ChainSpec::from_yaml_str(&apart, "c.yaml").is_ok());
+        let bad = GOOD.replace("{ name: a }", "{ name: a, user: \"a b\" }");
+        assert!(err(&bad).contains("domains[0].user: \"a b\" is not a user name"), "{}", err(&bad));
     }
 }

@@ -43,8 +43,18 @@ pub fn ferry_bin() -> Result<PathBuf> {
 }
 
 /// Starts ferryd on `chain`, serving `socket`, and waits until every NF
-/// that ferryd starts has connected.
+/// has connected.
 pub fn start(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> {
+    let mut rc = launch(chain, socket, quiet)?;
+    // Only a guard against a chain that never comes up: a loaded machine
+    // can take many seconds to start a dozen NF processes.
+    rc.wait_connected(Duration::from_secs(60))?;
+    Ok(rc)
+}
+
+/// Starts ferryd on `chain`, serving `socket`, and returns once it serves
+/// (before its NFs connect: NFs it does not start are the caller's).
+pub fn launch(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> {
     let mut cmd = Command::new(ferryd_bin()?);
     cmd.arg(chain).arg("--socket").arg(socket).env("FERRY_BIN", ferry_bin()?);
     if quiet {
@@ -52,9 +62,16 @@ pub fn start(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> {
     }
     let child = cmd.spawn().context("starting ferryd")?;
     let mut rc = RunningChain { child, socket: socket.to_path_buf() };
-    // Only a guard against a chain that never comes up: a loaded machine
-    // can take many seconds to start a dozen NF processes.
-    rc.wait_connected(Duration::from_secs(60))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while status(socket).is_err() {
+        if let Some(st) = rc.child.try_wait()? {
+            bail!("ferryd exited ({st}) before it served {}", socket.display());
+        }
+        if Instant::now() > deadline {
+            bail!("ferryd did not serve {} within 60 s", socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     Ok(rc)
 }
 
@@ -155,10 +172,12 @@ pub fn status_table(s: &Status) -> String {
     let mut out = format!("chain {}\n", s.chain);
     for n in &s.nfs {
         let pid = n.pid.map_or("-".to_string(), |p| p.to_string());
+        let uid = n.uid.map_or("-".to_string(), |u| u.to_string());
         out += &format!(
-            "  {:<10} domain {:<8} pid {:<8} {} restarts {}\n",
+            "  {:<10} domain {:<8} uid {:<10} pid {:<8} {} restarts {}\n",
             n.name,
             n.domain,
+            uid,
             pid,
             if n.connected { "up  " } else { "DOWN" },
             n.restarts
@@ -170,8 +189,9 @@ pub fn status_table(s: &Status) -> String {
     }
     for d in &s.domains {
         out += &format!(
-            "  domain {}: {} frames, {} in the shared pool, {} reclaimed from dead NFs, {} audits\n",
-            d.name, d.frames_total, d.in_pool, d.reclaimed, d.audits
+            "  domain {}: {} frames, {} in the shared pool, {} reclaimed from dead NFs, {} audits ({} lost, {} \
+             duplicated)\n",
+            d.name, d.frames_total, d.in_pool, d.reclaimed, d.audits, d.lost, d.duplicated
         );
     }
     out

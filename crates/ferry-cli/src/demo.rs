@@ -38,7 +38,7 @@ pub fn run(packets: u64) -> Result<DemoReport> {
     std::fs::create_dir_all(&dir)?;
     let chain = dir.join("demo.yaml");
     std::fs::write(&chain, DEMO_CHAIN.replace("{dut}", dut))?;
-    eprintln!("[demo] ferryd: chain in(d0) -> resp (ARP+ICMP) -> l2fwd -> fwd -> out(d1), NFs as user nobody");
+    eprintln!("[demo] ferryd: chain in(d0) -> resp (ARP+ICMP) -> l2fwd -> fwd -> out(d1), each domain as its own allocated uid");
     let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true)?;
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
 

@@ -1,5 +1,5 @@
 //! End-to-end tests of chains run by ferryd: real AF_XDP ports in network
-//! namespaces, NF processes as user `nobody`, kill -9 recovery, copy links,
+//! namespaces, NF processes as allocated uids, kill -9 recovery, copy links,
 //! protocol robustness, ferryd restarts.
 
 mod common;
@@ -14,35 +14,43 @@ use common::*;
 use ferry_chain::proto::{self, Msg};
 use ferry_cli::chainctl;
 
-/// The NF process has the `nobody` uid, no capabilities and no_new_privs.
-fn assert_unprivileged(pid: u32) {
+/// The NF process runs as a uid ferryd allocated (no account's), with no
+/// capabilities and no_new_privs; returns the uid.
+fn assert_unprivileged(pid: u32) -> u32 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("NF /proc status");
     let field =
         |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string()).unwrap_or_default();
-    assert!(field("Uid:").split_whitespace().all(|u| u == "65534"), "uids: {}", field("Uid:"));
+    let uids: Vec<u32> = field("Uid:").split_whitespace().map(|u| u.parse().unwrap()).collect();
+    let range = ferryd::users::DEFAULT_RANGE;
+    assert!(
+        uids.len() == 4 && uids.iter().all(|&u| u == uids[0] && (range.first..range.first + range.count).contains(&u)),
+        "uids of NF pid {pid}: {uids:?}, not one allocated uid"
+    );
     for cap in ["CapEff:", "CapPrm:", "CapInh:", "CapAmb:"] {
         assert_eq!(field(cap), "0000000000000000", "{cap} of NF pid {pid}");
     }
     assert_eq!(field("NoNewPrivs:"), "1");
-    assert_unreachable_by_its_uid(pid);
+    assert_unreachable_by_its_uid(pid, uids[0]);
+    uids[0]
 }
 
-/// The NF is not dumpable, so a process with exactly its credentials (uid
-/// 65534, no capabilities, no_new_privs) cannot list or open its fds nor
-/// read its memory through /proc: another domain's NF running as the same
-/// user cannot map this one's UMEM.
-fn assert_unreachable_by_its_uid(pid: u32) {
+/// The NF is not dumpable, so a process with exactly its credentials (its
+/// uid, no capabilities, no_new_privs) cannot list or open its fds nor
+/// read its memory through /proc: even a process of the NF's own user
+/// cannot map its UMEM.
+fn assert_unreachable_by_its_uid(pid: u32, uid: u32) {
     use std::os::unix::fs::MetadataExt;
     let owner = std::fs::metadata(format!("/proc/{pid}/fd")).expect("NF /proc entry").uid();
     assert_eq!(owner, 0, "NF pid {pid} is not dumpable: its /proc entries belong to root");
+    let (reuid, regid) = (format!("--reuid={uid}"), format!("--regid={uid}"));
     for path in [format!("/proc/{pid}/fd/"), format!("/proc/{pid}/fd/3"), format!("/proc/{pid}/mem")] {
         let out = std::process::Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs", "--inh-caps=-all"])
+            .args([reuid.as_str(), regid.as_str(), "--clear-groups", "--no-new-privs", "--inh-caps=-all"])
             .args(["head", "-c", "1", &path])
             .output()
             .expect("run setpriv (util-linux)");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains("Permission denied"), "uid 65534 read {path}: {err}");
+        assert!(!out.status.success() && err.contains("Permission denied"), "uid {uid} read {path}: {err}");
     }
 }
 
@@ -107,9 +115,8 @@ links:
     );
     let (rc, _) = start(&dir, &yaml);
     let st = rc.status().unwrap();
-    for nf in ["s", "a", "b", "c"] {
-        assert_unprivileged(pid_of(&st, nf));
-    }
+    let uids: Vec<u32> = ["s", "a", "b", "c"].iter().map(|nf| assert_unprivileged(pid_of(&st, nf))).collect();
+    assert!(uids.iter().all(|&u| u == uids[0]), "one domain, one uid: {uids:?}");
     let sent = 20_000u64;
     let report = generator_to_sink(&tb, sent, 20_000);
     let got = u(&report, "/packets");
@@ -194,20 +201,21 @@ fn ferryd_answers_bad_messages_with_errors_and_checks_credentials() {
     (&s).write_all(&[b'F', b'Y', 1, 0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f]).unwrap();
     expect_error(&s, "over the");
     let s = UnixStream::connect(&rc.socket).unwrap();
-    proto::send(&s, &Msg::Hello { nf: "nope".into(), pid: 1, counters: vec![] }, &[]).unwrap();
+    proto::send(&s, &Msg::Hello { nf: "nope".into(), pid: 1, counters: vec![], key: String::new() }, &[]).unwrap();
     expect_error(&s, "no NF \"nope\"");
     // A huge name is not echoed back whole (nor logged whole).
     let s = UnixStream::connect(&rc.socket).unwrap();
-    proto::send(&s, &Msg::Hello { nf: "n".repeat(900_000), pid: 1, counters: vec![] }, &[]).unwrap();
+    proto::send(&s, &Msg::Hello { nf: "n".repeat(900_000), pid: 1, counters: vec![], key: String::new() }, &[])
+        .unwrap();
     match proto::recv(&s).map(|m| m.0) {
         Ok(Msg::Error { message }) => {
             assert!(message.len() < 200 && message.contains("(900000 bytes)"), "{} bytes", message.len())
         }
         other => panic!("expected an error, got {other:?}"),
     }
-    // We are root; the NF's user is nobody.
+    // We are root; the NF runs as its domain's allocated uid.
     let s = UnixStream::connect(&rc.socket).unwrap();
-    proto::send(&s, &Msg::Hello { nf: "mid".into(), pid: 1, counters: vec![] }, &[]).unwrap();
+    proto::send(&s, &Msg::Hello { nf: "mid".into(), pid: 1, counters: vec![], key: String::new() }, &[]).unwrap();
     expect_error(&s, "is not NF \"mid\"'s user");
     let s = UnixStream::connect(&rc.socket).unwrap();
     proto::send(&s, &Msg::Ok, &[]).unwrap();
@@ -237,6 +245,12 @@ links:
   - { from: f, to: snk }
 "#;
     let (rc, _) = start(&dir, yaml);
+    // Each trust domain runs as its own allocated uid.
+    let st = rc.status().unwrap();
+    let uid = |nf: &str| st.nfs.iter().find(|n| n.name == nf).and_then(|n| n.uid).expect("uid in status");
+    assert_ne!(uid("src"), uid("f"), "domains a and b share no uid");
+    assert_eq!(uid("f"), uid("snk"), "one domain, one uid");
+    assert_unprivileged(pid_of(&st, "src"));
     wait_until("copied traffic at the sink", || rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > 20_000));
     // Counters only grow, and a status reads the NFs one after another: the
     // copies f received, read first, can never exceed what src copied, read

@@ -64,6 +64,7 @@ impl Nf {
             nf: name.to_string(),
             pid: std::process::id(),
             counters: counters.iter().map(|s| s.to_string()).collect(),
+            key: own_key(path, name),
         };
         proto::send(&ctrl, &hello, &[])?;
         let (msg, fds) = proto::recv(&ctrl)?;
@@ -271,4 +272,12 @@ impl Nf {
         });
         Ok(())
     }
+}
+
+/// The NF's key, for an NF ferryd does not start: from `FERRY_KEY`'s file,
+/// else from the file ferryd writes next to its socket. An NF ferryd
+/// started has none (ferryd knows it by its pid) and sends an empty key.
+fn own_key(socket: &Path, nf: &str) -> String {
+    let file = std::env::var_os(proto::ENV_KEY).map_or_else(|| proto::key_path(socket, nf), Into::into);
+    std::fs::read_to_string(file).map(|k| k.trim().to_string()).unwrap_or_default()
 }

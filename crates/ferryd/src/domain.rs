@@ -4,6 +4,7 @@
 //! every frame is in exactly one place.
 
 use std::collections::HashSet;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,8 +27,43 @@ pub struct Domain {
     pub control: SharedWords,
     pub owners: SharedWords,
     pub pool: FramePool,
-    /// Pause epochs; also serialises audits.
-    epoch: Mutex<u64>,
+    /// What ferryd alone knows of the threads; its lock serialises audits
+    /// and attaches.
+    life: Mutex<Life>,
+}
+
+/// The audit's own record, kept out of the shared memory NFs can write.
+struct Life {
+    /// Pause epochs.
+    epoch: u64,
+    /// Per tid: the process running it (None for never-attached NF threads
+    /// and for ferryd's bridges, which die only with ferryd).
+    procs: Vec<Option<Process>>,
+}
+
+struct Process {
+    pidfd: Arc<OwnedFd>,
+    /// The thread's receive ring, reset when it dies.
+    ring: u32,
+}
+
+/// A pidfd for `pid`: unlike the pid, it cannot come to name another
+/// process after this one exits.
+fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// A pidfd is readable once its process has exited (a zombie included).
+fn pidfd_exited(fd: &OwnedFd) -> bool {
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 && pfd.revents & libc::POLLIN != 0 }
 }
 
 impl Domain {
@@ -56,7 +92,8 @@ impl Domain {
             data.push(EventFd::new()?);
             room.push(EventFd::new_semaphore()?);
         }
-        Ok(Domain { plan: plan.clone(), umem, region, data, room, control, owners, pool, epoch: Mutex::new(0) })
+        let life = Life { epoch: 0, procs: (0..plan.tids).map(|_| None).collect() };
+        Ok(Domain { plan: plan.clone(), umem, region, data, room, control, owners, pool, life: Mutex::new(life) })
     }
 
     pub fn block(&self, tid: u32) -> ThreadBlock<'_> {
@@ -76,29 +113,72 @@ impl Domain {
         }
     }
 
-    /// Pauses the domain, reclaims the frames of threads `dead` (whose
-    /// processes are gone), resets their receive rings `dead_rings`, checks
-    /// conservation and resumes.
-    pub fn audit(&self, dead: &[u32], dead_rings: &[u32]) -> AuditReport {
-        let mut epoch = self.epoch.lock().expect("audit lock");
-        *epoch += 1;
-        let ep = *epoch;
+    /// Marks NF threads `threads` (tid, receive ring) alive, run by process
+    /// `pid`. Under the audit lock, so no audit sees a thread half attached.
+    /// ferryd keeps a pidfd of the process: an audit asks it, not /proc or
+    /// the shared memory, whether the process still lives.
+    pub fn attach(&self, threads: &[(u32, u32)], pid: u32) -> Result<()> {
+        let pidfd = Arc::new(pidfd_open(pid).with_context(|| format!("pidfd of NF pid {pid}"))?);
+        let mut life = self.life.lock().expect("audit lock");
+        for &(tid, ring) in threads {
+            let b = self.block(tid);
+            b.reset_counters();
+            b.set(shm::T_PID, pid as u64);
+            life.procs[tid as usize] = Some(Process { pidfd: pidfd.clone(), ring });
+            b.set(shm::T_STATE, shm::STATE_ALIVE);
+        }
+        Ok(())
+    }
+
+    /// Whether thread `tid` runs in a process that has exited.
+    fn process_exited(life: &Life, tid: u32) -> bool {
+        life.procs[tid as usize].as_ref().is_some_and(|p| pidfd_exited(&p.pidfd))
+    }
+
+    /// Pauses the domain, reclaims the frames of every dead thread, resets
+    /// their receive rings, checks conservation and resumes.
+    ///
+    /// A thread is dead if it is in `dead` (ferryd saw its NF's connection
+    /// close and its process exit), if it was marked dead before and not
+    /// attached again, or if its process exits before it acknowledged the
+    /// pause. The last case is what lets any number of NFs die together,
+    /// or during an audit: a dead thread never acknowledges, and waiting
+    /// for it would give up without reclaiming anything. Reclaiming a dead
+    /// thread twice is harmless (its frames are already back and its ring
+    /// is empty), so every audit reclaims all of them.
+    ///
+    /// If a live thread does not acknowledge within two seconds (stopped,
+    /// or kept off its CPU), the audit touches nothing and reports it in
+    /// `unresponsive`; callers that need the reclaim try again.
+    pub fn audit(&self, dead: &[u32]) -> AuditReport {
+        let mut life = self.life.lock().expect("audit lock");
+        life.epoch += 1;
+        let ep = life.epoch;
         let ctl = self.control.as_slice();
         for &t in dead {
             self.block(t).set(shm::T_STATE, shm::STATE_DEAD);
         }
         ctl[shm::PAUSE_REQ].store(ep, Ordering::Release);
-        let live: Vec<u32> =
-            (0..self.plan.tids).filter(|&t| self.block(t).get(shm::T_STATE) == shm::STATE_ALIVE).collect();
         let deadline = Instant::now() + Duration::from_secs(2);
-        let mut waiting: Vec<u32> = live.clone();
-        while !waiting.is_empty() && Instant::now() < deadline {
-            self.wake_everyone();
-            std::thread::sleep(Duration::from_micros(300));
+        let mut waiting: Vec<u32> =
+            (0..self.plan.tids).filter(|&t| self.block(t).get(shm::T_STATE) == shm::STATE_ALIVE).collect();
+        loop {
             waiting.retain(|&t| {
                 let b = self.block(t);
-                b.get(shm::T_PAUSE_ACK) != ep && b.get(shm::T_STATE) == shm::STATE_ALIVE
+                if b.get(shm::T_STATE) != shm::STATE_ALIVE || b.get(shm::T_PAUSE_ACK) == ep {
+                    return false;
+                }
+                if Self::process_exited(&life, t) {
+                    b.set(shm::T_STATE, shm::STATE_DEAD);
+                    return false;
+                }
+                true
             });
+            if waiting.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            self.wake_everyone();
+            std::thread::sleep(Duration::from_micros(300));
         }
         let mut report = AuditReport {
             domain: self.plan.name.clone(),
@@ -112,7 +192,17 @@ impl Domain {
             self.wake_everyone();
             return report;
         }
-        for &t in dead {
+        let (mut dead, mut live) = (Vec::new(), Vec::new());
+        for t in 0..self.plan.tids {
+            match self.block(t).get(shm::T_STATE) {
+                shm::STATE_DEAD => dead.push(t),
+                shm::STATE_ALIVE => live.push(t),
+                _ => {}
+            }
+        }
+        let dead_rings: Vec<u32> =
+            dead.iter().filter_map(|&t| life.procs[t as usize].as_ref().map(|p| p.ring)).collect();
+        for &t in &dead {
             for r in 0..self.plan.rings {
                 self.ring(r).repair_after_producer_death(t as u16);
             }
@@ -175,7 +265,7 @@ impl Domain {
             keep.push(i as u64 * fs);
         }
         report.duplicated = dup;
-        for &r in dead_rings {
+        for &r in &dead_rings {
             self.ring(r).reset();
         }
         if self.pool.rebuild(&keep).is_err() {
@@ -185,6 +275,9 @@ impl Domain {
         report.in_pool = keep.len() as u64;
         ctl[shm::AUDITS].fetch_add(1, Ordering::Relaxed);
         ctl[shm::RECLAIMED].fetch_add(report.reclaimed, Ordering::Relaxed);
+        ctl[shm::LOST].fetch_add(report.lost, Ordering::Relaxed);
+        ctl[shm::DUPLICATED].fetch_add(report.duplicated, Ordering::Relaxed);
+        report.dead = dead;
         ctl[shm::PAUSE_REQ].store(0, Ordering::Release);
         self.wake_everyone();
         report

@@ -4,8 +4,11 @@
 //! shared region (sealed memfds), the eventfds, the AF_XDP sockets (inside
 //! the ports' network namespaces) and the XDP redirect programs. NFs, which
 //! run as unprivileged users with no capabilities, connect to its Unix
-//! socket, prove who they are (SO_PEERCRED against the chain file's `user`)
-//! and receive their fds by SCM_RIGHTS. ferryd also runs the copy bridges
+//! socket, prove who they are and receive their fds by SCM_RIGHTS. Who an
+//! NF is: its uid (SO_PEERCRED) must be its domain's, and either its pid
+//! is that of the process ferryd started for it (not yet reaped, so no
+//! other process can have it) or, for an NF ferryd does not start, it
+//! sends the key only its user can read. ferryd also runs the copy bridges
 //! between domains and, when an NF dies, reclaims every frame it held.
 //!
 //! # When ferryd itself goes away
@@ -18,10 +21,12 @@
 
 mod bridge;
 mod domain;
+mod keys;
 mod ports;
 mod server;
 mod spawn;
 mod tap;
+pub mod users;
 
 pub use server::{run, Daemon, Options};
-pub use spawn::{lookup_user, process_gone};
+pub use spawn::process_gone;

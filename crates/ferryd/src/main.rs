@@ -12,14 +12,17 @@ struct Args {
     /// Unix socket to serve (default /run/ferry/<chain>.sock).
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// Do not start NFs; wait for them to connect.
+    /// Do not start NFs; wait for them to connect (each with its key).
     #[arg(long)]
     no_spawn: bool,
+    /// uids to allocate to domains that name no user, FIRST-LAST.
+    #[arg(long, default_value = "2130706432-2130771967")]
+    uid_range: ferryd::users::UidRange,
 }
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    let opts = ferryd::Options { chain: a.chain, socket: a.socket, spawn: !a.no_spawn };
+    let opts = ferryd::Options { chain: a.chain, socket: a.socket, spawn: !a.no_spawn, uids: a.uid_range };
     match ferryd::run(&opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

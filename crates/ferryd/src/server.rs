@@ -18,9 +18,11 @@ use ferry_xsk::XskSocket;
 
 use crate::bridge;
 use crate::domain::Domain;
+use crate::keys::NfKey;
 use crate::ports::{Port, XSK_RINGS};
 use crate::spawn;
 use crate::tap::Tap;
+use crate::users::{self, Creds, Lease, UidRange};
 
 /// What `ferryd` is started with.
 #[derive(Debug, Clone)]
@@ -29,10 +31,15 @@ pub struct Options {
     pub socket: Option<PathBuf>,
     /// Start the NFs marked `spawn: true` (default).
     pub spawn: bool,
+    /// Where domains that name no user get their uids.
+    pub uids: UidRange,
 }
 
 #[derive(Default)]
 struct NfState {
+    /// The process ferryd started for the NF, until it is reaped: the only
+    /// pid admitted as this NF.
+    child: Option<u32>,
     pid: Option<u32>,
     connected: bool,
     restarts: u32,
@@ -47,6 +54,11 @@ pub struct Daemon {
     ports: Vec<Option<Mutex<Port>>>,
     taps: Vec<Tap>,
     nfs: Vec<Mutex<NfState>>,
+    /// Per NF: what it runs as.
+    creds: Vec<Creds>,
+    /// Per NF: its key, if ferryd does not start it.
+    keys: Vec<Option<NfKey>>,
+    _leases: Vec<Lease>,
     ferry_bin: Option<PathBuf>,
     spawn: bool,
     pub stop: AtomicBool,
@@ -61,7 +73,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let spec = ferry_chain::spec::parse(&opts.chain)?;
     let plan = ChainPlan::compile(&spec);
     let socket = opts.socket.clone().unwrap_or_else(|| proto::default_socket(&plan.name));
-    let daemon = Arc::new(Daemon::setup(plan, socket, opts.spawn)?);
+    let daemon = Arc::new(Daemon::setup(plan, socket, opts)?);
     install_signal_handlers();
     let listener = daemon.listen()?;
     log(format!("chain {:?} up; listening on {}", daemon.plan.name, daemon.socket.display()));
@@ -92,6 +104,15 @@ pub fn run(opts: &Options) -> Result<()> {
     daemon.stop.store(true, Ordering::Release);
     daemon.stop_nfs();
     let _ = std::fs::remove_file(&daemon.socket);
+    for (nf, key) in daemon.plan.nfs.iter().zip(&daemon.keys) {
+        if key.is_some() {
+            let _ = std::fs::remove_file(proto::key_path(&daemon.socket, &nf.name));
+        }
+    }
+    if let Some(dir) = proto::key_path(&daemon.socket, "-").parent() {
+        // Only if empty: it is ours, but say nothing of what else is there.
+        let _ = std::fs::remove_dir(dir);
+    }
     log("stopped");
     Ok(())
 }
@@ -116,7 +137,22 @@ fn signalled() -> bool {
 }
 
 impl Daemon {
-    fn setup(plan: ChainPlan, socket: PathBuf, spawn: bool) -> Result<Daemon> {
+    fn setup(plan: ChainPlan, socket: PathBuf, opts: &Options) -> Result<Daemon> {
+        let spawn = opts.spawn;
+        let (creds, leases) = users::resolve(&plan, opts.uids)?;
+        for (d, dom) in plan.domains.iter().enumerate() {
+            let runs_as: Vec<&str> =
+                plan.nfs.iter().zip(&creds).filter(|(n, _)| n.domain == d).map(|(_, c)| c.shown.as_str()).collect();
+            log(format!("domain {} runs as {runs_as:?}", dom.name));
+        }
+        let mut keys = Vec::new();
+        for (nf, c) in plan.nfs.iter().zip(&creds) {
+            keys.push(if spawn && nf.spawn {
+                None
+            } else {
+                Some(NfKey::issue(&proto::key_path(&socket, &nf.name), c.uid, c.gid)?)
+            });
+        }
         let domains = plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?;
         let mut ports = Vec::new();
         for p in &plan.ports {
@@ -132,7 +168,20 @@ impl Daemon {
         } else {
             None
         };
-        Ok(Daemon { plan, socket, domains, ports, taps, nfs, ferry_bin, spawn, stop: AtomicBool::new(false) })
+        Ok(Daemon {
+            plan,
+            socket,
+            domains,
+            ports,
+            taps,
+            nfs,
+            creds,
+            keys,
+            _leases: leases,
+            ferry_bin,
+            spawn,
+            stop: AtomicBool::new(false),
+        })
     }
 
     fn listen(&self) -> Result<UnixListener> {
@@ -153,22 +202,37 @@ impl Daemon {
     }
 
     /// Starts NF `i` under a supervisor thread that restarts it after it
-    /// dies, once the connection handler has reclaimed its frames. The
-    /// supervisor is the NF's parent thread for its whole life, which
-    /// PR_SET_PDEATHSIG (tied to the parent thread) needs.
+    /// dies, once its frames are reclaimed. The supervisor is the NF's
+    /// parent thread for its whole life, which PR_SET_PDEATHSIG (tied to
+    /// the parent thread) needs.
     fn start_nf(daemon: &Arc<Daemon>, i: usize) -> Result<()> {
-        let ferry = daemon.ferry_bin.clone().unwrap_or_default();
         let d = daemon.clone();
-        let first = spawn::spawn_nf(&d.plan.nfs[i], &d.socket, &ferry)?;
+        let first = d.spawn_child(i)?;
         std::thread::Builder::new().name(format!("nf-{}", d.plan.nfs[i].name)).spawn(move || {
             let name = d.plan.nfs[i].name.clone();
             let mut child = Some(first);
             while let Some(mut c) = child.take() {
-                log(format!("started NF {name} (pid {}, user {})", c.id(), d.plan.nfs[i].user));
+                let pid = c.id();
+                log(format!("started NF {name} (pid {pid}, {})", d.creds[i].shown));
+                if let Err(e) = spawn::wait_exited(pid) {
+                    log(format!("waiting for NF {name} (pid {pid}): {e}"));
+                }
+                // Forget the pid before reaping frees it for reuse.
+                d.nfs[i].lock().expect("nf lock").child = None;
                 let status = c.wait();
                 log(format!("NF {name} exited: {status:?}"));
-                let deadline = Instant::now() + Duration::from_secs(5);
-                while d.nfs[i].lock().expect("nf lock").connected && Instant::now() < deadline {
+                // Its connection handler reclaims its frames and resets its
+                // rings; a new process before that would find them taken.
+                let waited = Instant::now();
+                let mut told = false;
+                while d.nfs[i].lock().expect("nf lock").connected {
+                    if d.stop.load(Ordering::Acquire) || signalled() {
+                        return;
+                    }
+                    if !told && waited.elapsed() > Duration::from_secs(5) {
+                        log(format!("NF {name}: still waiting to reclaim its frames before restarting it"));
+                        told = true;
+                    }
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 if d.stop.load(Ordering::Acquire) || signalled() || !d.plan.nfs[i].restart {
@@ -181,13 +245,23 @@ impl Daemon {
                 };
                 // Back off a little more for an NF that keeps dying.
                 std::thread::sleep(Duration::from_millis(50 * restarts.min(20) as u64));
-                match spawn::spawn_nf(&d.plan.nfs[i], &d.socket, &ferry) {
+                match d.spawn_child(i) {
                     Ok(c) => child = Some(c),
                     Err(e) => log(format!("restarting NF {name}: {e:#}")),
                 }
             }
         })?;
         Ok(())
+    }
+
+    /// Starts NF `i`'s process and records its pid, under the NF's lock so
+    /// that its hello (which takes the lock) finds the pid recorded.
+    fn spawn_child(&self, i: usize) -> Result<std::process::Child> {
+        let ferry = self.ferry_bin.clone().unwrap_or_default();
+        let mut st = self.nfs[i].lock().expect("nf lock");
+        let child = spawn::spawn_nf(&self.plan.nfs[i], &self.creds[i], &self.socket, &ferry)?;
+        st.child = Some(child.id());
+        Ok(child)
     }
 
     fn stop_nfs(&self) {
@@ -211,8 +285,8 @@ impl Daemon {
                 }
             };
             let reply = match msg {
-                Msg::Hello { nf, pid, counters } => {
-                    match self.admit(&stream, &nf, pid, counters) {
+                Msg::Hello { nf, pid, counters, key } => {
+                    match self.admit(&stream, &nf, pid, counters, &key) {
                         Ok(i) => self.nf_lifetime(&stream, i),
                         Err(e) => {
                             log(format!("refused NF {}: {e:#}", proto::echoed(&nf)));
@@ -223,7 +297,7 @@ impl Daemon {
                 }
                 Msg::Status => Msg::StatusReply(Box::new(self.status())),
                 Msg::Audit => match self.require_admin(&stream) {
-                    Ok(()) => Msg::AuditReply { domains: self.domains.iter().map(|d| d.audit(&[], &[])).collect() },
+                    Ok(()) => Msg::AuditReply { domains: self.domains.iter().map(|d| d.audit(&[])).collect() },
                     Err(e) => Msg::Error { message: format!("{e:#}") },
                 },
                 Msg::Shutdown => match self.require_admin(&stream) {
@@ -250,18 +324,41 @@ impl Daemon {
         Ok(())
     }
 
-    /// Checks an NF's credentials, creates its sockets and sends it
-    /// everything it needs.
-    fn admit(&self, stream: &UnixStream, name: &str, _claimed_pid: u32, counters: Vec<String>) -> Result<usize> {
+    /// Checks who an NF is, creates its sockets and sends it everything it
+    /// needs.
+    fn admit(
+        &self,
+        stream: &UnixStream,
+        name: &str,
+        _claimed_pid: u32,
+        counters: Vec<String>,
+        key: &str,
+    ) -> Result<usize> {
         let i = self
             .plan
             .nf_index(name)
             .ok_or_else(|| anyhow!("no NF {} in chain {:?}", proto::echoed(name), self.plan.name))?;
         let nf = &self.plan.nfs[i];
         let (pid, uid, _) = spawn::peer_cred(stream)?;
-        let (want_uid, _) = spawn::lookup_user(&nf.user)?;
-        if uid != want_uid {
-            bail!("peer uid {uid} is not NF {name:?}'s user {:?} (uid {want_uid})", nf.user);
+        let want = &self.creds[i];
+        if uid != want.uid {
+            bail!("peer uid {uid} is not NF {name:?}'s user ({}, uid {})", want.shown, want.uid);
+        }
+        let mut st = self.nfs[i].lock().expect("nf lock");
+        // Who it is. A uid is not enough: any process of that user could
+        // say hello while the NF is down and take its memory.
+        match &self.keys[i] {
+            None if st.child != Some(pid) => bail!(
+                "pid {pid} is not the process ferryd started as NF {name:?} ({}): ferryd starts this NF itself",
+                st.child.map_or("none is running".to_string(), |c| format!("that is pid {c}"))
+            ),
+            Some(k) if !k.matches(key) => bail!(
+                "NF {name:?} is started outside ferryd, so its hello carries the key in {} (readable by its user \
+                 only); this one {}",
+                proto::key_path(&self.socket, name).display(),
+                if key.is_empty() { "has none" } else { "is wrong" }
+            ),
+            _ => {}
         }
         // A dumpable NF would expose the domain's memory to every process of
         // its uid through /proc (root sees everything anyway).
@@ -278,7 +375,6 @@ impl Daemon {
         if let Some(long) = counters.iter().find(|c| c.chars().count() > proto::MAX_ECHOED) {
             bail!("counter name {} is over {} characters", proto::echoed(long), proto::MAX_ECHOED);
         }
-        let mut st = self.nfs[i].lock().expect("nf lock");
         if st.connected {
             bail!("NF {name:?} is already connected (pid {:?})", st.pid);
         }
@@ -309,12 +405,8 @@ impl Daemon {
                 fds.push(self.taps[*kernel].fd.as_raw_fd());
             }
         }
-        for t in &nf.threads {
-            let b = dom.block(t.tid);
-            b.reset_counters();
-            b.set(shm::T_PID, pid as u64);
-            b.set(shm::T_STATE, shm::STATE_ALIVE);
-        }
+        let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
+        dom.attach(&threads, pid)?;
         st.generation += 1;
         let welcome = Welcome {
             chain: self.plan.name.clone(),
@@ -374,12 +466,32 @@ impl Daemon {
         }
         let dom = &self.domains[nf.domain];
         let tids: Vec<u32> = nf.threads.iter().map(|t| t.tid).collect();
-        let rings: Vec<u32> = nf.threads.iter().map(|t| t.ring).collect();
-        let report = dom.audit(&tids, &rings);
+        // The NF may restart only once its frames are back and its rings
+        // reset, or the new process would find its ring still attached.
+        // An audit that a live thread did not answer (stopped, or off its
+        // CPU) reclaimed nothing, so try again until one did.
+        let mut tries = 0u64;
+        let report = loop {
+            let report = dom.audit(&tids);
+            if report.unresponsive.is_empty() || self.stop.load(Ordering::Acquire) || signalled() {
+                break report;
+            }
+            // Said once, then now and then: a stopped NF can hold this up
+            // for as long as it stays stopped.
+            if tries.is_multiple_of(30) {
+                log(format!(
+                    "NF {} gone, but threads {:?} of domain {} did not pause: its frames stay out until they do",
+                    nf.name, report.unresponsive, report.domain
+                ));
+            }
+            tries += 1;
+            std::thread::sleep(Duration::from_millis(100));
+        };
         log(format!(
-            "NF {} gone: reclaimed {} frames; domain {}: {} in pool, {} in rings, {} held, {} lost, {} duplicated",
+            "NF {} gone: reclaimed {} frames (dead threads {:?}); domain {}: {} in pool, {} in rings, {} held, {} lost, {} duplicated",
             nf.name,
             report.reclaimed,
+            report.dead,
             report.domain,
             report.in_pool,
             report.in_rings,
@@ -414,6 +526,7 @@ impl Daemon {
                 name: nf.name.clone(),
                 domain: dom.plan.name.clone(),
                 pid: st.pid,
+                uid: Some(self.creds[i].uid),
                 connected: st.connected,
                 restarts: st.restarts,
                 threads,
@@ -427,6 +540,8 @@ impl Daemon {
                 in_pool: d.pool.available(),
                 reclaimed: ctl[shm::RECLAIMED].load(Ordering::Relaxed),
                 audits: ctl[shm::AUDITS].load(Ordering::Relaxed),
+                lost: ctl[shm::LOST].load(Ordering::Relaxed),
+                duplicated: ctl[shm::DUPLICATED].load(Ordering::Relaxed),
             });
         }
         s

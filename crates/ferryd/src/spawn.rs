@@ -1,6 +1,5 @@
 //! Starting NF processes as their configured user, with no capabilities.
 
-use std::ffi::CString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -9,18 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use ferry_chain::plan::NfPlan;
 use ferry_chain::proto;
 
-/// uid and gid of a user name.
-pub fn lookup_user(name: &str) -> Result<(u32, u32)> {
-    let c = CString::new(name)?;
-    // SAFETY: getpwnam returns NULL or a pointer to static storage, read at
-    // once (ferryd looks users up from one thread at a time).
-    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
-    if pw.is_null() {
-        bail!("no such user {name:?}");
-    }
-    // SAFETY: non-null result of getpwnam.
-    Ok(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
-}
+use crate::users::Creds;
 
 /// The `ferry` binary that hosts built-in NFs: `FERRY_BIN`, else the one
 /// next to this ferryd.
@@ -38,11 +26,11 @@ pub fn ferry_bin() -> Result<PathBuf> {
 }
 
 /// Starts NF `nf` so that it connects back to `socket`. The child runs as
-/// the NF's user: std drops supplementary groups and, since the uid changes
+/// `creds`: std drops supplementary groups and, since the uid changes
 /// from root to non-root, the kernel clears every capability; no_new_privs
 /// stops it from regaining any, and it dies with ferryd.
-pub fn spawn_nf(nf: &NfPlan, socket: &Path, ferry: &Path) -> Result<Child> {
-    let (uid, gid) = lookup_user(&nf.user)?;
+pub fn spawn_nf(nf: &NfPlan, creds: &Creds, socket: &Path, ferry: &Path) -> Result<Child> {
+    let (uid, gid) = (creds.uid, creds.gid);
     let mut cmd = match (&nf.kind, &nf.exec) {
         (Some(kind), _) => {
             let mut c = Command::new(ferry);
@@ -87,6 +75,26 @@ pub fn is_dumpable(pid: u32) -> Result<bool> {
     let path = format!("/proc/{pid}/fd");
     let owner = std::fs::metadata(&path).with_context(|| format!("reading {path}"))?.uid();
     Ok(owner != 0)
+}
+
+/// Waits until child `pid` has exited, without reaping it: until it is
+/// reaped its pid names it and nothing else, which is what lets ferryd
+/// know an NF by its pid.
+pub fn wait_exited(pid: u32) -> std::io::Result<()> {
+    loop {
+        // SAFETY: waitid into a zeroed siginfo_t we own.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT)
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// Peer credentials of a Unix socket: (pid, uid, gid).
@@ -138,7 +146,7 @@ mod tests {
             eprintln!("SKIP: needs root");
             return;
         }
-        let (uid, gid) = lookup_user("nobody").expect("user nobody");
+        let (uid, gid) = crate::users::lookup_user("nobody").expect("user nobody");
         // `sh` is dumpable after exec; then it reads a line and exits.
         let mut child = Command::new("sh")
             .args(["-c", "read line"])

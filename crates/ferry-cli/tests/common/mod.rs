@@ -161,7 +161,7 @@ impl Ferry {
         Self::spawn_cmd(c, format!("ferry {}", args.join(" ")))
     }
 
-    fn spawn_cmd(mut cmd: Command, what: String) -> Ferry {
+    pub fn spawn_cmd(mut cmd: Command, what: String) -> Ferry {
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {what}: {e}"));
         let stdout = child.stdout.take().map(reader);
