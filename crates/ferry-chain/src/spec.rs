@@ -10,7 +10,8 @@
 //! nfs:
 //!   - name: resp
 //!     domain: main
-//!     kind: arp-icmp            # a built-in NF hosted by `ferry nf serve` ...
+//!     kind: arp-responder+icmp-echo   # NF types of `ferry nf list` ...
+//!     args: ["10.0.1.2=02:00:00:00:01:02", "--", "10.0.1.2"]
 //!   - name: fwd
 //!     domain: main
 //!     exec: [/usr/local/bin/my-nf, --flag]   # ... or any program using the SDK
@@ -279,10 +280,18 @@ fn default_bp_sleep_us() -> u64 {
     50
 }
 
-/// Reads and validates a chain file.
-pub fn parse(path: &Path) -> Result<ChainSpec, YamlError> {
+/// The NF types there are, as the chain parser asks about them (the
+/// registry lives above this layer: `ferry-catalog`).
+pub trait KindCheck {
+    /// Whether `kind` is an NF type that can run in a chain and `args` are
+    /// its arguments. An error blames `args[i]` (`Some(i)`) or the kind.
+    fn check(&self, kind: &str, args: &[String]) -> Result<(), (Option<usize>, String)>;
+}
+
+/// Reads and validates a chain file, its NFs' kinds and arguments too.
+pub fn parse(path: &Path, kinds: &dyn KindCheck) -> Result<ChainSpec, YamlError> {
     let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
-    ChainSpec::from_yaml_str(&text, &origin)
+    ChainSpec::from_yaml_str(&text, &origin, kinds)
 }
 
 fn valid_user(s: &str) -> bool {
@@ -308,8 +317,8 @@ pub enum Node {
 type Invalid = (Vec<Seg>, String);
 
 impl ChainSpec {
-    pub fn from_yaml_str(text: &str, origin: &str) -> Result<ChainSpec, YamlError> {
-        let mut spec: ChainSpec = parse_located(text, origin, ChainSpec::validate)?;
+    pub fn from_yaml_str(text: &str, origin: &str, kinds: &dyn KindCheck) -> Result<ChainSpec, YamlError> {
+        let mut spec: ChainSpec = parse_located(text, origin, |s: &ChainSpec| s.validate(kinds))?;
         spec.origin = origin.to_string();
         Ok(spec)
     }
@@ -337,7 +346,7 @@ impl ChainSpec {
         self.ports.iter().position(|p| p.name == name).map(Node::Port)
     }
 
-    fn validate(&self) -> Result<(), Invalid> {
+    fn validate(&self, kinds: &dyn KindCheck) -> Result<(), Invalid> {
         use Seg::{Index, Key};
         if let Some(n) = &self.name {
             if !valid_name(n) {
@@ -420,6 +429,10 @@ impl ChainSpec {
                     return Err((at("kind"), "needs `kind` or `exec` (or `spawn: false`)".into()))
                 }
                 (None, Some(argv)) if argv.is_empty() => return Err((at("exec"), "empty command".into())),
+                (Some(kind), None) => kinds.check(kind, &n.args).map_err(|(arg, message)| match arg {
+                    Some(j) => (vec![Key("nfs"), Index(i), Key("args"), Index(j)], message),
+                    None => (at("kind"), message),
+                })?,
                 _ => {}
             }
             if !(1..=64).contains(&n.threads) {
@@ -578,15 +591,37 @@ links:
 
     #[test]
     fn parses_a_good_chain() {
-        let c = ChainSpec::from_yaml_str(GOOD, "t.yaml").unwrap();
+        let c = parse(GOOD).unwrap();
         assert_eq!(c.nfs.len(), 2);
         assert_eq!(c.nfs[1].backpressure.mode, BackpressureMode::Sleep);
         assert_eq!(c.user_of(0), None, "an allocated uid by default");
         assert_eq!(c.node("out"), Some(Node::Port(1)));
     }
 
+    /// The kinds of these tests: `l2fwd` (no arguments) and `fwd`
+    /// (`by_port=0|1`).
+    struct TestKinds;
+
+    impl KindCheck for TestKinds {
+        fn check(&self, kind: &str, args: &[String]) -> Result<(), (Option<usize>, String)> {
+            let allowed: &[&str] = match kind {
+                "l2fwd" => &[],
+                "fwd" => &["by_port=0", "by_port=1"],
+                _ => return Err((None, format!("unknown NF type {kind:?}"))),
+            };
+            match args.iter().position(|a| !allowed.contains(&a.as_str())) {
+                Some(j) => Err((Some(j), format!("bad argument {:?}", args[j]))),
+                None => Ok(()),
+            }
+        }
+    }
+
+    fn parse(text: &str) -> Result<ChainSpec, YamlError> {
+        ChainSpec::from_yaml_str(text, "c.yaml", &TestKinds)
+    }
+
     fn err(text: &str) -> String {
-        ChainSpec::from_yaml_str(text, "c.yaml").unwrap_err().to_string()
+        parse(text).unwrap_err().to_string()
     }
 
     #[test]
@@ -617,7 +652,7 @@ links:
         let with_kernel =
             GOOD.replace("nfs:\n", "kernel:\n  - { name: host, dev: fk0, addrs: [\"10.0.9.1/24\"] }\nnfs:\n");
         let ok = with_kernel.replace("{ from: y, to: out }", "{ from: y, to: host }");
-        let c = ChainSpec::from_yaml_str(&ok, "c.yaml").unwrap();
+        let c = parse(&ok).unwrap();
         assert_eq!(c.node("host"), Some(Node::Kernel(0)));
         let bad = with_kernel.replace("{ from: in, to: x }", "{ from: host, to: x }");
         assert!(err(&bad).contains("links[0].from: the kernel hop only takes frames"), "{}", err(&bad));
@@ -635,7 +670,7 @@ links:
     #[test]
     fn two_domains_under_one_user_need_share_users() {
         let named = GOOD.replace("{ name: a }", "{ name: a, user: svc }");
-        let c = ChainSpec::from_yaml_str(&named, "c.yaml").unwrap();
+        let c = parse(&named).unwrap();
         assert_eq!((c.user_of(0), c.user_of(1)), (Some("svc"), None));
         let bad = named.replace("kind: l2fwd, threads: 1", "kind: l2fwd, user: svc, threads: 1");
         let e = err(&bad);
@@ -644,12 +679,28 @@ links:
         let bad = named.replace("{ name: b, frames: 1024 }", "{ name: b, frames: 1024, user: svc }");
         assert!(err(&bad).contains("domains[1].user: user \"svc\" already runs domain \"a\""), "{}", err(&bad));
         let shared = format!("share_users: true\n{bad}");
-        let c = ChainSpec::from_yaml_str(&shared, "c.yaml").unwrap();
+        let c = parse(&shared).unwrap();
         assert_eq!((c.user_of(0), c.user_of(1)), (Some("svc"), Some("svc")));
         // A user per domain is what isolation wants.
         let apart = named.replace("kind: l2fwd, threads: 1", "kind: l2fwd, user: web, threads: 1");
-        assert!(ChainSpec::from_yaml_str(&apart, "c.yaml").is_ok());
+        assert!(parse(&apart).is_ok());
         let bad = GOOD.replace("{ name: a }", "{ name: a, user: \"a b\" }");
         assert!(err(&bad).contains("domains[0].user: \"a b\" is not a user name"), "{}", err(&bad));
+    }
+
+    #[test]
+    fn kinds_and_arguments_are_checked_where_they_are_written() {
+        let bad = GOOD.replace("{ name: x, domain: a, kind: l2fwd }", "{ name: x, domain: a, kind: arp-icmp }");
+        let e = err(&bad);
+        assert!(e.starts_with("c.yaml:10:"), "{e}");
+        assert!(e.contains("nfs[0].kind: unknown NF type \"arp-icmp\""), "{e}");
+        let bad = GOOD.replace(
+            "{ name: x, domain: a, kind: l2fwd }",
+            "{ name: x, domain: a, kind: fwd, args: [\"by_port=1\", \"colour=red\"] }",
+        );
+        assert!(err(&bad).contains("nfs[0].args[1]: bad argument \"colour=red\""), "{}", err(&bad));
+        // `exec` NFs are programs of their own: nothing to check.
+        let ok = GOOD.replace("{ name: x, domain: a, kind: l2fwd }", "{ name: x, domain: a, exec: [/bin/nf] }");
+        assert!(parse(&ok).is_ok());
     }
 }

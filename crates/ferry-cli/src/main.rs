@@ -170,6 +170,8 @@ enum NfCmd {
 
 #[derive(Subcommand)]
 enum ChainCmd {
+    /// Check FILE as ferryd would (NF kinds and arguments included), without running it.
+    Check { file: PathBuf },
     /// Run ferryd on FILE in the foreground until Ctrl-C.
     Up {
         file: PathBuf,
@@ -506,7 +508,7 @@ fn pretty<T: Serialize>(v: &T) -> String {
 
 /// Splits `a x y -- b z` into [[a, x, y], [b, z]].
 fn ferryd_socket(chain: &std::path::Path) -> Result<PathBuf> {
-    let spec = ferry_chain::spec::parse(chain)?;
+    let spec = ferry_catalog::parse_chain(chain)?;
     Ok(ferry_chain::proto::default_socket(&spec.name()))
 }
 
@@ -615,27 +617,22 @@ fn run(cli: Cli) -> Result<()> {
             let report = evnfrun::run(&file, status.as_deref(), duration)?;
             emit(json, &report, pretty)
         }
+        Cmd::Chain(ChainCmd::Check { file }) => {
+            let spec = ferry_catalog::parse_chain(&file)?;
+            println!(
+                "{}: chain {:?} is valid: {} NFs in {} domains, {} ports, {} links",
+                file.display(),
+                spec.name(),
+                spec.nfs.len(),
+                spec.domains.len(),
+                spec.ports.len(),
+                spec.links.len()
+            );
+            Ok(())
+        }
         Cmd::Chain(ChainCmd::Down { socket, name }) => chainctl::shutdown(&chain_socket(socket, &name)),
         Cmd::Nf(NfCmd::List) => {
-            for info in ferry_nf::registry() {
-                println!("{:<14} {:<12} {}", info.spec.name, info.args, info.summary);
-                println!("{:<14} counters: {}", "", info.spec.counters.join(", "));
-            }
-            // Hosted by `ferry nf serve --kind parallel-NAME` (or `kind:` in
-            // a chain file), with the host's own arguments on top.
-            for name in ferry_parallel::live::registry::NAMES {
-                let d = ferry_parallel::live::registry::describe(name)?;
-                println!("{:<14} {} (parallel runtime)", format!("parallel-{name}"), d.summary);
-                let args: Vec<String> =
-                    d.args.iter().chain(&ferry_cli::serve_parallel::HOST_KEYS).map(|k| format!("{k}=")).collect();
-                println!("{:<14} args: {}", "", args.join(" "));
-                let own = if d.counters.is_empty() { "(none)".to_string() } else { d.counters.join(", ") };
-                println!(
-                    "{:<14} counters: runtime's {}; {own}; w<i>_packets",
-                    "",
-                    ferry_parallel::live::COUNTERS.join(", ")
-                );
-            }
+            print!("{}", ferry_catalog::table());
             Ok(())
         }
         Cmd::Nf(NfCmd::Run { port, batch, duration, warmup, window, json, nfs }) => {

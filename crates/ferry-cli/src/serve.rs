@@ -20,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use ferry_nf::{PacketNf, Verdict};
 use ferry_sdk::{Nf, NfThread, Packet};
 use ferry_wire::{build_frame, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp};
@@ -33,28 +33,18 @@ pub const EXIT_STOPPED: i32 = 0;
 
 const BURST: usize = 32;
 
-fn arg<'a>(args: &'a [String], key: &str) -> Option<&'a str> {
-    args.iter().find_map(|a| a.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-fn num_arg(args: &[String], key: &str, default: u64) -> Result<u64> {
-    match arg(args, key) {
-        None => Ok(default),
-        Some(v) => v.parse().map_err(|_| anyhow!("bad {key}={v}: not a number")),
-    }
-}
-
-/// Runs NF kind `kind` until ferryd stops it.
+/// Runs NF kind `kind` until ferryd stops it. Its kind and arguments are
+/// checked against the catalog first, as the chain file was.
 pub fn serve(kind: &str, args: &[String]) -> Result<()> {
     if let Some(name) = kind.strip_prefix("parallel-") {
         return crate::serve_parallel::serve(name, args);
     }
+    ferry_catalog::check(kind, args)?;
     match kind {
         "source" => {
+            let v = ferry_catalog::Values::of(kind, args)?;
             let nf = Nf::connect_from_env_with(&["made"])?;
-            let size = num_arg(args, "size", 64)? as usize;
-            let rate = num_arg(args, "rate", 0)?;
-            let flows = num_arg(args, "flows", 64)?.max(1);
+            let (size, rate, flows) = (v.u64("size")? as usize, v.u64("rate")?, v.u64("flows")?);
             nf.run(|th| source(th, size, rate, flows))?;
         }
         "sink" => {
@@ -62,15 +52,13 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
             nf.run(sink)?;
         }
         "fwd" | "split" | "slow" => {
-            let work_ns = num_arg(args, "work_ns", 0)?;
-            if kind == "slow" && work_ns == 0 {
-                bail!("slow needs work_ns=N");
-            }
+            let v = ferry_catalog::Values::of(kind, args)?;
+            let work_ns = if kind == "slow" { v.u64("work_ns")? } else { 0 };
             let nf = Nf::connect_from_env()?;
-            let route = match (kind, num_arg(args, "by_port", 0)?) {
-                ("split", _) => Route::FlowHash,
-                (_, 0) => Route::First,
-                _ => Route::ByPort,
+            let route = match kind {
+                "split" => Route::FlowHash,
+                "fwd" if v.u64("by_port")? == 1 => Route::ByPort,
+                _ => Route::First,
             };
             nf.run(|th| forward(th, route, work_ns))?;
         }

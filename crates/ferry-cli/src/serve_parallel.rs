@@ -28,21 +28,24 @@ use ferry_parallel::runtime::{ParallelNf, RuntimeError, TraceConfig};
 use ferry_parallel::stm::Stm;
 use ferry_sdk::{Nf, NfThread, Waker};
 
-/// The host's own arguments.
-pub const HOST_KEYS: [&str; 5] = ["workers", "batch", "queue", "tick_us", "ring_port"];
-
 /// Runs parallel NF `name` until ferryd stops it.
 pub fn serve(name: &str, args: &[String]) -> Result<()> {
-    if !registry::NAMES.contains(&name) {
-        bail!("no parallel NF {name:?} (known: {})", registry::NAMES.join(", "));
-    }
-    let mut nf_args = NfArgs::parse(args)?;
-    let host = nf_args.take(&HOST_KEYS);
-    let workers = host.u64_or("workers", 1)? as usize;
-    let batch = host.u64_or("batch", 32)? as usize;
-    let queue = host.u64_or("queue", live::DEFAULT_QUEUED_BATCHES as u64)? as usize;
-    let tick_ns = host.u64_or("tick_us", live::DEFAULT_TICK_NS / 1000)?.saturating_mul(1000);
-    let ring_port = u16::try_from(host.u64_or("ring_port", 0)?).map_err(|_| anyhow!("ring_port: not a port"))?;
+    // The catalog declares the host's arguments (types and defaults) and
+    // knows the NF's keys; the NF checks its own values as it is built.
+    let kind = format!("parallel-{name}");
+    ferry_catalog::check(&kind, args)?;
+    let is_host = |a: &String| {
+        let key = a.split_once('=').map_or(a.as_str(), |(k, _)| k);
+        ferry_catalog::PARALLEL_HOST_ARGS.iter().any(|h| h.key == key)
+    };
+    let (host_args, own): (Vec<String>, Vec<String>) = args.iter().cloned().partition(is_host);
+    let host = ferry_catalog::Values::of(&kind, &host_args)?;
+    let nf_args = NfArgs::parse(&own)?;
+    let workers = host.u64("workers")? as usize;
+    let batch = host.u64("batch")? as usize;
+    let queue = host.u64("queue")? as usize;
+    let tick_ns = host.u64("tick_us")?.saturating_mul(1000);
+    let ring_port = u16::try_from(host.u64("ring_port")?).map_err(|_| anyhow!("ring_port: not a port"))?;
     let stm = Stm::new(workers).with_context(|| format!("workers={workers}"))?;
     // Before any thread exists (connect starts one), so all inherit it.
     let signals = block_stop_signals()?;

@@ -82,6 +82,52 @@ fn nf_run_unknown_nf_is_named() {
     assert!(r.stdout.contains("mappings_created") && r.stdout.contains("workers="), "{}", r.stdout);
 }
 
+/// `ferry chain check` reads a chain file as ferryd does: an unknown NF
+/// type, an unknown argument or a bad value is named with file, line and
+/// field; `nf list` shows every type's model, offloadability and elements.
+#[test]
+fn chain_check_names_bad_kinds_and_arguments_where_they_are() {
+    let dir = TempDir::new("chaincheck");
+    let chain = |nf: &str| {
+        format!(
+            "name: chk\ndomains: [ {{ name: main }} ]\nnfs:\n  - {{ name: b, domain: main, kind: sink }}\n  - {nf}\nlinks:\n  - {{ from: a, to: b }}\n"
+        )
+    };
+    for (file, nf, field, what) in [
+        ("kind.yaml", "{ name: a, domain: main, kind: arp-icmp }", "nfs[1].kind", "unknown NF type \"arp-icmp\""),
+        (
+            "arg.yaml",
+            "{ name: a, domain: main, kind: source, args: [\"rate=10\", \"speed=2\"] }",
+            "nfs[1].args[1]",
+            "unknown argument speed=",
+        ),
+        (
+            "value.yaml",
+            "{ name: a, domain: main, kind: parallel-nat, args: [\"workers=0\"] }",
+            "nfs[1].args[0]",
+            "workers=0: expected an integer in 1..=64",
+        ),
+        ("hybrid.yaml", "{ name: a, domain: main, kind: efw }", "nfs[1].kind", "ferryd does not place them yet"),
+    ] {
+        let path = dir.path(file);
+        std::fs::write(&path, chain(nf)).unwrap();
+        let r = ferry(&["chain", "check", path.to_str().unwrap()], Duration::from_secs(20));
+        assert!(!r.status.success(), "`ferry chain check {file}` accepted it:\n{}", r.stdout);
+        let err = r.stderr;
+        assert!(err.contains(&format!("{}:5:", path.display())), "{file}: file and line 5 in: {err}");
+        assert!(err.contains(&format!("{field}: ")) && err.contains(what), "{file}: {field} and {what:?} in: {err}");
+    }
+    let good = dir.path("good.yaml");
+    std::fs::write(&good, chain("{ name: a, domain: main, kind: source, args: [\"rate=10\"] }")).unwrap();
+    let r = ferry(&["chain", "check", good.to_str().unwrap()], Duration::from_secs(20));
+    assert!(r.status.success() && r.stdout.contains("is valid: 2 NFs"), "{}{}", r.stdout, r.stderr);
+
+    let r = ferry(&["nf", "list"], Duration::from_secs(20));
+    for line in ["parallel-nat", "partially offloadable", "ip-rewriter", "edpi", "hybrid"] {
+        assert!(r.stdout.contains(line), "{line} in nf list:\n{}", r.stdout);
+    }
+}
+
 #[test]
 fn gen_on_missing_device_is_named() {
     for sub in ["live", "xsk"] {

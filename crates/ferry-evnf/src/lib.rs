@@ -16,6 +16,7 @@ pub mod dpi;
 pub mod firewall;
 pub mod hybrid;
 pub mod runner;
+pub mod types;
 pub mod weights;
 
 pub use config::{parse, EvnfSpec};

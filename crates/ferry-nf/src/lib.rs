@@ -24,6 +24,7 @@ mod arp;
 mod chain;
 mod icmp;
 mod l2fwd;
+pub mod model;
 mod registry;
 mod rxdrop;
 

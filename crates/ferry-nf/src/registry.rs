@@ -2,6 +2,7 @@
 
 use std::net::Ipv4Addr;
 
+use crate::model::{Element, Offload};
 use crate::{ArpResponder, IcmpEchoResponder, L2Fwd, NfSpec, PacketNf};
 
 /// Why an NF could not be built.
@@ -26,6 +27,8 @@ pub struct NfInfo {
     pub summary: &'static str,
     /// What the arguments look like.
     pub args: &'static str,
+    /// Its elements and their offloadability.
+    pub elements: &'static [Element],
     build: NfBuilder,
 }
 
@@ -99,24 +102,31 @@ static REGISTRY: [NfInfo; 4] = [
         spec: &crate::l2fwd::SPEC,
         summary: "swap source and destination MAC, send back",
         args: "(none)",
+        elements: &[Element { name: "ether-swap", offload: Offload::Full }],
         build: build_l2fwd,
     },
     NfInfo {
         spec: &crate::arp::SPEC,
         summary: "answer ARP requests for the given IPv4 addresses",
         args: "IP=MAC ...",
+        // Answering needs the reply built from the request: a header
+        // rewrite XDP does (XDP_TX), with a static table.
+        elements: &[Element { name: "arp-reply", offload: Offload::Full }],
         build: build_arp,
     },
     NfInfo {
         spec: &crate::icmp::SPEC,
         summary: "answer ICMP echo requests (ping) to the given IPv4 addresses",
         args: "IP ...",
+        // The reply moves the ICMP message over any IP options: payload access.
+        elements: &[Element { name: "icmp-echo-reply", offload: Offload::No }],
         build: build_icmp,
     },
     NfInfo {
         spec: &crate::rxdrop::SPEC,
         summary: "count and drop every frame (receive baseline)",
         args: "(none)",
+        elements: &[Element { name: "drop", offload: Offload::Full }],
         build: build_rxdrop,
     },
 ];

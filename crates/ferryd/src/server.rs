@@ -70,7 +70,7 @@ fn log(msg: impl AsRef<str>) {
 
 /// Sets the chain up, serves until `Shutdown` or SIGTERM/SIGINT, tears down.
 pub fn run(opts: &Options) -> Result<()> {
-    let spec = ferry_chain::spec::parse(&opts.chain)?;
+    let spec = ferry_catalog::parse_chain(&opts.chain)?;
     let plan = ChainPlan::compile(&spec);
     let socket = opts.socket.clone().unwrap_or_else(|| proto::default_socket(&plan.name));
     let daemon = Arc::new(Daemon::setup(plan, socket, opts)?);

@@ -17,6 +17,7 @@
 
 use std::time::Instant;
 
+use ferry_nf::model::{Element, Offload};
 use ferry_wire::five_tuple;
 
 use super::registry::{ArgError, NfArgs, NfEnv, NfSetup, RegisteredNf};
@@ -140,6 +141,7 @@ impl ParallelNf for DstCounter {
 
 impl RegisteredNf for DstCounter {
     const SUMMARY: &'static str = "counts packets per destination and forwards them (tests, demos)";
+    const ELEMENTS: &'static [Element] = &[Element { name: "counter", offload: Offload::Full }];
     const ARGS: &'static [&'static str] = &["buckets", "idle_ms", "work_ns", "exit_marker", "expiry_marker"];
 
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {

@@ -71,6 +71,7 @@
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 
+use ferry_nf::model::{Element, Offload};
 use ferry_wire::MacAddr;
 
 use super::registry::{bad_value, ArgError, NfArgs, NfEnv, NfSetup, RegisteredNf};
@@ -218,6 +219,11 @@ fn setup(trace: TraceConfig) -> NfSetup {
 
 impl RegisteredNf for Nat {
     const SUMMARY: &'static str = "endpoint-independent NAT (RFC 4787), ports leased from per-core pools";
+    // XDP rewrites established mappings; a new flow needs a lease.
+    const ELEMENTS: &'static [Element] = &[
+        Element { name: "ip-classifier", offload: Offload::Full },
+        Element { name: "ip-rewriter", offload: Offload::Partial },
+    ];
     const ARGS: &'static [&'static str] = NAT_KEYS;
     const COUNTERS: &'static [&'static str] = &NatCounters::NAMES;
 
@@ -254,6 +260,8 @@ impl RegisteredNf for Nat {
 
 impl RegisteredNf for Bridge {
     const SUMMARY: &'static str = "MAC-learning bridge with entry expiry and a refresh interval";
+    // Forwarding to a learnt MAC is a lookup; learning creates entries.
+    const ELEMENTS: &'static [Element] = &[Element { name: "mac-learning-forward", offload: Offload::Partial }];
     const ARGS: &'static [&'static str] = BRIDGE_KEYS;
     const COUNTERS: &'static [&'static str] = &BridgeCounters::NAMES;
 
@@ -297,6 +305,11 @@ impl RegisteredNf for Bridge {
 
 impl RegisteredNf for Firewall {
     const SUMMARY: &'static str = "stateful firewall: inside opens connections, outside only answers";
+    // Answers on a known connection are a lookup; a new one is an entry.
+    const ELEMENTS: &'static [Element] = &[
+        Element { name: "ip-filter", offload: Offload::Full },
+        Element { name: "connection-tracker", offload: Offload::Partial },
+    ];
     const ARGS: &'static [&'static str] = FIREWALL_KEYS;
     const COUNTERS: &'static [&'static str] = &FirewallCounters::NAMES;
 
@@ -315,6 +328,10 @@ impl RegisteredNf for Firewall {
 
 impl RegisteredNf for Maglev {
     const SUMMARY: &'static str = "Maglev load balancer with connection affinity";
+    const ELEMENTS: &'static [Element] = &[
+        Element { name: "ip-classifier", offload: Offload::Full },
+        Element { name: "lb-rewriter", offload: Offload::Partial },
+    ];
     const ARGS: &'static [&'static str] = MAGLEV_KEYS;
     const COUNTERS: &'static [&'static str] = &MaglevCounters::NAMES;
 
@@ -352,6 +369,7 @@ impl RegisteredNf for Maglev {
 
 impl RegisteredNf for Policer {
     const SUMMARY: &'static str = "per-destination token-bucket policer";
+    const ELEMENTS: &'static [Element] = &[Element { name: "policer", offload: Offload::Full }];
     const ARGS: &'static [&'static str] = POLICER_KEYS;
     const COUNTERS: &'static [&'static str] = &PolicerCounters::NAMES;
 
@@ -383,6 +401,8 @@ impl RegisteredNf for Policer {
 
 impl RegisteredNf for AntiDdos {
     const SUMMARY: &'static str = "SYN-flood detector over distributed flow counters (NFOS Listing 2)";
+    // Counting distinct flows per destination creates entries.
+    const ELEMENTS: &'static [Element] = &[Element { name: "flow-counter", offload: Offload::Partial }];
     const ARGS: &'static [&'static str] = ANTI_DDOS_KEYS;
     const COUNTERS: &'static [&'static str] = &AntiDdosCounters::NAMES;
 

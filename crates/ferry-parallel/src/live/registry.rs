@@ -12,6 +12,8 @@
 //! [`crate::nfs`] (`nat`, `bridge`, `firewall`, `maglev`, `policer`,
 //! `anti_ddos`; their arguments and port mapping: [`super::nfs_args`]).
 
+use ferry_nf::model::Element;
+
 use super::counter::DstCounter;
 use crate::nfs::anti_ddos::AntiDdos;
 use crate::nfs::bridge::Bridge;
@@ -174,6 +176,8 @@ pub trait RegisteredNf: ParallelNf + Sized {
     const ARGS: &'static [&'static str];
     /// The names [`ParallelNf::named_counters`] gives, in its order.
     const COUNTERS: &'static [&'static str] = &[];
+    /// Its elements and their offloadability (see `ferry_nf::model`).
+    const ELEMENTS: &'static [Element];
 
     /// Builds the NF, registering its data structures with `stm`.
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError>;
@@ -227,10 +231,12 @@ pub struct NfDescription {
     pub args: &'static [&'static str],
     /// Its own counters ([`RegisteredNf::COUNTERS`]).
     pub counters: &'static [&'static str],
+    /// Its elements ([`RegisteredNf::ELEMENTS`]).
+    pub elements: &'static [Element],
 }
 
 fn describe_nf<N: RegisteredNf>() -> NfDescription {
-    NfDescription { summary: N::SUMMARY, args: N::ARGS, counters: N::COUNTERS }
+    NfDescription { summary: N::SUMMARY, args: N::ARGS, counters: N::COUNTERS, elements: N::ELEMENTS }
 }
 
 /// NF `name`'s description.

@@ -1,0 +1,249 @@
+//! The one registry of NF types. Every `kind:` a chain file can name, and
+//! every NF `ferry nf list` shows, has one descriptor here: name, summary,
+//! typed arguments with defaults, counters, elements with their
+//! offloadability, and execution model. The NFs declare their own parts
+//! where they are implemented (`ferry_nf`'s registry, the parallel
+//! runtime's table, the hybrid NFs' types); this crate gathers them and
+//! adds the NF types `ferry nf serve` implements itself.
+//!
+//! Readers: the chain parser ([`parse_chain`], through
+//! [`ferry_chain::spec::KindCheck`]), `ferry nf list`, `ferry nf serve`
+//! ([`Values`]).
+
+mod types;
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use ferry_chain::spec::{ChainSpec, KindCheck};
+use ferry_nf::model::{nf_offload, ArgSpec, Element, ExecModel, Offload};
+use ferry_testbed::yamlloc::YamlError;
+
+pub use types::PARALLEL_HOST_ARGS;
+
+/// One NF type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NfType {
+    /// Its `kind:` in chain files.
+    pub kind: String,
+    pub summary: &'static str,
+    pub model: ExecModel,
+    pub args: Args,
+    /// Its own counters (the framework's per-thread counters come on top).
+    pub counters: Vec<&'static str>,
+    pub elements: &'static [Element],
+    /// Why a chain cannot name it yet, if it cannot.
+    pub not_in_chains: Option<&'static str>,
+}
+
+impl NfType {
+    /// Its offloadability, from its elements (P4SFC §III-D3).
+    pub fn offload(&self) -> Offload {
+        nf_offload(self.elements)
+    }
+}
+
+/// How an NF type takes arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Args {
+    /// `key=value`, each declared.
+    KeyValue(Vec<ArgSpec>),
+    /// Positional, checked by building the NF; the text says what they are.
+    Positional(&'static str),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KindError {
+    #[error("unknown NF type {kind:?} (known: {known})")]
+    Unknown { kind: String, known: String },
+    #[error("{kind}: {why}")]
+    NotInChains { kind: String, why: &'static str },
+    #[error("{kind}: {arg:?} is not key=value")]
+    NotKeyValue { kind: String, arg: String, index: usize },
+    #[error("{kind}: unknown argument {key}= (it takes: {known})")]
+    UnknownArg { kind: String, key: String, known: String, index: usize },
+    #[error("{kind}: {key}= given twice")]
+    Repeated { kind: String, key: String, index: usize },
+    #[error("{kind}: {message}")]
+    BadValue { kind: String, message: String, index: usize },
+    #[error("{kind}: missing argument {key}= ({help})")]
+    Missing { kind: String, key: &'static str, help: &'static str },
+    #[error("{kind}: {message}")]
+    Invalid { kind: String, message: String, index: Option<usize> },
+}
+
+impl KindError {
+    /// The argument at fault, if one is.
+    pub fn arg_index(&self) -> Option<usize> {
+        match self {
+            KindError::NotKeyValue { index, .. }
+            | KindError::UnknownArg { index, .. }
+            | KindError::Repeated { index, .. }
+            | KindError::BadValue { index, .. } => Some(*index),
+            KindError::Invalid { index, .. } => *index,
+            _ => None,
+        }
+    }
+}
+
+/// Every NF type, in `ferry nf list` order.
+pub fn catalog() -> &'static [NfType] {
+    static CATALOG: OnceLock<Vec<NfType>> = OnceLock::new();
+    CATALOG.get_or_init(types::all)
+}
+
+/// The NF type `kind`, if there is one (`a+b` names a per-packet chain of
+/// `a` then `b` in one process and is checked by [`check`]).
+pub fn find(kind: &str) -> Option<&'static NfType> {
+    catalog().iter().find(|t| t.kind == kind)
+}
+
+fn unknown(kind: &str) -> KindError {
+    let known: Vec<&str> = catalog().iter().map(|t| t.kind.as_str()).collect();
+    KindError::Unknown { kind: kind.to_string(), known: known.join(", ") }
+}
+
+/// Whether `kind` with `args` can run in a ferryd chain.
+pub fn check(kind: &str, args: &[String]) -> Result<(), KindError> {
+    if kind.contains('+') {
+        return types::check_joined(kind, args);
+    }
+    let t = find(kind).ok_or_else(|| unknown(kind))?;
+    if let Some(why) = t.not_in_chains {
+        return Err(KindError::NotInChains { kind: kind.to_string(), why });
+    }
+    match &t.args {
+        Args::KeyValue(specs) => Values::parse(kind, specs, args).map(|_| ()),
+        Args::Positional(_) => types::check_positional(kind, args, 0),
+    }
+}
+
+/// The values of a key=value NF type's arguments, defaults filled in.
+#[derive(Debug, Clone)]
+pub struct Values {
+    kind: String,
+    pairs: Vec<(&'static str, String)>,
+}
+
+impl Values {
+    /// Checks `args` against the declared `specs` of `kind`.
+    fn parse(kind: &str, specs: &[ArgSpec], args: &[String]) -> Result<Values, KindError> {
+        let k = || kind.to_string();
+        let mut pairs: Vec<(&'static str, String)> = Vec::new();
+        for (index, a) in args.iter().enumerate() {
+            let Some((key, value)) = a.split_once('=').filter(|(key, _)| !key.is_empty()) else {
+                return Err(KindError::NotKeyValue { kind: k(), arg: a.clone(), index });
+            };
+            let Some(spec) = specs.iter().find(|s| s.key == key) else {
+                let known: Vec<&str> = specs.iter().map(|s| s.key).collect();
+                return Err(KindError::UnknownArg { kind: k(), key: key.into(), known: known.join(", "), index });
+            };
+            if pairs.iter().any(|(seen, _)| *seen == key) {
+                return Err(KindError::Repeated { kind: k(), key: key.into(), index });
+            }
+            spec.check(value).map_err(|message| KindError::BadValue { kind: k(), message, index })?;
+            pairs.push((spec.key, value.to_string()));
+        }
+        for s in specs {
+            if !pairs.iter().any(|(key, _)| *key == s.key) {
+                match s.default {
+                    Some(d) => pairs.push((s.key, d.to_string())),
+                    None => return Err(KindError::Missing { kind: k(), key: s.key, help: s.help }),
+                }
+            }
+        }
+        Ok(Values { kind: kind.to_string(), pairs })
+    }
+
+    /// The arguments of key=value NF type `kind`, checked.
+    pub fn of(kind: &str, args: &[String]) -> Result<Values, KindError> {
+        match find(kind).map(|t| &t.args) {
+            Some(Args::KeyValue(specs)) => Values::parse(kind, specs, args),
+            Some(Args::Positional(_)) => {
+                Err(KindError::Invalid { kind: kind.into(), message: "takes positional arguments".into(), index: None })
+            }
+            None => Err(unknown(kind)),
+        }
+    }
+
+    /// The text of argument `key` (given or default); None if the type
+    /// declares no such argument or it has no default.
+    pub fn text(&self, key: &str) -> Option<&str> {
+        self.pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// Argument `key` as a number (its type was checked on parsing).
+    pub fn u64(&self, key: &str) -> Result<u64, KindError> {
+        let v = self.text(key).ok_or_else(|| KindError::Invalid {
+            kind: self.kind.clone(),
+            message: format!("no argument {key}= declared"),
+            index: None,
+        })?;
+        v.parse().map_err(|_| KindError::Invalid {
+            kind: self.kind.clone(),
+            message: format!("{key}={v}: not a number"),
+            index: None,
+        })
+    }
+
+    /// Every argument the caller gave plus the defaults, as `key=value`.
+    pub fn to_args(&self) -> Vec<String> {
+        self.pairs.iter().map(|(k, v)| format!("{k}={v}")).collect()
+    }
+}
+
+/// What `ferry nf list` prints: each type's kind, model, offloadability
+/// and summary, then its arguments, counters and elements.
+pub fn table() -> String {
+    let mut out = String::new();
+    for t in catalog() {
+        out += &format!("{:<22} {:<10} {:<22} {}\n", t.kind, t.model.as_str(), t.offload().as_str(), t.summary);
+        let args = match &t.args {
+            Args::Positional(usage) => usage.to_string(),
+            Args::KeyValue(specs) if specs.is_empty() => "(none)".to_string(),
+            Args::KeyValue(specs) => specs
+                .iter()
+                .map(|a| match a.default {
+                    Some("") | None => format!("{}=", a.key),
+                    Some(d) => format!("{}={d}", a.key),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        out += &format!("{:<22} args: {args}\n", "");
+        if !t.counters.is_empty() {
+            out += &format!("{:<22} counters: {}\n", "", t.counters.join(", "));
+        }
+        let elements: Vec<String> = t.elements.iter().map(|e| format!("{} ({})", e.name, e.offload.as_str())).collect();
+        if !elements.is_empty() {
+            out += &format!("{:<22} elements: {}\n", "", elements.join(", "));
+        }
+        if let Some(why) = t.not_in_chains {
+            out += &format!("{:<22} not in chains yet: {why}\n", "");
+        }
+    }
+    out
+}
+
+/// The catalog as the chain parser asks it.
+pub struct Catalog;
+
+impl KindCheck for Catalog {
+    fn check(&self, kind: &str, args: &[String]) -> Result<(), (Option<usize>, String)> {
+        check(kind, args).map_err(|e| (e.arg_index(), e.to_string()))
+    }
+}
+
+/// Reads and validates a chain file, its NFs' kinds and arguments
+/// included: the one way ferryd and the CLI read chain files.
+pub fn parse_chain(path: &Path) -> Result<ChainSpec, YamlError> {
+    ferry_chain::spec::parse(path, &Catalog)
+}
+
+/// As [`parse_chain`], from text (`origin` names it in errors).
+pub fn parse_chain_str(text: &str, origin: &str) -> Result<ChainSpec, YamlError> {
+    ChainSpec::from_yaml_str(text, origin, &Catalog)
+}
+
+#[cfg(test)]
+mod tests;

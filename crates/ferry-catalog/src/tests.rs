@@ -1,0 +1,101 @@
+use super::*;
+
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn every_kind_a_chain_can_name_is_in_the_catalog_once() {
+    let kinds: Vec<&str> = catalog().iter().map(|t| t.kind.as_str()).collect();
+    for k in ["l2fwd", "arp-responder", "icmp-echo", "fwd", "split", "source", "sink", "parallel-nat", "efw"] {
+        assert_eq!(kinds.iter().filter(|&&x| x == k).count(), 1, "{k} in {kinds:?}");
+    }
+}
+
+/// P4SFC Tables I and III, as the catalog declares them.
+#[test]
+fn offloadability_follows_p4sfc() {
+    let want = [
+        ("l2fwd", Offload::Full),
+        ("fwd", Offload::Full),
+        ("parallel-counter", Offload::Full),
+        ("parallel-policer", Offload::Full),
+        ("efw", Offload::Full),
+        ("parallel-nat", Offload::Partial),
+        ("parallel-maglev", Offload::Partial),
+        ("elb", Offload::Partial),
+        ("edpi", Offload::No),
+        ("icmp-echo", Offload::No),
+        ("slow", Offload::No),
+        ("source", Offload::No),
+    ];
+    for (kind, offload) in want {
+        assert_eq!(find(kind).unwrap().offload(), offload, "{kind}");
+    }
+}
+
+/// One row: kind, arguments, the error's text (None: accepted), the
+/// argument the error blames.
+type CheckRow = (&'static str, &'static [&'static str], Option<&'static str>, Option<usize>);
+
+#[test]
+fn kinds_and_arguments_are_checked() {
+    let table: [CheckRow; 16] = [
+        ("fwd", &[], None, None),
+        ("fwd", &["by_port=1"], None, None),
+        ("fwd", &["by_port=2"], Some("by_port=2: expected 0 or 1"), Some(0)),
+        ("fwd", &["colour=red"], Some("unknown argument colour= (it takes: by_port)"), Some(0)),
+        ("fwd", &["by_port"], Some("\"by_port\" is not key=value"), Some(0)),
+        ("source", &["rate=1000", "rate=2"], Some("rate= given twice"), Some(1)),
+        ("slow", &[], Some("missing argument work_ns="), None),
+        ("arp-icmp", &[], Some("unknown NF type \"arp-icmp\""), None),
+        ("arp-responder", &["10.0.0.1=02:00:00:00:00:01"], None, None),
+        ("arp-responder", &["10.0.0.1=zz"], Some("bad MAC"), Some(0)),
+        ("arp-responder+icmp-echo", &["10.0.0.1=02:00:00:00:00:01", "--", "10.0.0.1"], None, None),
+        ("arp-responder+icmp-echo", &["10.0.0.1=02:00:00:00:00:01", "--", "10.0.0.x"], Some("not an IPv4"), Some(2)),
+        ("arp-responder+fwd", &[], Some("only per-packet NFs join with +, and fwd is threaded"), None),
+        ("parallel-nat", &["workers=2"], None, None),
+        ("parallel-nat", &["workers=0"], Some("workers=0: expected an integer in 1..=64"), Some(0)),
+        ("efw", &[], Some("efw: hybrid NFs run with `ferry evnf run FILE` for now"), None),
+    ];
+    for (kind, a, want, index) in table {
+        match (check(kind, &args(a)), want) {
+            (Ok(()), None) => {}
+            (Err(e), Some(w)) => {
+                assert!(e.to_string().contains(w), "{kind} {a:?}: {e} lacks {w:?}");
+                assert_eq!(e.arg_index(), index, "{kind} {a:?}: {e}");
+            }
+            (got, _) => panic!("{kind} {a:?}: got {got:?}, want {want:?}"),
+        }
+    }
+}
+
+#[test]
+fn values_fill_in_defaults() {
+    let v = Values::of("source", &args(&["rate=5000"])).unwrap();
+    assert_eq!((v.u64("size").unwrap(), v.u64("rate").unwrap(), v.u64("flows").unwrap()), (64, 5000, 64));
+    assert!(Values::of("l2fwd", &[]).is_err(), "positional types have no key=value values");
+}
+
+/// The host defaults the catalog shows are the ones the runtime uses.
+#[test]
+fn parallel_host_defaults_are_the_runtimes() {
+    let d = |k: &str| PARALLEL_HOST_ARGS.iter().find(|a| a.key == k).and_then(|a| a.default).unwrap();
+    assert_eq!(d("queue"), ferry_parallel::live::DEFAULT_QUEUED_BATCHES.to_string());
+    assert_eq!(d("tick_us"), (ferry_parallel::live::DEFAULT_TICK_NS / 1000).to_string());
+}
+
+#[test]
+fn chain_files_name_the_line_of_a_bad_kind_or_argument() {
+    let chain = |nf: &str| {
+        format!("name: t\ndomains: [ {{ name: main }} ]\nnfs:\n  - {nf}\n  - {{ name: b, domain: main, kind: sink }}\nlinks:\n  - {{ from: a, to: b }}\n")
+    };
+    let e = parse_chain_str(&chain("{ name: a, domain: main, kind: arp-icmp }"), "c.yaml").unwrap_err().to_string();
+    assert!(e.starts_with("c.yaml:4:") && e.contains("nfs[0].kind: unknown NF type \"arp-icmp\""), "{e}");
+    let e =
+        parse_chain_str(&chain("{ name: a, domain: main, kind: source, args: [\"rate=1\", \"speed=2\"] }"), "c.yaml")
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("nfs[0].args[1]: source: unknown argument speed="), "{e}");
+    assert!(parse_chain_str(&chain("{ name: a, domain: main, kind: source, args: [\"rate=1\"] }"), "c.yaml").is_ok());
+}

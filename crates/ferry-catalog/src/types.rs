@@ -1,0 +1,177 @@
+//! The catalog's entries: gathered from where each NF is implemented, plus
+//! the NF types `ferry nf serve` implements itself (forwarders, a source
+//! and a sink for chain tests and benchmarks).
+
+use ferry_nf::model::{ArgSpec, ArgType, Element, ExecModel, Offload};
+use ferry_nf::NfError;
+use ferry_parallel::live::registry as parallel;
+
+use crate::{find, Args, KindError, NfType};
+
+const fn arg(key: &'static str, ty: ArgType, default: Option<&'static str>, help: &'static str) -> ArgSpec {
+    ArgSpec { key, ty, default, help }
+}
+
+const fn u64_in(min: u64, max: u64) -> ArgType {
+    ArgType::U64 { min, max }
+}
+
+/// The arguments `ferry nf serve` takes for every parallel NF, on top of
+/// the NF's own. The defaults are the live runtime's
+/// (`ferry_parallel::live::DEFAULT_*`; a test keeps them equal).
+pub const PARALLEL_HOST_ARGS: [ArgSpec; 5] = [
+    arg("workers", u64_in(1, 64), Some("1"), "worker threads (cores) running the handlers"),
+    arg("batch", u64_in(1, 1024), Some("32"), "packets per transaction"),
+    arg("queue", u64_in(1, 4096), Some("8"), "batches queued per worker"),
+    arg("tick_us", u64_in(1, 60_000_000), Some("10000"), "tick of idle workers with timers, µs"),
+    arg("ring_port", u64_in(0, 65535), Some("0"), "NF port of frames from other NFs"),
+];
+
+fn serve_types() -> Vec<NfType> {
+    let threaded = |kind: &str, summary, args: Vec<ArgSpec>, counters: Vec<&'static str>, elements| NfType {
+        kind: kind.to_string(),
+        summary,
+        model: ExecModel::Threaded,
+        args: Args::KeyValue(args),
+        counters,
+        elements,
+        not_in_chains: None,
+    };
+    vec![
+        threaded(
+            "fwd",
+            "forward everything on out-link 0",
+            vec![arg(
+                "by_port",
+                ArgType::Flag,
+                Some("0"),
+                "1: a frame from the thread's i-th port leaves by out-link i",
+            )],
+            vec![],
+            &[Element { name: "forward", offload: Offload::Full }],
+        ),
+        threaded(
+            "split",
+            "spread flows over all out-links by flow hash (fan-out)",
+            vec![],
+            vec![],
+            &[Element { name: "flow-hash-classifier", offload: Offload::Full }],
+        ),
+        threaded(
+            "slow",
+            "burn work_ns of CPU per packet, then forward (a heavy NF for experiments)",
+            vec![arg("work_ns", u64_in(1, 1_000_000_000), None, "CPU to burn per packet, ns")],
+            vec![],
+            &[Element { name: "busy-work", offload: Offload::No }],
+        ),
+        threaded(
+            "source",
+            "make stamped UDP frames in the domain's own UMEM (chaining without veth)",
+            vec![
+                arg("size", u64_in(60, 2048), Some("64"), "frame length, bytes"),
+                arg("rate", u64_in(0, 1_000_000_000), Some("0"), "frames per second (0: as fast as it can)"),
+                arg("flows", u64_in(1, 65536), Some("64"), "distinct UDP flows"),
+            ],
+            vec!["made"],
+            &[],
+        ),
+        threaded(
+            "sink",
+            "count frames, check stamps, publish latency percentiles, free them",
+            vec![],
+            vec!["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"],
+            &[],
+        ),
+    ]
+}
+
+/// Every NF type.
+pub(crate) fn all() -> Vec<NfType> {
+    let mut types: Vec<NfType> = ferry_nf::registry()
+        .iter()
+        .map(|i| NfType {
+            kind: i.spec.name.to_string(),
+            summary: i.summary,
+            model: ExecModel::PerPacket,
+            args: Args::Positional(i.args),
+            counters: i.spec.counters.to_vec(),
+            elements: i.elements,
+            not_in_chains: None,
+        })
+        .collect();
+    types.extend(serve_types());
+    for name in parallel::NAMES {
+        let d = parallel::describe(name).expect("every listed parallel NF is described");
+        let mut args = PARALLEL_HOST_ARGS.to_vec();
+        args.extend(d.args.iter().map(|&key| {
+            arg(key, ArgType::Text, Some(""), "the NF's own; checked when it starts (empty: the NF's default)")
+        }));
+        types.push(NfType {
+            kind: format!("parallel-{name}"),
+            summary: d.summary,
+            model: ExecModel::Parallel,
+            args: Args::KeyValue(args),
+            counters: d.counters.to_vec(),
+            elements: d.elements,
+            not_in_chains: None,
+        });
+    }
+    for h in &ferry_evnf::types::TYPES {
+        types.push(NfType {
+            kind: h.kind.to_string(),
+            summary: h.summary,
+            model: ExecModel::Hybrid,
+            args: Args::KeyValue(vec![]),
+            counters: ferry_evnf::types::counters(h),
+            elements: h.elements,
+            not_in_chains: Some("hybrid NFs run with `ferry evnf run FILE` for now: ferryd does not place them yet"),
+        });
+    }
+    types
+}
+
+/// A per-packet NF's positional `args` (from `offset` in the chain file's
+/// list), checked by building it.
+pub(crate) fn check_positional(kind: &str, args: &[String], offset: usize) -> Result<(), KindError> {
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    ferry_nf::by_name(kind, &refs).map(|_| ()).map_err(|e| {
+        let index = match &e {
+            NfError::BadArg { arg, .. } => refs.iter().position(|a| a == arg).map(|i| i + offset),
+            _ => None,
+        };
+        KindError::Invalid { kind: kind.to_string(), message: e.to_string(), index }
+    })
+}
+
+/// `a+b`: per-packet NFs joined in one process, their arguments in
+/// groups separated by `--`.
+pub(crate) fn check_joined(kind: &str, args: &[String]) -> Result<(), KindError> {
+    let parts: Vec<&str> = kind.split('+').collect();
+    for p in &parts {
+        match find(p) {
+            Some(t) if t.model == ExecModel::PerPacket => {}
+            Some(t) => {
+                return Err(KindError::Invalid {
+                    kind: kind.to_string(),
+                    message: format!("only per-packet NFs join with +, and {p} is {}", t.model.as_str()),
+                    index: None,
+                })
+            }
+            None => return Err(crate::unknown(p)),
+        }
+    }
+    let groups: Vec<&[String]> = args.split(|a| a == "--").collect();
+    if groups.len() != parts.len() {
+        return Err(KindError::Invalid {
+            kind: kind.to_string(),
+            message: format!("give the arguments of each of the {} NFs, separated by \"--\"", parts.len()),
+            index: None,
+        });
+    }
+    let mut offset = 0;
+    for (p, g) in parts.iter().zip(&groups) {
+        check_positional(p, g, offset)?;
+        offset += g.len() + 1;
+    }
+    Ok(())
+}
