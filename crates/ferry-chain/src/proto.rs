@@ -37,17 +37,31 @@ pub fn echoed(client: &str) -> String {
 
 /// Environment variables ferryd sets for the NFs it starts.
 pub const ENV_SOCKET: &str = "FERRY_SOCKET";
+pub const ENV_CHAIN: &str = "FERRY_CHAIN";
 pub const ENV_NF: &str = "FERRY_NF";
 /// For an NF ferryd does not start: the file with its key, if not at
 /// [`key_path`].
 pub const ENV_KEY: &str = "FERRY_KEY";
 
-/// Where ferryd writes the key of NF `nf` that it does not start itself:
-/// `<socket>.keys/<nf>`, readable only by the NF's user.
-pub fn key_path(socket: &std::path::Path, nf: &str) -> std::path::PathBuf {
+/// Where ferryd writes the key of NF `nf` of chain `chain` that it does
+/// not start itself: `<socket>.keys/<chain>/<nf>`, readable only by the
+/// NF's user.
+pub fn key_path(socket: &std::path::Path, chain: &str, nf: &str) -> std::path::PathBuf {
+    keys_dir(socket).join(chain).join(nf)
+}
+
+/// The directory of every chain's keys: `<socket>.keys`.
+pub fn keys_dir(socket: &std::path::Path) -> std::path::PathBuf {
     let mut dir = socket.as_os_str().to_owned();
     dir.push(".keys");
-    std::path::PathBuf::from(dir).join(nf)
+    std::path::PathBuf::from(dir)
+}
+
+/// ferryd's admin socket next to its NF socket `socket`: `<socket>.admin`.
+pub fn admin_socket(socket: &std::path::Path) -> std::path::PathBuf {
+    let mut p = socket.as_os_str().to_owned();
+    p.push(".admin");
+    std::path::PathBuf::from(p)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +88,9 @@ pub enum Msg {
     /// `key`: the NF's key if ferryd did not start it (see `key_path`);
     /// empty for an NF ferryd started, which it knows by its pid.
     Hello {
+        /// The chain's name (`FERRY_CHAIN`); empty: the only chain.
+        #[serde(default)]
+        chain: String,
         nf: String,
         pid: u32,
         counters: Vec<String>,
@@ -82,15 +99,36 @@ pub enum Msg {
     },
     /// ferryd -> NF: everything it needs, plus fds in the order of `fds`.
     Welcome(Box<Welcome>),
-    /// CLI -> ferryd.
-    Status,
+    /// Admin -> ferryd (on the admin socket, as the rest down to
+    /// `Shutdown`): chain `chain`'s status (empty: the only chain).
+    Status {
+        #[serde(default)]
+        chain: String,
+    },
     StatusReply(Box<Status>),
-    /// CLI -> ferryd: pause every domain, check frame conservation, resume.
-    Audit,
+    /// Pause chain `chain`'s domains, check frame conservation, resume.
+    Audit {
+        #[serde(default)]
+        chain: String,
+    },
     AuditReply {
         domains: Vec<AuditReport>,
     },
-    /// CLI -> ferryd: stop every NF and exit.
+    /// Deploy the chain file `file` (a path ferryd reads) next to the
+    /// chains already running.
+    Deploy {
+        file: String,
+    },
+    Deployed(Box<ChainSummary>),
+    /// Stop chain `chain`'s NFs and release everything it holds.
+    Remove {
+        chain: String,
+    },
+    List,
+    ListReply {
+        chains: Vec<ChainSummary>,
+    },
+    /// Stop every chain and exit.
     Shutdown,
     Ok,
     Error {
@@ -130,9 +168,24 @@ pub struct Welcome {
     pub generation: u64,
 }
 
+/// One deployed chain, as `ferry chain list` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct ChainSummary {
+    /// Assigned by ferryd, never reused while it runs.
+    pub id: u32,
+    pub name: String,
+    /// The chain file it came from.
+    pub file: String,
+    pub nfs: usize,
+    pub connected: usize,
+    pub domains: usize,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Status {
     pub chain: String,
+    #[serde(default)]
+    pub id: u32,
     pub nfs: Vec<NfStatus>,
     pub domains: Vec<DomainStatus>,
 }
@@ -140,6 +193,9 @@ pub struct Status {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct NfStatus {
     pub name: String,
+    /// Assigned by ferryd, unique among all its chains' NFs.
+    #[serde(default)]
+    pub id: u32,
     pub domain: String,
     pub pid: Option<u32>,
     /// The uid it runs as (its domain's allocated uid, or its named user's).
@@ -200,13 +256,18 @@ fn kind_of(m: &Msg) -> u16 {
     match m {
         Msg::Hello { .. } => 1,
         Msg::Welcome(_) => 2,
-        Msg::Status => 3,
+        Msg::Status { .. } => 3,
         Msg::StatusReply(_) => 4,
-        Msg::Audit => 5,
+        Msg::Audit { .. } => 5,
         Msg::AuditReply { .. } => 6,
         Msg::Shutdown => 7,
         Msg::Ok => 8,
         Msg::Error { .. } => 9,
+        Msg::Deploy { .. } => 10,
+        Msg::Deployed(_) => 11,
+        Msg::Remove { .. } => 12,
+        Msg::List => 13,
+        Msg::ListReply { .. } => 14,
     }
 }
 
@@ -264,9 +325,10 @@ pub fn recv(sock: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), ProtoError> {
     Ok((msg, fds))
 }
 
-/// Where ferryd listens for chain `name` unless told otherwise.
-pub fn default_socket(chain: &str) -> std::path::PathBuf {
-    std::path::PathBuf::from(format!("/run/ferry/{chain}.sock"))
+/// Where ferryd listens for NFs unless told otherwise (its admin socket:
+/// [`admin_socket`] of it).
+pub fn default_socket() -> std::path::PathBuf {
+    std::path::PathBuf::from("/run/ferry/ferryd.sock")
 }
 
 /// Sends `msg` and waits for one reply (for the CLI).
@@ -294,7 +356,18 @@ mod tests {
     #[test]
     fn roundtrip_and_rejections() {
         let (a, b) = UnixStream::pair().unwrap();
-        send(&a, &Msg::Hello { nf: "x".into(), pid: 7, counters: vec!["rx".into()], key: String::new() }, &[]).unwrap();
+        send(
+            &a,
+            &Msg::Hello {
+                chain: String::new(),
+                nf: "x".into(),
+                pid: 7,
+                counters: vec!["rx".into()],
+                key: String::new(),
+            },
+            &[],
+        )
+        .unwrap();
         match recv(&b).unwrap().0 {
             Msg::Hello { nf, pid, .. } => assert_eq!((nf.as_str(), pid), ("x", 7)),
             m => panic!("{m:?}"),

@@ -517,6 +517,29 @@ impl ChainSpec {
         if self.links.iter().filter(|l| l.from == l.to).count() > 0 {
             return Err((vec![Key("links")], "self links are not allowed".into()));
         }
+        self.check_no_loop()
+    }
+
+    /// NF-to-NF links must not loop: a frame would circle for ever. (A
+    /// path out of a port and back in, through an outside program, is not
+    /// a loop of the chain's.) The link that closes a loop is blamed, in
+    /// file order.
+    fn check_no_loop(&self) -> Result<(), Invalid> {
+        use Seg::{Index, Key};
+        let mut next: Vec<Vec<usize>> = vec![Vec::new(); self.nfs.len()];
+        for (i, l) in self.links.iter().enumerate() {
+            let (Some(Node::Nf(a)), Some(Node::Nf(b))) = (self.node(&l.from), self.node(&l.to)) else {
+                continue;
+            };
+            if let Some(path) = path_between(&next, b, a) {
+                let names: Vec<&str> = path.iter().chain([&b]).map(|&n| self.nfs[n].name.as_str()).collect();
+                return Err((
+                    vec![Key("links"), Index(i), Key("to")],
+                    format!("this link closes a loop ({}): frames would circle for ever", names.join(" -> ")),
+                ));
+            }
+            next[a].push(b);
+        }
         Ok(())
     }
 
@@ -562,6 +585,27 @@ impl ChainSpec {
         }
         Ok(())
     }
+}
+
+/// A path `from` ... `to` along `next` (depth first), as the nodes from
+/// `from` to `to`, both included; None if there is none.
+fn path_between(next: &[Vec<usize>], from: usize, to: usize) -> Option<Vec<usize>> {
+    let mut seen = vec![false; next.len()];
+    let mut stack = vec![(from, vec![from])];
+    while let Some((n, path)) = stack.pop() {
+        if n == to {
+            return Some(path);
+        }
+        if std::mem::replace(&mut seen[n], true) {
+            continue;
+        }
+        for &m in &next[n] {
+            let mut p = path.clone();
+            p.push(m);
+            stack.push((m, p));
+        }
+    }
+    None
 }
 
 fn bad_name(s: &str) -> String {
@@ -702,5 +746,25 @@ links:
         // `exec` NFs are programs of their own: nothing to check.
         let ok = GOOD.replace("{ name: x, domain: a, kind: l2fwd }", "{ name: x, domain: a, exec: [/bin/nf] }");
         assert!(parse(&ok).is_ok());
+    }
+
+    #[test]
+    fn nf_loops_are_refused_at_the_link_that_closes_them() {
+        let three = GOOD
+            .replace(
+                "  - { name: y, domain: b, kind: l2fwd, threads: 1, backpressure: { mode: sleep, sleep_us: 10 } }\n",
+                "  - { name: y, domain: b, kind: l2fwd }\n  - { name: z, domain: b, kind: l2fwd }\n",
+            )
+            .replace(
+                "  - { from: y, to: out }\n",
+                "  - { from: y, to: z }\n  - { from: z, to: x }\n  - { from: z, to: out }\n",
+            );
+        let e = err(&three);
+        assert!(e.contains("links[3].to: this link closes a loop (x -> y -> z -> x)"), "{e}");
+        // x -> y -> out, and back in from out to y through whatever is
+        // outside: not a loop of the chain's.
+        let via_port =
+            GOOD.replace("  - { from: y, to: out }\n", "  - { from: y, to: out }\n  - { from: out, to: y }\n");
+        assert!(parse(&via_port).is_ok(), "{}", err(&via_port));
     }
 }

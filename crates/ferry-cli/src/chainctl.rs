@@ -7,13 +7,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use ferry_chain::proto::{self, AuditReport, Msg, Status};
+use ferry_chain::proto::{self, AuditReport, ChainSummary, Msg, Status};
 
-/// A ferryd process serving one chain; shut down (and killed if need be)
-/// on drop.
+/// A ferryd process started with one chain; shut down (and killed if need
+/// be) on drop.
 pub struct RunningChain {
     pub child: Child,
+    /// ferryd's NF socket.
     pub socket: PathBuf,
+    /// ferryd's admin socket.
+    pub admin: PathBuf,
+    /// The chain's name.
+    pub name: String,
 }
 
 /// A Ferry binary: `$env` if set, else `name` next to this executable or
@@ -55,15 +60,17 @@ pub fn start(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> {
 /// Starts ferryd on `chain`, serving `socket`, and returns once it serves
 /// (before its NFs connect: NFs it does not start are the caller's).
 pub fn launch(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> {
+    let name = ferry_catalog::parse_chain(chain)?.name();
+    let admin = proto::admin_socket(socket);
     let mut cmd = Command::new(ferryd_bin()?);
     cmd.arg(chain).arg("--socket").arg(socket).env("FERRY_BIN", ferry_bin()?);
     if quiet {
         cmd.stderr(Stdio::null());
     }
     let child = cmd.spawn().context("starting ferryd")?;
-    let mut rc = RunningChain { child, socket: socket.to_path_buf() };
+    let mut rc = RunningChain { child, socket: socket.to_path_buf(), admin, name };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while status(socket).is_err() {
+    while status(&rc.admin, &rc.name).is_err() {
         if let Some(st) = rc.child.try_wait()? {
             bail!("ferryd exited ({st}) before it served {}", socket.display());
         }
@@ -77,7 +84,7 @@ pub fn launch(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> 
 
 impl RunningChain {
     pub fn status(&self) -> Result<Status> {
-        status(&self.socket)
+        status(&self.admin, &self.name)
     }
 
     /// Waits until every NF is connected.
@@ -87,7 +94,7 @@ impl RunningChain {
             if let Some(st) = self.child.try_wait()? {
                 bail!("ferryd exited ({st}) before the chain was up");
             }
-            if let Ok(s) = status(&self.socket) {
+            if let Ok(s) = status(&self.admin, &self.name) {
                 if s.nfs.iter().all(|n| n.connected) {
                     return Ok(s);
                 }
@@ -100,12 +107,12 @@ impl RunningChain {
     }
 
     pub fn audit(&self) -> Result<Vec<AuditReport>> {
-        audit(&self.socket)
+        audit(&self.admin, &self.name)
     }
 
     /// Asks ferryd to stop the NFs and exit, and waits for it.
     pub fn shutdown(mut self) -> Result<()> {
-        let r = shutdown(&self.socket);
+        let r = shutdown(&self.admin);
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.child.try_wait()?.is_none() {
             if Instant::now() > deadline {
@@ -122,7 +129,7 @@ impl RunningChain {
 impl Drop for RunningChain {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = shutdown(&self.socket);
+            let _ = shutdown(&self.admin);
             std::thread::sleep(Duration::from_millis(100));
             let _ = self.child.kill();
             let _ = self.child.wait();
@@ -130,29 +137,70 @@ impl Drop for RunningChain {
     }
 }
 
-pub fn status(socket: &Path) -> Result<Status> {
-    match proto::request(socket, &Msg::Status)? {
+/// One request on ferryd's admin socket `admin`; an error reply is an error.
+fn admin_request(admin: &Path, msg: &Msg) -> Result<Msg> {
+    match proto::request(admin, msg).with_context(|| format!("ferryd's admin socket {}", admin.display()))? {
+        Msg::Error { message } => bail!("ferryd: {message}"),
+        reply => Ok(reply),
+    }
+}
+
+/// Chain `chain`'s status (empty name: the only chain).
+pub fn status(admin: &Path, chain: &str) -> Result<Status> {
+    match admin_request(admin, &Msg::Status { chain: chain.to_string() })? {
         Msg::StatusReply(s) => Ok(*s),
-        Msg::Error { message } => bail!("ferryd: {message}"),
         other => bail!("unexpected reply {other:?}"),
     }
 }
 
-/// Pauses every domain and checks frame conservation.
-pub fn audit(socket: &Path) -> Result<Vec<AuditReport>> {
-    match proto::request(socket, &Msg::Audit)? {
+/// Pauses chain `chain`'s domains and checks frame conservation.
+pub fn audit(admin: &Path, chain: &str) -> Result<Vec<AuditReport>> {
+    match admin_request(admin, &Msg::Audit { chain: chain.to_string() })? {
         Msg::AuditReply { domains } => Ok(domains),
-        Msg::Error { message } => bail!("ferryd: {message}"),
         other => bail!("unexpected reply {other:?}"),
     }
 }
 
-pub fn shutdown(socket: &Path) -> Result<()> {
-    match proto::request(socket, &Msg::Shutdown)? {
-        Msg::Ok => Ok(()),
-        Msg::Error { message } => bail!("ferryd: {message}"),
+/// Deploys chain file `file` on the running ferryd.
+pub fn deploy(admin: &Path, file: &Path) -> Result<ChainSummary> {
+    let file = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
+    match admin_request(admin, &Msg::Deploy { file: file.display().to_string() })? {
+        Msg::Deployed(s) => Ok(*s),
         other => bail!("unexpected reply {other:?}"),
     }
+}
+
+/// Removes chain `chain`, stopping its NFs.
+pub fn remove(admin: &Path, chain: &str) -> Result<()> {
+    match admin_request(admin, &Msg::Remove { chain: chain.to_string() })? {
+        Msg::Ok => Ok(()),
+        other => bail!("unexpected reply {other:?}"),
+    }
+}
+
+/// The chains ferryd runs.
+pub fn list(admin: &Path) -> Result<Vec<ChainSummary>> {
+    match admin_request(admin, &Msg::List)? {
+        Msg::ListReply { chains } => Ok(chains),
+        other => bail!("unexpected reply {other:?}"),
+    }
+}
+
+/// Stops every chain and ferryd.
+pub fn shutdown(admin: &Path) -> Result<()> {
+    match admin_request(admin, &Msg::Shutdown)? {
+        Msg::Ok => Ok(()),
+        other => bail!("unexpected reply {other:?}"),
+    }
+}
+
+/// What `ferry chain list` prints.
+pub fn list_table(chains: &Vec<ChainSummary>) -> String {
+    let mut out = format!("{:<5} {:<16} {:>4} {:>9} {:>7}  file\n", "id", "chain", "nfs", "connected", "domains");
+    for c in chains {
+        out += &format!("{:<5} {:<16} {:>4} {:>9} {:>7}  {}\n", c.id, c.name, c.nfs, c.connected, c.domains, c.file);
+    }
+    out
 }
 
 /// A counter of thread `t` of NF `nf` in a status.
@@ -167,15 +215,16 @@ pub fn counter(s: &Status, nf: &str, name: &str) -> u64 {
         .sum()
 }
 
-/// The per-NF table `ferry chain status` prints: nonzero counters only.
+/// The per-NF table `ferry chain show` prints: nonzero counters only.
 pub fn status_table(s: &Status) -> String {
-    let mut out = format!("chain {}\n", s.chain);
+    let mut out = format!("chain {} (id {})\n", s.chain, s.id);
     for n in &s.nfs {
         let pid = n.pid.map_or("-".to_string(), |p| p.to_string());
         let uid = n.uid.map_or("-".to_string(), |u| u.to_string());
         out += &format!(
-            "  {:<10} domain {:<8} uid {:<10} pid {:<8} {} restarts {}\n",
+            "  {:<10} id {:<4} domain {:<8} uid {:<10} pid {:<8} {} restarts {}\n",
             n.name,
+            n.id,
             n.domain,
             uid,
             pid,

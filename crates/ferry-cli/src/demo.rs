@@ -85,7 +85,7 @@ pub fn run(packets: u64) -> Result<DemoReport> {
 
 /// The per-NF table, the audit and the traffic summary.
 pub fn text(r: &DemoReport) -> String {
-    let mut s = String::from("\nper-NF statistics (ferry chain status)\n");
+    let mut s = String::from("\nper-NF statistics (ferry chain show)\n");
     s += &chainctl::status_table(&r.chain);
     for a in &r.audit {
         s += &format!(

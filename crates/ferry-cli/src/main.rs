@@ -172,37 +172,59 @@ enum NfCmd {
 enum ChainCmd {
     /// Check FILE as ferryd would (NF kinds and arguments included), without running it.
     Check { file: PathBuf },
-    /// Run ferryd on FILE in the foreground until Ctrl-C.
+    /// Run ferryd in the foreground with FILE deployed, until Ctrl-C.
     Up {
         file: PathBuf,
+        /// ferryd's NF socket (default /run/ferry/ferryd.sock; its admin socket is this + ".admin").
         #[arg(long)]
         socket: Option<PathBuf>,
     },
-    /// Per-NF counters of a running chain.
-    Status {
-        /// The chain's socket (default /run/ferry/NAME.sock).
-        #[arg(long)]
-        socket: Option<PathBuf>,
-        #[arg(long, default_value = "")]
-        name: String,
+    /// Deploy FILE on a running ferryd, next to its other chains.
+    Deploy {
+        file: PathBuf,
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: PathBuf,
         #[arg(long)]
         json: bool,
     },
-    /// Pause the chain's domains and check that every frame is in exactly one place.
-    Audit {
-        #[arg(long)]
-        socket: Option<PathBuf>,
-        #[arg(long, default_value = "")]
+    /// Remove chain NAME from a running ferryd (its NFs are stopped).
+    Remove {
         name: String,
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: PathBuf,
     },
-    /// Stop ferryd and its NFs.
-    Down {
+    /// The chains a ferryd runs.
+    List {
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: PathBuf,
         #[arg(long)]
-        socket: Option<PathBuf>,
-        #[arg(long, default_value = "")]
+        json: bool,
+    },
+    /// Per-NF counters of chain NAME (empty: the only chain).
+    Show {
+        #[arg(default_value = "")]
         name: String,
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause chain NAME's domains and check that every frame is in exactly one place.
+    Audit {
+        #[arg(default_value = "")]
+        name: String,
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: PathBuf,
+    },
+    /// Stop ferryd, every chain and their NFs.
+    Down {
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: PathBuf,
     },
 }
+
+/// ferryd's admin socket unless told otherwise.
+const DEFAULT_ADMIN: &str = "/run/ferry/ferryd.sock.admin";
 
 #[derive(Subcommand)]
 enum XdpCmd {
@@ -507,15 +529,6 @@ fn pretty<T: Serialize>(v: &T) -> String {
 }
 
 /// Splits `a x y -- b z` into [[a, x, y], [b, z]].
-fn ferryd_socket(chain: &std::path::Path) -> Result<PathBuf> {
-    let spec = ferry_catalog::parse_chain(chain)?;
-    Ok(ferry_chain::proto::default_socket(&spec.name()))
-}
-
-fn chain_socket(socket: Option<PathBuf>, name: &str) -> PathBuf {
-    socket.unwrap_or_else(|| ferry_chain::proto::default_socket(if name.is_empty() { "chain" } else { name }))
-}
-
 fn split_nf_args(args: &[String]) -> Vec<Vec<&str>> {
     args.split(|a| a == "--").filter(|g| !g.is_empty()).map(|g| g.iter().map(String::as_str).collect()).collect()
 }
@@ -577,22 +590,25 @@ fn run(cli: Cli) -> Result<()> {
             std::process::exit(ferry_cli::serve::EXIT_STOPPED);
         }
         Cmd::Chain(ChainCmd::Up { file, socket }) => {
-            let socket = match socket {
-                Some(s) => s,
-                None => ferryd_socket(&file)?,
-            };
+            let socket = socket.unwrap_or_else(ferry_chain::proto::default_socket);
             let mut rc = chainctl::start(&file, &socket, false)?;
-            println!("chain up; `ferry chain status --socket {}`; Ctrl-C stops it", socket.display());
+            println!("chain {} up; `ferry chain show --admin {}`; Ctrl-C stops it", rc.name, rc.admin.display());
             let status = rc.child.wait()?;
             println!("ferryd exited: {status}");
             Ok(())
         }
-        Cmd::Chain(ChainCmd::Status { socket, name, json }) => {
-            let s = chainctl::status(&chain_socket(socket, &name))?;
+        Cmd::Chain(ChainCmd::Deploy { file, admin, json }) => {
+            let summary = chainctl::deploy(&admin, &file)?;
+            emit(json, &summary, |c| format!("deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs))
+        }
+        Cmd::Chain(ChainCmd::Remove { name, admin }) => chainctl::remove(&admin, &name),
+        Cmd::Chain(ChainCmd::List { admin, json }) => emit(json, &chainctl::list(&admin)?, chainctl::list_table),
+        Cmd::Chain(ChainCmd::Show { name, admin, json }) => {
+            let s = chainctl::status(&admin, &name)?;
             emit(json, &s, chainctl::status_table)
         }
-        Cmd::Chain(ChainCmd::Audit { socket, name }) => {
-            let reports = chainctl::audit(&chain_socket(socket, &name))?;
+        Cmd::Chain(ChainCmd::Audit { name, admin }) => {
+            let reports = chainctl::audit(&admin, &name)?;
             for r in &reports {
                 println!(
                     "domain {}: {} frames = {} in pool + {} in rings + {} held by threads; lost {}, duplicated {}, reclaimed {} -> {}",
@@ -630,7 +646,7 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Chain(ChainCmd::Down { socket, name }) => chainctl::shutdown(&chain_socket(socket, &name)),
+        Cmd::Chain(ChainCmd::Down { admin }) => chainctl::shutdown(&admin),
         Cmd::Nf(NfCmd::List) => {
             print!("{}", ferry_catalog::table());
             Ok(())

@@ -201,12 +201,21 @@ fn ferryd_answers_bad_messages_with_errors_and_checks_credentials() {
     (&s).write_all(&[b'F', b'Y', 1, 0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f]).unwrap();
     expect_error(&s, "over the");
     let s = UnixStream::connect(&rc.socket).unwrap();
-    proto::send(&s, &Msg::Hello { nf: "nope".into(), pid: 1, counters: vec![], key: String::new() }, &[]).unwrap();
+    proto::send(
+        &s,
+        &Msg::Hello { chain: String::new(), nf: "nope".into(), pid: 1, counters: vec![], key: String::new() },
+        &[],
+    )
+    .unwrap();
     expect_error(&s, "no NF \"nope\"");
     // A huge name is not echoed back whole (nor logged whole).
     let s = UnixStream::connect(&rc.socket).unwrap();
-    proto::send(&s, &Msg::Hello { nf: "n".repeat(900_000), pid: 1, counters: vec![], key: String::new() }, &[])
-        .unwrap();
+    proto::send(
+        &s,
+        &Msg::Hello { chain: String::new(), nf: "n".repeat(900_000), pid: 1, counters: vec![], key: String::new() },
+        &[],
+    )
+    .unwrap();
     match proto::recv(&s).map(|m| m.0) {
         Ok(Msg::Error { message }) => {
             assert!(message.len() < 200 && message.contains("(900000 bytes)"), "{} bytes", message.len())
@@ -215,7 +224,12 @@ fn ferryd_answers_bad_messages_with_errors_and_checks_credentials() {
     }
     // We are root; the NF runs as its domain's allocated uid.
     let s = UnixStream::connect(&rc.socket).unwrap();
-    proto::send(&s, &Msg::Hello { nf: "mid".into(), pid: 1, counters: vec![], key: String::new() }, &[]).unwrap();
+    proto::send(
+        &s,
+        &Msg::Hello { chain: String::new(), nf: "mid".into(), pid: 1, counters: vec![], key: String::new() },
+        &[],
+    )
+    .unwrap();
     expect_error(&s, "is not NF \"mid\"'s user");
     let s = UnixStream::connect(&rc.socket).unwrap();
     proto::send(&s, &Msg::Ok, &[]).unwrap();

@@ -117,6 +117,16 @@ fn chain_check_names_bad_kinds_and_arguments_where_they_are() {
         assert!(err.contains(&format!("{}:5:", path.display())), "{file}: file and line 5 in: {err}");
         assert!(err.contains(&format!("{field}: ")) && err.contains(what), "{file}: {field} and {what:?} in: {err}");
     }
+    // A loop between NFs, blamed on the link that closes it (line 10).
+    let looped = dir.path("loop.yaml");
+    let text = chain("{ name: a, domain: main, kind: fwd }").replace("kind: sink", "kind: fwd")
+        + "  - { from: b, to: c }\n  - { from: c, to: a }\n";
+    let text = text.replace("nfs:\n", "nfs:\n  - { name: c, domain: main, kind: fwd }\n");
+    std::fs::write(&looped, text).unwrap();
+    let r = ferry(&["chain", "check", looped.to_str().unwrap()], Duration::from_secs(20));
+    assert!(!r.status.success(), "a loop was accepted:\n{}", r.stdout);
+    assert!(r.stderr.contains(&format!("{}:10:", looped.display())), "line 10 in: {}", r.stderr);
+    assert!(r.stderr.contains("links[2].to: this link closes a loop (a -> b -> c -> a)"), "{}", r.stderr);
     let good = dir.path("good.yaml");
     std::fs::write(&good, chain("{ name: a, domain: main, kind: source, args: [\"rate=10\"] }")).unwrap();
     let r = ferry(&["chain", "check", good.to_str().unwrap()], Duration::from_secs(20));

@@ -115,7 +115,7 @@ fn nfs_killed_together_lose_no_frame_and_each_restarts_once() {
         let auditor = scope.spawn(|| {
             let (mut audits, mut answered) = (0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
-                for r in chainctl::audit(&rc.socket).expect("audit") {
+                for r in chainctl::audit(&rc.admin, &rc.name).expect("audit") {
                     audits += 1;
                     // One a live thread did not answer in time checked nothing.
                     if r.unresponsive.is_empty() {
@@ -149,26 +149,28 @@ fn nfs_killed_together_lose_no_frame_and_each_restarts_once() {
     rc.shutdown().unwrap();
 }
 
-/// `ferry nf serve --kind fwd` as NF `name` of the chain at `socket`, run
-/// as `uid` with `env` added.
-fn nf_process(socket: &Path, name: &str, uid: u32, env: &[(&str, &str)]) -> Ferry {
+/// `ferry nf serve --kind fwd` as NF `nf` of `chain` at ferryd's NF
+/// socket `socket`, run as `uid` with `env` added.
+fn nf_process(socket: &Path, (chain, nf): (&str, &str), uid: u32, env: &[(&str, &str)]) -> Ferry {
     let mut cmd = Command::new(FERRY);
-    cmd.args(["nf", "serve", "--kind", "fwd"]).env(proto::ENV_SOCKET, socket).env(proto::ENV_NF, name);
+    cmd.args(["nf", "serve", "--kind", "fwd"]).env(proto::ENV_SOCKET, socket);
+    // Started by hand, an NF is told its chain (ferryd hosts several).
+    cmd.env(proto::ENV_CHAIN, chain).env(proto::ENV_NF, nf);
     for (k, v) in env {
         cmd.env(k, v);
     }
     cmd.uid(uid).gid(uid).current_dir("/");
-    Ferry::spawn_cmd(cmd, format!("NF process {name} as uid {uid}"))
+    Ferry::spawn_cmd(cmd, format!("NF process {chain}/{nf} as uid {uid}"))
 }
 
-/// An impostor's attempt to be NF `name`: it must be refused (exit with an
-/// error naming `why`), which takes no time; one admitted would run on
-/// and fail the test at the hang guard.
-fn assert_impostor_refused(socket: &Path, name: &str, uid: u32, env: &[(&str, &str)], why: &str) {
-    let done = nf_process(socket, name, uid, env).finish(HANG_GUARD);
+/// An impostor's attempt to be NF `nf` (chain, name): it must be refused
+/// (exit with an error naming `why`), which takes no time; one admitted
+/// would run on and fail the test at the hang guard.
+fn assert_impostor_refused(socket: &Path, nf: (&str, &str), uid: u32, env: &[(&str, &str)], why: &str) {
+    let done = nf_process(socket, nf, uid, env).finish(HANG_GUARD);
     assert!(
         !done.status.success() && done.stderr.contains(why),
-        "impostor as {name}: {}\n{}",
+        "impostor as {nf:?}: {}\n{}",
         done.status,
         done.stderr
     );
@@ -203,7 +205,13 @@ links:
     let (rc, _) = start(&dir, yaml);
     let st = rc.status().unwrap();
     let uid = uid_of(&st, "mid");
-    assert_impostor_refused(&rc.socket, "mid", uid, &[], "is not the process ferryd started as NF \"mid\"");
+    assert_impostor_refused(
+        &rc.socket,
+        ("impostor", "mid"),
+        uid,
+        &[],
+        "is not the process ferryd started as NF \"mid\"",
+    );
 
     // While aux is killed and restarted, impostors keep saying hello as aux.
     let aux_pid = pid_of(&st, "aux");
@@ -212,7 +220,7 @@ links:
         let hammer = scope.spawn(|| {
             let mut tries = 0;
             while !stop.load(Ordering::Relaxed) || tries < 10 {
-                assert_impostor_refused(&rc.socket, "aux", uid, &[], "ferryd starts this NF itself");
+                assert_impostor_refused(&rc.socket, ("impostor", "aux"), uid, &[], "ferryd starts this NF itself");
                 tries += 1;
             }
             tries
@@ -236,7 +244,7 @@ links:
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(mid_pid as i32, libc::SIGKILL) }, 0);
     wait_until("mid gone", || rc.status().is_ok_and(|s| !nf(&s, "mid").connected));
-    assert_impostor_refused(&rc.socket, "mid", uid, &[], "none is running");
+    assert_impostor_refused(&rc.socket, ("impostor", "mid"), uid, &[], "none is running");
     let st = rc.status().unwrap();
     assert!(!nf(&st, "mid").connected && nf(&st, "mid").pid.is_none(), "mid stays empty: {:?}", nf(&st, "mid"));
     assert_conserved(&rc);
@@ -260,7 +268,7 @@ fn an_nf_started_outside_ferryd_proves_itself_with_its_key() {
     let st = rc.status().unwrap();
     let uid = uid_of(&st, "mid");
     assert_ne!(uid, uid_of(&st, "other"), "two domains, two uids");
-    let key = proto::key_path(&socket, "mid");
+    let key = proto::key_path(&socket, "keyed", "mid");
     let meta = std::fs::metadata(&key).expect("ferryd wrote mid's key");
     assert_eq!((meta.uid(), meta.mode() & 0o777), (uid, 0o400), "{}", key.display());
     let out = Command::new("setpriv")
@@ -270,15 +278,15 @@ fn an_nf_started_outside_ferryd_proves_itself_with_its_key() {
         .expect("setpriv");
     assert!(!out.status.success(), "another uid read the key");
 
-    assert_impostor_refused(&socket, "mid", uid, &[(proto::ENV_KEY, "/dev/null")], "this one has none");
+    assert_impostor_refused(&socket, ("keyed", "mid"), uid, &[(proto::ENV_KEY, "/dev/null")], "this one has none");
     let wrong = dir.path("wrong-key");
     std::fs::write(&wrong, "0".repeat(64)).unwrap();
     std::os::unix::fs::chown(&wrong, Some(uid), Some(uid)).unwrap();
     let wrong_env = [(proto::ENV_KEY, wrong.to_str().unwrap())];
-    assert_impostor_refused(&socket, "mid", uid, &wrong_env, "this one is wrong");
+    assert_impostor_refused(&socket, ("keyed", "mid"), uid, &wrong_env, "this one is wrong");
 
     for life in 1..=2 {
-        let mut mid = nf_process(&socket, "mid", uid, &[]);
+        let mut mid = nf_process(&socket, ("keyed", "mid"), uid, &[]);
         rc.wait_connected(HANG_GUARD).expect("mid connects with its key");
         let sunk = c(&rc.status().unwrap(), "snk", "sunk");
         wait_until("traffic through the external mid", || {
@@ -289,7 +297,7 @@ fn an_nf_started_outside_ferryd_proves_itself_with_its_key() {
         assert_eq!(unsafe { libc::kill(mid.pid(), libc::SIGKILL) }, 0);
         drop(mid);
         wait_until("mid gone", || rc.status().is_ok_and(|s| !nf(&s, "mid").connected));
-        assert_impostor_refused(&socket, "mid", uid, &wrong_env, "this one is wrong");
+        assert_impostor_refused(&socket, ("keyed", "mid"), uid, &wrong_env, "this one is wrong");
         eprintln!("external mid life {life}: admitted with its key, killed, impostor refused");
     }
     assert_conserved(&rc);

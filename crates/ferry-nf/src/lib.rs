@@ -23,6 +23,8 @@
 mod arp;
 mod chain;
 mod icmp;
+mod ips;
+pub mod ips_rules;
 mod l2fwd;
 pub mod model;
 mod registry;
@@ -31,6 +33,7 @@ mod rxdrop;
 pub use arp::ArpResponder;
 pub use chain::NfChainLocal;
 pub use icmp::IcmpEchoResponder;
+pub use ips::Ips;
 pub use l2fwd::L2Fwd;
 pub use registry::{by_name, parse_mac, registry, NfBuilder, NfError, NfInfo};
 pub use rxdrop::RxDrop;

@@ -14,6 +14,8 @@ pub enum NfError {
     BadArg { nf: &'static str, arg: String, reason: &'static str },
     #[error("{nf}: missing argument: {what}")]
     MissingArg { nf: &'static str, what: &'static str },
+    #[error("{nf}: {file}: {message}")]
+    BadFile { nf: &'static str, file: String, message: String },
 }
 
 /// Builds an NF from CLI-style arguments.
@@ -97,7 +99,18 @@ fn build_icmp(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
     Ok(Box::new(IcmpEchoResponder::new(addrs)))
 }
 
-static REGISTRY: [NfInfo; 4] = [
+fn build_ips(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
+    const NF: &str = "ips";
+    let [file] = args else {
+        return Err(NfError::MissingArg { nf: NF, what: "exactly one argument: the rule file" });
+    };
+    let bad = |message: String| NfError::BadFile { nf: NF, file: file.to_string(), message };
+    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    let rules = crate::ips_rules::parse_rules(&text).map_err(|e| bad(e.to_string()))?;
+    Ok(Box::new(crate::Ips::new(rules).map_err(|e| bad(e.to_string()))?))
+}
+
+static REGISTRY: [NfInfo; 5] = [
     NfInfo {
         spec: &crate::l2fwd::SPEC,
         summary: "swap source and destination MAC, send back",
@@ -121,6 +134,13 @@ static REGISTRY: [NfInfo; 4] = [
         // The reply moves the ICMP message over any IP options: payload access.
         elements: &[Element { name: "icmp-echo-reply", offload: Offload::No }],
         build: build_icmp,
+    },
+    NfInfo {
+        spec: &crate::ips::SPEC,
+        summary: "drop or alert on TCP/UDP payloads matching Snort-like content rules (Aho-Corasick)",
+        args: "RULE_FILE",
+        elements: &[Element { name: "payload-matcher", offload: Offload::No }],
+        build: build_ips,
     },
     NfInfo {
         spec: &crate::rxdrop::SPEC,
@@ -162,7 +182,7 @@ mod tests {
     #[test]
     fn build_by_name() {
         let names: Vec<_> = registry().iter().map(|i| i.spec.name).collect();
-        assert_eq!(names, ["l2fwd", "arp-responder", "icmp-echo", "rxdrop"]);
+        assert_eq!(names, ["l2fwd", "arp-responder", "icmp-echo", "ips", "rxdrop"]);
         for info in registry() {
             assert_eq!(info.spec.counters[0], "rx");
         }

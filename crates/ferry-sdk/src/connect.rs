@@ -60,11 +60,15 @@ impl Nf {
         }
         let ctrl = UnixStream::connect(path)
             .map_err(|source| SdkError::Connect { path: path.display().to_string(), source })?;
+        // The chain, when ferryd hosts several: ferryd names it for the NFs
+        // it starts; an NF started by hand gets it from its operator.
+        let chain = std::env::var(proto::ENV_CHAIN).unwrap_or_default();
         let hello = Msg::Hello {
+            key: own_key(path, &chain, name),
+            chain,
             nf: name.to_string(),
             pid: std::process::id(),
             counters: counters.iter().map(|s| s.to_string()).collect(),
-            key: own_key(path, name),
         };
         proto::send(&ctrl, &hello, &[])?;
         let (msg, fds) = proto::recv(&ctrl)?;
@@ -277,7 +281,7 @@ impl Nf {
 /// The NF's key, for an NF ferryd does not start: from `FERRY_KEY`'s file,
 /// else from the file ferryd writes next to its socket. An NF ferryd
 /// started has none (ferryd knows it by its pid) and sends an empty key.
-fn own_key(socket: &Path, nf: &str) -> String {
-    let file = std::env::var_os(proto::ENV_KEY).map_or_else(|| proto::key_path(socket, nf), Into::into);
+fn own_key(socket: &Path, chain: &str, nf: &str) -> String {
+    let file = std::env::var_os(proto::ENV_KEY).map_or_else(|| proto::key_path(socket, chain, nf), Into::into);
     std::fs::read_to_string(file).map(|k| k.trim().to_string()).unwrap_or_default()
 }

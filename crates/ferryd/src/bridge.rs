@@ -12,7 +12,7 @@ use ferry_chain::frames::FrameCache;
 use ferry_chain::shm::{self, c};
 use ferry_ring::{Desc, Notify, Producer};
 
-use crate::server::Daemon;
+use crate::chain::Chain;
 
 const BURST: usize = 64;
 
@@ -22,7 +22,7 @@ struct Target {
     pending: Vec<Desc>,
 }
 
-pub fn start(d: Arc<Daemon>, b: usize) -> Result<()> {
+pub fn start(d: Arc<Chain>, b: usize) -> Result<()> {
     let plan = d.plan.bridges[b].clone();
     let (from, to) = (&d.domains[plan.from_domain], &d.domains[plan.to_domain]);
     let mut consumer = from.ring(plan.ring).consumer()?;

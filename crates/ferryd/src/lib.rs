@@ -20,6 +20,7 @@
 //! that another instance reinitialised. In-flight packets are lost.
 
 mod bridge;
+mod chain;
 mod domain;
 mod keys;
 mod ports;

@@ -7,11 +7,14 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(name = "ferryd", version)]
 struct Args {
-    /// The chain file (YAML).
-    chain: PathBuf,
-    /// Unix socket to serve (default /run/ferry/<chain>.sock).
+    /// A chain file (YAML) to deploy at start; more come with `ferry chain deploy`.
+    chain: Option<PathBuf>,
+    /// The NF socket (default /run/ferry/ferryd.sock).
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// The admin socket, root's (default: the NF socket's path + ".admin").
+    #[arg(long)]
+    admin: Option<PathBuf>,
     /// Do not start NFs; wait for them to connect (each with its key).
     #[arg(long)]
     no_spawn: bool,
@@ -22,7 +25,8 @@ struct Args {
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    let opts = ferryd::Options { chain: a.chain, socket: a.socket, spawn: !a.no_spawn, uids: a.uid_range };
+    let opts =
+        ferryd::Options { chain: a.chain, socket: a.socket, admin: a.admin, spawn: !a.no_spawn, uids: a.uid_range };
     match ferryd::run(&opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

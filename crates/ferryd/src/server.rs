@@ -1,120 +1,62 @@
-//! The daemon: sets a chain up, serves its Unix socket, starts and watches
-//! NFs, recovers after an NF dies.
+//! The daemon: hosts any number of chains, deployed and removed while it
+//! runs, each with its own domains, ports, NFs and uids (P4SFC's server
+//! daemon, §III-E). Two sockets:
+//! * the NF socket (mode 0666): NFs of every chain say hello there, and
+//!   `admit` checks who they are;
+//! * the admin socket (mode 0600, and the peer must be root or ferryd's
+//!   own uid): deploy, remove, list, status, audit, shutdown.
 
 use std::io::ErrorKind;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_chain::plan::ChainPlan;
-use ferry_chain::proto::{self, DomainStatus, FdRole, Msg, NfStatus, ProtoError, Status, Welcome};
-use ferry_chain::shm::{self, COUNTERS};
-use ferry_xsk::XskSocket;
+use ferry_chain::proto::{self, ChainSummary, Msg, ProtoError};
 
-use crate::bridge;
-use crate::domain::Domain;
-use crate::keys::NfKey;
-use crate::ports::{Port, XSK_RINGS};
+use crate::chain::{Chain, ChainSetup};
 use crate::spawn;
-use crate::tap::Tap;
-use crate::users::{self, Creds, Lease, UidRange};
+use crate::users::UidRange;
 
 /// What `ferryd` is started with.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub chain: PathBuf,
+    /// A chain file to deploy at start.
+    pub chain: Option<PathBuf>,
+    /// The NF socket (default [`proto::default_socket`]).
     pub socket: Option<PathBuf>,
+    /// The admin socket (default: the NF socket's [`proto::admin_socket`]).
+    pub admin: Option<PathBuf>,
     /// Start the NFs marked `spawn: true` (default).
     pub spawn: bool,
     /// Where domains that name no user get their uids.
     pub uids: UidRange,
 }
 
-#[derive(Default)]
-struct NfState {
-    /// The process ferryd started for the NF, until it is reaped: the only
-    /// pid admitted as this NF.
-    child: Option<u32>,
-    pid: Option<u32>,
-    connected: bool,
-    restarts: u32,
-    generation: u64,
-    counters: Vec<String>,
-}
+/// How long a removed chain's NFs get between SIGTERM and SIGKILL.
+const REMOVE_GRACE: Duration = Duration::from_secs(5);
 
 pub struct Daemon {
-    pub plan: ChainPlan,
-    pub socket: PathBuf,
-    pub domains: Vec<Domain>,
-    ports: Vec<Option<Mutex<Port>>>,
-    taps: Vec<Tap>,
-    nfs: Vec<Mutex<NfState>>,
-    /// Per NF: what it runs as.
-    creds: Vec<Creds>,
-    /// Per NF: its key, if ferryd does not start it.
-    keys: Vec<Option<NfKey>>,
-    _leases: Vec<Lease>,
-    ferry_bin: Option<PathBuf>,
+    socket: PathBuf,
+    admin: PathBuf,
     spawn: bool,
-    pub stop: AtomicBool,
+    uids: UidRange,
+    chains: Mutex<Vec<Arc<Chain>>>,
+    /// Serialises deploys and removes (a deploy takes a while; status and
+    /// hellos keep being served meanwhile).
+    changes: Mutex<()>,
+    next_chain: AtomicU32,
+    next_nf: AtomicU32,
+    stop: AtomicBool,
 }
 
-fn log(msg: impl AsRef<str>) {
+pub(crate) fn log(msg: impl AsRef<str>) {
     eprintln!("ferryd: {}", msg.as_ref());
-}
-
-/// Sets the chain up, serves until `Shutdown` or SIGTERM/SIGINT, tears down.
-pub fn run(opts: &Options) -> Result<()> {
-    let spec = ferry_catalog::parse_chain(&opts.chain)?;
-    let plan = ChainPlan::compile(&spec);
-    let socket = opts.socket.clone().unwrap_or_else(|| proto::default_socket(&plan.name));
-    let daemon = Arc::new(Daemon::setup(plan, socket, opts)?);
-    install_signal_handlers();
-    let listener = daemon.listen()?;
-    log(format!("chain {:?} up; listening on {}", daemon.plan.name, daemon.socket.display()));
-    for b in 0..daemon.plan.bridges.len() {
-        bridge::start(daemon.clone(), b)?;
-    }
-    for i in 0..daemon.plan.nfs.len() {
-        if daemon.spawn && daemon.plan.nfs[i].spawn {
-            Daemon::start_nf(&daemon, i)?;
-        }
-    }
-    listener.set_nonblocking(true)?;
-    while !daemon.stop.load(Ordering::Acquire) && !signalled() {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let _ = stream.set_nonblocking(false);
-                let d = daemon.clone();
-                std::thread::spawn(move || d.serve(stream));
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&mut pfd, 1, 100) };
-            }
-            Err(e) => log(format!("accept: {e}")),
-        }
-    }
-    daemon.stop.store(true, Ordering::Release);
-    daemon.stop_nfs();
-    let _ = std::fs::remove_file(&daemon.socket);
-    for (nf, key) in daemon.plan.nfs.iter().zip(&daemon.keys) {
-        if key.is_some() {
-            let _ = std::fs::remove_file(proto::key_path(&daemon.socket, &nf.name));
-        }
-    }
-    if let Some(dir) = proto::key_path(&daemon.socket, "-").parent() {
-        // Only if empty: it is ours, but say nothing of what else is there.
-        let _ = std::fs::remove_dir(dir);
-    }
-    log("stopped");
-    Ok(())
 }
 
 static SIGNALLED: AtomicBool = AtomicBool::new(false);
@@ -132,149 +74,214 @@ fn install_signal_handlers() {
     }
 }
 
-fn signalled() -> bool {
+pub(crate) fn signalled() -> bool {
     SIGNALLED.load(Ordering::Acquire)
 }
 
+/// Binds `path` with mode `mode`, unless another ferryd serves it.
+fn listen(path: &Path, mode: u32) -> Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            bail!("another ferryd is serving {}", path.display());
+        }
+        std::fs::remove_file(path)?;
+    }
+    let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Serves until `Shutdown` or SIGTERM/SIGINT, then stops every chain.
+pub fn run(opts: &Options) -> Result<()> {
+    let socket = opts.socket.clone().unwrap_or_else(proto::default_socket);
+    let admin = opts.admin.clone().unwrap_or_else(|| proto::admin_socket(&socket));
+    let daemon = Arc::new(Daemon {
+        socket,
+        admin,
+        spawn: opts.spawn,
+        uids: opts.uids,
+        chains: Mutex::new(Vec::new()),
+        changes: Mutex::new(()),
+        next_chain: AtomicU32::new(1),
+        next_nf: AtomicU32::new(1),
+        stop: AtomicBool::new(false),
+    });
+    install_signal_handlers();
+    // Anyone may connect to the NF socket: who may be which NF is checked
+    // per connection. The admin socket is root's.
+    let nf_listener = listen(&daemon.socket, 0o666)?;
+    let admin_listener = listen(&daemon.admin, 0o600)?;
+    if let Some(file) = &opts.chain {
+        if let Err(e) = daemon.deploy(file) {
+            daemon.shutdown();
+            return Err(e);
+        }
+    }
+    log(format!("serving NFs on {} and admin requests on {}", daemon.socket.display(), daemon.admin.display()));
+    while !daemon.stop.load(Ordering::Acquire) && !signalled() {
+        let mut pfds = [nf_listener.as_raw_fd(), admin_listener.as_raw_fd()].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        // SAFETY: two valid pollfds.
+        unsafe { libc::poll(pfds.as_mut_ptr(), 2, 100) };
+        for (listener, admin) in [(&nf_listener, false), (&admin_listener, true)] {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nonblocking(false);
+                    let d = daemon.clone();
+                    std::thread::spawn(move || if admin { d.serve_admin(stream) } else { d.serve_nf(stream) });
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => log(format!("accept: {e}")),
+            }
+        }
+    }
+    daemon.shutdown();
+    log("stopped");
+    Ok(())
+}
+
 impl Daemon {
-    fn setup(plan: ChainPlan, socket: PathBuf, opts: &Options) -> Result<Daemon> {
-        let spawn = opts.spawn;
-        let (creds, leases) = users::resolve(&plan, opts.uids)?;
-        for (d, dom) in plan.domains.iter().enumerate() {
-            let runs_as: Vec<&str> =
-                plan.nfs.iter().zip(&creds).filter(|(n, _)| n.domain == d).map(|(_, c)| c.shown.as_str()).collect();
-            log(format!("domain {} runs as {runs_as:?}", dom.name));
+    fn shutdown(&self) {
+        self.stop.store(true, Ordering::Release);
+        let chains: Vec<Arc<Chain>> = self.chains.lock().expect("chains lock").drain(..).collect();
+        for c in &chains {
+            c.stop(Duration::from_secs(1));
         }
-        let mut keys = Vec::new();
-        for (nf, c) in plan.nfs.iter().zip(&creds) {
-            keys.push(if spawn && nf.spawn {
-                None
-            } else {
-                Some(NfKey::issue(&proto::key_path(&socket, &nf.name), c.uid, c.gid)?)
-            });
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(&self.admin);
+        // Only if empty: it is ours, but say nothing of what else is there.
+        let _ = std::fs::remove_dir(proto::keys_dir(&self.socket));
+    }
+
+    /// The chain named `name`; an empty name means the only one.
+    fn chain(&self, name: &str) -> Result<Arc<Chain>> {
+        let chains = self.chains.lock().expect("chains lock");
+        if name.is_empty() {
+            return match chains.as_slice() {
+                [one] => Ok(one.clone()),
+                _ => bail!("{} chains are deployed: name one (`ferry chain list`)", chains.len()),
+            };
         }
-        let domains = plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?;
-        let mut ports = Vec::new();
-        for p in &plan.ports {
-            ports.push(match p.nf {
-                Some(_) => Some(Mutex::new(Port::open(p).with_context(|| format!("port {}", p.name))?)),
-                None => None,
-            });
-        }
-        let taps = plan.kernel.iter().map(Tap::create).collect::<Result<Vec<_>>>()?;
-        let nfs = plan.nfs.iter().map(|_| Mutex::new(NfState::default())).collect();
-        let ferry_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
-            Some(spawn::ferry_bin()?)
-        } else {
-            None
-        };
-        Ok(Daemon {
-            plan,
-            socket,
-            domains,
-            ports,
-            taps,
-            nfs,
-            creds,
-            keys,
-            _leases: leases,
-            ferry_bin,
-            spawn,
-            stop: AtomicBool::new(false),
+        chains.iter().find(|c| c.plan.name == name).cloned().ok_or_else(|| {
+            let names: Vec<&str> = chains.iter().map(|c| c.plan.name.as_str()).collect();
+            anyhow!("no chain {} (deployed: {})", proto::echoed(name), names.join(", "))
         })
     }
 
-    fn listen(&self) -> Result<UnixListener> {
-        if let Some(dir) = self.socket.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    /// Deploys the chain file `file` next to the chains already running.
+    /// Nothing they use is touched: a new chain gets its own domains,
+    /// ports, kernel hops, NF processes and uids, and one whose ports or
+    /// kernel hops are another chain's is refused.
+    pub fn deploy(&self, file: &Path) -> Result<ChainSummary> {
+        let _changing = self.changes.lock().expect("changes lock");
+        let spec = ferry_catalog::parse_chain(file)?;
+        let plan = ChainPlan::compile(&spec);
+        self.check_free(&plan)?;
+        let id = self.next_chain.fetch_add(1, Ordering::Relaxed);
+        let nf_ids = plan.nfs.iter().map(|_| self.next_nf.fetch_add(1, Ordering::Relaxed)).collect();
+        let setup = ChainSetup {
+            id,
+            nf_ids,
+            file: file.to_path_buf(),
+            plan,
+            socket: self.socket.clone(),
+            spawn: self.spawn,
+            uids: self.uids,
+        };
+        let chain = Arc::new(Chain::setup(setup).with_context(|| format!("chain from {}", file.display()))?);
+        // Listed before its NFs start: their hellos look it up.
+        self.chains.lock().expect("chains lock").push(chain.clone());
+        if let Err(e) = chain.start() {
+            self.chains.lock().expect("chains lock").retain(|c| c.id != id);
+            chain.stop(REMOVE_GRACE);
+            return Err(e);
         }
-        if self.socket.exists() {
-            if UnixStream::connect(&self.socket).is_ok() {
-                bail!("another ferryd is serving {}", self.socket.display());
-            }
-            std::fs::remove_file(&self.socket)?;
-        }
-        let l = UnixListener::bind(&self.socket).with_context(|| format!("binding {}", self.socket.display()))?;
-        // Anyone may connect; who may be which NF is checked per connection
-        // with SO_PEERCRED.
-        std::fs::set_permissions(&self.socket, std::fs::Permissions::from_mode(0o666))?;
-        Ok(l)
+        log(format!(
+            "deployed chain {:?} (id {id}) from {}: {} NFs",
+            chain.plan.name,
+            file.display(),
+            chain.plan.nfs.len()
+        ));
+        Ok(chain.summary())
     }
 
-    /// Starts NF `i` under a supervisor thread that restarts it after it
-    /// dies, once its frames are reclaimed. The supervisor is the NF's
-    /// parent thread for its whole life, which PR_SET_PDEATHSIG (tied to
-    /// the parent thread) needs.
-    fn start_nf(daemon: &Arc<Daemon>, i: usize) -> Result<()> {
-        let d = daemon.clone();
-        let first = d.spawn_child(i)?;
-        std::thread::Builder::new().name(format!("nf-{}", d.plan.nfs[i].name)).spawn(move || {
-            let name = d.plan.nfs[i].name.clone();
-            let mut child = Some(first);
-            while let Some(mut c) = child.take() {
-                let pid = c.id();
-                log(format!("started NF {name} (pid {pid}, {})", d.creds[i].shown));
-                if let Err(e) = spawn::wait_exited(pid) {
-                    log(format!("waiting for NF {name} (pid {pid}): {e}"));
-                }
-                // Forget the pid before reaping frees it for reuse.
-                d.nfs[i].lock().expect("nf lock").child = None;
-                let status = c.wait();
-                log(format!("NF {name} exited: {status:?}"));
-                // Its connection handler reclaims its frames and resets its
-                // rings; a new process before that would find them taken.
-                let waited = Instant::now();
-                let mut told = false;
-                while d.nfs[i].lock().expect("nf lock").connected {
-                    if d.stop.load(Ordering::Acquire) || signalled() {
-                        return;
-                    }
-                    if !told && waited.elapsed() > Duration::from_secs(5) {
-                        log(format!("NF {name}: still waiting to reclaim its frames before restarting it"));
-                        told = true;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if d.stop.load(Ordering::Acquire) || signalled() || !d.plan.nfs[i].restart {
-                    return;
-                }
-                let restarts = {
-                    let mut st = d.nfs[i].lock().expect("nf lock");
-                    st.restarts += 1;
-                    st.restarts
-                };
-                // Back off a little more for an NF that keeps dying.
-                std::thread::sleep(Duration::from_millis(50 * restarts.min(20) as u64));
-                match d.spawn_child(i) {
-                    Ok(c) => child = Some(c),
-                    Err(e) => log(format!("restarting NF {name}: {e:#}")),
+    /// Refuses a chain whose name, ports or kernel hops are taken.
+    fn check_free(&self, plan: &ChainPlan) -> Result<()> {
+        for c in self.chains.lock().expect("chains lock").iter() {
+            if c.plan.name == plan.name {
+                bail!("chain {:?} is already deployed (id {})", plan.name, c.id);
+            }
+            for p in &plan.ports {
+                if let Some(q) = c.plan.ports.iter().find(|q| q.netns == p.netns && q.netdev == p.netdev) {
+                    bail!(
+                        "port {:?}: device {} (netns {}) is already port {:?} of chain {:?}",
+                        p.name,
+                        p.netdev,
+                        p.netns.as_deref().unwrap_or("(root)"),
+                        q.name,
+                        c.plan.name
+                    );
                 }
             }
-        })?;
+            for k in &plan.kernel {
+                if c.plan.kernel.iter().any(|q| q.netns == k.netns && q.dev == k.dev) {
+                    bail!("kernel hop {:?}: device {} is already chain {:?}'s", k.name, k.dev, c.plan.name);
+                }
+            }
+        }
         Ok(())
     }
 
-    /// Starts NF `i`'s process and records its pid, under the NF's lock so
-    /// that its hello (which takes the lock) finds the pid recorded.
-    fn spawn_child(&self, i: usize) -> Result<std::process::Child> {
-        let ferry = self.ferry_bin.clone().unwrap_or_default();
-        let mut st = self.nfs[i].lock().expect("nf lock");
-        let child = spawn::spawn_nf(&self.plan.nfs[i], &self.creds[i], &self.socket, &ferry)?;
-        st.child = Some(child.id());
-        Ok(child)
+    /// Removes chain `name`: it stops taking hellos, its NFs are stopped
+    /// and everything it holds is released. Other chains are not touched.
+    pub fn remove(&self, name: &str) -> Result<()> {
+        let _changing = self.changes.lock().expect("changes lock");
+        let chain = self.chain(name)?;
+        self.chains.lock().expect("chains lock").retain(|c| c.id != chain.id);
+        chain.stop(REMOVE_GRACE);
+        log(format!("removed chain {:?} (id {})", chain.plan.name, chain.id));
+        Ok(())
     }
 
-    fn stop_nfs(&self) {
-        for st in &self.nfs {
-            if let Some(pid) = st.lock().expect("nf lock").pid {
-                // SAFETY: plain kill on a pid we started or admitted.
-                unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    /// An NF's connection: one hello, then its lifetime.
+    fn serve_nf(self: Arc<Self>, stream: UnixStream) {
+        let reply_error = |message: String| {
+            let _ = proto::send(&stream, &Msg::Error { message }, &[]);
+        };
+        match proto::recv(&stream) {
+            Ok((Msg::Hello { chain, nf, pid, counters, key }, _)) => {
+                let admitted = self.chain(&chain).and_then(|c| Ok((c.admit(&stream, &nf, pid, counters, &key)?, c)));
+                match admitted {
+                    Ok((i, c)) => c.nf_lifetime(&stream, i),
+                    Err(e) => {
+                        log(format!("refused NF {}: {e:#}", proto::echoed(&nf)));
+                        reply_error(format!("{e:#}"));
+                    }
+                }
             }
+            Ok((other, _)) => reply_error(format!(
+                "unexpected message {:?} on the NF socket (admin requests go to {})",
+                kind_name(&other),
+                self.admin.display()
+            )),
+            Err(ProtoError::Closed) => {}
+            Err(e) => reply_error(e.to_string()),
         }
     }
 
-    /// One connection: a request loop for the CLI, or an NF's lifetime.
-    fn serve(self: Arc<Self>, stream: UnixStream) {
+    /// An admin connection: requests until it closes.
+    fn serve_admin(self: Arc<Self>, stream: UnixStream) {
+        if let Err(e) = require_admin(&stream) {
+            let _ = proto::send(&stream, &Msg::Error { message: format!("{e:#}") }, &[]);
+            return;
+        }
         loop {
             let msg = match proto::recv(&stream) {
                 Ok((m, _fds)) => m,
@@ -284,30 +291,9 @@ impl Daemon {
                     return;
                 }
             };
-            let reply = match msg {
-                Msg::Hello { nf, pid, counters, key } => {
-                    match self.admit(&stream, &nf, pid, counters, &key) {
-                        Ok(i) => self.nf_lifetime(&stream, i),
-                        Err(e) => {
-                            log(format!("refused NF {}: {e:#}", proto::echoed(&nf)));
-                            let _ = proto::send(&stream, &Msg::Error { message: format!("{e:#}") }, &[]);
-                        }
-                    }
-                    return;
-                }
-                Msg::Status => Msg::StatusReply(Box::new(self.status())),
-                Msg::Audit => match self.require_admin(&stream) {
-                    Ok(()) => Msg::AuditReply { domains: self.domains.iter().map(|d| d.audit(&[])).collect() },
-                    Err(e) => Msg::Error { message: format!("{e:#}") },
-                },
-                Msg::Shutdown => match self.require_admin(&stream) {
-                    Ok(()) => {
-                        self.stop.store(true, Ordering::Release);
-                        Msg::Ok
-                    }
-                    Err(e) => Msg::Error { message: format!("{e:#}") },
-                },
-                other => Msg::Error { message: format!("unexpected message {:?}", kind_name(&other)) },
+            let reply = match self.answer(msg) {
+                Ok(m) => m,
+                Err(e) => Msg::Error { message: format!("{e:#}") },
             };
             if proto::send(&stream, &reply, &[]).is_err() {
                 return;
@@ -315,247 +301,51 @@ impl Daemon {
         }
     }
 
-    fn require_admin(&self, stream: &UnixStream) -> Result<()> {
-        let (_, uid, _) = spawn::peer_cred(stream)?;
-        // SAFETY: plain getter.
-        if uid != 0 && uid != unsafe { libc::geteuid() } {
-            bail!("only root may do that (peer uid {uid})");
-        }
-        Ok(())
+    fn answer(&self, msg: Msg) -> Result<Msg> {
+        Ok(match msg {
+            Msg::Status { chain } => Msg::StatusReply(Box::new(self.chain(&chain)?.status())),
+            Msg::Audit { chain } => {
+                Msg::AuditReply { domains: self.chain(&chain)?.domains.iter().map(|d| d.audit(&[])).collect() }
+            }
+            Msg::Deploy { file } => Msg::Deployed(Box::new(self.deploy(Path::new(&file))?)),
+            Msg::Remove { chain } => {
+                self.remove(&chain)?;
+                Msg::Ok
+            }
+            Msg::List => Msg::ListReply {
+                chains: self.chains.lock().expect("chains lock").iter().map(|c| c.summary()).collect(),
+            },
+            Msg::Shutdown => {
+                self.stop.store(true, Ordering::Release);
+                Msg::Ok
+            }
+            other => bail!("unexpected message {:?} on the admin socket", kind_name(&other)),
+        })
     }
+}
 
-    /// Checks who an NF is, creates its sockets and sends it everything it
-    /// needs.
-    fn admit(
-        &self,
-        stream: &UnixStream,
-        name: &str,
-        _claimed_pid: u32,
-        counters: Vec<String>,
-        key: &str,
-    ) -> Result<usize> {
-        let i = self
-            .plan
-            .nf_index(name)
-            .ok_or_else(|| anyhow!("no NF {} in chain {:?}", proto::echoed(name), self.plan.name))?;
-        let nf = &self.plan.nfs[i];
-        let (pid, uid, _) = spawn::peer_cred(stream)?;
-        let want = &self.creds[i];
-        if uid != want.uid {
-            bail!("peer uid {uid} is not NF {name:?}'s user ({}, uid {})", want.shown, want.uid);
-        }
-        let mut st = self.nfs[i].lock().expect("nf lock");
-        // Who it is. A uid is not enough: any process of that user could
-        // say hello while the NF is down and take its memory.
-        match &self.keys[i] {
-            None if st.child != Some(pid) => bail!(
-                "pid {pid} is not the process ferryd started as NF {name:?} ({}): ferryd starts this NF itself",
-                st.child.map_or("none is running".to_string(), |c| format!("that is pid {c}"))
-            ),
-            Some(k) if !k.matches(key) => bail!(
-                "NF {name:?} is started outside ferryd, so its hello carries the key in {} (readable by its user \
-                 only); this one {}",
-                proto::key_path(&self.socket, name).display(),
-                if key.is_empty() { "has none" } else { "is wrong" }
-            ),
-            _ => {}
-        }
-        // A dumpable NF would expose the domain's memory to every process of
-        // its uid through /proc (root sees everything anyway).
-        if uid != 0 && spawn::is_dumpable(pid)? {
-            bail!(
-                "NF {name:?} (pid {pid}) is dumpable, so any process of uid {uid} could open its fds and memory: \
-                 an NF calls prctl(PR_SET_DUMPABLE, 0) before hello (ferry's SDKs do)"
-            );
-        }
-        if counters.len() > shm::MAX_NF_COUNTERS {
-            bail!("{} NF counters, at most {}", counters.len(), shm::MAX_NF_COUNTERS);
-        }
-        // Counter names are shown by status and logs: bounded like echoes.
-        if let Some(long) = counters.iter().find(|c| c.chars().count() > proto::MAX_ECHOED) {
-            bail!("counter name {} is over {} characters", proto::echoed(long), proto::MAX_ECHOED);
-        }
-        if st.connected {
-            bail!("NF {name:?} is already connected (pid {:?})", st.pid);
-        }
-        let dom = &self.domains[nf.domain];
-        let mut sockets: Vec<(FdRole, XskSocket)> = Vec::new();
-        for t in &nf.threads {
-            for &p in &t.ports {
-                let port = self.ports[p].as_ref().ok_or_else(|| anyhow!("port {p} not open"))?;
-                let sock = port.lock().expect("port lock").socket(&dom.umem, t.index)?;
-                sockets.push((FdRole::Xsk { thread: t.index, port: p }, sock));
-            }
-        }
-        let mut roles = vec![FdRole::Umem, FdRole::Region];
-        let mut fds: Vec<RawFd> = vec![dom.umem.as_fd().as_raw_fd(), dom.region.fd().as_raw_fd()];
-        for r in 0..dom.plan.rings {
-            roles.push(FdRole::RingData(r));
-            fds.push(dom.data[r as usize].as_fd().as_raw_fd());
-            roles.push(FdRole::RingRoom(r));
-            fds.push(dom.room[r as usize].as_fd().as_raw_fd());
-        }
-        for (role, s) in &sockets {
-            roles.push(role.clone());
-            fds.push(s.as_raw_fd());
-        }
-        for o in &nf.outs {
-            if let ferry_chain::plan::OutLink::Kernel { kernel } = o {
-                roles.push(FdRole::Tap(*kernel));
-                fds.push(self.taps[*kernel].fd.as_raw_fd());
-            }
-        }
-        let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
-        dom.attach(&threads, pid)?;
-        st.generation += 1;
-        let welcome = Welcome {
-            chain: self.plan.name.clone(),
-            nf_index: i,
-            nf: nf.clone(),
-            domain: dom.plan.clone(),
-            fds: roles,
-            xsk_rings: [XSK_RINGS.rx, XSK_RINGS.tx, XSK_RINGS.fill, XSK_RINGS.comp],
-            port_rx: self.plan.ports.iter().map(|p| p.rx).collect(),
-            generation: st.generation,
-        };
-        if let Err(e) = proto::send(stream, &Msg::Welcome(Box::new(welcome)), &fds) {
-            for t in &nf.threads {
-                dom.block(t.tid).set(shm::T_STATE, shm::STATE_DEAD);
-            }
-            return Err(e.into());
-        }
-        // Our copies of the sockets close here: the NF holds the only ones,
-        // so its death releases them.
-        drop(sockets);
-        st.connected = true;
-        st.pid = Some(pid);
-        st.counters = counters;
-        log(format!("NF {name} connected (pid {pid}, uid {uid})"));
-        Ok(i)
+fn require_admin(stream: &UnixStream) -> Result<()> {
+    let (_, uid, _) = spawn::peer_cred(stream)?;
+    // SAFETY: plain getter.
+    if uid != 0 && uid != unsafe { libc::geteuid() } {
+        bail!("only root may administer ferryd (peer uid {uid})");
     }
-
-    /// Waits for an admitted NF's connection to close, then recovers.
-    fn nf_lifetime(&self, stream: &UnixStream, i: usize) {
-        while proto::recv(stream).is_ok() {
-            let m = Msg::Error { message: "an NF sends nothing after hello".into() };
-            let _ = proto::send(stream, &m, &[]);
-        }
-        self.nf_gone(i);
-    }
-
-    /// The NF's connection closed: make sure the process is gone, then
-    /// reclaim every frame it held or had queued.
-    fn nf_gone(&self, i: usize) {
-        let nf = &self.plan.nfs[i];
-        let pid = self.nfs[i].lock().expect("nf lock").pid;
-        if let Some(pid) = pid {
-            let start = Instant::now();
-            while !spawn::process_gone(pid) {
-                if start.elapsed() > Duration::from_millis(200) {
-                    // It closed the socket but lives on: its frames cannot be
-                    // reclaimed while it might touch them, so end it.
-                    // SAFETY: plain kill.
-                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                }
-                if start.elapsed() > Duration::from_secs(5) {
-                    log(format!("NF {} (pid {pid}) will not die; its frames stay out", nf.name));
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-        let dom = &self.domains[nf.domain];
-        let tids: Vec<u32> = nf.threads.iter().map(|t| t.tid).collect();
-        // The NF may restart only once its frames are back and its rings
-        // reset, or the new process would find its ring still attached.
-        // An audit that a live thread did not answer (stopped, or off its
-        // CPU) reclaimed nothing, so try again until one did.
-        let mut tries = 0u64;
-        let report = loop {
-            let report = dom.audit(&tids);
-            if report.unresponsive.is_empty() || self.stop.load(Ordering::Acquire) || signalled() {
-                break report;
-            }
-            // Said once, then now and then: a stopped NF can hold this up
-            // for as long as it stays stopped.
-            if tries.is_multiple_of(30) {
-                log(format!(
-                    "NF {} gone, but threads {:?} of domain {} did not pause: its frames stay out until they do",
-                    nf.name, report.unresponsive, report.domain
-                ));
-            }
-            tries += 1;
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        log(format!(
-            "NF {} gone: reclaimed {} frames (dead threads {:?}); domain {}: {} in pool, {} in rings, {} held, {} lost, {} duplicated",
-            nf.name,
-            report.reclaimed,
-            report.dead,
-            report.domain,
-            report.in_pool,
-            report.in_rings,
-            report.held_by_threads,
-            report.lost,
-            report.duplicated
-        ));
-        let mut st = self.nfs[i].lock().expect("nf lock");
-        st.connected = false;
-        st.pid = None;
-    }
-
-    pub fn status(&self) -> Status {
-        let mut s = Status { chain: self.plan.name.clone(), ..Default::default() };
-        for (i, nf) in self.plan.nfs.iter().enumerate() {
-            let st = self.nfs[i].lock().expect("nf lock");
-            let dom = &self.domains[nf.domain];
-            let threads = nf
-                .threads
-                .iter()
-                .map(|t| {
-                    let b = dom.block(t.tid);
-                    let mut v: Vec<(String, u64)> =
-                        COUNTERS.iter().enumerate().map(|(k, n)| (n.to_string(), b.counter(k))).collect();
-                    for (k, n) in st.counters.iter().enumerate() {
-                        v.push((n.clone(), b.nf_counter(k).load(Ordering::Relaxed)));
-                    }
-                    v
-                })
-                .collect();
-            s.nfs.push(NfStatus {
-                name: nf.name.clone(),
-                domain: dom.plan.name.clone(),
-                pid: st.pid,
-                uid: Some(self.creds[i].uid),
-                connected: st.connected,
-                restarts: st.restarts,
-                threads,
-            });
-        }
-        for d in &self.domains {
-            let ctl = d.control.as_slice();
-            s.domains.push(DomainStatus {
-                name: d.plan.name.clone(),
-                frames_total: d.pool.frames_total(),
-                in_pool: d.pool.available(),
-                reclaimed: ctl[shm::RECLAIMED].load(Ordering::Relaxed),
-                audits: ctl[shm::AUDITS].load(Ordering::Relaxed),
-                lost: ctl[shm::LOST].load(Ordering::Relaxed),
-                duplicated: ctl[shm::DUPLICATED].load(Ordering::Relaxed),
-            });
-        }
-        s
-    }
+    Ok(())
 }
 
 fn kind_name(m: &Msg) -> &'static str {
     match m {
         Msg::Hello { .. } => "hello",
         Msg::Welcome(_) => "welcome",
-        Msg::Status => "status",
+        Msg::Status { .. } => "status",
         Msg::StatusReply(_) => "status-reply",
-        Msg::Audit => "audit",
+        Msg::Audit { .. } => "audit",
         Msg::AuditReply { .. } => "audit-reply",
+        Msg::Deploy { .. } => "deploy",
+        Msg::Deployed(_) => "deployed",
+        Msg::Remove { .. } => "remove",
+        Msg::List => "list",
+        Msg::ListReply { .. } => "list-reply",
         Msg::Shutdown => "shutdown",
         Msg::Ok => "ok",
         Msg::Error { .. } => "error",

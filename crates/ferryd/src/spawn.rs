@@ -29,7 +29,7 @@ pub fn ferry_bin() -> Result<PathBuf> {
 /// `creds`: std drops supplementary groups and, since the uid changes
 /// from root to non-root, the kernel clears every capability; no_new_privs
 /// stops it from regaining any, and it dies with ferryd.
-pub fn spawn_nf(nf: &NfPlan, creds: &Creds, socket: &Path, ferry: &Path) -> Result<Child> {
+pub fn spawn_nf(chain: &str, nf: &NfPlan, creds: &Creds, socket: &Path, ferry: &Path) -> Result<Child> {
     let (uid, gid) = (creds.uid, creds.gid);
     let mut cmd = match (&nf.kind, &nf.exec) {
         (Some(kind), _) => {
@@ -47,7 +47,7 @@ pub fn spawn_nf(nf: &NfPlan, creds: &Creds, socket: &Path, ferry: &Path) -> Resu
         }
         (None, None) => bail!("NF {} has nothing to run", nf.name),
     };
-    cmd.env(proto::ENV_SOCKET, socket).env(proto::ENV_NF, &nf.name).current_dir("/");
+    cmd.env(proto::ENV_SOCKET, socket).env(proto::ENV_CHAIN, chain).env(proto::ENV_NF, &nf.name).current_dir("/");
     if uid != 0 {
         cmd.uid(uid).gid(gid);
     }

@@ -1,0 +1,492 @@
+//! One deployed chain: its domains, ports, kernel hops and copy bridges;
+//! starting, admitting and watching its NFs; recovery after one dies.
+
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use ferry_chain::plan::ChainPlan;
+use ferry_chain::proto::{self, ChainSummary, DomainStatus, FdRole, Msg, NfStatus, Status, Welcome};
+use ferry_chain::shm::{self, COUNTERS};
+use ferry_xsk::XskSocket;
+
+use crate::bridge;
+use crate::domain::Domain;
+use crate::keys::NfKey;
+use crate::ports::{Port, XSK_RINGS};
+use crate::server::{log, signalled};
+use crate::spawn;
+use crate::tap::Tap;
+use crate::users::{self, Creds, Lease, UidRange};
+
+#[derive(Default)]
+struct NfState {
+    /// The process ferryd started for the NF, until it is reaped: the only
+    /// pid admitted as this NF.
+    child: Option<u32>,
+    pid: Option<u32>,
+    /// ferryd's end of the admitted NF's connection: shutting it down is
+    /// how ferryd tells an NF to stop (the SDK stops on EOF).
+    conn: Option<UnixStream>,
+    connected: bool,
+    restarts: u32,
+    generation: u64,
+    counters: Vec<String>,
+}
+
+pub struct Chain {
+    /// Assigned by ferryd.
+    pub id: u32,
+    /// Per NF: its id, assigned by ferryd.
+    pub nf_ids: Vec<u32>,
+    /// The chain file it came from.
+    pub file: PathBuf,
+    pub plan: ChainPlan,
+    /// ferryd's NF socket (NFs it starts are told to connect there).
+    pub socket: PathBuf,
+    pub domains: Vec<Domain>,
+    ports: Vec<Option<Mutex<Port>>>,
+    taps: Vec<Tap>,
+    nfs: Vec<Mutex<NfState>>,
+    /// Per NF: what it runs as.
+    creds: Vec<Creds>,
+    /// Per NF: its key, if ferryd does not start it.
+    keys: Vec<Option<NfKey>>,
+    _leases: Vec<Lease>,
+    ferry_bin: Option<PathBuf>,
+    spawn: bool,
+    /// Set when the chain is removed (or ferryd stops).
+    pub stop: AtomicBool,
+}
+
+/// What a chain is set up from.
+pub struct ChainSetup {
+    pub id: u32,
+    pub nf_ids: Vec<u32>,
+    pub file: PathBuf,
+    pub plan: ChainPlan,
+    pub socket: PathBuf,
+    /// Start the NFs marked `spawn: true`.
+    pub spawn: bool,
+    pub uids: UidRange,
+}
+
+impl Chain {
+    /// Creates the chain's domains, ports, kernel hops, uids and keys;
+    /// starts nothing yet.
+    pub fn setup(c: ChainSetup) -> Result<Chain> {
+        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids } = c;
+        let (creds, leases) = users::resolve(&plan, uids)?;
+        for (d, dom) in plan.domains.iter().enumerate() {
+            let runs_as: Vec<&str> =
+                plan.nfs.iter().zip(&creds).filter(|(n, _)| n.domain == d).map(|(_, c)| c.shown.as_str()).collect();
+            log(format!("chain {}: domain {} runs as {runs_as:?}", plan.name, dom.name));
+        }
+        let mut keys = Vec::new();
+        for (nf, c) in plan.nfs.iter().zip(&creds) {
+            keys.push(if spawn && nf.spawn {
+                None
+            } else {
+                Some(NfKey::issue(&proto::key_path(&socket, &plan.name, &nf.name), c.uid, c.gid)?)
+            });
+        }
+        let domains = plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?;
+        let mut ports = Vec::new();
+        for p in &plan.ports {
+            ports.push(match p.nf {
+                Some(_) => Some(Mutex::new(Port::open(p).with_context(|| format!("port {}", p.name))?)),
+                None => None,
+            });
+        }
+        let taps = plan.kernel.iter().map(Tap::create).collect::<Result<Vec<_>>>()?;
+        let nfs = plan.nfs.iter().map(|_| Mutex::new(NfState::default())).collect();
+        let ferry_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
+            Some(spawn::ferry_bin()?)
+        } else {
+            None
+        };
+        Ok(Chain {
+            id,
+            nf_ids,
+            file,
+            plan,
+            socket,
+            domains,
+            ports,
+            taps,
+            nfs,
+            creds,
+            keys,
+            _leases: leases,
+            ferry_bin,
+            spawn,
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// Starts the copy bridges and the NFs ferryd starts.
+    pub fn start(self: &Arc<Self>) -> Result<()> {
+        for b in 0..self.plan.bridges.len() {
+            bridge::start(self.clone(), b)?;
+        }
+        for i in 0..self.plan.nfs.len() {
+            if self.spawn && self.plan.nfs[i].spawn {
+                Chain::start_nf(self, i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the chain: its NFs (SIGTERM, then SIGKILL after `grace`) and
+    /// bridges; returns once every NF connection is gone. What it holds
+    /// (memory, sockets, XDP programs, TAPs, uids) goes with the last
+    /// reference.
+    pub fn stop(&self, grace: Duration) {
+        self.stop.store(true, Ordering::Release);
+        self.stop_nfs();
+        let deadline = Instant::now() + grace;
+        let connected = || self.nfs.iter().filter_map(|n| n.lock().expect("nf lock").pid).collect::<Vec<_>>();
+        loop {
+            let pids = connected();
+            if pids.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                for pid in pids {
+                    // SAFETY: plain kill of an NF process of this chain.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for (nf, key) in self.plan.nfs.iter().zip(&self.keys) {
+            if key.is_some() {
+                let _ = std::fs::remove_file(proto::key_path(&self.socket, &self.plan.name, &nf.name));
+            }
+        }
+        if let Some(dir) = proto::key_path(&self.socket, &self.plan.name, "-").parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+
+    /// Starts NF `i` under a supervisor thread that restarts it after it
+    /// dies, once its frames are reclaimed. The supervisor is the NF's
+    /// parent thread for its whole life, which PR_SET_PDEATHSIG (tied to
+    /// the parent thread) needs.
+    fn start_nf(daemon: &Arc<Chain>, i: usize) -> Result<()> {
+        let d = daemon.clone();
+        let first = d.spawn_child(i)?;
+        std::thread::Builder::new().name(format!("nf-{}", d.plan.nfs[i].name)).spawn(move || {
+            let name = d.plan.nfs[i].name.clone();
+            let mut child = Some(first);
+            while let Some(mut c) = child.take() {
+                let pid = c.id();
+                log(format!("started NF {name} (pid {pid}, {})", d.creds[i].shown));
+                if let Err(e) = spawn::wait_exited(pid) {
+                    log(format!("waiting for NF {name} (pid {pid}): {e}"));
+                }
+                // Forget the pid before reaping frees it for reuse.
+                d.nfs[i].lock().expect("nf lock").child = None;
+                let status = c.wait();
+                log(format!("NF {name} exited: {status:?}"));
+                // Its connection handler reclaims its frames and resets its
+                // rings; a new process before that would find them taken.
+                let waited = Instant::now();
+                let mut told = false;
+                while d.nfs[i].lock().expect("nf lock").connected {
+                    if d.stop.load(Ordering::Acquire) || signalled() {
+                        return;
+                    }
+                    if !told && waited.elapsed() > Duration::from_secs(5) {
+                        log(format!("NF {name}: still waiting to reclaim its frames before restarting it"));
+                        told = true;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if d.stop.load(Ordering::Acquire) || signalled() || !d.plan.nfs[i].restart {
+                    return;
+                }
+                let restarts = {
+                    let mut st = d.nfs[i].lock().expect("nf lock");
+                    st.restarts += 1;
+                    st.restarts
+                };
+                // Back off a little more for an NF that keeps dying.
+                std::thread::sleep(Duration::from_millis(50 * restarts.min(20) as u64));
+                match d.spawn_child(i) {
+                    Ok(c) => child = Some(c),
+                    Err(e) => log(format!("restarting NF {name}: {e:#}")),
+                }
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Starts NF `i`'s process and records its pid, under the NF's lock so
+    /// that its hello (which takes the lock) finds the pid recorded.
+    fn spawn_child(&self, i: usize) -> Result<std::process::Child> {
+        let ferry = self.ferry_bin.clone().unwrap_or_default();
+        let mut st = self.nfs[i].lock().expect("nf lock");
+        let child = spawn::spawn_nf(&self.plan.name, &self.plan.nfs[i], &self.creds[i], &self.socket, &ferry)?;
+        st.child = Some(child.id());
+        Ok(child)
+    }
+
+    /// Tells every NF to stop: admitted ones by closing their connection
+    /// (the SDK stops on EOF), and every NF process with SIGTERM too (a
+    /// parallel NF drains on it; one that has not said hello yet stops).
+    pub fn stop_nfs(&self) {
+        for st in &self.nfs {
+            let st = st.lock().expect("nf lock");
+            if let Some(c) = &st.conn {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+            for pid in [st.pid, st.child].into_iter().flatten() {
+                // SAFETY: plain kill on a pid we started or admitted.
+                unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            }
+        }
+    }
+
+    /// Checks who an NF is, creates its sockets and sends it everything it
+    /// needs.
+    pub fn admit(
+        &self,
+        stream: &UnixStream,
+        name: &str,
+        _claimed_pid: u32,
+        counters: Vec<String>,
+        key: &str,
+    ) -> Result<usize> {
+        let i = self
+            .plan
+            .nf_index(name)
+            .ok_or_else(|| anyhow!("no NF {} in chain {:?}", proto::echoed(name), self.plan.name))?;
+        let nf = &self.plan.nfs[i];
+        let (pid, uid, _) = spawn::peer_cred(stream)?;
+        let want = &self.creds[i];
+        if uid != want.uid {
+            bail!("peer uid {uid} is not NF {name:?}'s user ({}, uid {})", want.shown, want.uid);
+        }
+        let mut st = self.nfs[i].lock().expect("nf lock");
+        // Who it is. A uid is not enough: any process of that user could
+        // say hello while the NF is down and take its memory.
+        match &self.keys[i] {
+            None if st.child != Some(pid) => bail!(
+                "pid {pid} is not the process ferryd started as NF {name:?} ({}): ferryd starts this NF itself",
+                st.child.map_or("none is running".to_string(), |c| format!("that is pid {c}"))
+            ),
+            Some(k) if !k.matches(key) => bail!(
+                "NF {name:?} is started outside ferryd, so its hello carries the key in {} (readable by its user \
+                 only); this one {}",
+                proto::key_path(&self.socket, &self.plan.name, name).display(),
+                if key.is_empty() { "has none" } else { "is wrong" }
+            ),
+            _ => {}
+        }
+        // A dumpable NF would expose the domain's memory to every process of
+        // its uid through /proc (root sees everything anyway).
+        if uid != 0 && spawn::is_dumpable(pid)? {
+            bail!(
+                "NF {name:?} (pid {pid}) is dumpable, so any process of uid {uid} could open its fds and memory: \
+                 an NF calls prctl(PR_SET_DUMPABLE, 0) before hello (ferry's SDKs do)"
+            );
+        }
+        if counters.len() > shm::MAX_NF_COUNTERS {
+            bail!("{} NF counters, at most {}", counters.len(), shm::MAX_NF_COUNTERS);
+        }
+        // Counter names are shown by status and logs: bounded like echoes.
+        if let Some(long) = counters.iter().find(|c| c.chars().count() > proto::MAX_ECHOED) {
+            bail!("counter name {} is over {} characters", proto::echoed(long), proto::MAX_ECHOED);
+        }
+        if st.connected {
+            bail!("NF {name:?} is already connected (pid {:?})", st.pid);
+        }
+        let dom = &self.domains[nf.domain];
+        let mut sockets: Vec<(FdRole, XskSocket)> = Vec::new();
+        for t in &nf.threads {
+            for &p in &t.ports {
+                let port = self.ports[p].as_ref().ok_or_else(|| anyhow!("port {p} not open"))?;
+                let sock = port.lock().expect("port lock").socket(&dom.umem, t.index)?;
+                sockets.push((FdRole::Xsk { thread: t.index, port: p }, sock));
+            }
+        }
+        let mut roles = vec![FdRole::Umem, FdRole::Region];
+        let mut fds: Vec<RawFd> = vec![dom.umem.as_fd().as_raw_fd(), dom.region.fd().as_raw_fd()];
+        for r in 0..dom.plan.rings {
+            roles.push(FdRole::RingData(r));
+            fds.push(dom.data[r as usize].as_fd().as_raw_fd());
+            roles.push(FdRole::RingRoom(r));
+            fds.push(dom.room[r as usize].as_fd().as_raw_fd());
+        }
+        for (role, s) in &sockets {
+            roles.push(role.clone());
+            fds.push(s.as_raw_fd());
+        }
+        for o in &nf.outs {
+            if let ferry_chain::plan::OutLink::Kernel { kernel } = o {
+                roles.push(FdRole::Tap(*kernel));
+                fds.push(self.taps[*kernel].fd.as_raw_fd());
+            }
+        }
+        let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
+        dom.attach(&threads, pid)?;
+        st.generation += 1;
+        let welcome = Welcome {
+            chain: self.plan.name.clone(),
+            nf_index: i,
+            nf: nf.clone(),
+            domain: dom.plan.clone(),
+            fds: roles,
+            xsk_rings: [XSK_RINGS.rx, XSK_RINGS.tx, XSK_RINGS.fill, XSK_RINGS.comp],
+            port_rx: self.plan.ports.iter().map(|p| p.rx).collect(),
+            generation: st.generation,
+        };
+        if let Err(e) = proto::send(stream, &Msg::Welcome(Box::new(welcome)), &fds) {
+            for t in &nf.threads {
+                dom.block(t.tid).set(shm::T_STATE, shm::STATE_DEAD);
+            }
+            return Err(e.into());
+        }
+        // Our copies of the sockets close here: the NF holds the only ones,
+        // so its death releases them.
+        drop(sockets);
+        st.connected = true;
+        st.pid = Some(pid);
+        st.conn = stream.try_clone().ok();
+        st.counters = counters;
+        log(format!("NF {name} connected (pid {pid}, uid {uid})"));
+        Ok(i)
+    }
+
+    /// Waits for an admitted NF's connection to close, then recovers.
+    pub fn nf_lifetime(&self, stream: &UnixStream, i: usize) {
+        while proto::recv(stream).is_ok() {
+            let m = Msg::Error { message: "an NF sends nothing after hello".into() };
+            let _ = proto::send(stream, &m, &[]);
+        }
+        self.nf_gone(i);
+    }
+
+    /// The NF's connection closed: make sure the process is gone, then
+    /// reclaim every frame it held or had queued.
+    fn nf_gone(&self, i: usize) {
+        let nf = &self.plan.nfs[i];
+        let pid = self.nfs[i].lock().expect("nf lock").pid;
+        if let Some(pid) = pid {
+            let start = Instant::now();
+            while !spawn::process_gone(pid) {
+                if start.elapsed() > Duration::from_millis(200) {
+                    // It closed the socket but lives on: its frames cannot be
+                    // reclaimed while it might touch them, so end it.
+                    // SAFETY: plain kill.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }
+                if start.elapsed() > Duration::from_secs(5) {
+                    log(format!("NF {} (pid {pid}) will not die; its frames stay out", nf.name));
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let dom = &self.domains[nf.domain];
+        let tids: Vec<u32> = nf.threads.iter().map(|t| t.tid).collect();
+        // The NF may restart only once its frames are back and its rings
+        // reset, or the new process would find its ring still attached.
+        // An audit that a live thread did not answer (stopped, or off its
+        // CPU) reclaimed nothing, so try again until one did.
+        let mut tries = 0u64;
+        let report = loop {
+            let report = dom.audit(&tids);
+            if report.unresponsive.is_empty() || self.stop.load(Ordering::Acquire) || signalled() {
+                break report;
+            }
+            // Said once, then now and then: a stopped NF can hold this up
+            // for as long as it stays stopped.
+            if tries.is_multiple_of(30) {
+                log(format!(
+                    "NF {} gone, but threads {:?} of domain {} did not pause: its frames stay out until they do",
+                    nf.name, report.unresponsive, report.domain
+                ));
+            }
+            tries += 1;
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        log(format!(
+            "NF {} gone: reclaimed {} frames (dead threads {:?}); domain {}: {} in pool, {} in rings, {} held, {} lost, {} duplicated",
+            nf.name,
+            report.reclaimed,
+            report.dead,
+            report.domain,
+            report.in_pool,
+            report.in_rings,
+            report.held_by_threads,
+            report.lost,
+            report.duplicated
+        ));
+        let mut st = self.nfs[i].lock().expect("nf lock");
+        st.connected = false;
+        st.pid = None;
+        st.conn = None;
+    }
+
+    pub fn status(&self) -> Status {
+        let mut s = Status { chain: self.plan.name.clone(), id: self.id, ..Default::default() };
+        for (i, nf) in self.plan.nfs.iter().enumerate() {
+            let st = self.nfs[i].lock().expect("nf lock");
+            let dom = &self.domains[nf.domain];
+            let threads = nf
+                .threads
+                .iter()
+                .map(|t| {
+                    let b = dom.block(t.tid);
+                    let mut v: Vec<(String, u64)> =
+                        COUNTERS.iter().enumerate().map(|(k, n)| (n.to_string(), b.counter(k))).collect();
+                    for (k, n) in st.counters.iter().enumerate() {
+                        v.push((n.clone(), b.nf_counter(k).load(Ordering::Relaxed)));
+                    }
+                    v
+                })
+                .collect();
+            s.nfs.push(NfStatus {
+                name: nf.name.clone(),
+                id: self.nf_ids[i],
+                domain: dom.plan.name.clone(),
+                pid: st.pid,
+                uid: Some(self.creds[i].uid),
+                connected: st.connected,
+                restarts: st.restarts,
+                threads,
+            });
+        }
+        for d in &self.domains {
+            let ctl = d.control.as_slice();
+            s.domains.push(DomainStatus {
+                name: d.plan.name.clone(),
+                frames_total: d.pool.frames_total(),
+                in_pool: d.pool.available(),
+                reclaimed: ctl[shm::RECLAIMED].load(Ordering::Relaxed),
+                audits: ctl[shm::AUDITS].load(Ordering::Relaxed),
+                lost: ctl[shm::LOST].load(Ordering::Relaxed),
+                duplicated: ctl[shm::DUPLICATED].load(Ordering::Relaxed),
+            });
+        }
+        s
+    }
+
+    /// What `ferry chain list` shows of the chain.
+    pub fn summary(&self) -> ChainSummary {
+        ChainSummary {
+            id: self.id,
+            name: self.plan.name.clone(),
+            file: self.file.display().to_string(),
+            nfs: self.plan.nfs.len(),
+            connected: self.nfs.iter().filter(|n| n.lock().expect("nf lock").connected).count(),
+            domains: self.plan.domains.len(),
+        }
+    }
+}
