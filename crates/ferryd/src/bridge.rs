@@ -3,16 +3,17 @@
 //! it on the receiving NF's ring. This is what FLASH's kernel does for NFs
 //! in different UMEMs; NFs themselves never map another domain's memory.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use ferry_chain::frames::FrameCache;
+use ferry_chain::plan::BridgePlan;
 use ferry_chain::shm::{self, c};
 use ferry_ring::{Desc, Notify, Producer};
 
-use crate::chain::Chain;
+use crate::domain::Domain;
 
 const BURST: usize = 64;
 
@@ -22,9 +23,11 @@ struct Target {
     pending: Vec<Desc>,
 }
 
-pub fn start(d: Arc<Chain>, b: usize) -> Result<()> {
-    let plan = d.plan.bridges[b].clone();
-    let (from, to) = (&d.domains[plan.from_domain], &d.domains[plan.to_domain]);
+/// Starts copy bridge `plan` between two of `domains` in thread `name`,
+/// until `stop`.
+pub fn start(domains: Arc<Vec<Domain>>, stop: Arc<AtomicBool>, plan: &BridgePlan, name: String) -> Result<()> {
+    let plan = plan.clone();
+    let (from, to) = (&domains[plan.from_domain], &domains[plan.to_domain]);
     let mut consumer = from.ring(plan.ring).consumer()?;
     consumer.set_data_notify(Arc::new(from.data[plan.ring as usize].try_clone()?));
     consumer.set_room_notify(Arc::new(from.room[plan.ring as usize].try_clone()?));
@@ -37,9 +40,8 @@ pub fn start(d: Arc<Chain>, b: usize) -> Result<()> {
     }
     from.block(plan.from_tid).set(shm::T_STATE, shm::STATE_ALIVE);
     to.block(plan.to_tid).set(shm::T_STATE, shm::STATE_ALIVE);
-    let name = format!("bridge-{}-{}", d.plan.nfs[plan.from_nf].name, d.plan.nfs[plan.to_nf].name);
     std::thread::Builder::new().name(name).spawn(move || {
-        let (from, to) = (&d.domains[plan.from_domain], &d.domains[plan.to_domain]);
+        let (from, to) = (&domains[plan.from_domain], &domains[plan.to_domain]);
         let fs_from = from.plan.frame_size as u64;
         let fs_to = to.plan.frame_size as u64;
         let mut src = FrameCache::new(from.pool.clone(), from.owners.clone(), plan.from_tid, from.plan.frame_size);
@@ -47,7 +49,7 @@ pub fn start(d: Arc<Chain>, b: usize) -> Result<()> {
         let (bf, bt) = (from.block(plan.from_tid), to.block(plan.to_tid));
         let mut acks = [0u64; 2];
         let mut descs = Vec::with_capacity(BURST);
-        while !d.stop.load(Ordering::Acquire) {
+        while !stop.load(Ordering::Acquire) {
             // Pause handshake with both domains (see ferry_chain::shm).
             for (k, (dom, blk)) in [(from, bf), (to, bt)].into_iter().enumerate() {
                 let req = &dom.control.as_slice()[shm::PAUSE_REQ];
@@ -55,7 +57,7 @@ pub fn start(d: Arc<Chain>, b: usize) -> Result<()> {
                 if p != 0 && p != acks[k] {
                     acks[k] = p;
                     blk.set(shm::T_PAUSE_ACK, p);
-                    while req.load(Ordering::Acquire) == p && !d.stop.load(Ordering::Acquire) {
+                    while req.load(Ordering::Acquire) == p && !stop.load(Ordering::Acquire) {
                         std::thread::sleep(Duration::from_micros(200));
                     }
                 }

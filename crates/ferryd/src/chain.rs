@@ -18,7 +18,7 @@ use crate::bridge;
 use crate::domain::Domain;
 use crate::keys::NfKey;
 use crate::ports::{Port, XSK_RINGS};
-use crate::server::{log, signalled};
+use crate::process::{log, signalled};
 use crate::spawn;
 use crate::tap::Tap;
 use crate::users::{self, Creds, Lease, UidRange};
@@ -48,7 +48,7 @@ pub struct Chain {
     pub plan: ChainPlan,
     /// ferryd's NF socket (NFs it starts are told to connect there).
     pub socket: PathBuf,
-    pub domains: Vec<Domain>,
+    pub domains: Arc<Vec<Domain>>,
     ports: Vec<Option<Mutex<Port>>>,
     taps: Vec<Tap>,
     nfs: Vec<Mutex<NfState>>,
@@ -60,7 +60,7 @@ pub struct Chain {
     ferry_bin: Option<PathBuf>,
     spawn: bool,
     /// Set when the chain is removed (or ferryd stops).
-    pub stop: AtomicBool,
+    pub stop: Arc<AtomicBool>,
 }
 
 /// What a chain is set up from.
@@ -94,7 +94,7 @@ impl Chain {
                 Some(NfKey::issue(&proto::key_path(&socket, &plan.name, &nf.name), c.uid, c.gid)?)
             });
         }
-        let domains = plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?;
+        let domains = Arc::new(plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?);
         let mut ports = Vec::new();
         for p in &plan.ports {
             ports.push(match p.nf {
@@ -124,14 +124,15 @@ impl Chain {
             _leases: leases,
             ferry_bin,
             spawn,
-            stop: AtomicBool::new(false),
+            stop: Arc::new(AtomicBool::new(false)),
         })
     }
 
     /// Starts the copy bridges and the NFs ferryd starts.
     pub fn start(self: &Arc<Self>) -> Result<()> {
-        for b in 0..self.plan.bridges.len() {
-            bridge::start(self.clone(), b)?;
+        for b in &self.plan.bridges {
+            let name = format!("bridge-{}-{}", self.plan.nfs[b.from_nf].name, self.plan.nfs[b.to_nf].name);
+            bridge::start(self.domains.clone(), self.stop.clone(), b, name)?;
         }
         for i in 0..self.plan.nfs.len() {
             if self.spawn && self.plan.nfs[i].spawn {
@@ -463,7 +464,7 @@ impl Chain {
                 threads,
             });
         }
-        for d in &self.domains {
+        for d in self.domains.iter() {
             let ctl = d.control.as_slice();
             s.domains.push(DomainStatus {
                 name: d.plan.name.clone(),

@@ -24,6 +24,7 @@ mod chain;
 mod domain;
 mod keys;
 mod ports;
+mod process;
 mod server;
 mod spawn;
 mod tap;

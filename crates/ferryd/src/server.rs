@@ -20,6 +20,7 @@ use ferry_chain::plan::ChainPlan;
 use ferry_chain::proto::{self, ChainSummary, Msg, ProtoError};
 
 use crate::chain::{Chain, ChainSetup};
+use crate::process::{install_signal_handlers, log, signalled};
 use crate::spawn;
 use crate::users::UidRange;
 
@@ -53,29 +54,6 @@ pub struct Daemon {
     next_chain: AtomicU32,
     next_nf: AtomicU32,
     stop: AtomicBool,
-}
-
-pub(crate) fn log(msg: impl AsRef<str>) {
-    eprintln!("ferryd: {}", msg.as_ref());
-}
-
-static SIGNALLED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    SIGNALLED.store(true, Ordering::Release);
-}
-
-fn install_signal_handlers() {
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
-}
-
-pub(crate) fn signalled() -> bool {
-    SIGNALLED.load(Ordering::Acquire)
 }
 
 /// Binds `path` with mode `mode`, unless another ferryd serves it.
