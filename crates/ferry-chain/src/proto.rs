@@ -128,6 +128,12 @@ pub enum Msg {
     ListReply {
         chains: Vec<ChainSummary>,
     },
+    /// ferryd itself: where it serves metrics.
+    Info,
+    InfoReply {
+        /// `host:port` of `GET /metrics`, if served.
+        metrics: Option<String>,
+    },
     /// Stop every chain and exit.
     Shutdown,
     Ok,
@@ -268,6 +274,8 @@ fn kind_of(m: &Msg) -> u16 {
         Msg::Remove { .. } => 12,
         Msg::List => 13,
         Msg::ListReply { .. } => 14,
+        Msg::Info => 15,
+        Msg::InfoReply { .. } => 16,
     }
 }
 

@@ -63,7 +63,8 @@ pub fn launch(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> 
     let name = ferry_catalog::parse_chain(chain)?.name();
     let admin = proto::admin_socket(socket);
     let mut cmd = Command::new(ferryd_bin()?);
-    cmd.arg(chain).arg("--socket").arg(socket).env("FERRY_BIN", ferry_bin()?);
+    // A port of its own for the metrics: several ferryds may run at once.
+    cmd.arg(chain).arg("--socket").arg(socket).args(["--metrics", "127.0.0.1:0"]).env("FERRY_BIN", ferry_bin()?);
     if quiet {
         cmd.stderr(Stdio::null());
     }
@@ -182,6 +183,14 @@ pub fn remove(admin: &Path, chain: &str) -> Result<()> {
 pub fn list(admin: &Path) -> Result<Vec<ChainSummary>> {
     match admin_request(admin, &Msg::List)? {
         Msg::ListReply { chains } => Ok(chains),
+        other => bail!("unexpected reply {other:?}"),
+    }
+}
+
+/// Where ferryd serves its metrics (`host:port`), if it does.
+pub fn metrics_addr(admin: &Path) -> Result<Option<String>> {
+    match admin_request(admin, &Msg::Info)? {
+        Msg::InfoReply { metrics } => Ok(metrics),
         other => bail!("unexpected reply {other:?}"),
     }
 }

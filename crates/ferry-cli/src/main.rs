@@ -593,6 +593,9 @@ fn run(cli: Cli) -> Result<()> {
             let socket = socket.unwrap_or_else(ferry_chain::proto::default_socket);
             let mut rc = chainctl::start(&file, &socket, false)?;
             println!("chain {} up; `ferry chain show --admin {}`; Ctrl-C stops it", rc.name, rc.admin.display());
+            if let Some(addr) = chainctl::metrics_addr(&rc.admin)? {
+                println!("metrics: http://{addr}/metrics");
+            }
             let status = rc.child.wait()?;
             println!("ferryd exited: {status}");
             Ok(())

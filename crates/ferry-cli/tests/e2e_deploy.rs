@@ -72,6 +72,9 @@ fn chains_deploy_and_remove_without_disturbing_the_others() {
                 .filter(|s| s.nfs.iter().all(|n| n.connected) && c(s, "snk", "sunk") > 0)
         });
         assert_eq!(b.id, deployed.id);
+        // Its NFs outlive the admin connection that deployed them.
+        let b = chainctl::status(&rc.admin, "b").unwrap();
+        assert!(b.nfs.iter().all(|n| n.connected && n.restarts == 0), "round {round}: b's NFs restarted: {b:?}");
         chain_ids.push(b.id);
         nf_ids.extend(b.nfs.iter().map(|n| n.id));
         let names: Vec<String> = chainctl::list(&rc.admin).unwrap().into_iter().map(|c| c.name).collect();

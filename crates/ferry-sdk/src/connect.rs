@@ -60,11 +60,9 @@ impl Nf {
         }
         let ctrl = UnixStream::connect(path)
             .map_err(|source| SdkError::Connect { path: path.display().to_string(), source })?;
-        // The chain, when ferryd hosts several: ferryd names it for the NFs
-        // it starts; an NF started by hand gets it from its operator.
-        let chain = std::env::var(proto::ENV_CHAIN).unwrap_or_default();
+        let (chain, key) = chain_and_key(path, name);
         let hello = Msg::Hello {
-            key: own_key(path, &chain, name),
+            key,
             chain,
             nf: name.to_string(),
             pid: std::process::id(),
@@ -278,10 +276,31 @@ impl Nf {
     }
 }
 
-/// The NF's key, for an NF ferryd does not start: from `FERRY_KEY`'s file,
-/// else from the file ferryd writes next to its socket. An NF ferryd
-/// started has none (ferryd knows it by its pid) and sends an empty key.
-fn own_key(socket: &Path, chain: &str, nf: &str) -> String {
-    let file = std::env::var_os(proto::ENV_KEY).map_or_else(|| proto::key_path(socket, chain, nf), Into::into);
-    std::fs::read_to_string(file).map(|k| k.trim().to_string()).unwrap_or_default()
+/// The NF's chain and key. ferryd names the chain (`FERRY_CHAIN`) for
+/// the NFs it starts, which need no key (it knows them by their pid). An
+/// NF started by hand reads its key from `FERRY_KEY`'s file, else from
+/// the file ferryd writes next to its socket; without `FERRY_CHAIN`, the
+/// chain is the one whose keys hold this NF's. None found: an empty key,
+/// which ferryd refuses for an NF it does not start.
+fn chain_and_key(socket: &Path, nf: &str) -> (String, String) {
+    let read = |file: &Path| std::fs::read_to_string(file).map(|k| k.trim().to_string()).unwrap_or_default();
+    let chain = std::env::var(proto::ENV_CHAIN).unwrap_or_default();
+    if let Some(file) = std::env::var_os(proto::ENV_KEY) {
+        return (chain, read(Path::new(&file)));
+    }
+    if !chain.is_empty() {
+        let key = read(&proto::key_path(socket, &chain, nf));
+        return (chain, key);
+    }
+    let holding: Vec<String> = std::fs::read_dir(proto::keys_dir(socket))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join(nf).exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    match holding.as_slice() {
+        [only] => (only.clone(), read(&proto::key_path(socket, only, nf))),
+        _ => (chain, String::new()),
+    }
 }

@@ -114,9 +114,17 @@ pub fn start(domains: Arc<Vec<Domain>>, stop: Arc<AtomicBool>, plan: &BridgePlan
                     src.free(s.addr);
                     continue;
                 };
+                // The receiving domain's NFs can write its pool: a frame
+                // address from it is checked like any other before ferryd,
+                // as root, writes there. A bad one is dropped, not freed.
+                if f % fs_to != 0 || f + fs_to > to.umem.config().len() as u64 {
+                    bf.add(c::DROP_MALFORMED, 1);
+                    src.free(s.addr);
+                    continue;
+                }
                 // SAFETY: both ranges were checked against their UMEMs; the
                 // source frame is ours (dequeued), the destination frame is
-                // fresh from the receiver's pool.
+                // fresh from the receiver's pool and inside its UMEM.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         from.umem.base().add(s.addr as usize),

@@ -1,7 +1,7 @@
 //! One deployed chain: its domains, ports, kernel hops and copy bridges;
 //! starting, admitting and watching its NFs; recovery after one dies.
 
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +32,9 @@ struct NfState {
     /// ferryd's end of the admitted NF's connection: shutting it down is
     /// how ferryd tells an NF to stop (the SDK stops on EOF).
     conn: Option<UnixStream>,
+    /// The admitted process, by pidfd: signals never reach a process that
+    /// reused its pid.
+    pidfd: Option<Arc<OwnedFd>>,
     connected: bool,
     restarts: u32,
     generation: u64,
@@ -86,14 +89,6 @@ impl Chain {
                 plan.nfs.iter().zip(&creds).filter(|(n, _)| n.domain == d).map(|(_, c)| c.shown.as_str()).collect();
             log(format!("chain {}: domain {} runs as {runs_as:?}", plan.name, dom.name));
         }
-        let mut keys = Vec::new();
-        for (nf, c) in plan.nfs.iter().zip(&creds) {
-            keys.push(if spawn && nf.spawn {
-                None
-            } else {
-                Some(NfKey::issue(&proto::key_path(&socket, &plan.name, &nf.name), c.uid, c.gid)?)
-            });
-        }
         let domains = Arc::new(plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?);
         let mut ports = Vec::new();
         for p in &plan.ports {
@@ -104,6 +99,16 @@ impl Chain {
         }
         let taps = plan.kernel.iter().map(Tap::create).collect::<Result<Vec<_>>>()?;
         let nfs = plan.nfs.iter().map(|_| Mutex::new(NfState::default())).collect();
+        // Keys last: nothing after them can fail and leave them behind.
+        let mut keys = Vec::new();
+        for (nf, c) in plan.nfs.iter().zip(&creds) {
+            keys.push(if spawn && nf.spawn {
+                None
+            } else {
+                Some(NfKey::issue(&proto::key_path(&socket, &plan.name, &nf.name), c.uid, c.gid)?)
+            });
+        }
+
         let ferry_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
             Some(spawn::ferry_bin()?)
         } else {
@@ -149,18 +154,42 @@ impl Chain {
     pub fn stop(&self, grace: Duration) {
         self.stop.store(true, Ordering::Release);
         self.stop_nfs();
-        let deadline = Instant::now() + grace;
-        let connected = || self.nfs.iter().filter_map(|n| n.lock().expect("nf lock").pid).collect::<Vec<_>>();
+        let start = Instant::now();
+        let mut killed = false;
         loop {
-            let pids = connected();
-            if pids.is_empty() {
+            let alive: Vec<(Option<Arc<OwnedFd>>, Option<u32>)> = self
+                .nfs
+                .iter()
+                .map(|n| {
+                    let st = n.lock().expect("nf lock");
+                    (st.pidfd.clone(), st.child)
+                })
+                .filter(|(fd, child)| fd.is_some() || child.is_some())
+                .collect();
+            if alive.is_empty() {
                 break;
             }
-            if Instant::now() >= deadline {
-                for pid in pids {
-                    // SAFETY: plain kill of an NF process of this chain.
-                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            if start.elapsed() >= grace && !killed {
+                for (fd, child) in &alive {
+                    if let Some(fd) = fd {
+                        spawn::pidfd_signal(fd, libc::SIGKILL);
+                    }
+                    if let Some(pid) = child {
+                        // SAFETY: an unreaped child of ours: its pid is its own.
+                        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+                    }
                 }
+                killed = true;
+            }
+            // A process in uninterruptible sleep outlives even SIGKILL for a
+            // while: give up waiting rather than hold up every other chain.
+            if start.elapsed() >= grace + Duration::from_secs(10) {
+                log(format!(
+                    "chain {}: {} NF processes would not exit; going on without them",
+                    self.plan.name,
+                    alive.len()
+                ));
+                break;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -175,13 +204,24 @@ impl Chain {
     }
 
     /// Starts NF `i` under a supervisor thread that restarts it after it
-    /// dies, once its frames are reclaimed. The supervisor is the NF's
-    /// parent thread for its whole life, which PR_SET_PDEATHSIG (tied to
-    /// the parent thread) needs.
+    /// dies, once its frames are reclaimed. The supervisor starts every
+    /// process of the NF itself, the first one too: PR_SET_PDEATHSIG fires
+    /// when the parent *thread* exits, and the thread that calls this (a
+    /// deploy's admin connection) may end long before the NF should.
     fn start_nf(daemon: &Arc<Chain>, i: usize) -> Result<()> {
         let d = daemon.clone();
-        let first = d.spawn_child(i)?;
+        let (started, first_result) = std::sync::mpsc::sync_channel::<Result<(), String>>(1);
         std::thread::Builder::new().name(format!("nf-{}", d.plan.nfs[i].name)).spawn(move || {
+            let first = match d.spawn_child(i) {
+                Ok(c) => {
+                    let _ = started.send(Ok(()));
+                    c
+                }
+                Err(e) => {
+                    let _ = started.send(Err(format!("{e:#}")));
+                    return;
+                }
+            };
             let name = d.plan.nfs[i].name.clone();
             let mut child = Some(first);
             while let Some(mut c) = child.take() {
@@ -224,7 +264,10 @@ impl Chain {
                 }
             }
         })?;
-        Ok(())
+        first_result
+            .recv()
+            .map_err(|_| anyhow!("NF {}'s supervisor ended", daemon.plan.nfs[i].name))?
+            .map_err(|e| anyhow!(e))
     }
 
     /// Starts NF `i`'s process and records its pid, under the NF's lock so
@@ -232,6 +275,11 @@ impl Chain {
     fn spawn_child(&self, i: usize) -> Result<std::process::Child> {
         let ferry = self.ferry_bin.clone().unwrap_or_default();
         let mut st = self.nfs[i].lock().expect("nf lock");
+        // Checked under the lock `stop_nfs` takes: a chain being removed
+        // starts no process its stop would miss.
+        if self.stop.load(Ordering::Acquire) {
+            bail!("chain {} is stopping", self.plan.name);
+        }
         let child = spawn::spawn_nf(&self.plan.name, &self.plan.nfs[i], &self.creds[i], &self.socket, &ferry)?;
         st.child = Some(child.id());
         Ok(child)
@@ -246,8 +294,11 @@ impl Chain {
             if let Some(c) = &st.conn {
                 let _ = c.shutdown(std::net::Shutdown::Both);
             }
-            for pid in [st.pid, st.child].into_iter().flatten() {
-                // SAFETY: plain kill on a pid we started or admitted.
+            if let Some(fd) = &st.pidfd {
+                spawn::pidfd_signal(fd, libc::SIGTERM);
+            }
+            if let Some(pid) = st.child {
+                // SAFETY: an unreaped child of ours: its pid is its own.
                 unsafe { libc::kill(pid as i32, libc::SIGTERM) };
             }
         }
@@ -334,8 +385,9 @@ impl Chain {
                 fds.push(self.taps[*kernel].fd.as_raw_fd());
             }
         }
+        let pidfd = Arc::new(spawn::pidfd_open(pid).with_context(|| format!("pidfd of NF pid {pid}"))?);
         let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
-        dom.attach(&threads, pid)?;
+        dom.attach(&threads, pid, pidfd.clone());
         st.generation += 1;
         let welcome = Welcome {
             chain: self.plan.name.clone(),
@@ -359,6 +411,7 @@ impl Chain {
         st.connected = true;
         st.pid = Some(pid);
         st.conn = stream.try_clone().ok();
+        st.pidfd = Some(pidfd);
         st.counters = counters;
         log(format!("NF {name} connected (pid {pid}, uid {uid})"));
         Ok(i)
@@ -377,21 +430,26 @@ impl Chain {
     /// reclaim every frame it held or had queued.
     fn nf_gone(&self, i: usize) {
         let nf = &self.plan.nfs[i];
-        let pid = self.nfs[i].lock().expect("nf lock").pid;
-        if let Some(pid) = pid {
+        let (pid, pidfd) = {
+            let st = self.nfs[i].lock().expect("nf lock");
+            (st.pid, st.pidfd.clone())
+        };
+        if let (Some(pid), Some(fd)) = (pid, pidfd) {
+            // Wait for it to exit: its frames cannot be reclaimed while it
+            // might touch them. One that closed its socket but lives on is
+            // ended after 200 ms; one that outlives SIGKILL (uninterruptible
+            // sleep) is waited for, as long as it takes.
             let start = Instant::now();
-            while !spawn::process_gone(pid) {
-                if start.elapsed() > Duration::from_millis(200) {
-                    // It closed the socket but lives on: its frames cannot be
-                    // reclaimed while it might touch them, so end it.
-                    // SAFETY: plain kill.
-                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            let (mut killed, mut told) = (false, false);
+            while !spawn::pidfd_exited(&fd, 50) {
+                if !killed && start.elapsed() > Duration::from_millis(200) {
+                    spawn::pidfd_signal(&fd, libc::SIGKILL);
+                    killed = true;
                 }
-                if start.elapsed() > Duration::from_secs(5) {
-                    log(format!("NF {} (pid {pid}) will not die; its frames stay out", nf.name));
-                    return;
+                if !told && start.elapsed() > Duration::from_secs(5) {
+                    log(format!("NF {} (pid {pid}) will not die yet; its frames stay out until it does", nf.name));
+                    told = true;
                 }
-                std::thread::sleep(Duration::from_millis(2));
             }
         }
         let dom = &self.domains[nf.domain];
@@ -433,6 +491,7 @@ impl Chain {
         st.connected = false;
         st.pid = None;
         st.conn = None;
+        st.pidfd = None;
     }
 
     pub fn status(&self) -> Status {
@@ -489,5 +548,31 @@ impl Chain {
             connected: self.nfs.iter().filter(|n| n.lock().expect("nf lock").connected).count(),
             domains: self.plan.domains.len(),
         }
+    }
+
+    /// Per NF thread: (NF, thread index, frames on its receive ring, ring
+    /// slots).
+    pub fn ring_depths(&self) -> Vec<(String, usize, u64, u64)> {
+        let mut out = Vec::new();
+        for nf in &self.plan.nfs {
+            let dom = &self.domains[nf.domain];
+            for (t, th) in nf.threads.iter().enumerate() {
+                let ring = dom.ring(th.ring);
+                out.push((nf.name.clone(), t, ring.fill_level(), ring.capacity()));
+            }
+        }
+        out
+    }
+
+    /// Per receiving port: its name and its XDP program's verdicts.
+    pub fn port_verdicts(&self) -> Vec<(String, ferry_bpf::abi::Verdicts)> {
+        let mut out = Vec::new();
+        for port in self.ports.iter().flatten() {
+            let port = port.lock().expect("port lock");
+            if let Some(v) = port.xdp.as_ref().and_then(|x| x.verdicts().ok()) {
+                out.push((port.plan.name.clone(), v));
+            }
+        }
+        out
     }
 }

@@ -4,7 +4,7 @@
 //! every frame is in exactly one place.
 
 use std::collections::HashSet;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,6 +15,8 @@ use ferry_chain::proto::AuditReport;
 use ferry_chain::shm::{self, ThreadBlock, NO_OWNER};
 use ferry_ring::{EventFd, FramePool, MpscRing, Notify, PoolConfig, RegionLayout, RingConfig, SharedWords, ShmRegion};
 use ferry_xsk::{Umem, UmemConfig};
+
+use crate::spawn;
 
 pub struct Domain {
     pub plan: DomainPlan,
@@ -45,25 +47,6 @@ struct Process {
     pidfd: Arc<OwnedFd>,
     /// The thread's receive ring, reset when it dies.
     ring: u32,
-}
-
-/// A pidfd for `pid`: unlike the pid, it cannot come to name another
-/// process after this one exits.
-fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// A pidfd is readable once its process has exited (a zombie included).
-fn pidfd_exited(fd: &OwnedFd) -> bool {
-    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, no wait.
-    unsafe { libc::poll(&mut pfd, 1, 0) == 1 && pfd.revents & libc::POLLIN != 0 }
 }
 
 impl Domain {
@@ -114,11 +97,10 @@ impl Domain {
     }
 
     /// Marks NF threads `threads` (tid, receive ring) alive, run by process
-    /// `pid`. Under the audit lock, so no audit sees a thread half attached.
-    /// ferryd keeps a pidfd of the process: an audit asks it, not /proc or
-    /// the shared memory, whether the process still lives.
-    pub fn attach(&self, threads: &[(u32, u32)], pid: u32) -> Result<()> {
-        let pidfd = Arc::new(pidfd_open(pid).with_context(|| format!("pidfd of NF pid {pid}"))?);
+    /// `pid` (`pidfd`). Under the audit lock, so no audit sees a thread half
+    /// attached. An audit asks the pidfd, not /proc or the shared memory,
+    /// whether the process still lives.
+    pub fn attach(&self, threads: &[(u32, u32)], pid: u32, pidfd: Arc<OwnedFd>) {
         let mut life = self.life.lock().expect("audit lock");
         for &(tid, ring) in threads {
             let b = self.block(tid);
@@ -127,12 +109,11 @@ impl Domain {
             life.procs[tid as usize] = Some(Process { pidfd: pidfd.clone(), ring });
             b.set(shm::T_STATE, shm::STATE_ALIVE);
         }
-        Ok(())
     }
 
     /// Whether thread `tid` runs in a process that has exited.
     fn process_exited(life: &Life, tid: u32) -> bool {
-        life.procs[tid as usize].as_ref().is_some_and(|p| pidfd_exited(&p.pidfd))
+        life.procs[tid as usize].as_ref().is_some_and(|p| spawn::pidfd_exited(&p.pidfd, 0))
     }
 
     /// Pauses the domain, reclaims the frames of every dead thread, resets

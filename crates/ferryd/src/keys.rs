@@ -21,8 +21,8 @@ pub enum KeyError {
 pub struct NfKey(String);
 
 impl NfKey {
-    /// A fresh key written to `path` (its directory made root's, 0711: NFs
-    /// can reach their file but not list others), readable only by `uid`.
+    /// A fresh key written to `path` (`<socket>.keys/<chain>/<nf>`; the
+    /// directories root's), readable only by `uid`.
     pub fn issue(path: &Path, uid: u32, gid: u32) -> Result<NfKey, KeyError> {
         let werr = |source| KeyError::Write { path: path.to_path_buf(), source };
         let mut raw = [0u8; 32];
@@ -32,8 +32,14 @@ impl NfKey {
             return Err(KeyError::Random(std::io::Error::last_os_error()));
         }
         let text: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-        if let Some(dir) = path.parent() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o711).create(dir).map_err(werr)?;
+        // `<socket>.keys/` lists the chains (0755: an NF started without
+        // FERRY_CHAIN finds its chain there); `<chain>/` only lets an NF
+        // reach its own file (0711: no listing).
+        if let Some(chain_dir) = path.parent() {
+            if let Some(keys_dir) = chain_dir.parent() {
+                std::fs::DirBuilder::new().recursive(true).mode(0o755).create(keys_dir).map_err(werr)?;
+            }
+            std::fs::DirBuilder::new().recursive(true).mode(0o711).create(chain_dir).map_err(werr)?;
         }
         // A stale file of an earlier ferryd may belong to another user.
         let _ = std::fs::remove_file(path);

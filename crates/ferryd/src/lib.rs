@@ -23,6 +23,7 @@ mod bridge;
 mod chain;
 mod domain;
 mod keys;
+pub mod metrics;
 mod ports;
 mod process;
 mod server;

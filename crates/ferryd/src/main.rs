@@ -18,6 +18,12 @@ struct Args {
     /// Do not start NFs; wait for them to connect (each with its key).
     #[arg(long)]
     no_spawn: bool,
+    /// Serve Prometheus metrics (GET /metrics) on this address.
+    #[arg(long, default_value = "127.0.0.1:9469")]
+    metrics: std::net::SocketAddr,
+    /// Serve no metrics.
+    #[arg(long, conflicts_with = "metrics")]
+    no_metrics: bool,
     /// uids to allocate to domains that name no user, FIRST-LAST.
     #[arg(long, default_value = "2130706432-2130771967")]
     uid_range: ferryd::users::UidRange,
@@ -25,8 +31,14 @@ struct Args {
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    let opts =
-        ferryd::Options { chain: a.chain, socket: a.socket, admin: a.admin, spawn: !a.no_spawn, uids: a.uid_range };
+    let opts = ferryd::Options {
+        chain: a.chain,
+        socket: a.socket,
+        admin: a.admin,
+        spawn: !a.no_spawn,
+        uids: a.uid_range,
+        metrics: (!a.no_metrics).then_some(a.metrics),
+    };
     match ferryd::run(&opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,10 +37,20 @@ pub struct Options {
     pub spawn: bool,
     /// Where domains that name no user get their uids.
     pub uids: UidRange,
+    /// Where to serve Prometheus metrics (None: nowhere).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// How long a removed chain's NFs get between SIGTERM and SIGKILL.
 const REMOVE_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a connection to the NF socket may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections to the NF socket that have not said hello yet, at most:
+/// beyond, new ones are closed at once (anyone may connect, and each
+/// waiting one holds a thread).
+const MAX_WAITING_HELLOS: usize = 64;
 
 pub struct Daemon {
     socket: PathBuf,
@@ -54,6 +64,9 @@ pub struct Daemon {
     next_chain: AtomicU32,
     next_nf: AtomicU32,
     stop: AtomicBool,
+    waiting_hellos: AtomicUsize,
+    /// The address metrics are served on.
+    metrics: Mutex<Option<std::net::SocketAddr>>,
 }
 
 /// Binds `path` with mode `mode`, unless another ferryd serves it.
@@ -87,12 +100,20 @@ pub fn run(opts: &Options) -> Result<()> {
         next_chain: AtomicU32::new(1),
         next_nf: AtomicU32::new(1),
         stop: AtomicBool::new(false),
+        waiting_hellos: AtomicUsize::new(0),
+        metrics: Mutex::new(None),
     });
     install_signal_handlers();
     // Anyone may connect to the NF socket: who may be which NF is checked
     // per connection. The admin socket is root's.
     let nf_listener = listen(&daemon.socket, 0o666)?;
     let admin_listener = listen(&daemon.admin, 0o600)?;
+    if let Some(addr) = opts.metrics {
+        let d = daemon.clone();
+        let bound = crate::metrics::serve(addr, move || d.chains.lock().expect("chains lock").clone())?;
+        log(format!("metrics on http://{bound}/metrics"));
+        *daemon.metrics.lock().expect("metrics lock") = Some(bound);
+    }
     if let Some(file) = &opts.chain {
         if let Err(e) = daemon.deploy(file) {
             daemon.shutdown();
@@ -110,13 +131,14 @@ pub fn run(opts: &Options) -> Result<()> {
         unsafe { libc::poll(pfds.as_mut_ptr(), 2, 100) };
         for (listener, admin) in [(&nf_listener, false), (&admin_listener, true)] {
             match listener.accept() {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nonblocking(false);
-                    let d = daemon.clone();
-                    std::thread::spawn(move || if admin { d.serve_admin(stream) } else { d.serve_nf(stream) });
-                }
+                Ok((stream, _)) => daemon.clone().take(stream, admin),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => log(format!("accept: {e}")),
+                Err(e) => {
+                    // Out of fds, say: the socket stays readable, so back
+                    // off instead of spinning.
+                    log(format!("accept: {e}"));
+                    std::thread::sleep(Duration::from_millis(100));
+                }
             }
         }
     }
@@ -126,6 +148,29 @@ pub fn run(opts: &Options) -> Result<()> {
 }
 
 impl Daemon {
+    /// Serves an accepted connection on a thread of its own; an NF-socket
+    /// connection only while fewer than [`MAX_WAITING_HELLOS`] wait.
+    fn take(self: Arc<Self>, stream: UnixStream, admin: bool) {
+        let _ = stream.set_nonblocking(false);
+        if !admin {
+            if self.waiting_hellos.fetch_add(1, Ordering::AcqRel) >= MAX_WAITING_HELLOS {
+                self.waiting_hellos.fetch_sub(1, Ordering::AcqRel);
+                return;
+            }
+            let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
+        }
+        let d = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name(if admin { "admin".into() } else { "nf-conn".into() })
+            .spawn(move || if admin { d.serve_admin(stream) } else { d.serve_nf(stream) });
+        if let Err(e) = spawned {
+            log(format!("no thread for a connection: {e}"));
+            if !admin {
+                self.waiting_hellos.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
     fn shutdown(&self) {
         self.stop.store(true, Ordering::Release);
         let chains: Vec<Arc<Chain>> = self.chains.lock().expect("chains lock").drain(..).collect();
@@ -233,9 +278,14 @@ impl Daemon {
         let reply_error = |message: String| {
             let _ = proto::send(&stream, &Msg::Error { message }, &[]);
         };
-        match proto::recv(&stream) {
+        let hello = proto::recv(&stream);
+        self.waiting_hellos.fetch_sub(1, Ordering::AcqRel);
+        match hello {
             Ok((Msg::Hello { chain, nf, pid, counters, key }, _)) => {
                 let admitted = self.chain(&chain).and_then(|c| Ok((c.admit(&stream, &nf, pid, counters, &key)?, c)));
+                // An NF's lifetime is one long wait for its connection to
+                // close.
+                let _ = stream.set_read_timeout(None);
                 match admitted {
                     Ok((i, c)) => c.nf_lifetime(&stream, i),
                     Err(e) => {
@@ -290,9 +340,13 @@ impl Daemon {
                 self.remove(&chain)?;
                 Msg::Ok
             }
-            Msg::List => Msg::ListReply {
-                chains: self.chains.lock().expect("chains lock").iter().map(|c| c.summary()).collect(),
-            },
+            Msg::List => {
+                // Copied out first: a summary takes each NF's lock, which an
+                // admission can hold for a while.
+                let chains: Vec<Arc<Chain>> = self.chains.lock().expect("chains lock").clone();
+                Msg::ListReply { chains: chains.iter().map(|c| c.summary()).collect() }
+            }
+            Msg::Info => Msg::InfoReply { metrics: self.metrics.lock().expect("metrics lock").map(|a| a.to_string()) },
             Msg::Shutdown => {
                 self.stop.store(true, Ordering::Release);
                 Msg::Ok
@@ -324,6 +378,8 @@ fn kind_name(m: &Msg) -> &'static str {
         Msg::Remove { .. } => "remove",
         Msg::List => "list",
         Msg::ListReply { .. } => "list-reply",
+        Msg::Info => "info",
+        Msg::InfoReply { .. } => "info-reply",
         Msg::Shutdown => "shutdown",
         Msg::Ok => "ok",
         Msg::Error { .. } => "error",

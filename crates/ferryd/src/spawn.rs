@@ -1,5 +1,6 @@
 //! Starting NF processes as their configured user, with no capabilities.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -95,6 +96,32 @@ pub fn wait_exited(pid: u32) -> std::io::Result<()> {
             return Err(e);
         }
     }
+}
+
+/// A pidfd for `pid`: unlike the pid, it cannot come to name another
+/// process once this one is reaped.
+pub fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Whether the pidfd's process has exited (a zombie included), waiting up
+/// to `timeout_ms` (0: not at all) for it to.
+pub fn pidfd_exited(fd: &OwnedFd, timeout_ms: i32) -> bool {
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, timeout_ms) == 1 && pfd.revents & libc::POLLIN != 0 }
+}
+
+/// Sends `sig` to the pidfd's process (nothing if it is gone).
+pub fn pidfd_signal(fd: &OwnedFd, sig: libc::c_int) {
+    // SAFETY: pidfd_send_signal with a valid pidfd, no siginfo, no flags.
+    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0) };
 }
 
 /// Peer credentials of a Unix socket: (pid, uid, gid).

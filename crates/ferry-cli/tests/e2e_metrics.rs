@@ -1,0 +1,118 @@
+//! ferryd's Prometheus metrics, scraped from a running chain over HTTP and
+//! read with a real parser (Python's prometheus_client).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+
+use common::chain::*;
+use common::*;
+use ferry_cli::chainctl;
+
+const CHAIN: &str = r#"
+name: metered
+domains: [ { name: main, frames: 2048, ring_size: 512 } ]
+nfs:
+  - { name: src, domain: main, kind: source, args: ["rate=20000"] }
+  - { name: mid, domain: main, kind: fwd }
+  - { name: snk, domain: main, kind: sink }
+links:
+  - { from: src, to: mid }
+  - { from: mid, to: snk }
+"#;
+
+/// `GET path` on `addr`: (status line, body).
+fn get(addr: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).expect("connect to the metrics address");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
+}
+
+/// The exposition parsed by prometheus_client: one line per sample,
+/// `name {labels as JSON, keys sorted} value`, or the parser's error.
+fn parse_with_prometheus_client(text: &str) -> String {
+    let script = "import sys, json\n\
+                  from prometheus_client.parser import text_string_to_metric_families\n\
+                  for f in text_string_to_metric_families(sys.stdin.read()):\n\
+                  \x20   for s in f.samples:\n\
+                  \x20       print(s.name, json.dumps(s.labels, sort_keys=True), s.value)\n";
+    // Debian's python3, for which `make deps` installs the package (a
+    // python3 earlier on the PATH, such as pyenv's, may not have it).
+    let python = if std::path::Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
+    let mut child = Command::new(python)
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("No module named 'prometheus_client'") {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but python3-prometheus-client is missing");
+        return String::new();
+    }
+    assert!(out.status.success(), "prometheus_client refused the exposition: {err}\n{text}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn sample(parsed: &str, name: &str, labels: &str) -> f64 {
+    parsed
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} {labels} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name} {labels} in:\n{parsed}"))
+}
+
+#[test]
+fn metrics_are_scraped_and_parsed_by_prometheus_client() {
+    if !privileged("metrics") {
+        return;
+    }
+    let dir = TempDir::new("metrics");
+    let (rc, _) = start(&dir, CHAIN);
+    wait_until("traffic at the sink", || rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > 1000));
+    let addr = chainctl::metrics_addr(&rc.admin).unwrap().expect("ferryd serves metrics");
+    assert!(addr.starts_with("127.0.0.1:"), "localhost only: {addr}");
+    let (status, body) = get(&addr, "/metrics");
+    assert!(status.contains(" 200 "), "{status}");
+    let parsed = parse_with_prometheus_client(&body);
+    if parsed.is_empty() {
+        eprintln!("SKIP the parse: python3-prometheus-client is not installed (make deps installs it)");
+        return;
+    }
+    let st = rc.status().unwrap();
+    let thread = |nf: &str| format!("{{\"chain\": \"metered\", \"nf\": \"{nf}\", \"thread\": \"0\"}}");
+    // Counters only grow: what the scrape saw is at most what a later
+    // status shows, and the sink had 1000 frames before the scrape.
+    let own = "{\"chain\": \"metered\", \"name\": \"sunk\", \"nf\": \"snk\", \"thread\": \"0\"}";
+    let sunk = sample(&parsed, "ferry_nf_counter_total", own);
+    assert!(sunk >= 1000.0 && sunk <= c(&st, "snk", "sunk") as f64, "sunk {sunk}");
+    assert!(sample(&parsed, "ferry_thread_rx_ring_total", &thread("mid")) > 0.0);
+    assert!(sample(&parsed, "ferry_ring_capacity_frames", &thread("snk")) == 512.0);
+    for nf in ["src", "mid", "snk"] {
+        let l = format!("{{\"chain\": \"metered\", \"nf\": \"{nf}\"}}");
+        assert_eq!(sample(&parsed, "ferry_nf_up", &l), 1.0, "{nf} up");
+    }
+    let dom = "{\"chain\": \"metered\", \"domain\": \"main\"}";
+    assert_eq!(sample(&parsed, "ferry_domain_frames", dom), 2048.0);
+    assert_eq!(sample(&parsed, "ferry_domain_lost_frames_total", dom), 0.0);
+    assert_eq!(sample(&parsed, "ferry_chains", "{}"), 1.0);
+    // Every name is Ferry's, and every counter's sample ends in _total.
+    for line in parsed.lines() {
+        let name = line.split(' ').next().unwrap();
+        assert!(name.starts_with("ferry_"), "{line}");
+    }
+    for line in body.lines().filter(|l| l.starts_with("# TYPE ") && l.ends_with(" counter")) {
+        assert!(line.split(' ').nth(2).unwrap().ends_with("_total"), "{line}");
+    }
+    let (status, _) = get(&addr, "/other");
+    assert!(status.contains(" 404 "), "{status}");
+    rc.shutdown().unwrap();
+}

@@ -1,0 +1,175 @@
+//! Every counter of every chain in the Prometheus text format (0.0.4),
+//! served over HTTP (`GET /metrics`) on localhost by default.
+//!
+//! Families, all with the `ferry_` prefix and bounded labels (chain, NF,
+//! domain and port names come from chain files; thread indices are at most
+//! 64; counter names are the framework's fixed list or an NF's, at most
+//! 24 of at most 64 characters):
+//! * `ferry_thread_<counter>_total{chain,nf,thread}`: the framework's
+//!   per-thread counters (`ferry_chain::shm::COUNTERS`), packets or events;
+//! * `ferry_nf_counter_total{chain,nf,thread,name}`: an NF's own counters;
+//! * `ferry_ring_depth_frames` / `ferry_ring_capacity_frames`
+//!   `{chain,nf,thread}`: the thread's receive ring;
+//! * `ferry_nf_up`, `ferry_nf_restarts_total` `{chain,nf}`;
+//! * `ferry_domain_frames`, `ferry_domain_pool_frames`,
+//!   `ferry_domain_reclaimed_frames_total`, `ferry_domain_lost_frames_total`,
+//!   `ferry_domain_duplicated_frames_total`, `ferry_domain_audits_total`
+//!   `{chain,domain}`;
+//! * `ferry_xdp_packets_total` / `ferry_xdp_bytes_total`
+//!   `{chain,port,verdict}`: each port's XDP program;
+//! * `ferry_chains`: chains deployed.
+
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use ferry_bpf::abi::VERDICT_NAMES;
+use ferry_chain::shm::COUNTERS;
+
+use crate::chain::Chain;
+use crate::process::log;
+
+/// A label value, escaped as the format wants.
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// Writes one family: HELP, TYPE, then its samples (labels, value).
+fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, v) in samples {
+        let _ = writeln!(out, "{name}{{{labels}}} {v}");
+    }
+}
+
+/// The whole exposition for `chains`.
+pub fn render(chains: &[Arc<Chain>]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP ferry_chains Chains deployed on this ferryd.");
+    let _ = writeln!(out, "# TYPE ferry_chains gauge");
+    let _ = writeln!(out, "ferry_chains {}", chains.len());
+    let statuses: Vec<_> = chains.iter().map(|c| (c, c.status())).collect();
+    let thread_labels =
+        |chain: &str, nf: &str, t: usize| format!("chain=\"{}\",nf=\"{}\",thread=\"{t}\"", esc(chain), esc(nf));
+    for (k, counter) in COUNTERS.iter().enumerate() {
+        let mut samples = Vec::new();
+        for (_, s) in &statuses {
+            for n in &s.nfs {
+                for (t, th) in n.threads.iter().enumerate() {
+                    samples.push((thread_labels(&s.chain, &n.name, t), th[k].1));
+                }
+            }
+        }
+        let name = format!("ferry_thread_{counter}_total");
+        family(&mut out, &name, "counter", &format!("Framework counter {counter} of each NF thread."), &samples);
+    }
+    let mut own = Vec::new();
+    for (_, s) in &statuses {
+        for n in &s.nfs {
+            for (t, th) in n.threads.iter().enumerate() {
+                for (name, v) in &th[COUNTERS.len()..] {
+                    own.push((format!("{},name=\"{}\"", thread_labels(&s.chain, &n.name, t), esc(name)), *v));
+                }
+            }
+        }
+    }
+    family(&mut out, "ferry_nf_counter_total", "counter", "An NF's own counters, per thread.", &own);
+    let (mut depth, mut capacity) = (Vec::new(), Vec::new());
+    for (c, s) in &statuses {
+        for (nf, t, d, cap) in c.ring_depths() {
+            depth.push((thread_labels(&s.chain, &nf, t), d));
+            capacity.push((thread_labels(&s.chain, &nf, t), cap));
+        }
+    }
+    family(&mut out, "ferry_ring_depth_frames", "gauge", "Frames queued on the thread's receive ring.", &depth);
+    family(&mut out, "ferry_ring_capacity_frames", "gauge", "Slots of the thread's receive ring.", &capacity);
+    let (mut up, mut restarts) = (Vec::new(), Vec::new());
+    for (_, s) in &statuses {
+        for n in &s.nfs {
+            let l = format!("chain=\"{}\",nf=\"{}\"", esc(&s.chain), esc(&n.name));
+            up.push((l.clone(), u64::from(n.connected)));
+            restarts.push((l, u64::from(n.restarts)));
+        }
+    }
+    family(&mut out, "ferry_nf_up", "gauge", "1 while the NF is connected.", &up);
+    family(&mut out, "ferry_nf_restarts_total", "counter", "Restarts of the NF after it died.", &restarts);
+    type DomainValue = fn(&ferry_chain::proto::DomainStatus) -> u64;
+    let domain_families: [(&str, &str, &str, DomainValue); 6] = [
+        ("ferry_domain_frames", "gauge", "UMEM frames of the domain.", |d| d.frames_total),
+        ("ferry_domain_pool_frames", "gauge", "Frames in the domain's shared free pool.", |d| d.in_pool),
+        ("ferry_domain_reclaimed_frames_total", "counter", "Frames reclaimed from dead NFs.", |d| d.reclaimed),
+        ("ferry_domain_lost_frames_total", "counter", "Frames audits found nowhere (must stay 0).", |d| d.lost),
+        ("ferry_domain_duplicated_frames_total", "counter", "Frames audits found twice (must stay 0).", |d| {
+            d.duplicated
+        }),
+        ("ferry_domain_audits_total", "counter", "Frame audits run.", |d| d.audits),
+    ];
+    for (name, kind, help, value) in domain_families {
+        let mut samples = Vec::new();
+        for (_, s) in &statuses {
+            for d in &s.domains {
+                samples.push((format!("chain=\"{}\",domain=\"{}\"", esc(&s.chain), esc(&d.name)), value(d)));
+            }
+        }
+        family(&mut out, name, kind, help, &samples);
+    }
+    let (mut packets, mut bytes) = (Vec::new(), Vec::new());
+    for (c, s) in &statuses {
+        for (port, v) in c.port_verdicts() {
+            for (i, verdict) in VERDICT_NAMES.iter().enumerate() {
+                let l = format!("chain=\"{}\",port=\"{}\",verdict=\"{verdict}\"", esc(&s.chain), esc(&port));
+                packets.push((l.clone(), v.packets[i]));
+                bytes.push((l, v.bytes[i]));
+            }
+        }
+    }
+    family(&mut out, "ferry_xdp_packets_total", "counter", "Packets by verdict of each port's XDP program.", &packets);
+    family(&mut out, "ferry_xdp_bytes_total", "counter", "Bytes by verdict of each port's XDP program.", &bytes);
+    out
+}
+
+/// Serves `GET /metrics` on `addr` from a thread; returns the address
+/// bound (port 0 picks one).
+pub fn serve(addr: SocketAddr, chains: impl Fn() -> Vec<Arc<Chain>> + Send + 'static) -> Result<SocketAddr> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("metrics on {addr}"))?;
+    let bound = server.server_addr().to_ip().context("metrics: not an IP address")?;
+    std::thread::Builder::new().name("metrics".into()).spawn(move || {
+        for req in server.incoming_requests() {
+            let reply = if req.url() == "/metrics" && *req.method() == tiny_http::Method::Get {
+                let header = tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                    .expect("a valid header");
+                tiny_http::Response::from_string(render(&chains())).with_header(header)
+            } else {
+                tiny_http::Response::from_string("ferryd serves GET /metrics\n").with_status_code(404)
+            };
+            if let Err(e) = req.respond(reply) {
+                log(format!("metrics: {e}"));
+            }
+        }
+    })?;
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(esc("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn no_chain_still_renders_every_family() {
+        let text = render(&[]);
+        assert!(text.starts_with("# HELP ferry_chains"), "{text}");
+        assert!(text.contains("ferry_chains 0\n"));
+        for f in ["ferry_thread_rx_port_total", "ferry_nf_counter_total", "ferry_xdp_packets_total"] {
+            assert!(text.contains(&format!("# TYPE {f} ")), "{f}");
+        }
+    }
+}
