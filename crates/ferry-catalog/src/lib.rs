@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use ferry_chain::spec::{ChainSpec, KindCheck};
-use ferry_nf::model::{nf_offload, ArgSpec, Element, ExecModel, Offload};
+use ferry_nf::model::{nf_offload, ArgSpec, ArgType, Element, ExecModel, Offload};
 use ferry_testbed::yamlloc::YamlError;
 
 pub use types::PARALLEL_HOST_ARGS;
@@ -223,6 +223,47 @@ pub fn table() -> String {
         }
     }
     out
+}
+
+/// What `ferry nf list --json` prints (see docs/JSON.md).
+pub fn json() -> serde_json::Value {
+    let types: Vec<serde_json::Value> = catalog()
+        .iter()
+        .map(|t| {
+            let args = match &t.args {
+                Args::Positional(usage) => serde_json::json!({ "positional": usage }),
+                Args::KeyValue(specs) => serde_json::Value::Array(
+                    specs
+                        .iter()
+                        .map(|a| {
+                            let ty = match a.ty {
+                                ArgType::U64 { min, max } => serde_json::json!({ "u64": [min, max] }),
+                                ArgType::Flag => serde_json::json!("flag"),
+                                ArgType::Text => serde_json::json!("text"),
+                            };
+                            serde_json::json!({ "key": a.key, "type": ty, "default": a.default, "help": a.help })
+                        })
+                        .collect(),
+                ),
+            };
+            let elements: Vec<serde_json::Value> = t
+                .elements
+                .iter()
+                .map(|e| serde_json::json!({ "name": e.name, "offload": e.offload.as_str() }))
+                .collect();
+            serde_json::json!({
+                "kind": t.kind,
+                "summary": t.summary,
+                "model": t.model.as_str(),
+                "offload": t.offload().as_str(),
+                "args": args,
+                "counters": t.counters,
+                "elements": elements,
+                "not_in_chains": t.not_in_chains,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(types)
 }
 
 /// The catalog as the chain parser asks it.

@@ -99,3 +99,16 @@ fn chain_files_name_the_line_of_a_bad_kind_or_argument() {
     assert!(e.contains("nfs[0].args[1]: source: unknown argument speed="), "{e}");
     assert!(parse_chain_str(&chain("{ name: a, domain: main, kind: source, args: [\"rate=1\"] }"), "c.yaml").is_ok());
 }
+
+#[test]
+fn the_json_listing_has_every_type_with_its_offloadability() {
+    let v = json();
+    let types = v.as_array().unwrap();
+    assert_eq!(types.len(), catalog().len());
+    let nat = types.iter().find(|t| t["kind"] == "parallel-nat").unwrap();
+    assert_eq!((nat["model"].as_str(), nat["offload"].as_str()), (Some("parallel"), Some("partially offloadable")));
+    assert_eq!(nat["args"][0]["key"], "workers");
+    assert_eq!(nat["args"][0]["type"]["u64"][1], 64);
+    let ips = types.iter().find(|t| t["kind"] == "ips").unwrap();
+    assert_eq!(ips["args"]["positional"], "RULE_FILE");
+}

@@ -194,6 +194,8 @@ pub struct Status {
     pub id: u32,
     pub nfs: Vec<NfStatus>,
     pub domains: Vec<DomainStatus>,
+    #[serde(default)]
+    pub ports: Vec<PortStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -211,6 +213,29 @@ pub struct NfStatus {
     pub restarts: u32,
     /// Per thread: framework counters by name, then NF counters by name.
     pub threads: Vec<Vec<(String, u64)>>,
+    /// Per thread: its receive ring (frames queued, slots) and its loop
+    /// iterations.
+    #[serde(default)]
+    pub rings: Vec<RingStatus>,
+    /// CPU time of the NF's process so far (user + system), while it runs.
+    #[serde(default)]
+    pub cpu_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct RingStatus {
+    pub depth: u64,
+    pub capacity: u64,
+    /// Data-loop iterations of the thread (each one a receive call).
+    pub loops: u64,
+}
+
+/// A receiving port's XDP program: packets and bytes by verdict.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct PortStatus {
+    pub name: String,
+    /// (verdict, packets, bytes).
+    pub verdicts: Vec<(String, u64, u64)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]

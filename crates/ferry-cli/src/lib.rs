@@ -19,6 +19,7 @@ pub mod proc;
 pub mod serve;
 pub mod serve_parallel;
 pub mod sink;
+pub mod top;
 pub mod util;
 pub mod xdprun;
 pub mod xskport;

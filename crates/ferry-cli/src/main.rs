@@ -42,6 +42,19 @@ enum Cmd {
     /// Chains run by ferryd (see `ferryd --help` and docs/ARCHITECTURE.md).
     #[command(subcommand)]
     Chain(ChainCmd),
+    /// A live view of ferryd's NF threads and XDP programs, redrawn every interval.
+    Top {
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: PathBuf,
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        interval: std::time::Duration,
+        /// Draw this many views, then exit (default: until Ctrl-C).
+        #[arg(long)]
+        count: Option<u64>,
+        /// Print the views one after another instead of redrawing.
+        #[arg(long)]
+        no_clear: bool,
+    },
     /// Hybrid NFs (eVNF): eFW, eLB, eDPI with XDP fast paths.
     #[command(subcommand)]
     Evnf(EvnfCmd),
@@ -156,7 +169,10 @@ enum NfCmd {
         nfs: Vec<String>,
     },
     /// List the NFs.
-    List,
+    List {
+        #[arg(long)]
+        json: bool,
+    },
     /// Host a built-in NF in a ferryd chain (ferryd runs this; it reads
     /// FERRY_SOCKET and FERRY_NF).
     Serve {
@@ -650,8 +666,13 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Chain(ChainCmd::Down { admin }) => chainctl::shutdown(&admin),
-        Cmd::Nf(NfCmd::List) => {
-            print!("{}", ferry_catalog::table());
+        Cmd::Top { admin, interval, count, no_clear } => ferry_cli::top::run(&admin, interval, count, !no_clear),
+        Cmd::Nf(NfCmd::List { json }) => {
+            if json {
+                println!("{}", ferry_catalog::json());
+            } else {
+                print!("{}", ferry_catalog::table());
+            }
             Ok(())
         }
         Cmd::Nf(NfCmd::Run { port, batch, duration, warmup, window, json, nfs }) => {

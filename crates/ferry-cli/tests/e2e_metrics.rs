@@ -116,3 +116,53 @@ fn metrics_are_scraped_and_parsed_by_prometheus_client() {
     assert!(status.contains(" 404 "), "{status}");
     rc.shutdown().unwrap();
 }
+
+/// Kills the tmux session on drop, so a failed test leaves none.
+struct TmuxSession(String);
+
+impl Drop for TmuxSession {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["kill-session", "-t", &self.0]).status();
+    }
+}
+
+/// `ferry top` in a real terminal (a detached tmux pane): it redraws and
+/// shows the chain's NF threads with a packet rate and their ring.
+#[test]
+fn ferry_top_shows_live_rates_in_a_terminal() {
+    if !privileged("top") {
+        return;
+    }
+    if Command::new("tmux").arg("-V").output().is_err() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but tmux is missing (make deps installs it)");
+        eprintln!("SKIP ferry top: no tmux");
+        return;
+    }
+    let dir = TempDir::new("top");
+    let (rc, _) = start(&dir, CHAIN);
+    wait_until("traffic at the sink", || rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > 1000));
+    let session = TmuxSession(format!("ferry-top-{}", std::process::id()));
+    let cmd = format!("{FERRY} top --admin {} --interval 300ms", rc.admin.display());
+    let ok = Command::new("tmux")
+        .args(["new-session", "-d", "-s", &session.0, "-x", "160", "-y", "40", &cmd])
+        .status()
+        .expect("tmux");
+    assert!(ok.success(), "tmux new-session");
+    // Wait for a view in which mid forwards at a rate above zero (the
+    // source sends 20 kpps); the first views may come before any traffic
+    // moved between two samples.
+    let pane = wait_for("ferry top to show mid forwarding", || {
+        let out = Command::new("tmux").args(["capture-pane", "-p", "-t", &session.0]).output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let row = text.lines().find(|l| l.split_whitespace().nth(1) == Some("mid"))?;
+        let rate: f64 = row.split_whitespace().nth(3)?.parse().ok()?;
+        (rate > 0.0).then_some(text)
+    });
+    assert!(pane.contains("PKTS/S") && pane.contains("ferry top: 1 chains"), "{pane}");
+    for nf in ["src", "snk"] {
+        assert!(pane.lines().any(|l| l.split_whitespace().nth(1) == Some(nf)), "{nf} in:\n{pane}");
+    }
+    assert!(pane.contains("/512"), "ring fill of a 512-slot ring in:\n{pane}");
+    drop(session);
+    rc.shutdown().unwrap();
+}

@@ -9,8 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use ferry_bpf::abi::VERDICT_NAMES;
 use ferry_chain::plan::ChainPlan;
-use ferry_chain::proto::{self, ChainSummary, DomainStatus, FdRole, Msg, NfStatus, Status, Welcome};
+use ferry_chain::proto::{
+    self, ChainSummary, DomainStatus, FdRole, Msg, NfStatus, PortStatus, RingStatus, Status, Welcome,
+};
 use ferry_chain::shm::{self, COUNTERS};
 use ferry_xsk::XskSocket;
 
@@ -512,6 +515,15 @@ impl Chain {
                     v
                 })
                 .collect();
+            let rings = nf
+                .threads
+                .iter()
+                .map(|t| {
+                    let ring = dom.ring(t.ring);
+                    let loops = dom.block(t.tid).get(shm::T_LOOPS);
+                    RingStatus { depth: ring.fill_level(), capacity: ring.capacity(), loops }
+                })
+                .collect();
             s.nfs.push(NfStatus {
                 name: nf.name.clone(),
                 id: self.nf_ids[i],
@@ -521,6 +533,8 @@ impl Chain {
                 connected: st.connected,
                 restarts: st.restarts,
                 threads,
+                rings,
+                cpu_seconds: st.pid.and_then(spawn::cpu_seconds),
             });
         }
         for d in self.domains.iter() {
@@ -535,6 +549,17 @@ impl Chain {
                 duplicated: ctl[shm::DUPLICATED].load(Ordering::Relaxed),
             });
         }
+        for port in self.ports.iter().flatten() {
+            let port = port.lock().expect("port lock");
+            if let Some(v) = port.xdp.as_ref().and_then(|x| x.verdicts().ok()) {
+                let verdicts = VERDICT_NAMES
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| (name.to_string(), v.packets[i], v.bytes[i]))
+                    .collect();
+                s.ports.push(PortStatus { name: port.plan.name.clone(), verdicts });
+            }
+        }
         s
     }
 
@@ -548,31 +573,5 @@ impl Chain {
             connected: self.nfs.iter().filter(|n| n.lock().expect("nf lock").connected).count(),
             domains: self.plan.domains.len(),
         }
-    }
-
-    /// Per NF thread: (NF, thread index, frames on its receive ring, ring
-    /// slots).
-    pub fn ring_depths(&self) -> Vec<(String, usize, u64, u64)> {
-        let mut out = Vec::new();
-        for nf in &self.plan.nfs {
-            let dom = &self.domains[nf.domain];
-            for (t, th) in nf.threads.iter().enumerate() {
-                let ring = dom.ring(th.ring);
-                out.push((nf.name.clone(), t, ring.fill_level(), ring.capacity()));
-            }
-        }
-        out
-    }
-
-    /// Per receiving port: its name and its XDP program's verdicts.
-    pub fn port_verdicts(&self) -> Vec<(String, ferry_bpf::abi::Verdicts)> {
-        let mut out = Vec::new();
-        for port in self.ports.iter().flatten() {
-            let port = port.lock().expect("port lock");
-            if let Some(v) = port.xdp.as_ref().and_then(|x| x.verdicts().ok()) {
-                out.push((port.plan.name.clone(), v));
-            }
-        }
-        out
     }
 }

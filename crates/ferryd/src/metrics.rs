@@ -10,7 +10,9 @@
 //! * `ferry_nf_counter_total{chain,nf,thread,name}`: an NF's own counters;
 //! * `ferry_ring_depth_frames` / `ferry_ring_capacity_frames`
 //!   `{chain,nf,thread}`: the thread's receive ring;
-//! * `ferry_nf_up`, `ferry_nf_restarts_total` `{chain,nf}`;
+//! * `ferry_thread_loops_total{chain,nf,thread}`: data-loop iterations;
+//! * `ferry_nf_up`, `ferry_nf_restarts_total`, `ferry_nf_cpu_seconds_total`
+//!   `{chain,nf}`;
 //! * `ferry_domain_frames`, `ferry_domain_pool_frames`,
 //!   `ferry_domain_reclaimed_frames_total`, `ferry_domain_lost_frames_total`,
 //!   `ferry_domain_duplicated_frames_total`, `ferry_domain_audits_total`
@@ -24,7 +26,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use ferry_bpf::abi::VERDICT_NAMES;
 use ferry_chain::shm::COUNTERS;
 
 use crate::chain::Chain;
@@ -50,12 +51,12 @@ pub fn render(chains: &[Arc<Chain>]) -> String {
     let _ = writeln!(out, "# HELP ferry_chains Chains deployed on this ferryd.");
     let _ = writeln!(out, "# TYPE ferry_chains gauge");
     let _ = writeln!(out, "ferry_chains {}", chains.len());
-    let statuses: Vec<_> = chains.iter().map(|c| (c, c.status())).collect();
+    let statuses: Vec<_> = chains.iter().map(|c| c.status()).collect();
     let thread_labels =
         |chain: &str, nf: &str, t: usize| format!("chain=\"{}\",nf=\"{}\",thread=\"{t}\"", esc(chain), esc(nf));
     for (k, counter) in COUNTERS.iter().enumerate() {
         let mut samples = Vec::new();
-        for (_, s) in &statuses {
+        for s in &statuses {
             for n in &s.nfs {
                 for (t, th) in n.threads.iter().enumerate() {
                     samples.push((thread_labels(&s.chain, &n.name, t), th[k].1));
@@ -66,7 +67,7 @@ pub fn render(chains: &[Arc<Chain>]) -> String {
         family(&mut out, &name, "counter", &format!("Framework counter {counter} of each NF thread."), &samples);
     }
     let mut own = Vec::new();
-    for (_, s) in &statuses {
+    for s in &statuses {
         for n in &s.nfs {
             for (t, th) in n.threads.iter().enumerate() {
                 for (name, v) in &th[COUNTERS.len()..] {
@@ -76,17 +77,21 @@ pub fn render(chains: &[Arc<Chain>]) -> String {
         }
     }
     family(&mut out, "ferry_nf_counter_total", "counter", "An NF's own counters, per thread.", &own);
-    let (mut depth, mut capacity) = (Vec::new(), Vec::new());
-    for (c, s) in &statuses {
-        for (nf, t, d, cap) in c.ring_depths() {
-            depth.push((thread_labels(&s.chain, &nf, t), d));
-            capacity.push((thread_labels(&s.chain, &nf, t), cap));
+    let (mut depth, mut capacity, mut loops) = (Vec::new(), Vec::new(), Vec::new());
+    for s in &statuses {
+        for n in &s.nfs {
+            for (t, r) in n.rings.iter().enumerate() {
+                depth.push((thread_labels(&s.chain, &n.name, t), r.depth));
+                capacity.push((thread_labels(&s.chain, &n.name, t), r.capacity));
+                loops.push((thread_labels(&s.chain, &n.name, t), r.loops));
+            }
         }
     }
     family(&mut out, "ferry_ring_depth_frames", "gauge", "Frames queued on the thread's receive ring.", &depth);
     family(&mut out, "ferry_ring_capacity_frames", "gauge", "Slots of the thread's receive ring.", &capacity);
+    family(&mut out, "ferry_thread_loops_total", "counter", "Data-loop iterations (receive calls).", &loops);
     let (mut up, mut restarts) = (Vec::new(), Vec::new());
-    for (_, s) in &statuses {
+    for s in &statuses {
         for n in &s.nfs {
             let l = format!("chain=\"{}\",nf=\"{}\"", esc(&s.chain), esc(&n.name));
             up.push((l.clone(), u64::from(n.connected)));
@@ -94,6 +99,20 @@ pub fn render(chains: &[Arc<Chain>]) -> String {
         }
     }
     family(&mut out, "ferry_nf_up", "gauge", "1 while the NF is connected.", &up);
+    let _ = writeln!(out, "# HELP ferry_nf_cpu_seconds_total CPU time of the NF's process (user + system).");
+    let _ = writeln!(out, "# TYPE ferry_nf_cpu_seconds_total counter");
+    for s in &statuses {
+        for n in &s.nfs {
+            if let Some(cpu) = n.cpu_seconds {
+                let _ = writeln!(
+                    out,
+                    "ferry_nf_cpu_seconds_total{{chain=\"{}\",nf=\"{}\"}} {cpu}",
+                    esc(&s.chain),
+                    esc(&n.name)
+                );
+            }
+        }
+    }
     family(&mut out, "ferry_nf_restarts_total", "counter", "Restarts of the NF after it died.", &restarts);
     type DomainValue = fn(&ferry_chain::proto::DomainStatus) -> u64;
     let domain_families: [(&str, &str, &str, DomainValue); 6] = [
@@ -108,7 +127,7 @@ pub fn render(chains: &[Arc<Chain>]) -> String {
     ];
     for (name, kind, help, value) in domain_families {
         let mut samples = Vec::new();
-        for (_, s) in &statuses {
+        for s in &statuses {
             for d in &s.domains {
                 samples.push((format!("chain=\"{}\",domain=\"{}\"", esc(&s.chain), esc(&d.name)), value(d)));
             }
@@ -116,12 +135,12 @@ pub fn render(chains: &[Arc<Chain>]) -> String {
         family(&mut out, name, kind, help, &samples);
     }
     let (mut packets, mut bytes) = (Vec::new(), Vec::new());
-    for (c, s) in &statuses {
-        for (port, v) in c.port_verdicts() {
-            for (i, verdict) in VERDICT_NAMES.iter().enumerate() {
-                let l = format!("chain=\"{}\",port=\"{}\",verdict=\"{verdict}\"", esc(&s.chain), esc(&port));
-                packets.push((l.clone(), v.packets[i]));
-                bytes.push((l, v.bytes[i]));
+    for s in &statuses {
+        for port in &s.ports {
+            for (verdict, p, b) in &port.verdicts {
+                let l = format!("chain=\"{}\",port=\"{}\",verdict=\"{verdict}\"", esc(&s.chain), esc(&port.name));
+                packets.push((l.clone(), *p));
+                bytes.push((l, *b));
             }
         }
     }

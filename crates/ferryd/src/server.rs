@@ -115,7 +115,8 @@ pub fn run(opts: &Options) -> Result<()> {
         *daemon.metrics.lock().expect("metrics lock") = Some(bound);
     }
     if let Some(file) = &opts.chain {
-        if let Err(e) = daemon.deploy(file) {
+        let file = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
+        if let Err(e) = daemon.deploy(&file) {
             daemon.shutdown();
             return Err(e);
         }

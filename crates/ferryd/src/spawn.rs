@@ -145,6 +145,18 @@ pub fn peer_cred(sock: &std::os::unix::net::UnixStream) -> Result<(u32, u32, u32
     Ok((cred.pid as u32, cred.uid, cred.gid))
 }
 
+/// CPU time (user + system) of process `pid` so far, from /proc.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces): state is the 3rd
+    // field of the line, utime the 14th and stime the 15th.
+    let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: plain getter.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks as f64 / hz as f64)
+}
+
 /// True once process `pid` has exited (gone or a zombie): all its fds are
 /// closed then, so the kernel no longer uses its sockets' frames.
 pub fn process_gone(pid: u32) -> bool {
