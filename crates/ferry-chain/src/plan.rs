@@ -33,6 +33,12 @@ pub struct DomainPlan {
     /// Rings in the region: `tids_of_nf_threads` receive rings, then one
     /// input ring per bridge leaving this domain.
     pub rings: u32,
+    /// Its tenant, if tenants are declared.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// What runs as one uid with it (`tenant "x"` or `domain "y"`).
+    #[serde(default)]
+    pub uid_group: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -126,6 +132,8 @@ impl ChainPlan {
                 ring_size: d.ring_size,
                 tids: 0,
                 rings: 0,
+                tenant: d.tenant.clone(),
+                uid_group: spec.uid_group(&d.name),
             })
             .collect();
         let mut nfs: Vec<NfPlan> = Vec::new();

@@ -241,6 +241,9 @@ pub struct PortStatus {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct DomainStatus {
     pub name: String,
+    /// Its tenant, if the chain declares tenants.
+    #[serde(default)]
+    pub tenant: Option<String>,
     pub frames_total: u64,
     pub in_pool: u64,
     pub reclaimed: u64,

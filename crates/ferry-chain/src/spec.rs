@@ -30,6 +30,11 @@
 //! only if the file says `share_users: true` (then the OS no longer keeps
 //! them apart: any process of that user can signal the other's NFs).
 //!
+//! Tenants (`tenants: [{ name, user }]`, and `tenant:` on every domain)
+//! group domains of one customer: all of a tenant's NFs run as the
+//! tenant's one uid (allocated, or its `user`), and frames cross between
+//! tenants only through copy links.
+//!
 //! Errors name the file, line, column and field (`chain.yaml:12:9:
 //! links[1].to: unknown node "fw"`), through `ferry_testbed::yamlloc`.
 
@@ -55,11 +60,25 @@ pub struct ChainSpec {
     pub nfs: Vec<NfSpec>,
     #[serde(default)]
     pub links: Vec<LinkSpec>,
-    /// Lets two domains run as the same named user (refused otherwise).
+    /// Lets two domains (or tenants) run as the same named user (refused
+    /// otherwise).
     #[serde(default)]
     pub share_users: bool,
+    /// Customers: each owns domains and runs all their NFs as its own uid.
+    #[serde(default)]
+    pub tenants: Vec<TenantSpec>,
     #[serde(skip)]
     pub origin: String,
+}
+
+/// A tenant: a customer whose domains and NFs run as one uid of its own
+/// (allocated, or `user`), apart from every other tenant's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSpec {
+    pub name: String,
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// A trust domain: NFs in it share one UMEM and hand frames over by
@@ -78,9 +97,12 @@ pub struct DomainSpec {
     #[serde(default = "default_ring_size")]
     pub ring_size: u32,
     /// The user the domain's NFs run as; absent, ferryd allocates a uid
-    /// for the domain alone.
+    /// for the domain alone (or its tenant's).
     #[serde(default)]
     pub user: Option<String>,
+    /// The tenant that owns it (required once `tenants:` are declared).
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 /// An AF_XDP port: queues of one netdev.
@@ -381,6 +403,7 @@ impl ChainSpec {
                 return Err((at("user"), format!("{u:?} is not a user name")));
             }
         }
+        self.check_tenants()?;
         let mut nodes = HashSet::new();
         for (i, p) in self.ports.iter().enumerate() {
             let at = |f| vec![Key("ports"), Index(i), Key(f)];
@@ -544,10 +567,67 @@ impl ChainSpec {
     }
 
     /// The user NF `i` runs as, if the file names one (its own, else its
-    /// domain's); None means the domain's allocated uid.
+    /// domain's, else its tenant's); None means an allocated uid.
     pub fn user_of(&self, i: usize) -> Option<&str> {
         let n = &self.nfs[i];
-        n.user.as_deref().or_else(|| self.domains.iter().find(|d| d.name == n.domain)?.user.as_deref())
+        let d = self.domains.iter().find(|d| d.name == n.domain)?;
+        let tenant = || self.tenants.iter().find(|t| Some(&t.name) == d.tenant.as_ref())?.user.as_deref();
+        n.user.as_deref().or(d.user.as_deref()).or_else(tenant)
+    }
+
+    /// What runs as one uid: a domain's tenant, else the domain itself.
+    pub fn uid_group(&self, domain: &str) -> String {
+        match self.domains.iter().find(|d| d.name == domain).and_then(|d| d.tenant.as_ref()) {
+            Some(t) => format!("tenant {t:?}"),
+            None => format!("domain {domain:?}"),
+        }
+    }
+
+    /// Tenants: valid, unique, owning every domain once declared; a
+    /// tenant's domains and NFs name no user of their own.
+    fn check_tenants(&self) -> Result<(), Invalid> {
+        use Seg::{Index, Key};
+        let mut names = HashSet::new();
+        for (i, t) in self.tenants.iter().enumerate() {
+            let at = |f| vec![Key("tenants"), Index(i), Key(f)];
+            if !valid_name(&t.name) {
+                return Err((at("name"), bad_name(&t.name)));
+            }
+            if !names.insert(t.name.as_str()) {
+                return Err((at("name"), format!("duplicate tenant {:?}", t.name)));
+            }
+            if let Some(u) = t.user.as_deref().filter(|u| !valid_user(u)) {
+                return Err((at("user"), format!("{u:?} is not a user name")));
+            }
+        }
+        for (i, d) in self.domains.iter().enumerate() {
+            let at = |f| vec![Key("domains"), Index(i), Key(f)];
+            match (&d.tenant, self.tenants.is_empty()) {
+                (None, false) => {
+                    return Err((at("name"), format!("domain {:?} names no tenant: once tenants are declared, every domain belongs to one", d.name)))
+                }
+                (Some(t), _) if !names.contains(t.as_str()) => {
+                    return Err((at("tenant"), format!("unknown tenant {t:?}")))
+                }
+                (Some(t), _) if d.user.is_some() => {
+                    return Err((at("user"), format!("domain {:?} belongs to tenant {t:?}, whose domains all run as its uid: set `user` on the tenant", d.name)))
+                }
+                _ => {}
+            }
+        }
+        for (i, n) in self.nfs.iter().enumerate() {
+            let tenant = self.domains.iter().find(|d| d.name == n.domain).and_then(|d| d.tenant.as_ref());
+            if let (Some(t), Some(_)) = (tenant, &n.user) {
+                return Err((
+                    vec![Key("nfs"), Index(i), Key("user")],
+                    format!(
+                        "NF {:?} belongs to tenant {t:?}, whose NFs all run as its uid: set `user` on the tenant",
+                        n.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Two domains under one named user are not kept apart by the OS, so
@@ -557,29 +637,33 @@ impl ChainSpec {
         if self.share_users {
             return Ok(());
         }
-        let mut first: HashMap<&str, &str> = HashMap::new();
-        let named = self.domains.iter().enumerate().filter_map(|(i, d)| {
+        let mut first: HashMap<&str, String> = HashMap::new();
+        let by_tenant = self.tenants.iter().enumerate().filter_map(|(i, t)| {
+            let path = vec![Key("tenants"), Index(i), Key("user")];
+            t.user.as_deref().map(|u| (u, format!("tenant {:?}", t.name), path))
+        });
+        let by_domain = self.domains.iter().enumerate().filter_map(|(i, d)| {
             let path = vec![Key("domains"), Index(i), Key("user")];
-            d.user.as_deref().map(|u| (u, d.name.as_str(), path))
+            d.user.as_deref().map(|u| (u, self.uid_group(&d.name), path))
         });
         let by_nf = self.nfs.iter().enumerate().filter_map(|(i, n)| {
             let path = vec![Key("nfs"), Index(i), Key("user")];
-            n.user.as_deref().map(|u| (u, n.domain.as_str(), path))
+            n.user.as_deref().map(|u| (u, self.uid_group(&n.domain), path))
         });
-        for (user, domain, path) in named.chain(by_nf) {
+        for (user, group, path) in by_tenant.chain(by_domain).chain(by_nf) {
             match first.get(user) {
-                Some(&other) if other != domain => {
+                Some(other) if *other != group => {
                     return Err((
                         path,
                         format!(
-                            "user {user:?} already runs domain {other:?}: domains sharing a user are not isolated \
-                             by the OS, so each runs as its own (leave `user` out and ferryd allocates one), or \
-                             set `share_users: true` to allow it"
+                            "user {user:?} already runs {other}: domains sharing a user are not isolated by the \
+                             OS, so each runs as its own (leave `user` out and ferryd allocates one), or set \
+                             `share_users: true` to allow it"
                         ),
                     ))
                 }
                 _ => {
-                    first.insert(user, domain);
+                    first.insert(user, group);
                 }
             }
         }
@@ -766,5 +850,42 @@ links:
         let via_port =
             GOOD.replace("  - { from: y, to: out }\n", "  - { from: y, to: out }\n  - { from: out, to: y }\n");
         assert!(parse(&via_port).is_ok(), "{}", err(&via_port));
+    }
+
+    #[test]
+    fn tenants_own_domains_and_run_as_one_uid() {
+        let tenants = GOOD
+            .replace("  - { name: a }\n", "  - { name: a, tenant: acme }\n")
+            .replace("  - { name: b, frames: 1024 }\n", "  - { name: b, frames: 1024, tenant: zeta }\n")
+            .replace("domains:\n", "tenants: [ { name: acme }, { name: zeta, user: svc } ]\ndomains:\n");
+        let c = parse(&tenants).unwrap();
+        assert_eq!((c.user_of(0), c.user_of(1)), (None, Some("svc")));
+        assert_eq!(
+            (c.uid_group("a"), c.uid_group("b")),
+            ("tenant \"acme\"".to_string(), "tenant \"zeta\"".to_string())
+        );
+        let table = [
+            (tenants.replace(", tenant: zeta", ""), "domains[1].name: domain \"b\" names no tenant"),
+            (tenants.replace("tenant: zeta", "tenant: nobody"), "domains[1].tenant: unknown tenant \"nobody\""),
+            (
+                tenants.replace("tenant: zeta", "tenant: zeta, user: x"),
+                "domains[1].user: domain \"b\" belongs to tenant \"zeta\"",
+            ),
+            (
+                tenants.replace("kind: l2fwd }", "kind: l2fwd, user: x }"),
+                "nfs[0].user: NF \"x\" belongs to tenant \"acme\"",
+            ),
+            (
+                tenants.replace("{ name: acme }", "{ name: acme, user: svc }"),
+                "tenants[1].user: user \"svc\" already runs tenant \"acme\"",
+            ),
+            (
+                tenants.replace("{ name: zeta, user: svc }", "{ name: acme }"),
+                "tenants[1].name: duplicate tenant \"acme\"",
+            ),
+        ];
+        for (text, want) in table {
+            assert!(err(&text).contains(want), "{} lacks {want:?}", err(&text));
+        }
     }
 }

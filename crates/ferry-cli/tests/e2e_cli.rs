@@ -132,6 +132,12 @@ fn chain_check_names_bad_kinds_and_arguments_where_they_are() {
     let r = ferry(&["chain", "check", good.to_str().unwrap()], Duration::from_secs(20));
     assert!(r.status.success() && r.stdout.contains("is valid: 2 NFs"), "{}{}", r.stdout, r.stderr);
 
+    // Every example chain file is valid.
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/chains");
+    for e in std::fs::read_dir(&examples).unwrap().flatten() {
+        let r = ferry(&["chain", "check", e.path().to_str().unwrap()], Duration::from_secs(20));
+        assert!(r.status.success(), "{}: {}", e.path().display(), r.stderr);
+    }
     let r = ferry(&["nf", "list"], Duration::from_secs(20));
     for line in ["parallel-nat", "partially offloadable", "ip-rewriter", "edpi", "hybrid"] {
         assert!(r.stdout.contains(line), "{line} in nf list:\n{}", r.stdout);

@@ -541,6 +541,7 @@ impl Chain {
             let ctl = d.control.as_slice();
             s.domains.push(DomainStatus {
                 name: d.plan.name.clone(),
+                tenant: d.plan.tenant.clone(),
                 frames_total: d.pool.frames_total(),
                 in_pool: d.pool.available(),
                 reclaimed: ctl[shm::RECLAIMED].load(Ordering::Relaxed),

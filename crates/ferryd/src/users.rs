@@ -73,7 +73,9 @@ pub struct Lease {
 /// The credentials of every NF of `plan`, and the leases of the uids
 /// allocated for domains that name no user.
 pub fn resolve(plan: &ChainPlan, range: UidRange) -> Result<(Vec<Creds>, Vec<Lease>), UserError> {
-    let mut leases: Vec<Option<Lease>> = (0..plan.domains.len()).map(|_| None).collect();
+    // One uid per group (a tenant, else a domain), leased when a group's
+    // first NF without a named user needs it.
+    let mut leases: std::collections::BTreeMap<&str, Lease> = std::collections::BTreeMap::new();
     let mut creds = Vec::new();
     for nf in &plan.nfs {
         creds.push(match &nf.user {
@@ -83,15 +85,16 @@ pub fn resolve(plan: &ChainPlan, range: UidRange) -> Result<(Vec<Creds>, Vec<Lea
                 Creds { uid, gid, shown: name.clone() }
             }
             None => {
-                if leases[nf.domain].is_none() {
-                    leases[nf.domain] = Some(lease(range, Path::new(LEASE_DIR))?);
+                let group = plan.domains[nf.domain].uid_group.as_str();
+                if !leases.contains_key(group) {
+                    leases.insert(group, lease(range, Path::new(LEASE_DIR))?);
                 }
-                let uid = leases[nf.domain].as_ref().map(|l| l.uid).expect("leased above");
-                Creds { uid, gid: uid, shown: format!("uid {uid} (allocated)") }
+                let uid = leases[group].uid;
+                Creds { uid, gid: uid, shown: format!("uid {uid} (allocated to {group})") }
             }
         });
     }
-    Ok((creds, leases.into_iter().flatten().collect()))
+    Ok((creds, leases.into_values().collect()))
 }
 
 /// uid and gid of a user name.
