@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod benchchain;
 pub mod benchevnf;
+pub mod benchfirewall;
 pub mod benchparallel;
 pub mod benchpipeline;
 pub mod chainctl;

@@ -446,6 +446,17 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// The firewall's lookups at N rules: FLASH's linear scan vs the bit-vector classifier.
+    Firewall {
+        #[arg(long, default_value_t = 1000)]
+        rules: usize,
+        #[arg(long, default_value_t = 200_000)]
+        packets: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Cost of the XDP stage pipeline per element (P4SFC Fig. 6).
     Pipeline {
         /// Runs per measurement (the median is reported).
@@ -731,6 +742,11 @@ fn run(cli: Cli) -> Result<()> {
             let opts = benchchain::BenchChainOptions { scenarios, nfs, warmup, window, kernel: !no_kernel };
             let report = benchchain::run(&opts)?;
             print!("{}", benchchain::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        Cmd::Bench(BenchCmd::Firewall { rules, packets, runs, json }) => {
+            let report = ferry_cli::benchfirewall::run(rules, packets, runs)?;
+            print!("{}", ferry_cli::benchfirewall::table(&report));
             write_json(json.as_deref(), &report)
         }
         Cmd::Bench(BenchCmd::Pipeline { runs, repeat, json }) => {

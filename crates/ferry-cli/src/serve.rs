@@ -45,7 +45,8 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
             let v = ferry_catalog::Values::of(kind, args)?;
             let nf = Nf::connect_from_env_with(&["made"])?;
             let (size, rate, flows) = (v.u64("size")? as usize, v.u64("rate")?, v.u64("flows")?);
-            nf.run(|th| source(th, size, rate, flows))?;
+            let count = v.u64("count")?;
+            nf.run(|th| source(th, size, rate, flows, count))?;
         }
         "sink" => {
             let nf = Nf::connect_from_env_with(&["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"])?;
@@ -140,7 +141,9 @@ fn forward(mut th: NfThread, route: Route, work_ns: u64) {
     }
 }
 
-fn source(mut th: NfThread, size: usize, rate: u64, flows: u64) {
+/// Makes `count` frames per thread (0: for ever) of `size` bytes at `rate`
+/// per second (0: as fast as it can), cycling over `flows` UDP flows.
+fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64) {
     let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: size.max(60) };
     let off = stamp_offset(L4Proto::Udp);
     let mut templates = Vec::new();
@@ -162,6 +165,10 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64) {
     let (mut seq, mut made) = (0u32, 0u64);
     let start = Instant::now();
     while th.service().is_ok() {
+        if count > 0 && made >= count {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
         if rate > 0 {
             let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
             if made >= due {
@@ -171,6 +178,9 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64) {
         }
         let now = monotonic_ns();
         for _ in 0..BURST {
+            if count > 0 && made >= count {
+                break;
+            }
             let Some(mut pkt) = th.alloc(spec.frame_len) else { break };
             let t = &templates[(seq as u64 % flows) as usize];
             let d = pkt.data_mut();

@@ -144,6 +144,21 @@ fn chain_check_names_bad_kinds_and_arguments_where_they_are() {
     }
 }
 
+/// `bench firewall` checks the two lookups agree on every packet before
+/// it times them; its report says how far the scan went.
+#[test]
+fn bench_firewall_smoke() {
+    let dir = TempDir::new("bench-fw");
+    let out = dir.path("fw.json");
+    let args = ["bench", "firewall", "--rules", "200", "--packets", "5000", "--runs", "1", "--json"];
+    let r = ferry(&[&args[..], &[out.to_str().unwrap()]].concat(), Duration::from_secs(60));
+    assert!(r.status.success(), "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!((v["rules"].as_u64(), v["packets"].as_u64()), (Some(200), Some(5000)), "{v}");
+    assert!(v["mean_scanned"].as_f64().is_some_and(|m| m > 1.0 && m <= 200.0), "{v}");
+    assert!(r.stdout.contains("bit-vector is"), "{}", r.stdout);
+}
+
 #[test]
 fn gen_on_missing_device_is_named() {
     for sub in ["live", "xsk"] {

@@ -22,6 +22,8 @@
 
 mod arp;
 mod chain;
+mod firewall;
+pub mod firewall_rules;
 mod icmp;
 mod ips;
 pub mod ips_rules;
@@ -32,6 +34,7 @@ mod rxdrop;
 
 pub use arp::ArpResponder;
 pub use chain::NfChainLocal;
+pub use firewall::{Firewall, Lookup};
 pub use icmp::IcmpEchoResponder;
 pub use ips::Ips;
 pub use l2fwd::L2Fwd;

@@ -110,7 +110,23 @@ fn build_ips(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
     Ok(Box::new(crate::Ips::new(rules).map_err(|e| bad(e.to_string()))?))
 }
 
-static REGISTRY: [NfInfo; 5] = [
+fn build_firewall(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
+    const NF: &str = "firewall";
+    let (file, lookup) = match args {
+        [file] | [file, "bitvector"] => (file, crate::Lookup::BitVector),
+        [file, "linear"] => (file, crate::Lookup::Linear),
+        [_, other] => {
+            return Err(NfError::BadArg { nf: NF, arg: other.to_string(), reason: "expected linear or bitvector" })
+        }
+        _ => return Err(NfError::MissingArg { nf: NF, what: "the rule file, then optionally linear or bitvector" }),
+    };
+    let bad = |message: String| NfError::BadFile { nf: NF, file: file.to_string(), message };
+    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    let rules = crate::firewall_rules::parse_fw_rules(&text).map_err(|e| bad(e.to_string()))?;
+    Ok(Box::new(crate::Firewall::new(rules, lookup)))
+}
+
+static REGISTRY: [NfInfo; 6] = [
     NfInfo {
         spec: &crate::l2fwd::SPEC,
         summary: "swap source and destination MAC, send back",
@@ -134,6 +150,13 @@ static REGISTRY: [NfInfo; 5] = [
         // The reply moves the ICMP message over any IP options: payload access.
         elements: &[Element { name: "icmp-echo-reply", offload: Offload::No }],
         build: build_icmp,
+    },
+    NfInfo {
+        spec: &crate::firewall::SPEC,
+        summary: "stateless 5-tuple firewall (ACL): prefixes, port ranges, first match wins",
+        args: "RULE_FILE [linear|bitvector]",
+        elements: &[Element { name: "ip-filter", offload: Offload::Full }],
+        build: build_firewall,
     },
     NfInfo {
         spec: &crate::ips::SPEC,
@@ -182,7 +205,7 @@ mod tests {
     #[test]
     fn build_by_name() {
         let names: Vec<_> = registry().iter().map(|i| i.spec.name).collect();
-        assert_eq!(names, ["l2fwd", "arp-responder", "icmp-echo", "ips", "rxdrop"]);
+        assert_eq!(names, ["l2fwd", "arp-responder", "icmp-echo", "firewall", "ips", "rxdrop"]);
         for info in registry() {
             assert_eq!(info.spec.counters[0], "rx");
         }
