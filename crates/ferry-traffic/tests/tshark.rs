@@ -83,3 +83,101 @@ fn we_read_tshark_pcapng() {
     assert_eq!(&std::fs::read(&ng).unwrap()[..4], &[0x0a, 0x0d, 0x0d, 0x0a], "not pcapng");
     assert_eq!(read_pcap(&ng).unwrap(), frames);
 }
+
+/// NSH frames built with ferry-wire, decoded by tshark: MD type 1 over
+/// Ethernet (ethertype 0x894f) and MD type 2 over VXLAN-GPE (UDP 4790).
+#[test]
+fn tshark_decodes_our_nsh_headers() {
+    use ferry_wire::nsh::{next_proto, NshContext, NshRepr, ETHERTYPE_NSH};
+    use ferry_wire::{build_frame, vxlan_gpe, FiveTuple, FrameSpec, L4Proto};
+    if !tshark_available() {
+        return;
+    }
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 64 };
+    let inner = |dport: u16| {
+        let t = FiveTuple {
+            src_ip: [10, 0, 0, 1].into(),
+            dst_ip: [10, 0, 0, 2].into(),
+            src_port: 1000,
+            dst_port: dport,
+            proto: L4Proto::Udp,
+        };
+        let mut f = vec![0u8; 64];
+        let n = build_frame(&spec, &t, None, &mut f).unwrap();
+        f.truncate(n);
+        f
+    };
+    let path = tmp("nsh.pcap");
+    let mut w = PcapWriter::create(&path, 0).unwrap();
+    // 1: Ethernet / NSH MD1 (SPI 0x123456, SI 255, TTL 63) / IPv4.
+    let md1 = NshRepr {
+        oam: false,
+        ttl: 63,
+        next_protocol: next_proto::IPV4,
+        spi: 0x123456,
+        si: 255,
+        context: NshContext::Md1([7; 16]),
+    };
+    let ip = inner(9)[14..].to_vec();
+    let mut f = vec![0u8; 14 + md1.buffer_len()];
+    f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&ETHERTYPE_NSH.to_be_bytes());
+    md1.emit(&mut f[14..]);
+    f.extend_from_slice(&ip);
+    w.write(&f, 1_000_000_000).unwrap();
+    // 2: Ethernet / IPv4 / UDP 4790 / VXLAN-GPE / NSH MD2 (SPI 7, SI 254,
+    // TTL 5, one TLV) / Ethernet.
+    let tlv = [0x01, 0x00, 0x01, 0x03, 0xaa, 0xbb, 0xcc, 0x00];
+    let md2 = NshRepr {
+        oam: false,
+        ttl: 5,
+        next_protocol: next_proto::ETHERNET,
+        spi: 7,
+        si: 254,
+        context: NshContext::Md2(&tlv),
+    };
+    let payload = inner(80);
+    let mut tunnel_payload = vec![0u8; vxlan_gpe::VXLAN_GPE_LEN + md2.buffer_len()];
+    vxlan_gpe::emit(&mut tunnel_payload, 42, vxlan_gpe::next_proto::NSH);
+    md2.emit(&mut tunnel_payload[vxlan_gpe::VXLAN_GPE_LEN..]);
+    tunnel_payload.extend_from_slice(&payload);
+    let outer = FiveTuple {
+        src_ip: [192, 0, 2, 1].into(),
+        dst_ip: [192, 0, 2, 2].into(),
+        src_port: 50000,
+        dst_port: vxlan_gpe::UDP_PORT,
+        proto: L4Proto::Udp,
+    };
+    let outer_len = 14 + 20 + 8 + tunnel_payload.len();
+    let mut g = vec![0u8; outer_len];
+    let n = build_frame(&FrameSpec { frame_len: outer_len, ..spec }, &outer, None, &mut g).unwrap();
+    assert_eq!(n, outer_len);
+    g[14 + 20 + 8..].copy_from_slice(&tunnel_payload);
+    // The builder filled the UDP checksum over its own payload: 0 (none).
+    g[14 + 20 + 6..14 + 20 + 8].fill(0);
+    w.write(&g, 2_000_000_000).unwrap();
+    w.finish().unwrap();
+
+    let out = tshark(&path, &["-T", "fields", "-e", "nsh.spi", "-e", "nsh.si", "-e", "nsh.ttl", "-e", "nsh.mdtype"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    let fields = |l: &str| l.split('\t').map(|v| v.trim().to_string()).collect::<Vec<_>>();
+    let (a, b) = (fields(lines[0]), fields(lines[1]));
+    let num = |v: &str| {
+        if let Some(h) = v.strip_prefix("0x") {
+            u64::from_str_radix(h, 16).unwrap()
+        } else {
+            v.parse::<u64>().unwrap()
+        }
+    };
+    assert_eq!(a.iter().map(|v| num(v)).collect::<Vec<_>>(), [0x123456, 255, 63, 1], "{out}");
+    assert_eq!(b.iter().map(|v| num(v)).collect::<Vec<_>>(), [7, 254, 5, 2], "{out}");
+    // And tshark follows each header to what it carries.
+    let proto = tshark(&path, &["-T", "fields", "-e", "frame.protocols"]);
+    let p: Vec<&str> = proto.lines().collect();
+    assert!(p[0].contains("nsh:ip:udp"), "{proto}");
+    // (tshark lists the VXLAN-GPE layer under udp, not by name.)
+    assert!(p[1].contains("udp:nsh:eth"), "{proto}");
+    let gpe = tshark(&path, &["-Y", "vxlan.vni == 42 && nsh.spi == 7", "-T", "fields", "-e", "vxlan.next_proto"]);
+    assert_eq!(gpe.trim(), "4", "VXLAN-GPE: VNI 42, next protocol NSH: {gpe}");
+}

@@ -21,6 +21,8 @@
 //! - [`ethernet`]: Ethernet II with at most one 802.1Q tag.
 //! - [`arp`]: Ethernet/IPv4 ARP.
 //! - [`ipv4`], [`udp`], [`tcp`], [`icmpv4`].
+//! - [`nsh`] (RFC 8300, MD types 1 and 2) and [`vxlan_gpe`], its UDP
+//!   encapsulation.
 //! - [`frame`]: the generator's frame builder and the sink's stamp and
 //!   5-tuple lookup.
 //! - [`stamp`]: the 16-byte payload stamp.
@@ -53,9 +55,11 @@ pub mod ethernet;
 pub mod frame;
 pub mod icmpv4;
 pub mod ipv4;
+pub mod nsh;
 pub mod stamp;
 pub mod tcp;
 pub mod udp;
+pub mod vxlan_gpe;
 
 pub use arp::{arp_op, ArpPacket, ArpRepr};
 pub use error::WireError;
