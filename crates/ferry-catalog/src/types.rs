@@ -65,6 +65,15 @@ fn serve_types() -> Vec<NfType> {
             &[Element { name: "busy-work", offload: Offload::No }],
         ),
         threaded(
+            "maglev",
+            "Maglev load balancer: each flow to one out-link by consistent hashing (the parallel runtime's table)",
+            vec![arg("table_size", u64_in(2, 5_000_011), Some("65537"), "lookup table entries, a prime")],
+            vec![],
+            // A static table lookup: XDP does that. Connection affinity
+            // across backend changes would need per-flow state (partial).
+            &[Element { name: "consistent-hash-forward", offload: Offload::Full }],
+        ),
+        threaded(
             "source",
             "make stamped UDP frames in the domain's own UMEM (chaining without veth)",
             vec![

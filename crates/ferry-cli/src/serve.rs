@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use ferry_nf::{PacketNf, Verdict};
+use ferry_parallel::nfs::maglev::{flow_hash, LookupTable, Permutation};
 use ferry_sdk::{Nf, NfThread, Packet};
 use ferry_wire::{build_frame, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp};
 use hdrhistogram::Histogram;
@@ -47,6 +48,13 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
             let (size, rate, flows) = (v.u64("size")? as usize, v.u64("rate")?, v.u64("flows")?);
             let count = v.u64("count")?;
             nf.run(|th| source(th, size, rate, flows, count))?;
+        }
+        "maglev" => {
+            let v = ferry_catalog::Values::of(kind, args)?;
+            let table_size = u32::try_from(v.u64("table_size")?)?;
+            let nf = Nf::connect_from_env()?;
+            let table = maglev_table(nf.out_links(), table_size)?;
+            nf.run(|th| maglev(th, &table))?;
         }
         "sink" => {
             let nf = Nf::connect_from_env_with(&["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"])?;
@@ -137,6 +145,43 @@ fn forward(mut th: NfThread, route: Route, work_ns: u64) {
                 Route::ByPort => pkt.arrived_on_port().map_or(0, usize::from),
             };
             th.send(pkt, hop);
+        }
+    }
+}
+
+/// The Maglev lookup table over out-links `backends` (named by the NF they
+/// lead to), with the parallel runtime's Maglev code: the same hash, the
+/// same permutations, the same population.
+pub fn maglev_table(backends: &[String], table_size: u32) -> Result<LookupTable> {
+    if backends.is_empty() {
+        bail!("maglev needs out-links: one per backend");
+    }
+    let prime = table_size >= 2
+        && (2..)
+            .take_while(|d: &u32| u64::from(*d) * u64::from(*d) <= u64::from(table_size))
+            .all(|d| !table_size.is_multiple_of(d));
+    if !prime || (table_size as usize) < backends.len() {
+        bail!(
+            "maglev: table_size {table_size} must be a prime of at least the number of backends ({})",
+            backends.len()
+        );
+    }
+    let perms: Vec<Permutation> = backends.iter().map(|b| Permutation::of(b, table_size)).collect();
+    Ok(LookupTable::build(&perms, &vec![true; backends.len()], table_size))
+}
+
+/// Sends each frame to the backend (out-link) Maglev picks for its flow;
+/// frames without an IPv4 5-tuple are dropped (counted `drop_nf`).
+fn maglev(mut th: NfThread, table: &LookupTable) {
+    let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
+    while th.recv_burst(&mut burst, BURST).is_ok() {
+        for pkt in burst.drain(..) {
+            let hop = ferry_wire::five_tuple(pkt.data())
+                .and_then(|t| table.lookup(flow_hash(t.src_ip, t.dst_ip, t.proto.ip_proto(), t.src_port, t.dst_port)));
+            match hop {
+                Some(b) => th.send(pkt, usize::from(b)),
+                None => th.drop_packet(pkt),
+            }
         }
     }
 }
