@@ -504,12 +504,36 @@ fn chain_runs_in_order_and_counts_unclaimed() {
 }
 
 /// Every NF, plus a chain of all of them but l2fwd (which takes everything).
+/// A well-formed 96-byte UDP or TCP frame from 10.0.0.1 to port `dport`,
+/// for the mutation test to start from.
+fn l4_frame(proto: ferry_wire::L4Proto, dport: u16) -> Vec<u8> {
+    let spec = ferry_wire::FrameSpec { src_mac: MAC_A, dst_mac: MAC_B, frame_len: 96 };
+    let t =
+        ferry_wire::FiveTuple { src_ip: [10, 0, 0, 1].into(), dst_ip: IP_B, src_port: 1000, dst_port: dport, proto };
+    let mut f = vec![0u8; 96];
+    let n = ferry_wire::build_frame(&spec, &t, None, &mut f).expect("a frame");
+    f.truncate(n);
+    f
+}
+
 fn all_nfs() -> Vec<Box<dyn PacketNf>> {
+    let fw = ferry_nf::firewall_rules::parse_fw_rules(
+        "deny src 10.0.0.0/8 proto udp dport 53\nallow proto tcp\ndefault deny",
+    )
+    .expect("firewall rules");
+    let ips = ferry_nf::ips_rules::parse_rules(
+        "drop tcp any any -> any any (msg:\"a\"; content:\"|00 01|\"; sid:1;)\n\
+         alert udp any any -> any 53 (msg:\"b\"; content:\"ab\"; content:\"|ff|\"; sid:2;)",
+    )
+    .expect("IPS rules");
     vec![
         Box::new(L2Fwd::new()),
         Box::new(arp_nf()),
         Box::new(icmp_nf()),
         Box::new(NfChainLocal::new(vec![Box::new(arp_nf()), Box::new(icmp_nf())])),
+        Box::new(Firewall::new(fw.clone(), Lookup::Linear)),
+        Box::new(Firewall::new(fw, Lookup::BitVector)),
+        Box::new(Ips::new(ips).expect("IPS automaton")),
     ]
 }
 
@@ -531,7 +555,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
-    fn random_frames_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..160), kind in 0u8..4) {
+    fn random_frames_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..160), kind in 0u8..6) {
         let mut f = bytes;
         // Steer some inputs past the EtherType check.
         if f.len() >= 24 {
@@ -539,6 +563,9 @@ proptest! {
                 0 => { f[12] = 0x08; f[13] = 0x06; f[14..20].copy_from_slice(&[0, 1, 8, 0, 6, 4]); }
                 1 => { f[12] = 0x08; f[13] = 0x00; f[14] = 0x45; f[23] = 1; }
                 2 => { f[12] = 0x81; f[13] = 0x00; f[16] = 0x08; f[17] = 0x00; f[18] = 0x40 | (f[18] & 0xf); }
+                // IPv4 UDP and TCP, for the firewall's and the IPS's deeper checks.
+                3 => { f[12] = 0x08; f[13] = 0x00; f[14] = 0x45; f[23] = 17; }
+                4 => { f[12] = 0x08; f[13] = 0x00; f[14] = 0x45; f[23] = 6; }
                 _ => {}
             }
         }
@@ -547,12 +574,14 @@ proptest! {
     }
 
     #[test]
-    fn mutated_fixtures_never_panic(which in 0usize..4, at in any::<prop::sample::Index>(), val in any::<u8>(), cut in any::<prop::sample::Index>()) {
+    fn mutated_fixtures_never_panic(which in 0usize..6, at in any::<prop::sample::Index>(), val in any::<u8>(), cut in any::<prop::sample::Index>()) {
         let base = match which {
             0 => padded(&ARP_REQUEST),
             1 => PING_REQUEST.to_vec(),
             2 => tagged(&PING_REQUEST),
-            _ => with_ip_options(&PING_REQUEST, &NOPS),
+            3 => with_ip_options(&PING_REQUEST, &NOPS),
+            4 => l4_frame(ferry_wire::L4Proto::Udp, 53),
+            _ => l4_frame(ferry_wire::L4Proto::Tcp, 80),
         };
         let mut nfs = all_nfs();
         let mut f = base.clone();
