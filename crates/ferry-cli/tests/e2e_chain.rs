@@ -408,10 +408,7 @@ links:
     // The port's XDP program shows in the metrics: every frame the NF got
     // was redirected to its socket.
     let addr = chainctl::metrics_addr(&rc.admin).unwrap().expect("metrics served");
-    let mut http = std::net::TcpStream::connect(&addr).unwrap();
-    write!(http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut http, &mut text).unwrap();
+    let (_, text) = http_get(&addr, "/metrics");
     let redirected: u64 = text
         .lines()
         .find_map(|l| l.strip_prefix("ferry_xdp_packets_total{chain=\"kernel\",port=\"in\",verdict=\"redirect\"} "))

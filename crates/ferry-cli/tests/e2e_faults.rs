@@ -6,10 +6,9 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use common::chain::*;
 use common::*;
@@ -109,14 +108,17 @@ fn nfs_killed_together_lose_no_frame_and_each_restarts_once() {
     // Pairs: each death is found by the recovery of the NFs whose
     // connections closed.
     let mut rounds: Vec<Round> = subsets(2).iter().cycle().take(20).map(|v| kill_together(&rc, v)).collect();
-    // Triples, with audits racing the deaths and the restarts.
+    // Triples, with audits racing the deaths and the restarts: each round
+    // waits until an audit began after its kill, so every round has one
+    // (an event, not a share of the run).
     let stop = AtomicBool::new(false);
+    let audits = AtomicU64::new(0);
     std::thread::scope(|scope| {
         let auditor = scope.spawn(|| {
-            let (mut audits, mut answered) = (0u64, 0u64);
+            let mut answered = 0u64;
             while !stop.load(Ordering::Relaxed) {
+                audits.fetch_add(1, Ordering::AcqRel);
                 for r in chainctl::audit(&rc.admin, &rc.name).expect("audit") {
-                    audits += 1;
                     // One a live thread did not answer in time checked nothing.
                     if r.unresponsive.is_empty() {
                         answered += 1;
@@ -124,13 +126,17 @@ fn nfs_killed_together_lose_no_frame_and_each_restarts_once() {
                     }
                 }
             }
-            (audits, answered)
+            answered
         });
-        rounds.extend(subsets(3).iter().cycle().take(20).map(|v| kill_together(&rc, v)));
+        for victims in subsets(3).iter().cycle().take(20) {
+            let before = audits.load(Ordering::Acquire);
+            rounds.push(kill_together(&rc, victims));
+            wait_until("an audit begun during the round", || audits.load(Ordering::Acquire) > before);
+        }
         stop.store(true, Ordering::Relaxed);
-        let (audits, answered) = auditor.join().expect("auditor");
+        let answered = auditor.join().expect("auditor");
+        let audits = audits.load(Ordering::Acquire);
         eprintln!("{audits} audits ran during the 3-NF rounds, {answered} with every live thread answering");
-        assert!(answered > 0, "audits ran while NFs died and restarted");
     });
     eprintln!("round  killed           reclaimed  lost  duplicated");
     for (i, r) in rounds.iter().enumerate() {
@@ -147,24 +153,6 @@ fn nfs_killed_together_lose_no_frame_and_each_restarts_once() {
     eprintln!("{}", chainctl::status_table(&st));
     assert_eq!(st.domains[0].lost + st.domains[0].duplicated, 0);
     rc.shutdown().unwrap();
-}
-
-/// `ferry nf serve --kind fwd` as NF `nf` of `chain` at ferryd's NF
-/// socket `socket`, run as `uid` with `env` added.
-fn nf_process(socket: &Path, (chain, nf): (&str, &str), uid: u32, env: &[(&str, &str)]) -> Ferry {
-    let mut cmd = Command::new(FERRY);
-    cmd.args(["nf", "serve", "--kind", "fwd"]).env(proto::ENV_SOCKET, socket);
-    // Started by hand, an NF is told its chain (ferryd hosts several);
-    // untold, it finds the chain whose keys hold its own.
-    if !chain.is_empty() {
-        cmd.env(proto::ENV_CHAIN, chain);
-    }
-    cmd.env(proto::ENV_NF, nf);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.uid(uid).gid(uid).current_dir("/");
-    Ferry::spawn_cmd(cmd, format!("NF process {chain}/{nf} as uid {uid}"))
 }
 
 /// An impostor's attempt to be NF `nf` (chain, name): it must be refused

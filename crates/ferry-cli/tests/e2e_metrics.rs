@@ -3,8 +3,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::process::{Command, Stdio};
 
 use common::chain::*;
@@ -22,16 +21,6 @@ links:
   - { from: src, to: mid }
   - { from: mid, to: snk }
 "#;
-
-/// `GET path` on `addr`: (status line, body).
-fn get(addr: &str, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(addr).expect("connect to the metrics address");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
-    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
-}
 
 /// The exposition parsed by prometheus_client: one line per sample,
 /// `name {labels as JSON, keys sorted} value`, or the parser's error.
@@ -80,7 +69,7 @@ fn metrics_are_scraped_and_parsed_by_prometheus_client() {
     wait_until("traffic at the sink", || rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > 1000));
     let addr = chainctl::metrics_addr(&rc.admin).unwrap().expect("ferryd serves metrics");
     assert!(addr.starts_with("127.0.0.1:"), "localhost only: {addr}");
-    let (status, body) = get(&addr, "/metrics");
+    let (status, body) = http_get(&addr, "/metrics");
     assert!(status.contains(" 200 "), "{status}");
     let parsed = parse_with_prometheus_client(&body);
     if parsed.is_empty() {
@@ -112,7 +101,7 @@ fn metrics_are_scraped_and_parsed_by_prometheus_client() {
     for line in body.lines().filter(|l| l.starts_with("# TYPE ") && l.ends_with(" counter")) {
         assert!(line.split(' ').nth(2).unwrap().ends_with("_total"), "{line}");
     }
-    let (status, _) = get(&addr, "/other");
+    let (status, _) = http_get(&addr, "/other");
     assert!(status.contains(" 404 "), "{status}");
     rc.shutdown().unwrap();
 }

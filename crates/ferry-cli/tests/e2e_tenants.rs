@@ -6,12 +6,10 @@ mod common;
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
-use std::process::Command;
 
 use common::chain::*;
 use common::*;
-use ferry_chain::proto::{self, Status};
+use ferry_chain::proto::Status;
 use ferry_cli::chainctl;
 
 /// acme floods its own slow NF; zeta runs a steady chain; a third path
@@ -104,18 +102,8 @@ fn tenants_are_isolated_and_a_flooded_tenant_never_makes_another_drop() {
     }
 
     // acme's uid cannot say hello as zeta's NF.
-    let out = Command::new(FERRY)
-        .args(["nf", "serve", "--kind", "fwd"])
-        .env(proto::ENV_SOCKET, &rc.socket)
-        .env(proto::ENV_CHAIN, "tenants")
-        .env(proto::ENV_NF, "fb")
-        .uid(a)
-        .gid(a)
-        .current_dir("/")
-        .output()
-        .expect("impostor");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("is not NF \"fb\"'s user"), "{err}");
+    let out = nf_process(&rc.socket, ("tenants", "fb"), a, &[]).finish(HANG_GUARD);
+    assert!(!out.status.success() && out.stderr.contains("is not NF \"fb\"'s user"), "{}", out.stderr);
 
     // acme's flood fills its own pool and rings (its source is held back
     // by the slow NF); zeta, and the path across, keep flowing without a

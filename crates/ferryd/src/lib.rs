@@ -32,4 +32,3 @@ mod tap;
 pub mod users;
 
 pub use server::{run, Daemon, Options};
-pub use spawn::process_gone;

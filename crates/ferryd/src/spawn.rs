@@ -157,18 +157,6 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     (hz > 0).then(|| ticks as f64 / hz as f64)
 }
 
-/// True once process `pid` has exited (gone or a zombie): all its fds are
-/// closed then, so the kernel no longer uses its sockets' frames.
-pub fn process_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(s) => s
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|c| c == 'Z' || c == 'X'),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,11 +1,13 @@
 //! Helpers of the tests that run chains under ferryd.
 
-use std::path::PathBuf;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use ferry_chain::proto::Status;
+use ferry_chain::proto::{self, Status};
 use ferry_cli::chainctl::{self, counter, RunningChain};
 
-use super::TempDir;
+use super::{Ferry, TempDir, FERRY};
 
 /// gen (g0) -- (d0) dut (d1) -- (s0) sink: a chain's two ports in `dut`,
 /// a generator and a sink on either side.
@@ -55,4 +57,33 @@ pub fn assert_conserved(rc: &RunningChain) {
     for r in reports {
         assert!(r.conserved(), "frame conservation violated: {r:?}");
     }
+}
+
+/// `ferry nf serve --kind fwd` as NF `nf` of `chain` at ferryd's NF
+/// socket `socket`, run as `uid` with `env` added.
+pub fn nf_process(socket: &Path, (chain, nf): (&str, &str), uid: u32, env: &[(&str, &str)]) -> Ferry {
+    let mut cmd = Command::new(FERRY);
+    cmd.args(["nf", "serve", "--kind", "fwd"]).env(proto::ENV_SOCKET, socket);
+    // Started by hand, an NF is told its chain (ferryd hosts several);
+    // untold, it finds the chain whose keys hold its own.
+    if !chain.is_empty() {
+        cmd.env(proto::ENV_CHAIN, chain);
+    }
+    cmd.env(proto::ENV_NF, nf);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.uid(uid).gid(uid).current_dir("/");
+    Ferry::spawn_cmd(cmd, format!("NF process {chain}/{nf} as uid {uid}"))
+}
+
+/// `GET path` on `addr` (`host:port`): (status line, body).
+pub fn http_get(addr: &str, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the HTTP address");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
 }
