@@ -51,7 +51,9 @@ fn http_through_efw_and_elb_to_two_nginx_backends() {
     let download = {
         let names = (*tb).clone();
         std::thread::spawn(move || {
-            let opts = CurlOpts { timeout: Duration::from_secs(120), local_port: Some(41_000) };
+            // Below the kernel's ephemeral range (32768-60999), so no earlier
+            // connection of this client (in TIME_WAIT, say) can hold the port.
+            let opts = CurlOpts { timeout: Duration::from_secs(120), local_port: Some(31_000) };
             apps::curl_get(&names, "client", &format!("http://{VIP}/big"), opts)
         })
     };
@@ -59,7 +61,7 @@ fn http_through_efw_and_elb_to_two_nginx_backends() {
         assert!(!download.is_finished(), "the download ended before its backend was seen");
         ["b1", "b2"]
             .into_iter()
-            .find(|ns| established(&tb, ns, 80).unwrap().iter().any(|(_, peer)| peer.ends_with(":41000")))
+            .find(|ns| established(&tb, ns, 80).unwrap().iter().any(|(_, peer)| peer.ends_with(":31000")))
     });
     let other = if busy == "b1" { "b2" } else { "b1" };
     let reweighted = if busy == "b1" {
