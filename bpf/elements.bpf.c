@@ -85,4 +85,37 @@ int ferry_only_policer(struct xdp_md *ctx)
 	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
 }
 
+/*
+ * Not an element: runs the shared parser and writes its answer in front of
+ * the frame (struct ferry_parse_result as XDP metadata), so that a test
+ * run shows it. XDP_PASS; malformed frames are counted as such.
+ */
+SEC("xdp")
+int ferry_parse_probe(struct xdp_md *ctx)
+{
+	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
+	struct ferry_parse_result r = {};
+	struct ferry_parse_result *m;
+	struct ferry_pkt p;
+
+	ferry_parse_l4(&c, &p);
+	r.ok = p.ok;
+	r.proto = p.proto;
+	r.later_fragment = p.later_fragment;
+	r.is_ip4 = p.ip4 != NULL;
+	r.ethertype = p.ethertype;
+	r.sport = p.sport;
+	r.dport = p.dport;
+	r.l4_off = p.l4 ? (__u16)(p.l4 - (void *)(long)ctx->data) : 0;
+	r.saddr = p.saddr;
+	r.daddr = p.daddr;
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(r)))
+		return ferry_exit(ctx, XDP_ABORTED, XDP_ABORTED);
+	m = (void *)(long)ctx->data_meta;
+	if ((void *)(m + 1) > (void *)(long)ctx->data)
+		return ferry_exit(ctx, XDP_ABORTED, XDP_ABORTED);
+	*m = r;
+	return ferry_exit(ctx, r.ok ? XDP_PASS : FERRY_SLOT_MALFORMED, XDP_PASS);
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -190,6 +190,24 @@ struct ferry_pl_slow_meta {
 	__u32 stage;
 };
 
+/* What ferry_parse_probe (elements.bpf.c) writes in front of a frame as
+ * XDP metadata: ferry_parse_l4's answer, for the differential test that
+ * holds it to ferry-wire's flow parser. Ports and addresses in network
+ * order; l4_off is 0 when no L4 header was parsed. */
+struct ferry_parse_result {
+	__u8 ok;
+	__u8 proto;
+	__u8 later_fragment;
+	__u8 is_ip4;
+	__be16 ethertype;
+	__be16 sport;
+	__be16 dport;
+	__u16 l4_off;
+	__be32 saddr;
+	__be32 daddr;
+};
+_Static_assert(sizeof(struct ferry_parse_result) == 20, "ferry_parse_result layout");
+
 /* Per-CPU state carried across a recirculation (tail call). */
 struct ferry_pl_state {
 	__u32 chain;

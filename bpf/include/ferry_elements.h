@@ -90,7 +90,7 @@ struct ferry_pl_fields {
 	__u8 proto;
 	__u8 is_ip4;
 	__u8 has_ports;
-	__u8 _pad;
+	__u8 later_fragment;
 	__u32 l3_off;
 	__u32 l4_off;
 	__u32 bytes;
@@ -117,6 +117,14 @@ __attribute__((noinline)) int ferry_el_acl(__u32 config, struct ferry_pl_fields 
 
 	if (!f)
 		return XDP_ABORTED;
+	/* The firewall NF's decision table (crates/ferry-nf/src/firewall.rs):
+	 * the rules speak of IPv4, so other frames pass; a later fragment has
+	 * no ports to match and passing it would let a denied flow through
+	 * in pieces. */
+	if (!f->is_ip4)
+		return CONTINUE;
+	if (f->later_fragment)
+		return XDP_DROP;
 	meta = bpf_map_lookup_elem(&ferry_pl_acl_meta, &config);
 	if (!meta)
 		return XDP_DROP;
@@ -301,6 +309,7 @@ static __always_inline void ferry_pl_fields_of(struct xdp_md *ctx, struct ferry_
 	f->dport = p->dport;
 	f->proto = p->proto;
 	f->is_ip4 = p->ip4 != NULL;
+	f->later_fragment = p->later_fragment;
 	f->has_ports = (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && p->l4;
 	if (p->ip4)
 		f->l3_off = (void *)p->ip4 - (void *)(long)ctx->data;

@@ -72,12 +72,17 @@ static __always_inline struct ethhdr *ferry_parse_eth(struct ferry_cursor *c)
 static __always_inline struct iphdr *ferry_parse_ipv4(struct ferry_cursor *c)
 {
 	struct iphdr *ip = c->pos;
-	__u32 hlen;
+	__u32 hlen, total;
 
 	if ((void *)(ip + 1) > c->end)
 		return NULL;
 	hlen = ip->ihl * 4;
-	if (hlen < sizeof(*ip) || c->pos + hlen > c->end)
+	if (ip->version != 4 || hlen < sizeof(*ip) || c->pos + hlen > c->end)
+		return NULL;
+	/* The total length covers the header and fits the frame (trailing
+	 * link-layer padding is allowed), as ferry-wire's Ipv4Packet checks. */
+	total = bpf_ntohs(ip->tot_len);
+	if (total < hlen || c->pos + total > c->end)
 		return NULL;
 	c->pos += hlen;
 	return ip;
@@ -144,10 +149,14 @@ static __always_inline struct ferry_icmphdr *ferry_parse_icmp(struct ferry_curso
 }
 
 /*
- * A frame parsed to L4. `ok` is 0 for a frame too short for a header it
- * announces (the caller counts it as malformed). Non-IP frames, IPv4
- * fragments after the first and unknown L4 protocols parse fine with
- * the fields they have (l4 == NULL, ports 0).
+ * A frame parsed to L4. `ok` is 0 for a malformed frame (the caller counts
+ * it): too short for a header it announces, an IPv4 header whose version
+ * is not 4 or whose total length does not cover its header or exceeds the
+ * frame, an L4 header past the IPv4 total length, a UDP length under 8 or
+ * past its IP payload. Non-IP frames, IPv4 fragments after the first and
+ * unknown L4 protocols parse fine with the fields they have (l4 == NULL,
+ * ports 0). ferry-wire's `flow::parse` is the same parser in Rust; a
+ * differential test holds the two to the same answers.
  */
 struct ferry_pkt {
 	struct ethhdr *eth;
@@ -159,6 +168,8 @@ struct ferry_pkt {
 	__u8 ok;
 	/* An IPv4 fragment (more fragments follow, or a later one). */
 	__u8 fragment;
+	/* An IPv4 fragment after the first: it has no L4 header. */
+	__u8 later_fragment;
 	/* IPv4 only, network order; 0 otherwise. */
 	__be32 saddr;
 	__be32 daddr;
@@ -171,13 +182,16 @@ static __always_inline void ferry_parse_l4(struct ferry_cursor *c, struct ferry_
 	struct ferry_vlan *v;
 	struct ferry_tcphdr *tcp;
 	struct udphdr *udp;
+	/* Where the IP payload ends: L4 headers must end before it. */
+	void *l4_limit = c->end;
 
 	__builtin_memset(p, 0, sizeof(*p));
 	p->eth = ferry_parse_eth(c);
 	if (!p->eth)
 		return;
 	p->ethertype = p->eth->h_proto;
-	if (p->ethertype == bpf_htons(ETH_P_8021Q) || p->ethertype == bpf_htons(ETH_P_8021AD)) {
+	/* One 802.1Q tag; an 802.1ad (QinQ) outer tag is not unwrapped. */
+	if (p->ethertype == bpf_htons(ETH_P_8021Q)) {
 		v = ferry_parse_vlan(c);
 		if (!v)
 			return;
@@ -187,12 +201,13 @@ static __always_inline void ferry_parse_l4(struct ferry_cursor *c, struct ferry_
 		p->ip4 = ferry_parse_ipv4(c);
 		if (!p->ip4)
 			return;
+		l4_limit = (void *)p->ip4 + bpf_ntohs(p->ip4->tot_len);
 		p->proto = p->ip4->protocol;
 		p->saddr = p->ip4->saddr;
 		p->daddr = p->ip4->daddr;
 		p->fragment = (p->ip4->frag_off & bpf_htons(0x3fff)) != 0;
-		/* Later fragments carry no L4 header. */
 		if (p->ip4->frag_off & bpf_htons(0x1fff)) {
+			p->later_fragment = 1;
 			p->ok = 1;
 			return;
 		}
@@ -207,21 +222,23 @@ static __always_inline void ferry_parse_l4(struct ferry_cursor *c, struct ferry_
 	}
 	if (p->proto == IPPROTO_TCP) {
 		tcp = ferry_parse_tcp(c);
-		if (!tcp)
+		if (!tcp || c->pos > l4_limit)
 			return;
 		p->l4 = tcp;
 		p->sport = tcp->source;
 		p->dport = tcp->dest;
 	} else if (p->proto == IPPROTO_UDP) {
 		udp = ferry_parse_udp(c);
-		if (!udp)
+		if (!udp || c->pos > l4_limit)
+			return;
+		if (bpf_ntohs(udp->len) < sizeof(*udp) || (void *)udp + bpf_ntohs(udp->len) > l4_limit)
 			return;
 		p->l4 = udp;
 		p->sport = udp->source;
 		p->dport = udp->dest;
 	} else if (p->proto == IPPROTO_ICMP) {
 		p->l4 = ferry_parse_icmp(c);
-		if (!p->l4)
+		if (!p->l4 || c->pos > l4_limit)
 			return;
 	}
 	p->ok = 1;

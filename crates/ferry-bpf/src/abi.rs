@@ -63,6 +63,46 @@ pub struct GenState {
 }
 const _: () = assert!(std::mem::size_of::<GenState>() == 24);
 
+/// `struct ferry_parse_result`: the BPF parser's answer for one frame,
+/// written by `ferry_parse_probe` as XDP metadata. Network order for
+/// addresses and ports, as in the frame.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParseResult {
+    pub ok: u8,
+    pub proto: u8,
+    pub later_fragment: u8,
+    pub is_ip4: u8,
+    pub ethertype: u16,
+    pub sport: u16,
+    pub dport: u16,
+    pub l4_off: u16,
+    pub saddr: u32,
+    pub daddr: u32,
+}
+const _: () = assert!(std::mem::size_of::<ParseResult>() == 20);
+
+impl ParseResult {
+    /// Reads one from the first bytes of a test run's output.
+    pub fn from_bytes(b: &[u8]) -> Option<ParseResult> {
+        let b: &[u8; 20] = b.get(..20)?.try_into().ok()?;
+        let ne16 = |i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
+        let ne32 = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Some(ParseResult {
+            ok: b[0],
+            proto: b[1],
+            later_fragment: b[2],
+            is_ip4: b[3],
+            ethertype: ne16(4),
+            sport: ne16(6),
+            dport: ne16(8),
+            l4_off: ne16(10),
+            saddr: ne32(12),
+            daddr: ne32(16),
+        })
+    }
+}
+
 // SAFETY: plain-old-data, no padding, every bit pattern is valid.
 unsafe impl aya::Pod for Verdicts {}
 unsafe impl aya::Pod for GenConfig {}

@@ -4,10 +4,7 @@
 //! bit-vector classifier by default, or scans when asked (`linear`), so
 //! the two can be compared.
 
-use ferry_wire::ethernet::{ethertype, EthernetFrame};
-use ferry_wire::ipv4::{ip_proto, Ipv4Packet};
-use ferry_wire::tcp::TcpPacket;
-use ferry_wire::udp::UdpPacket;
+use ferry_wire::flow;
 
 use crate::firewall_rules::{first_match_linear, BitVectorClassifier, FwAction, FwRules, Tuple};
 use crate::{count, NfSpec, PacketNf, Verdict};
@@ -31,8 +28,9 @@ pub enum Lookup {
 }
 
 /// The decision, in order:
-/// - shorter than an Ethernet (+VLAN) header, or an IPv4, TCP or UDP
-///   header that does not fit → `drop_malformed`;
+/// - malformed by [`ferry_wire::flow::parse`] (a header cut short or
+///   past the IPv4 total length, a bad IPv4 version or length, a UDP
+///   length under 8) → `drop_malformed`;
 /// - not IPv4 (ARP, IPv6…) → `pass_not_ipv4`: the rules speak of IPv4;
 /// - a non-first fragment → `drop_fragment`: it has no ports to match,
 ///   and passing it would let a denied flow through in pieces;
@@ -53,27 +51,17 @@ impl Firewall {
         Firewall { rules, lookup, classifier, counters: [0; 6] }
     }
 
+    /// The 5-tuple by the shared flow parser, the one the XDP ACL element
+    /// uses too: placement must not change a decision.
     fn tuple(frame: &[u8]) -> Result<Option<Tuple>, usize> {
-        let eth = EthernetFrame::new_checked(frame).map_err(|_| DROP_MALFORMED)?;
-        if eth.ethertype() != ethertype::IPV4 {
+        let f = flow::parse(frame).map_err(|_| DROP_MALFORMED)?;
+        if !f.is_ipv4 {
             return Ok(None);
         }
-        let ip = Ipv4Packet::new_checked(eth.payload()).map_err(|_| DROP_MALFORMED)?;
-        if ip.frag_offset() != 0 {
+        if f.later_fragment {
             return Err(DROP_FRAGMENT);
         }
-        let (sport, dport) = match ip.protocol() {
-            ip_proto::TCP => {
-                let t = TcpPacket::new_checked(ip.payload()).map_err(|_| DROP_MALFORMED)?;
-                (t.src_port(), t.dst_port())
-            }
-            ip_proto::UDP => {
-                let u = UdpPacket::new_checked(ip.payload()).map_err(|_| DROP_MALFORMED)?;
-                (u.src_port(), u.dst_port())
-            }
-            _ => (0, 0),
-        };
-        Ok(Some(Tuple { src: ip.src_addr().into(), dst: ip.dst_addr().into(), proto: ip.protocol(), sport, dport }))
+        Ok(Some(Tuple { src: f.src.into(), dst: f.dst.into(), proto: f.proto, sport: f.sport, dport: f.dport }))
     }
 
     /// The action for `t`: its first matching rule's, else the default.
@@ -116,7 +104,7 @@ impl PacketNf for Firewall {
 mod tests {
     use super::*;
     use crate::firewall_rules::parse_fw_rules;
-    use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
+    use ferry_wire::{build_frame, ethertype, FiveTuple, FrameSpec, L4Proto};
 
     fn frame(src: [u8; 4], proto: L4Proto, dport: u16) -> Vec<u8> {
         let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 64 };

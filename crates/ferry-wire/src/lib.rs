@@ -21,6 +21,8 @@
 //! - [`ethernet`]: Ethernet II with at most one 802.1Q tag.
 //! - [`arp`]: Ethernet/IPv4 ARP.
 //! - [`ipv4`], [`udp`], [`tcp`], [`icmpv4`].
+//! - [`flow`]: a frame parsed to its 5-tuple, the same parse as the BPF
+//!   side's `ferry_parse_l4`.
 //! - [`nsh`] (RFC 8300, MD types 1 and 2) and [`vxlan_gpe`], its UDP
 //!   encapsulation.
 //! - [`frame`]: the generator's frame builder and the sink's stamp and
@@ -52,6 +54,7 @@ pub mod arp;
 pub mod checksum;
 mod error;
 pub mod ethernet;
+pub mod flow;
 pub mod frame;
 pub mod icmpv4;
 pub mod ipv4;

@@ -1,0 +1,170 @@
+//! The BPF parser (`ferry_parse_l4`, run by `ferry_parse_probe`) and
+//! ferry-wire's `flow::parse` are one parser written twice: an NF placed
+//! in XDP must decide every frame as the same NF in user space does. This
+//! holds the two to the same answer, field by field, on well-formed
+//! frames of every shape they handle and on random mutations and
+//! truncations of them.
+
+mod common;
+
+use std::net::Ipv4Addr;
+
+use common::privileged;
+use ferry_bpf::abi::ParseResult;
+use ferry_bpf::{test_run, LoadedXdp, Object};
+use ferry_wire::flow;
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+
+const ETH: [u8; 12] = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+
+/// IPv4 header (no options) with `proto`, fragment field `frag` and room
+/// for `l4_len` bytes.
+fn ipv4(proto: u8, frag: u16, l4_len: usize) -> Vec<u8> {
+    let total = (20 + l4_len) as u16;
+    let mut h = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 1];
+    h.extend_from_slice(&frag.to_be_bytes());
+    h.extend_from_slice(&[64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 1, 2]);
+    h
+}
+
+fn with_eth(ethertype: u16, rest: &[u8]) -> Vec<u8> {
+    let mut f = ETH.to_vec();
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(rest);
+    f
+}
+
+const UDP: [u8; 16] = [0x03, 0xe8, 0x00, 0x35, 0x00, 0x10, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+const TCP: [u8; 24] =
+    [0x03, 0xe8, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x60, 0x02, 0xff, 0xff, 0, 0, 0, 0, 2, 4, 5, 0xb4];
+const ICMP: [u8; 8] = [8, 0, 0, 0, 0, 1, 0, 1];
+
+/// One well-formed frame of each shape the parsers handle.
+fn templates() -> Vec<Vec<u8>> {
+    let v4 = |proto: u8, frag: u16, l4: &[u8]| {
+        let mut ip = ipv4(proto, frag, l4.len());
+        ip.extend_from_slice(l4);
+        ip
+    };
+    let mut vlan = vec![0x00, 0x07, 0x08, 0x00];
+    vlan.extend_from_slice(&v4(17, 0, &UDP));
+    let mut ip6 = vec![0x60, 0, 0, 0, 0, 16, 17, 64];
+    ip6.extend_from_slice(&[0; 32]);
+    ip6.extend_from_slice(&UDP);
+    let mut padded = with_eth(0x0800, &v4(17, 0, &UDP));
+    padded.resize(80, 0);
+    vec![
+        with_eth(0x0800, &v4(17, 0, &UDP)),
+        with_eth(0x0800, &v4(6, 0, &TCP)),
+        with_eth(0x0800, &v4(1, 0, &ICMP)),
+        with_eth(0x0800, &v4(17, 0x2000, &UDP)),
+        with_eth(0x0800, &v4(17, 0x0003, &UDP)),
+        with_eth(0x0800, &v4(47, 0, &[0; 8])),
+        with_eth(0x8100, &vlan),
+        with_eth(0x88a8, &vlan),
+        with_eth(0x86dd, &ip6),
+        with_eth(0x0806, &[0; 28]),
+        padded,
+    ]
+}
+
+/// Runs the BPF parser on `frame` (at least 14 bytes: the kernel's test
+/// run refuses shorter XDP input).
+fn bpf_parse(probe: &LoadedXdp, frame: &[u8]) -> ParseResult {
+    let out = test_run(probe.program_fd().unwrap(), frame, 1).expect("test run");
+    assert_eq!(out.action, 2, "ferry_parse_probe returns XDP_PASS");
+    ParseResult::from_bytes(&out.data).expect("the probe's metadata")
+}
+
+/// Both parsers' answers for `frame`, compared; a failure names the frame.
+fn agree(probe: &LoadedXdp, frame: &[u8]) -> Result<(), TestCaseError> {
+    let rust = flow::parse(frame);
+    if frame.len() < 14 {
+        prop_assert!(rust.is_err(), "a {}-byte frame parsed", frame.len());
+        return Ok(());
+    }
+    let bpf = bpf_parse(probe, frame);
+    match rust {
+        Err(e) => prop_assert_eq!(bpf.ok, 0, "Rust says malformed ({}), BPF parsed: {:02x?}", e, frame),
+        Ok(f) => {
+            prop_assert_eq!(bpf.ok, 1, "Rust parsed {:?}, BPF says malformed: {:02x?}", f, frame);
+            let got = flow::Flow {
+                ethertype: u16::from_be(bpf.ethertype),
+                is_ipv4: bpf.is_ip4 == 1,
+                proto: bpf.proto,
+                later_fragment: bpf.later_fragment == 1,
+                src: Ipv4Addr::from(u32::from_be(bpf.saddr)),
+                dst: Ipv4Addr::from(u32::from_be(bpf.daddr)),
+                sport: u16::from_be(bpf.sport),
+                dport: u16::from_be(bpf.dport),
+                l4_offset: (bpf.l4_off != 0).then_some(usize::from(bpf.l4_off)),
+            };
+            prop_assert_eq!(got, f, "frame {:02x?}", frame);
+        }
+    }
+    Ok(())
+}
+
+fn probe() -> LoadedXdp {
+    LoadedXdp::load(Object::Elements, "ferry_parse_probe").expect("load ferry_parse_probe (verifier)")
+}
+
+#[test]
+fn every_template_agrees_and_parses() {
+    if !privileged() {
+        return;
+    }
+    let probe = probe();
+    for (i, t) in templates().iter().enumerate() {
+        assert!(flow::parse(t).is_ok(), "template {i} is well-formed");
+        agree(&probe, t).unwrap();
+    }
+}
+
+#[test]
+fn every_truncation_agrees() {
+    if !privileged() {
+        return;
+    }
+    let probe = probe();
+    for t in templates() {
+        for len in 0..=t.len() {
+            agree(&probe, &t[..len]).unwrap();
+        }
+    }
+}
+
+/// Templates with up to four bytes edited (the headers hold the length
+/// fields, so edits land in the first 80 bytes) and maybe cut short. An
+/// edit overwrites a byte, or nudges it by a small amount so that length
+/// fields land next to their bounds. One probe serves every case:
+/// loading is the slow part.
+#[test]
+fn mutated_frames_agree() {
+    if !privileged() {
+        return;
+    }
+    let probe = probe();
+    let frames = (
+        0usize..11,
+        proptest::collection::vec((0usize..80, any::<u8>(), any::<bool>()), 0..4),
+        proptest::option::of(0usize..80),
+    );
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(3000));
+    let result = runner.run(&frames, |(which, edits, cut)| {
+        let mut f = templates().swap_remove(which);
+        for (pos, byte, nudge) in edits {
+            if pos < f.len() {
+                f[pos] = if nudge { f[pos].wrapping_add(byte % 16).wrapping_sub(8) } else { byte };
+            }
+        }
+        if let Some(len) = cut {
+            f.truncate(len);
+        }
+        agree(&probe, &f)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
