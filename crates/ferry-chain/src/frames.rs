@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use ferry_ring::{FramePool, SharedWords};
 
-use crate::shm::NO_OWNER;
+use crate::shm::{ThreadBlock, NO_OWNER, T_POOL_OP};
 
 /// Frames moved between a cache and the pool at a time.
 pub const CACHE_BATCH: usize = 32;
@@ -15,6 +15,8 @@ pub const CACHE_BATCH: usize = 32;
 pub struct FrameCache {
     pool: FramePool,
     owners: SharedWords,
+    /// The domain's control words: this thread's [`T_POOL_OP`] is there.
+    control: SharedWords,
     tid: u64,
     frame_size: u64,
     local: Vec<u64>,
@@ -22,10 +24,13 @@ pub struct FrameCache {
 }
 
 impl FrameCache {
-    pub fn new(pool: FramePool, owners: SharedWords, tid: u32, frame_size: u32) -> FrameCache {
+    /// A cache for thread `tid`, whose block must be in `control`.
+    pub fn new(pool: FramePool, owners: SharedWords, control: SharedWords, tid: u32, frame_size: u32) -> FrameCache {
+        assert!(ThreadBlock::of(control.as_slice(), tid).is_some(), "thread {tid} has no control block");
         FrameCache {
             pool,
             owners,
+            control,
             tid: tid as u64,
             frame_size: frame_size as u64,
             local: Vec::with_capacity(4 * CACHE_BATCH),
@@ -51,14 +56,22 @@ impl FrameCache {
         self.tid as u32
     }
 
+    /// Says whether this thread is between the pool and the owner table.
+    fn pool_op(&self, busy: bool) {
+        let block = ThreadBlock::of(self.control.as_slice(), self.tid as u32).expect("checked in new");
+        block.set(T_POOL_OP, u64::from(busy));
+    }
+
     /// A free frame (its start address), or None when the domain has none.
     pub fn alloc(&mut self) -> Option<u64> {
         if self.local.is_empty() {
             self.scratch.clear();
+            self.pool_op(true);
             self.pool.take_batch(CACHE_BATCH, &mut self.scratch);
             for &f in &self.scratch {
                 self.mark(f, self.tid);
             }
+            self.pool_op(false);
             self.local.extend_from_slice(&self.scratch);
         }
         self.local.pop()
@@ -80,6 +93,7 @@ impl FrameCache {
     }
 
     fn spill(&mut self, from: usize) {
+        self.pool_op(true);
         for i in from..self.local.len() {
             self.mark(self.local[i], NO_OWNER);
         }
@@ -89,6 +103,7 @@ impl FrameCache {
         for i in from + n..self.local.len() {
             self.mark(self.local[i], self.tid);
         }
+        self.pool_op(false);
         self.local.drain(from..from + n);
     }
 

@@ -19,7 +19,9 @@
 //! record. So after a thread dies, with the domain paused, a frame belongs
 //! to nobody — and is reclaimed — exactly when it is in no live ring and not
 //! in the pool, and it sits in the dead thread's ring or is marked with a
-//! dead thread or with no owner. ferryd's audit does that walk.
+//! dead thread, or with no owner while a dead thread was inside a pool
+//! operation ([`T_POOL_OP`]). ferryd's audit does that walk; any other
+//! frame in no place is lost (a bug), and counted so.
 //!
 //! # Pausing a domain
 //!
@@ -62,6 +64,13 @@ pub const T_PID: usize = 1;
 pub const T_PAUSE_ACK: usize = 2;
 /// Loop iterations, to see a thread is alive and not stuck.
 pub const T_LOOPS: usize = 3;
+/// Nonzero while the thread moves frames between its cache and the pool
+/// (`FrameCache`): between taking frames and marking them, and between
+/// unmarking frames and putting them, the owner table cannot say whose
+/// they are. A thread that dies there leaves frames marked with no owner
+/// outside the pool; the audit gives them to the dead thread instead of
+/// calling them lost.
+pub const T_POOL_OP: usize = 4;
 /// First fixed counter; see [`COUNTERS`].
 pub const T_COUNTERS: usize = 8;
 /// First NF-defined counter (up to [`MAX_NF_COUNTERS`]).

@@ -44,8 +44,10 @@ pub fn start(domains: Arc<Vec<Domain>>, stop: Arc<AtomicBool>, plan: &BridgePlan
         let (from, to) = (&domains[plan.from_domain], &domains[plan.to_domain]);
         let fs_from = from.plan.frame_size as u64;
         let fs_to = to.plan.frame_size as u64;
-        let mut src = FrameCache::new(from.pool.clone(), from.owners.clone(), plan.from_tid, from.plan.frame_size);
-        let mut dst = FrameCache::new(to.pool.clone(), to.owners.clone(), plan.to_tid, to.plan.frame_size);
+        let cache = |d: &Domain, tid: u32| {
+            FrameCache::new(d.pool.clone(), d.owners.clone(), d.control.clone(), tid, d.plan.frame_size)
+        };
+        let (mut src, mut dst) = (cache(from, plan.from_tid), cache(to, plan.to_tid));
         let (bf, bt) = (from.block(plan.from_tid), to.block(plan.to_tid));
         let mut acks = [0u64; 2];
         let mut descs = Vec::with_capacity(BURST);

@@ -225,6 +225,10 @@ impl Domain {
             }
         }
         let dead_set: HashSet<u64> = dead.iter().map(|&t| t as u64).collect();
+        // Frames a dead thread was moving to or from the pool carry no
+        // owner (shm::T_POOL_OP); without such a death, an ownerless frame
+        // outside the pool is lost.
+        let dead_in_pool_op = dead.iter().any(|&t| self.block(t).get(shm::T_POOL_OP) != 0);
         let live_set: HashSet<u64> = live.iter().map(|&t| t as u64).collect();
         for i in 0..n {
             if place[i] != 0 {
@@ -237,7 +241,7 @@ impl Domain {
             }
             // Nobody live has it: a dead thread's frame, or (with no thread
             // dead) a frame lost by a bug, which the report shows.
-            if in_dead_ring[i] || dead_set.contains(&owner) {
+            if in_dead_ring[i] || dead_set.contains(&owner) || (owner == NO_OWNER && dead_in_pool_op) {
                 report.reclaimed += 1;
             } else {
                 report.lost += 1;
@@ -248,6 +252,9 @@ impl Domain {
         report.duplicated = dup;
         for &r in &dead_rings {
             self.ring(r).reset();
+        }
+        for &t in &dead {
+            self.block(t).set(shm::T_POOL_OP, 0);
         }
         if self.pool.rebuild(&keep).is_err() {
             report.lost += keep.len() as u64;
@@ -262,5 +269,43 @@ impl Domain {
         ctl[shm::PAUSE_REQ].store(0, Ordering::Release);
         self.wake_everyone();
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn domain() -> Domain {
+        let plan = DomainPlan {
+            name: "d".into(),
+            frames: 256,
+            frame_size: 2048,
+            ring_size: 64,
+            tids: 2,
+            rings: 2,
+            tenant: None,
+            uid_group: "domain \"d\"".into(),
+        };
+        Domain::create(&plan).expect("a domain")
+    }
+
+    /// A thread killed between taking frames from the pool and marking
+    /// them leaves them ownerless outside the pool: they are its frames
+    /// (reclaimed) when it died inside the pool operation, and lost (a
+    /// bug) otherwise.
+    #[test]
+    fn ownerless_frames_go_to_a_thread_that_died_inside_a_pool_operation() {
+        for (in_pool_op, reclaimed, lost) in [(true, 32, 0), (false, 0, 32)] {
+            let d = domain();
+            let mut taken = Vec::new();
+            d.pool.take_batch(32, &mut taken);
+            assert_eq!(taken.len(), 32);
+            d.block(0).set(shm::T_POOL_OP, u64::from(in_pool_op));
+            let r = d.audit(&[0]);
+            assert_eq!((r.reclaimed, r.lost, r.duplicated), (reclaimed, lost, 0), "in a pool op: {in_pool_op}");
+            assert_eq!(r.in_pool, 256, "every frame is back in the pool");
+            assert_eq!(d.block(0).get(shm::T_POOL_OP), 0, "the mark goes with the reclaim");
+        }
     }
 }
