@@ -185,6 +185,9 @@ pub struct ChainSummary {
     pub nfs: usize,
     pub connected: usize,
     pub domains: usize,
+    /// Where each NF runs and why (`ferry chain deploy --explain`).
+    #[serde(default)]
+    pub placement: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -196,6 +199,37 @@ pub struct Status {
     pub domains: Vec<DomainStatus>,
     #[serde(default)]
     pub ports: Vec<PortStatus>,
+    /// NFs the orchestrator placed in XDP.
+    #[serde(default)]
+    pub offloaded: Vec<OffloadedStatus>,
+}
+
+/// An NF running as elements of the XDP pipeline on a port.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct OffloadedStatus {
+    pub name: String,
+    /// Assigned by ferryd, unique among all its chains' NFs.
+    pub id: u32,
+    pub kind: String,
+    /// The port whose device runs it.
+    pub port: String,
+    /// Packets, by counter name.
+    pub counters: Vec<(String, u64)>,
+    /// A flow monitor's flows.
+    #[serde(default)]
+    pub flows: Vec<FlowStatus>,
+}
+
+/// One flow a flow monitor counted.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct FlowStatus {
+    pub src: String,
+    pub dst: String,
+    pub proto: u8,
+    pub sport: u16,
+    pub dport: u16,
+    pub packets: u64,
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]

@@ -18,6 +18,7 @@
 //!     threads: 2
 //!     poll: { busy_threshold: 8, idle_timeout_us: 200 }
 //!     backpressure: { mode: block, threshold: 0.75 }
+//!     offload: never          # auto (default) | never | force: may it run in XDP?
 //! links:                        # out-link i of an NF = its i-th `from:` line
 //!   - { from: in, to: resp }
 //!   - { from: resp, to: fwd }
@@ -186,6 +187,23 @@ pub struct NfSpec {
     /// Restart the NF when it dies (ferryd-spawned NFs only).
     #[serde(default = "yes")]
     pub restart: bool,
+    /// Where the orchestrator may place it (`ferry chain check --explain`).
+    #[serde(default)]
+    pub offload: OffloadPolicy,
+}
+
+/// Whether an NF may run in XDP instead of as a process (P4SFC's
+/// placement, with XDP as the offload target).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffloadPolicy {
+    /// In XDP when its type can be and its place in the graph allows it.
+    #[default]
+    Auto,
+    /// Always a process.
+    Never,
+    /// In XDP, or the chain is refused with the reason.
+    Force,
 }
 
 /// Smart polling (FLASH §4): busy-poll while batches are large, block in

@@ -225,6 +225,9 @@ pub fn counter(s: &Status, nf: &str, name: &str) -> u64 {
 }
 
 /// The per-NF table `ferry chain show` prints: nonzero counters only.
+/// Flows of a flow monitor the table shows (the busiest first).
+const FLOWS_SHOWN: usize = 10;
+
 pub fn status_table(s: &Status) -> String {
     let mut out = format!("chain {} (id {})\n", s.chain, s.id);
     for n in &s.nfs {
@@ -243,6 +246,19 @@ pub fn status_table(s: &Status) -> String {
         for (i, t) in n.threads.iter().enumerate() {
             let parts: Vec<String> = t.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
             out += &format!("    thread {i}: {}\n", parts.join(" "));
+        }
+    }
+    for n in &s.offloaded {
+        let parts: Vec<String> = n.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out += &format!("  {:<10} id {:<4} in XDP on port {}: {}\n", n.name, n.id, n.port, parts.join(" "));
+        for f in n.flows.iter().take(FLOWS_SHOWN) {
+            out += &format!(
+                "    flow {}:{} -> {}:{} proto {}: {} packets, {} bytes\n",
+                f.src, f.sport, f.dst, f.dport, f.proto, f.packets, f.bytes
+            );
+        }
+        if n.flows.len() > FLOWS_SHOWN {
+            out += &format!("    ... {} more flows (--json has them all)\n", n.flows.len() - FLOWS_SHOWN);
         }
     }
     for d in &s.domains {

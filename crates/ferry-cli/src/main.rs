@@ -187,7 +187,12 @@ enum NfCmd {
 #[derive(Subcommand)]
 enum ChainCmd {
     /// Check FILE as ferryd would (NF kinds and arguments included), without running it.
-    Check { file: PathBuf },
+    Check {
+        file: PathBuf,
+        /// Also print where each NF would run (XDP or a process) and why.
+        #[arg(long)]
+        explain: bool,
+    },
     /// Run ferryd in the foreground with FILE deployed, until Ctrl-C.
     Up {
         file: PathBuf,
@@ -198,6 +203,9 @@ enum ChainCmd {
     /// Deploy FILE on a running ferryd, next to its other chains.
     Deploy {
         file: PathBuf,
+        /// Print where ferryd placed each NF (XDP or a process) and why.
+        #[arg(long)]
+        explain: bool,
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
         #[arg(long)]
@@ -627,9 +635,12 @@ fn run(cli: Cli) -> Result<()> {
             println!("ferryd exited: {status}");
             Ok(())
         }
-        Cmd::Chain(ChainCmd::Deploy { file, admin, json }) => {
+        Cmd::Chain(ChainCmd::Deploy { file, explain, admin, json }) => {
             let summary = chainctl::deploy(&admin, &file)?;
-            emit(json, &summary, |c| format!("deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs))
+            emit(json, &summary, |c| {
+                let placed = if explain { c.placement.clone() } else { String::new() };
+                format!("{placed}deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs)
+            })
         }
         Cmd::Chain(ChainCmd::Remove { name, admin }) => chainctl::remove(&admin, &name),
         Cmd::Chain(ChainCmd::List { admin, json }) => emit(json, &chainctl::list(&admin)?, chainctl::list_table),
@@ -663,8 +674,11 @@ fn run(cli: Cli) -> Result<()> {
             let report = evnfrun::run(&file, status.as_deref(), duration)?;
             emit(json, &report, pretty)
         }
-        Cmd::Chain(ChainCmd::Check { file }) => {
-            let spec = ferry_catalog::parse_chain(&file)?;
+        Cmd::Chain(ChainCmd::Check { file, explain }) => {
+            let (spec, placement) = ferry_place::load(&file)?;
+            if explain {
+                print!("{}", placement.explain());
+            }
             println!(
                 "{}: chain {:?} is valid: {} NFs in {} domains, {} ports, {} links",
                 file.display(),

@@ -108,6 +108,18 @@ fn chain_check_names_bad_kinds_and_arguments_where_they_are() {
             "workers=0: expected an integer in 1..=64",
         ),
         ("hybrid.yaml", "{ name: a, domain: main, kind: efw }", "nfs[1].kind", "ferryd does not place them yet"),
+        (
+            "offload.yaml",
+            "{ name: a, domain: main, kind: source, offload: always }",
+            "nfs[1].offload",
+            "unknown variant `always`",
+        ),
+        (
+            "force.yaml",
+            "{ name: a, domain: main, kind: source, offload: force }",
+            "nfs[1].offload",
+            "a: offload: force, but source declares no elements that could run in XDP",
+        ),
     ] {
         let path = dir.path(file);
         std::fs::write(&path, chain(nf)).unwrap();
@@ -132,10 +144,18 @@ fn chain_check_names_bad_kinds_and_arguments_where_they_are() {
     let r = ferry(&["chain", "check", good.to_str().unwrap()], Duration::from_secs(20));
     assert!(r.status.success() && r.stdout.contains("is valid: 2 NFs"), "{}{}", r.stdout, r.stderr);
 
-    // Every example chain file is valid.
+    // Every example chain file is valid, once its `{examples}` (the
+    // directory of its rule files) is filled in as its header says.
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/chains");
+    let examples = examples.canonicalize().unwrap();
     for e in std::fs::read_dir(&examples).unwrap().flatten() {
-        let r = ferry(&["chain", "check", e.path().to_str().unwrap()], Duration::from_secs(20));
+        if e.path().extension() != Some(std::ffi::OsStr::new("yaml")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path()).unwrap();
+        let filled = dir.path(&e.file_name().to_string_lossy());
+        std::fs::write(&filled, text.replace("{examples}", &examples.display().to_string())).unwrap();
+        let r = ferry(&["chain", "check", filled.to_str().unwrap()], Duration::from_secs(20));
         assert!(r.status.success(), "{}: {}", e.path().display(), r.stderr);
     }
     let r = ferry(&["nf", "list"], Duration::from_secs(20));

@@ -99,6 +99,13 @@ fn build_icmp(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
     Ok(Box::new(IcmpEchoResponder::new(addrs)))
 }
 
+fn build_flow_monitor(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
+    if let Some(extra) = args.first() {
+        return Err(NfError::BadArg { nf: "flow-monitor", arg: extra.to_string(), reason: "takes no arguments" });
+    }
+    Ok(Box::new(crate::FlowMonitor::new()))
+}
+
 fn build_ips(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
     const NF: &str = "ips";
     let [file] = args else {
@@ -126,7 +133,7 @@ fn build_firewall(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
     Ok(Box::new(crate::Firewall::new(rules, lookup)))
 }
 
-static REGISTRY: [NfInfo; 6] = [
+static REGISTRY: [NfInfo; 7] = [
     NfInfo {
         spec: &crate::l2fwd::SPEC,
         summary: "swap source and destination MAC, send back",
@@ -157,6 +164,13 @@ static REGISTRY: [NfInfo; 6] = [
         args: "RULE_FILE [linear|bitvector]",
         elements: &[Element { name: "ip-filter", offload: Offload::Full }],
         build: build_firewall,
+    },
+    NfInfo {
+        spec: &crate::flow_monitor::SPEC,
+        summary: "count packets and bytes per 5-tuple flow (P4SFC's monitor)",
+        args: "(none)",
+        elements: &[Element { name: "flow-monitor", offload: Offload::Full }],
+        build: build_flow_monitor,
     },
     NfInfo {
         spec: &crate::ips::SPEC,
@@ -205,7 +219,7 @@ mod tests {
     #[test]
     fn build_by_name() {
         let names: Vec<_> = registry().iter().map(|i| i.spec.name).collect();
-        assert_eq!(names, ["l2fwd", "arp-responder", "icmp-echo", "firewall", "ips", "rxdrop"]);
+        assert_eq!(names, ["l2fwd", "arp-responder", "icmp-echo", "firewall", "flow-monitor", "ips", "rxdrop"]);
         for info in registry() {
             assert_eq!(info.spec.counters[0], "rx");
         }

@@ -15,10 +15,12 @@ use ferry_chain::proto::{
     self, ChainSummary, DomainStatus, FdRole, Msg, NfStatus, PortStatus, RingStatus, Status, Welcome,
 };
 use ferry_chain::shm::{self, COUNTERS};
+use ferry_place::{Then, XdpPath};
 use ferry_xsk::XskSocket;
 
 use crate::bridge;
 use crate::domain::Domain;
+use crate::fastpath::{FastPathEnd, FastPathIds};
 use crate::keys::NfKey;
 use crate::ports::{Port, XSK_RINGS};
 use crate::process::{log, signalled};
@@ -67,6 +69,10 @@ pub struct Chain {
     spawn: bool,
     /// Set when the chain is removed (or ferryd stops).
     pub stop: Arc<AtomicBool>,
+    /// NFs placed in XDP (their ids and counters live with their port).
+    offloaded: usize,
+    /// Where each NF runs and why.
+    placement: String,
 }
 
 /// What a chain is set up from.
@@ -79,13 +85,17 @@ pub struct ChainSetup {
     /// Start the NFs marked `spawn: true`.
     pub spawn: bool,
     pub uids: UidRange,
+    /// The orchestrator's XDP parts, by port name, with their NFs' ids.
+    pub xdp: Vec<(XdpPath, Vec<u32>)>,
+    /// `Placement::explain`.
+    pub placement: String,
 }
 
 impl Chain {
     /// Creates the chain's domains, ports, kernel hops, uids and keys;
     /// starts nothing yet.
     pub fn setup(c: ChainSetup) -> Result<Chain> {
-        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids } = c;
+        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids, xdp, placement } = c;
         let (creds, leases) = users::resolve(&plan, uids)?;
         for (d, dom) in plan.domains.iter().enumerate() {
             let runs_as: Vec<&str> =
@@ -95,11 +105,28 @@ impl Chain {
         let domains = Arc::new(plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?);
         let mut ports = Vec::new();
         for p in &plan.ports {
-            ports.push(match p.nf {
-                Some(_) => Some(Mutex::new(Port::open(p).with_context(|| format!("port {}", p.name))?)),
+            let fast = match xdp.iter().find(|(path, _)| path.port == p.name) {
+                Some((path, ids)) => {
+                    let then = match &path.then {
+                        Then::Nf(nf) => {
+                            let i = plan.nfs.iter().position(|n| &n.name == nf).expect("the placed chain has it");
+                            FastPathEnd::Nf(nf_ids[i])
+                        }
+                        Then::Port(out) => {
+                            let out = plan.ports.iter().find(|q| &q.name == out).expect("the placed chain has it");
+                            FastPathEnd::Device(Port::ifindex(out).with_context(|| format!("port {}", out.name))?)
+                        }
+                    };
+                    Some((path, FastPathIds { chain: id, nfs: ids, then }))
+                }
                 None => None,
+            };
+            ports.push(match (p.nf, fast) {
+                (None, None) => None,
+                (_, fast) => Some(Mutex::new(Port::open(p, fast).with_context(|| format!("port {}", p.name))?)),
             });
         }
+        let offloaded = xdp.iter().map(|(path, _)| path.nfs.len()).sum();
         let taps = plan.kernel.iter().map(Tap::create).collect::<Result<Vec<_>>>()?;
         let nfs = plan.nfs.iter().map(|_| Mutex::new(NfState::default())).collect();
         // Keys last: nothing after them can fail and leave them behind.
@@ -133,6 +160,8 @@ impl Chain {
             ferry_bin,
             spawn,
             stop: Arc::new(AtomicBool::new(false)),
+            offloaded,
+            placement,
         })
     }
 
@@ -552,7 +581,8 @@ impl Chain {
         }
         for port in self.ports.iter().flatten() {
             let port = port.lock().expect("port lock");
-            if let Some(v) = port.xdp.as_ref().and_then(|x| x.verdicts().ok()) {
+            s.offloaded.extend(port.offloaded());
+            if let Some(v) = port.verdicts() {
                 let verdicts = VERDICT_NAMES
                     .iter()
                     .enumerate()
@@ -570,9 +600,10 @@ impl Chain {
             id: self.id,
             name: self.plan.name.clone(),
             file: self.file.display().to_string(),
-            nfs: self.plan.nfs.len(),
+            nfs: self.plan.nfs.len() + self.offloaded,
             connected: self.nfs.iter().filter(|n| n.lock().expect("nf lock").connected).count(),
             domains: self.plan.domains.len(),
+            placement: self.placement.clone(),
         }
     }
 }

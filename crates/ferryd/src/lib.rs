@@ -2,7 +2,9 @@
 //!
 //! It alone holds privileges: it creates each trust domain's UMEM and
 //! shared region (sealed memfds), the eventfds, the AF_XDP sockets (inside
-//! the ports' network namespaces) and the XDP redirect programs. NFs, which
+//! the ports' network namespaces) and the XDP programs: the redirect
+//! program, or the stage pipeline running the NFs the orchestrator
+//! (`ferry-place`) placed in XDP on the port's device. NFs, which
 //! run as unprivileged users with no capabilities, connect to its Unix
 //! socket, prove who they are and receive their fds by SCM_RIGHTS. Who an
 //! NF is: its uid (SO_PEERCRED) must be its domain's, and either its pid
@@ -22,6 +24,7 @@
 mod bridge;
 mod chain;
 mod domain;
+mod fastpath;
 mod keys;
 pub mod metrics;
 mod ports;

@@ -1,22 +1,36 @@
-//! AF_XDP ports: the XDP redirect program on each receiving netdev, and the
-//! sockets ferryd creates (in the port's namespace) for an NF thread.
+//! AF_XDP ports: the XDP program on each receiving netdev (the redirect
+//! program, or the stage pipeline when NFs were placed in XDP there), and
+//! the sockets ferryd creates (in the port's namespace) for an NF thread.
 
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
+use ferry_bpf::abi::Verdicts;
 use ferry_bpf::{AttachMode, LoadedXdp, Object};
 use ferry_chain::plan::PortPlan;
+use ferry_chain::proto::OffloadedStatus;
 use ferry_chain::spec::XdpMode;
+use ferry_place::XdpPath;
 use ferry_xsk::{BindMode, RingSizes, SocketConfig, Umem, XskSocket};
+
+use crate::fastpath::{FastPath, FastPathIds};
 
 /// Ring sizes of every chain socket (rx, tx, fill, completion).
 pub const XSK_RINGS: RingSizes = RingSizes { rx: 512, tx: 512, fill: 512, comp: 512 };
 
+/// The XDP program that steers a receiving port's frames to its sockets.
+pub enum Steering {
+    /// Every frame to the socket of its queue.
+    Redirect(LoadedXdp),
+    /// Through the NFs placed in XDP first.
+    Pipeline(FastPath),
+}
+
 pub struct Port {
     pub plan: PortPlan,
     pub ifindex: u32,
-    /// The redirect program, when the port delivers to an NF.
-    pub xdp: Option<LoadedXdp>,
+    /// The steering program, when the port delivers to an NF.
+    pub xdp: Option<Steering>,
 }
 
 fn ifindex_in(ns: Option<&str>, dev: &str) -> Result<u32> {
@@ -25,21 +39,32 @@ fn ifindex_in(ns: Option<&str>, dev: &str) -> Result<u32> {
 }
 
 impl Port {
-    pub fn open(plan: &PortPlan) -> Result<Port> {
+    /// The device's ifindex in the port's namespace.
+    pub fn ifindex(plan: &PortPlan) -> Result<u32> {
+        ifindex_in(plan.netns.as_deref(), &plan.netdev)
+    }
+
+    /// Opens the port; `fast` is its XDP part, if NFs were placed there.
+    pub fn open(plan: &PortPlan, fast: Option<(&XdpPath, FastPathIds)>) -> Result<Port> {
         let ns = plan.netns.as_deref();
-        let ifindex = ifindex_in(ns, &plan.netdev)?;
-        let xdp = if plan.rx {
-            let mode = match plan.xdp_mode {
-                XdpMode::Generic => AttachMode::Generic,
-                XdpMode::Driver => AttachMode::Driver,
-            };
-            let prog = ferry_testbed::in_netns(ns, || {
-                LoadedXdp::attach(Object::XskRedirect, "ferry_xsk_redirect", ifindex, mode)
-            })?
-            .with_context(|| format!("attaching XDP to {} ({})", plan.netdev, plan.name))?;
-            Some(prog)
-        } else {
-            None
+        let ifindex = Port::ifindex(plan)?;
+        let mode = match plan.xdp_mode {
+            XdpMode::Generic => AttachMode::Generic,
+            XdpMode::Driver => AttachMode::Driver,
+        };
+        let xdp = match fast {
+            Some((path, ids)) => Some(Steering::Pipeline(
+                FastPath::open(plan, ifindex, mode, path, ids)
+                    .with_context(|| format!("XDP part on {} ({})", plan.netdev, plan.name))?,
+            )),
+            None if !plan.rx => None,
+            None => {
+                let prog = ferry_testbed::in_netns(ns, || {
+                    LoadedXdp::attach(Object::XskRedirect, "ferry_xsk_redirect", ifindex, mode)
+                })?
+                .with_context(|| format!("attaching XDP to {} ({})", plan.netdev, plan.name))?;
+                Some(Steering::Redirect(prog))
+            }
         };
         Ok(Port { plan: plan.clone(), ifindex, xdp })
     }
@@ -53,9 +78,32 @@ impl Port {
         let (ifindex, umem) = (self.ifindex, umem.clone());
         let sock = ferry_testbed::in_netns(ns.as_deref(), move || XskSocket::create(umem, ifindex, queue, &cfg, None))?
             .with_context(|| format!("AF_XDP socket on {} queue {queue}", self.plan.netdev))?;
-        if let Some(xdp) = &mut self.xdp {
-            xdp.register_xsk(queue, &sock).context("registering the socket in the XSKMAP")?;
+        match &mut self.xdp {
+            Some(Steering::Redirect(xdp)) => {
+                xdp.register_xsk(queue, &sock).context("registering the socket in the XSKMAP")?
+            }
+            Some(Steering::Pipeline(fast)) => {
+                fast.register_xsk(queue, &sock).context("registering the socket in the pipeline's XSKMAP")?
+            }
+            None => {}
         }
         Ok(sock)
+    }
+
+    /// The steering program's verdict counters.
+    pub fn verdicts(&self) -> Option<Verdicts> {
+        match &self.xdp {
+            Some(Steering::Redirect(xdp)) => xdp.verdicts().ok(),
+            Some(Steering::Pipeline(fast)) => fast.verdicts(),
+            None => None,
+        }
+    }
+
+    /// The NFs placed in XDP on this port.
+    pub fn offloaded(&self) -> Vec<OffloadedStatus> {
+        match &self.xdp {
+            Some(Steering::Pipeline(fast)) => fast.status(),
+            _ => Vec::new(),
+        }
     }
 }

@@ -205,11 +205,13 @@ impl Daemon {
     /// kernel hops are another chain's is refused.
     pub fn deploy(&self, file: &Path) -> Result<ChainSummary> {
         let _changing = self.changes.lock().expect("changes lock");
-        let spec = ferry_catalog::parse_chain(file)?;
-        let plan = ChainPlan::compile(&spec);
+        let (_, placement) = ferry_place::load(file)?;
+        let plan = ChainPlan::compile(&placement.server);
         self.check_free(&plan)?;
         let id = self.next_chain.fetch_add(1, Ordering::Relaxed);
-        let nf_ids = plan.nfs.iter().map(|_| self.next_nf.fetch_add(1, Ordering::Relaxed)).collect();
+        let new_id = || self.next_nf.fetch_add(1, Ordering::Relaxed);
+        let nf_ids = plan.nfs.iter().map(|_| new_id()).collect();
+        let xdp = placement.xdp.iter().map(|p| (p.clone(), p.nfs.iter().map(|_| new_id()).collect())).collect();
         let setup = ChainSetup {
             id,
             nf_ids,
@@ -218,6 +220,8 @@ impl Daemon {
             socket: self.socket.clone(),
             spawn: self.spawn,
             uids: self.uids,
+            xdp,
+            placement: placement.explain(),
         };
         let chain = Arc::new(Chain::setup(setup).with_context(|| format!("chain from {}", file.display()))?);
         // Listed before its NFs start: their hellos look it up.
@@ -227,8 +231,9 @@ impl Daemon {
             chain.stop(REMOVE_GRACE);
             return Err(e);
         }
+        let in_xdp: usize = placement.xdp.iter().map(|p| p.nfs.len()).sum();
         log(format!(
-            "deployed chain {:?} (id {id}) from {}: {} NFs",
+            "deployed chain {:?} (id {id}) from {}: {} NF processes, {in_xdp} NFs in XDP",
             chain.plan.name,
             file.display(),
             chain.plan.nfs.len()

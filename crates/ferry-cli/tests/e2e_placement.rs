@@ -1,0 +1,290 @@
+//! Placement must not change behaviour (P4SFC §III-D, on XDP). The chain
+//! in -> firewall -> flow monitor -> IPS -> out runs twice on real veth
+//! devices: every NF `offload: never` (three processes), then placed by
+//! the orchestrator (firewall and monitor in XDP on the ingress device,
+//! the IPS a process fed by the pipeline's AF_XDP hand-off). The same
+//! frames go in, allowed, denied, malformed, ARP, IPv6, fragments,
+//! a payload the IPS drops, and the same frames, in the same order, come
+//! out of both; both equal what the NFs decide in this process.
+
+mod common;
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::chain::*;
+use common::*;
+use ferry_chain::proto::Status;
+use ferry_cli::chainctl;
+use ferry_nf::firewall_rules::parse_fw_rules;
+use ferry_nf::ips_rules::parse_rules;
+use ferry_nf::{Firewall, FlowMonitor, Ips, Lookup, PacketNf, Verdict};
+use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
+
+const FW_RULES: &str = "deny proto udp dport 53
+allow proto tcp dport 80
+deny proto tcp
+allow src 10.0.0.0/30
+default deny
+";
+const IPS_RULES: &str = "drop tcp any any -> any 80 (msg:\"attack\"; content:\"attack\"; sid:1;)\n";
+
+/// Waits for frames this long at most: a hang guard, never a pass/fail
+/// criterion (the counters decide).
+const HANG_GUARD: Duration = Duration::from_secs(20);
+
+/// The P4SFC chain, or (`with_ips` false) in -> fw -> mon -> out, which
+/// runs in XDP entirely when placed.
+fn chain(dut: &str, dir: &TempDir, offload: &str, with_ips: bool) -> String {
+    let (fw, ips) = (dir.path("fw.rules"), dir.path("ips.rules"));
+    let (ips_nf, tail) = if with_ips {
+        (
+            format!(
+                "  - {{ name: ips, domain: main, kind: ips, args: [\"{}\"], offload: {offload} }}\n",
+                ips.display()
+            ),
+            "  - { from: mon, to: ips }\n  - { from: ips, to: out }\n",
+        )
+    } else {
+        (String::new(), "  - { from: mon, to: out }\n")
+    };
+    format!(
+        r#"
+name: sfc
+domains: [ {{ name: main, frames: 2048, ring_size: 512 }} ]
+ports:
+  - {{ name: in, netns: {dut}, netdev: d0 }}
+  - {{ name: out, netns: {dut}, netdev: d1 }}
+nfs:
+  - {{ name: fw, domain: main, kind: firewall, args: ["{}"], offload: {offload} }}
+  - {{ name: mon, domain: main, kind: flow-monitor, offload: {offload} }}
+{ips_nf}links:
+  - {{ from: in, to: fw }}
+  - {{ from: fw, to: mon }}
+{tail}"#,
+        fw.display()
+    )
+}
+
+fn frame(t: FiveTuple, len: usize, payload: &[u8]) -> Vec<u8> {
+    let (src_mac, dst_mac) = ([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 2, 1]);
+    let mut f = vec![0u8; len];
+    let n = build_frame(&FrameSpec { src_mac, dst_mac, frame_len: len }, &t, None, &mut f).expect("a frame");
+    f.truncate(n);
+    let l4 = 14 + 20 + if t.proto == L4Proto::Tcp { 20 } else { 8 };
+    f[l4..l4 + payload.len()].copy_from_slice(payload);
+    f
+}
+
+fn tuple(src: u8, proto: L4Proto, sport: u16, dport: u16) -> FiveTuple {
+    FiveTuple { src_ip: [10, 0, 0, src].into(), dst_ip: [10, 9, 0, 1].into(), src_port: sport, dst_port: dport, proto }
+}
+
+/// The input: every kind of frame the NFs tell apart. (Not VLAN tags:
+/// veth moves a tag sent over AF_PACKET out of the frame into the skb's
+/// metadata, so neither placement ever sees it; the parser tests in
+/// ferry-bpf and ferry-place cover tagged frames.)
+fn input() -> Vec<Vec<u8>> {
+    let mut v = Vec::new();
+    for i in 0..48u16 {
+        let dport = [53, 9, 80, 443][usize::from(i % 4)];
+        let proto = if i % 3 == 0 { L4Proto::Tcp } else { L4Proto::Udp };
+        v.push(frame(tuple(1 + (i % 5) as u8, proto, 1000 + i, dport), 64 + usize::from(i), b""));
+    }
+    v.push(frame(tuple(1, L4Proto::Tcp, 2000, 80), 128, b"GET /attack HTTP/1.1"));
+    v.push(frame(tuple(1, L4Proto::Tcp, 2001, 80), 128, b"GET /index HTTP/1.1"));
+    v.push(frame(tuple(2, L4Proto::Icmp, 0, 0), 64, b""));
+    let mut arp = frame(tuple(1, L4Proto::Udp, 1, 9), 60, b"");
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    v.push(arp);
+    let mut ipv6 = vec![0u8; 14 + 40 + 16];
+    ipv6[..12].copy_from_slice(&[2, 0, 0, 0, 2, 1, 2, 0, 0, 0, 1, 1]);
+    ipv6[12..16].copy_from_slice(&[0x86, 0xdd, 0x60, 0]);
+    ipv6[14 + 4..14 + 8].copy_from_slice(&[0, 16, 17, 64]);
+    ipv6[54..58].copy_from_slice(&[0x03, 0xe8, 0x00, 0x09]);
+    ipv6[58..60].copy_from_slice(&[0, 16]);
+    v.push(ipv6);
+    let mut later_fragment = frame(tuple(1, L4Proto::Udp, 3000, 9), 64, b"");
+    later_fragment[14 + 7] = 0x10;
+    v.push(later_fragment);
+    let mut first_fragment = frame(tuple(1, L4Proto::Udp, 3001, 9), 64, b"");
+    first_fragment[14 + 6] = 0x20;
+    v.push(first_fragment);
+    let mut udp_past_total = frame(tuple(1, L4Proto::Udp, 3003, 9), 64, b"");
+    udp_past_total[14 + 3] = 24;
+    v.push(udp_past_total);
+    let mut bad_version = frame(tuple(1, L4Proto::Udp, 3004, 9), 64, b"");
+    bad_version[14] = 0x55;
+    v.push(bad_version);
+    v.push(frame(tuple(1, L4Proto::Udp, 3005, 9), 64, b"")[..40].to_vec());
+    v
+}
+
+/// What the NFs, run here one after the other, let through, and how
+/// many frames reach the last one.
+fn expected(input: &[Vec<u8>], with_ips: bool) -> (Vec<Vec<u8>>, u64) {
+    let mut fw = Firewall::new(parse_fw_rules(FW_RULES).unwrap(), Lookup::BitVector);
+    let mut mon = FlowMonitor::new();
+    let mut ips = Ips::new(parse_rules(IPS_RULES).unwrap()).unwrap();
+    let (mut out, mut last_rx) = (Vec::new(), 0);
+    for f in input {
+        let mut f = f.clone();
+        if fw.process(&mut f) != Verdict::Pass {
+            continue;
+        }
+        if !with_ips {
+            last_rx += 1;
+        }
+        if mon.process(&mut f) != Verdict::Pass {
+            continue;
+        }
+        if with_ips {
+            last_rx += 1;
+            if ips.process(&mut f) != Verdict::Pass {
+                continue;
+            }
+        }
+        out.push(f);
+    }
+    (out, last_rx)
+}
+
+/// NF `nf`'s counter `name`, as a process or in XDP.
+fn count(st: &Status, nf: &str, name: &str) -> u64 {
+    let xdp = st.offloaded.iter().filter(|n| n.name == nf).flat_map(|n| n.counters.iter());
+    c(st, nf, name) + xdp.filter(|(k, _)| k == name).map(|(_, v)| v).sum::<u64>()
+}
+
+/// Runs the chain with every NF's `offload:` set to `offload`, sends
+/// `input` into d0 and returns what leaves d1, in order, with the status
+/// once the chain's last NF has counted the `last_rx` frames it gets.
+fn run(offload: &str, with_ips: bool, input: &[Vec<u8>], want: usize, last_rx: u64) -> (Vec<Vec<u8>>, Status) {
+    let tb = testbed(PORTS_TESTBED, "e2e_placement/ports.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let (gen_ns, sink_ns) = (tb.ns_name("gen").to_string(), tb.ns_name("sink").to_string());
+    let dir = TempDir::new("place");
+    std::fs::write(dir.path("fw.rules"), FW_RULES).unwrap();
+    std::fs::write(dir.path("ips.rules"), IPS_RULES).unwrap();
+    let (rc, _) = start(&dir, &chain(&dut, &dir, offload, with_ips));
+    // Frames may come once every process is up (its sockets registered).
+    wait_until("every NF process connected", || {
+        rc.status().map(|s| s.nfs.iter().all(|n| n.connected)).unwrap_or(false)
+    });
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let got = std::thread::scope(|s| {
+        let listener = s.spawn(|| {
+            in_netns(&sink_ns, move || {
+                let sock = RawSock::open("s0");
+                ready_tx.send(()).unwrap();
+                let mut got = Vec::new();
+                while got.len() < want {
+                    match sock.recv_match(HANG_GUARD, |_| true) {
+                        Some(f) => got.push(f),
+                        None => break,
+                    }
+                }
+                got
+            })
+        });
+        ready_rx.recv().unwrap();
+        in_netns(&gen_ns, || {
+            let sock = RawSock::open("g0");
+            for f in input {
+                sock.send(f);
+            }
+        });
+        listener.join().unwrap()
+    });
+    // The last NF counted every frame it was handed: nothing else can come.
+    let last = if with_ips { "ips" } else { "mon" };
+    let st = wait_for(&format!("{last} counted every frame it was handed"), || {
+        let st = rc.status().ok()?;
+        (count(&st, last, "rx") == last_rx).then_some(st)
+    });
+    eprintln!("{offload}:\n{}", chainctl::status_table(&st));
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+    down_and_check(tb);
+    (got, st)
+}
+
+#[test]
+fn auto_placement_sends_out_the_same_frames_as_all_processes() {
+    if !privileged("placement") {
+        return;
+    }
+    let input = input();
+    let (want, ips_rx) = expected(&input, true);
+    assert!(want.len() >= 10 && want.len() + 10 < input.len(), "the input exercises both ways: {}", want.len());
+
+    let (never, st) = run("never", true, &input, want.len(), ips_rx);
+    assert_eq!(st.nfs.len(), 3, "three processes");
+    assert!(st.offloaded.is_empty());
+    assert_eq!(never, want, "all processes: the NFs' own decisions");
+
+    let (auto, st) = run("auto", true, &input, want.len(), ips_rx);
+    let processes: Vec<&str> = st.nfs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(processes, ["ips"], "the firewall and the monitor run in XDP");
+    let offloaded: Vec<&str> = st.offloaded.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(offloaded, ["fw", "mon"]);
+    assert_eq!(auto, never, "placed in XDP: the same frames, in the same order");
+    // Malformed frames never reach an element; every other frame is
+    // counted by the firewall, and what it passes by the monitor.
+    let (fw, mon) = (&st.offloaded[0], &st.offloaded[1]);
+    let n = |s: &ferry_chain::proto::OffloadedStatus, k: &str| {
+        s.counters.iter().find(|(name, _)| name == k).map(|(_, v)| *v).unwrap()
+    };
+    let malformed = st.ports.iter().find(|p| p.name == "in").unwrap().verdicts.iter().find(|v| v.0 == "malformed");
+    assert_eq!(n(fw, "rx") + malformed.unwrap().1, input.len() as u64);
+    assert_eq!(n(mon, "rx"), n(fw, "pass"));
+    assert_eq!(n(mon, "rx"), ips_rx);
+    assert_eq!(mon.flows.iter().map(|f| f.packets).sum::<u64>(), ips_rx, "every monitored frame is in a flow");
+}
+
+/// in -> fw -> mon -> out placed runs in XDP entirely: no process, the
+/// pipeline redirects what passes out of d1; the same frames as two
+/// processes send.
+#[test]
+fn an_all_xdp_path_sends_out_the_same_frames_as_processes() {
+    if !privileged("placement_all_xdp") {
+        return;
+    }
+    let input = input();
+    let (want, mon_rx) = expected(&input, false);
+    let (never, st) = run("never", false, &input, want.len(), mon_rx);
+    assert_eq!(st.nfs.len(), 2);
+    assert_eq!(never, want, "all processes: the NFs' own decisions");
+    let (auto, st) = run("auto", false, &input, want.len(), mon_rx);
+    assert!(st.nfs.is_empty() && st.domains.is_empty(), "no process, no shared memory: {:?}", st.nfs);
+    assert_eq!(st.offloaded.len(), 2);
+    assert_eq!(auto, never, "in XDP: the same frames, in the same order");
+    let redirected = st.ports.iter().find(|p| p.name == "in").unwrap().verdicts.iter().find(|v| v.0 == "redirect");
+    assert_eq!(redirected.unwrap().1, want.len() as u64, "every frame out went by XDP redirect");
+}
+
+/// `ferry chain check --explain` says where each NF goes and why.
+#[test]
+fn check_explain_prints_each_nfs_place_and_reason() {
+    let dir = TempDir::new("explain");
+    std::fs::write(dir.path("fw.rules"), FW_RULES).unwrap();
+    std::fs::write(dir.path("ips.rules"), IPS_RULES).unwrap();
+    let file = dir.path("sfc.yaml");
+    std::fs::write(&file, chain("dut", &dir, "auto", true)).unwrap();
+    let out = explain(&file);
+    let line = |nf: &str| out.lines().find(|l| l.starts_with(nf)).unwrap_or_else(|| panic!("no line for {nf}: {out}"));
+    assert!(line("fw ").contains("xdp") && line("fw ").contains("pre-server"), "{out}");
+    assert!(line("mon ").contains("xdp"), "{out}");
+    assert!(line("ips ").contains("process") && line("ips ").contains("not offloadable: payload-matcher"), "{out}");
+    assert!(out.contains("xdp path on port in: fw -> mon -> AF_XDP socket of ips"), "{out}");
+}
+
+fn explain(file: &Path) -> String {
+    let out = std::process::Command::new(FERRY)
+        .args(["chain", "check", "--explain"])
+        .arg(file)
+        .output()
+        .expect("run ferry chain check");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}

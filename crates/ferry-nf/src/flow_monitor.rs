@@ -1,0 +1,143 @@
+//! A flow monitor: packet and byte counts per 5-tuple (P4SFC's "Monitor",
+//! fully offloadable: the XDP pipeline's flow-monitor element keeps the
+//! same table in a BPF hash map).
+
+use std::collections::HashMap;
+
+use ferry_wire::flow;
+
+use crate::{count, NfSpec, PacketNf, Verdict};
+
+const PASS: usize = 1;
+const DROP_MALFORMED: usize = 2;
+const UNTRACKED: usize = 3;
+
+pub(crate) static SPEC: NfSpec =
+    NfSpec { name: "flow-monitor", counters: &["rx", "pass", "drop_malformed", "pass_untracked"] };
+
+/// Flows tracked at most; frames of further new flows pass uncounted
+/// (`pass_untracked`), as the XDP element's map refuses new keys when
+/// full.
+pub const MAX_FLOWS: usize = 65_536;
+
+/// A flow's key: IPv4 addresses (0 for other frames), ports (0 unless TCP
+/// or UDP) and the protocol, as the XDP element keys its map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowKey {
+    pub src: u32,
+    pub dst: u32,
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+}
+
+/// Packets and bytes of one flow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowCount {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// The decision, in order: malformed by [`ferry_wire::flow::parse`] →
+/// `drop_malformed` (the XDP pipeline drops such frames before any
+/// element, so the placed and the software NF agree); else the frame
+/// passes and its flow is counted (`pass`), or, with the table full and
+/// the flow new, passes uncounted (`pass_untracked`).
+#[derive(Debug, Default)]
+pub struct FlowMonitor {
+    flows: HashMap<FlowKey, FlowCount>,
+    counters: [u64; 4],
+}
+
+impl FlowMonitor {
+    pub fn new() -> FlowMonitor {
+        FlowMonitor::default()
+    }
+
+    /// The flows seen so far, in key order.
+    pub fn flows(&self) -> Vec<(FlowKey, FlowCount)> {
+        let mut v: Vec<_> = self.flows.iter().map(|(k, c)| (*k, *c)).collect();
+        v.sort_by_key(|(k, _)| *k);
+        v
+    }
+
+    fn classify(&mut self, frame: &[u8]) -> (Verdict, usize) {
+        let Ok(f) = flow::parse(frame) else { return (Verdict::Drop, DROP_MALFORMED) };
+        let key = FlowKey { src: f.src.into(), dst: f.dst.into(), sport: f.sport, dport: f.dport, proto: f.proto };
+        let full = self.flows.len() >= MAX_FLOWS;
+        match self.flows.get_mut(&key) {
+            Some(c) => *c = FlowCount { packets: c.packets + 1, bytes: c.bytes + frame.len() as u64 },
+            None if full => return (Verdict::Pass, UNTRACKED),
+            None => {
+                self.flows.insert(key, FlowCount { packets: 1, bytes: frame.len() as u64 });
+            }
+        }
+        (Verdict::Pass, PASS)
+    }
+}
+
+impl PacketNf for FlowMonitor {
+    fn spec(&self) -> &'static NfSpec {
+        &SPEC
+    }
+
+    fn process(&mut self, frame: &mut [u8]) -> Verdict {
+        let r = self.classify(frame);
+        count(&mut self.counters, r)
+    }
+
+    fn counters(&self) -> &[u64] {
+        &self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::*;
+    use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
+
+    fn frame(sport: u16, len: usize) -> Vec<u8> {
+        let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: len };
+        let t = FiveTuple {
+            src_ip: [10, 0, 0, 1].into(),
+            dst_ip: [10, 0, 1, 2].into(),
+            src_port: sport,
+            dst_port: 80,
+            proto: L4Proto::Udp,
+        };
+        let mut buf = vec![0u8; len];
+        let n = build_frame(&spec, &t, None, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    /// The decision table, row by row.
+    #[test]
+    fn counts_flows_and_drops_malformed() {
+        let mut nf = FlowMonitor::new();
+        assert_eq!(nf.process(&mut frame(1000, 64)), Verdict::Pass);
+        assert_eq!(nf.process(&mut frame(1000, 100)), Verdict::Pass);
+        assert_eq!(nf.process(&mut frame(1001, 64)), Verdict::Pass);
+        let mut cut = frame(1000, 64);
+        cut.truncate(14 + 20 + 4);
+        assert_eq!(nf.process(&mut cut), Verdict::Drop);
+        let flows = nf.flows();
+        assert_eq!(flows.len(), 2);
+        let key = FlowKey { src: 0x0a00_0001, dst: 0x0a00_0102, sport: 1000, dport: 80, proto: 17 };
+        assert_eq!(flows[0], (key, FlowCount { packets: 2, bytes: 164 }));
+        assert_eq!(nf.counters(), &[4, 3, 1, 0]);
+        assert_sum(&nf);
+    }
+
+    #[test]
+    fn a_full_table_passes_new_flows_uncounted() {
+        let mut nf = FlowMonitor::new();
+        for i in 0..MAX_FLOWS as u32 {
+            nf.flows.insert(FlowKey { src: i, dst: 0, sport: 0, dport: 0, proto: 0 }, FlowCount::default());
+        }
+        assert_eq!(nf.process(&mut frame(1000, 64)), Verdict::Pass);
+        assert_eq!(nf.counters(), &[1, 0, 0, 1]);
+        assert_eq!(nf.flows().len(), MAX_FLOWS);
+    }
+}

@@ -1,0 +1,119 @@
+//! Installing a port's XDP part in its stage pipeline, and reading its
+//! NFs' counters back. Map updates only: the pipeline program is loaded
+//! once per port and never changes.
+
+use ferry_bpf::pipeline::{Element, ElementKind, Forward, Pipeline, FWD_REDIRECT, FWD_XSK};
+use ferry_bpf::BpfError;
+
+use crate::{Lowering, XdpPath};
+
+/// Where the path's last element sends a frame that survives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The AF_XDP socket of the frame's queue, with metadata naming the
+    /// chain and this NF id (the server NF the path hands frames to).
+    Xsk { nf: u32 },
+    /// Out of device `ifindex` (in the devmap: `Pipeline::add_device`).
+    Redirect { ifindex: u32 },
+}
+
+/// An offloaded NF as installed: its id and where its counts are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstalledNf {
+    pub name: String,
+    pub kind: String,
+    pub id: u32,
+    /// Counter name and its counter config.
+    pub counters: Vec<(&'static str, u32)>,
+    /// Its flow-monitor config, if it is a flow monitor.
+    pub flow_monitor: Option<u32>,
+}
+
+/// A port's XDP part as installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    pub chain: u32,
+    pub ifindex: u32,
+    pub elements: Vec<Element>,
+    pub nfs: Vec<InstalledNf>,
+}
+
+/// Config ids, one sequence per element table (each port has its own
+/// pipeline, so they start at 1).
+#[derive(Default)]
+struct Configs {
+    counter: u32,
+    acl: u32,
+    flow: u32,
+}
+
+fn next(c: &mut u32) -> u32 {
+    *c += 1;
+    *c
+}
+
+/// Writes `path`'s element configs and deploys them as chain `chain` for
+/// frames arriving on `ifindex`; `ids[i]` is the NF id of `path.nfs[i]`.
+pub fn install(
+    p: &mut Pipeline,
+    chain: u32,
+    ifindex: u32,
+    path: &XdpPath,
+    ids: &[u32],
+    target: Target,
+) -> Result<Installed, BpfError> {
+    assert!(!ids.is_empty() && ids.len() == path.nfs.len(), "one id per offloaded NF");
+    let mut configs = Configs::default();
+    let mut elements = Vec::new();
+    let mut nfs = Vec::new();
+    for (nf, &id) in path.nfs.iter().zip(ids) {
+        let el = |kind, config| Element { kind, config, nf: id };
+        let rx = next(&mut configs.counter);
+        elements.push(el(ElementKind::Counter, rx));
+        let mut counters = vec![("rx", rx)];
+        let mut flow_monitor = None;
+        match &nf.lowering {
+            Lowering::Firewall { rules, default_action } => {
+                let acl = next(&mut configs.acl);
+                p.set_acl(acl, rules, *default_action)?;
+                elements.push(el(ElementKind::Acl, acl));
+                let pass = next(&mut configs.counter);
+                elements.push(el(ElementKind::Counter, pass));
+                counters.push(("pass", pass));
+            }
+            Lowering::FlowMonitor => {
+                let flows = next(&mut configs.flow);
+                elements.push(el(ElementKind::FlowMonitor, flows));
+                flow_monitor = Some(flows);
+            }
+        }
+        nfs.push(InstalledNf { name: nf.name.clone(), kind: nf.kind.clone(), id, counters, flow_monitor });
+    }
+    // The forward element belongs to the NF it hands frames to (its id
+    // is what the AF_XDP metadata names), or else to the last NF.
+    let (forward, nf) = match target {
+        Target::Xsk { nf } => (Forward { action: FWD_XSK, ifindex: 0 }, nf),
+        Target::Redirect { ifindex } => (Forward { action: FWD_REDIRECT, ifindex }, *ids.last().expect("an NF")),
+    };
+    p.set_forward(1, forward)?;
+    elements.push(Element { kind: ElementKind::Forward, config: 1, nf });
+    p.deploy(chain, ifindex, &elements)?;
+    Ok(Installed { chain, ifindex, elements, nfs })
+}
+
+impl Installed {
+    /// Takes the part out of the pipeline (entry point first).
+    pub fn remove(&self, p: &mut Pipeline) -> Result<(), BpfError> {
+        p.remove(self.chain, self.ifindex, &self.elements)
+    }
+
+    /// Each NF's counters by name (packets).
+    pub fn counters(&self, p: &Pipeline) -> Result<Vec<Vec<(String, u64)>>, BpfError> {
+        self.nfs
+            .iter()
+            .map(|nf| {
+                nf.counters.iter().map(|(name, config)| Ok((name.to_string(), p.counter(*config)?.packets))).collect()
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,310 @@
+//! The orchestrator: where each NF of a chain runs (P4SFC §III-D and
+//! §III-E, with XDP in the place of P4SFC's switch).
+//!
+//! P4SFC splits a chain into pre_server, server and post_server parts and
+//! runs the first and last on the switch. Ferry's switch tier is the XDP
+//! stage pipeline on the ingress device (`ferry_bpf::pipeline`):
+//! - **pre_server**: from each port, the leading run of NFs that are fully
+//!   offloadable, allowed to move (`offload: auto|force`), have an XDP form
+//!   ([`lower`]) and sit on a plain path (one link in, one link out) runs
+//!   as pipeline elements on the port's device. The pipeline hands each
+//!   frame that survives to the first server NF's AF_XDP socket, its
+//!   metadata naming the chain and that NF.
+//! - **server**: every other NF runs as a ferryd NF process, as before;
+//!   [`Placement::server`] is the chain file without the offloaded NFs.
+//! - A path whose NFs all move and that ends at a port of the same
+//!   namespace runs in XDP entirely: the pipeline redirects what passes
+//!   out of that port, and no process is started for it.
+//! - **post_server**: not built. Frames an AF_XDP socket transmits do not
+//!   pass through XDP on the egress device, so there is no hook to run
+//!   elements on after the last server NF; such NFs stay processes.
+//!
+//! Partially offloadable NFs (P4SFC's NAT and load balancer) stay
+//! processes too: the split of a stateful NF into an XDP part and a
+//! process that installs its entries is not built yet.
+
+mod install;
+mod lower;
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use ferry_chain::spec::{ChainSpec, LinkSpec, Node, OffloadPolicy};
+use ferry_nf::model::{Element, Offload};
+use ferry_testbed::yamlloc::{locate, Seg, YamlError};
+
+pub use install::{install, Installed, InstalledNf, Target};
+pub use lower::{lower, Lowering};
+
+/// Where one NF runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Elements of the XDP pipeline on its path's ingress device.
+    Xdp,
+    /// A ferryd NF process (plain or parallel).
+    Server,
+}
+
+/// One NF's place and the reason for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub nf: String,
+    pub kind: String,
+    pub place: Place,
+    pub why: String,
+}
+
+/// Where frames go after a port's XDP part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Then {
+    /// To this server NF (its AF_XDP socket on the port).
+    Nf(String),
+    /// Out of this port, redirected in XDP: the whole path runs in XDP.
+    Port(String),
+}
+
+/// An NF running in XDP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffloadedNf {
+    pub name: String,
+    pub kind: String,
+    pub lowering: Lowering,
+}
+
+/// The pre_server part of one port: its NFs, in path order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XdpPath {
+    /// The ingress port's name.
+    pub port: String,
+    pub nfs: Vec<OffloadedNf>,
+    pub then: Then,
+}
+
+/// A chain, placed.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// What ferryd runs as processes: the chain without its offloaded NFs,
+    /// each port linked to the NF its XDP part hands frames to.
+    pub server: ChainSpec,
+    pub xdp: Vec<XdpPath>,
+    /// Every NF of the chain file, in file order.
+    pub decisions: Vec<Decision>,
+}
+
+/// Why a chain cannot be placed: an NF that must be offloaded
+/// (`offload: force`) cannot be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}: offload: force, but {why}")]
+pub struct PlaceError {
+    /// Its index in `nfs:`.
+    pub nf: usize,
+    pub name: String,
+    pub why: String,
+}
+
+/// Reads, validates and places a chain file; errors name the file, line
+/// and field.
+pub fn load(path: &Path) -> Result<(ChainSpec, Placement), YamlError> {
+    let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
+    load_str(&text, &origin)
+}
+
+/// As [`load`], from text.
+pub fn load_str(text: &str, origin: &str) -> Result<(ChainSpec, Placement), YamlError> {
+    let spec = ferry_catalog::parse_chain_str(text, origin)?;
+    let placement = place(&spec).map_err(|e| {
+        let field = vec![Seg::Key("nfs"), Seg::Index(e.nf), Seg::Key("offload")];
+        let (line, column) = locate(text, &field).unzip();
+        YamlError {
+            origin: origin.to_string(),
+            line,
+            column,
+            field: ferry_testbed::yamlloc::path_string(&field),
+            message: e.to_string(),
+        }
+    })?;
+    Ok((spec, placement))
+}
+
+/// Why NF `i` cannot move into XDP at its place, or its XDP form.
+fn offloadable(spec: &ChainSpec, i: usize, in_links: usize) -> Result<Lowering, String> {
+    let nf = &spec.nfs[i];
+    let Some(kind) = nf.kind.as_deref() else {
+        return Err("an exec NF is a program of its own: only its process can run it".into());
+    };
+    let elements: &[Element] = match ferry_catalog::find(kind) {
+        Some(t) => t.elements,
+        None => return Err(format!("{kind} joins NFs in one process")),
+    };
+    if elements.is_empty() {
+        return Err(format!("{kind} declares no elements that could run in XDP"));
+    }
+    let blocking = |o: Offload| elements.iter().filter(|e| e.offload == o).map(|e| e.name).collect::<Vec<_>>();
+    let no = blocking(Offload::No);
+    if !no.is_empty() {
+        return Err(format!("not offloadable: {} needs more than XDP can do", no.join(", ")));
+    }
+    let partial = blocking(Offload::Partial);
+    if !partial.is_empty() {
+        return Err(format!(
+            "partially offloadable ({}): splitting it into XDP and a process is not built yet",
+            partial.join(", ")
+        ));
+    }
+    if nf.offload == OffloadPolicy::Never {
+        return Err("offload: never".into());
+    }
+    if in_links != 1 {
+        return Err(format!("frames reach it from {in_links} places; an XDP part serves one ingress port"));
+    }
+    let outs = spec.links.iter().filter(|l| l.from == nf.name).count();
+    if outs != 1 {
+        return Err(format!("it has {outs} out-links; an XDP part is a straight path"));
+    }
+    lower(kind, &nf.args)
+}
+
+/// Splits `spec` into its XDP and server parts.
+pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
+    let in_links = |name: &str| spec.links.iter().filter(|l| l.to == name).count();
+    let mut why_server: Vec<Option<String>> = vec![None; spec.nfs.len()];
+    let mut offloaded: HashSet<usize> = HashSet::new();
+    let mut paths = Vec::new();
+    for port in &spec.ports {
+        let Some(first) = spec.links.iter().find(|l| l.from == port.name) else { continue };
+        let mut nfs: Vec<(usize, Lowering)> = Vec::new();
+        let mut to = first.to.as_str();
+        let then = loop {
+            match spec.node(to) {
+                Some(Node::Nf(i)) => match offloadable(spec, i, in_links(to)) {
+                    Ok(l) => {
+                        nfs.push((i, l));
+                        to = &spec.links.iter().find(|l| l.from == spec.nfs[i].name).expect("one out-link").to;
+                    }
+                    Err(why) => {
+                        why_server[i] = Some(why);
+                        break Some(Then::Nf(spec.nfs[i].name.clone()));
+                    }
+                },
+                // Redirected out of a port of the same namespace: the
+                // whole path runs in XDP (a devmap takes the ifindex as
+                // the namespace that fills it sees it).
+                Some(Node::Port(q)) if spec.ports[q].netns == port.netns => break Some(Then::Port(to.to_string())),
+                _ => break None,
+            }
+        };
+        let then = match then {
+            Some(then) => then,
+            // The path leaves into the kernel, or by a port in another
+            // namespace: its last NF stays a process and sends it there.
+            None => match nfs.pop() {
+                Some((i, _)) => {
+                    why_server[i] = Some(format!(
+                        "it ends the path to {to:?}, which the XDP pipeline cannot send to (another namespace, or \
+                         the kernel stack)"
+                    ));
+                    Then::Nf(spec.nfs[i].name.clone())
+                }
+                None => continue,
+            },
+        };
+        if nfs.is_empty() {
+            continue;
+        }
+        offloaded.extend(nfs.iter().map(|(i, _)| *i));
+        paths.push(XdpPath {
+            port: port.name.clone(),
+            nfs: nfs
+                .into_iter()
+                .map(|(i, lowering)| OffloadedNf {
+                    name: spec.nfs[i].name.clone(),
+                    kind: spec.nfs[i].kind.clone().unwrap_or_default(),
+                    lowering,
+                })
+                .collect(),
+            then,
+        });
+    }
+    let decisions = decide(spec, &offloaded, why_server);
+    if let Some((i, d)) = decisions
+        .iter()
+        .enumerate()
+        .find(|(i, d)| d.place == Place::Server && spec.nfs[*i].offload == OffloadPolicy::Force)
+    {
+        return Err(PlaceError { nf: i, name: d.nf.clone(), why: d.why.clone() });
+    }
+    Ok(Placement { server: server_part(spec, &paths, &offloaded), xdp: paths, decisions })
+}
+
+/// The reason of every NF, in file order.
+fn decide(spec: &ChainSpec, offloaded: &HashSet<usize>, why_server: Vec<Option<String>>) -> Vec<Decision> {
+    spec.nfs
+        .iter()
+        .zip(why_server)
+        .enumerate()
+        .map(|(i, (nf, why))| {
+            let kind = nf.kind.clone().unwrap_or_else(|| "exec".into());
+            if offloaded.contains(&i) {
+                let why = "fully offloadable, on the path from a port before any process (pre-server)".into();
+                return Decision { nf: nf.name.clone(), kind, place: Place::Xdp, why };
+            }
+            let why = why.unwrap_or_else(|| match offloadable(spec, i, 1) {
+                Err(why) => why,
+                Ok(_) => "after the first process (post-server): frames an AF_XDP socket sends skip XDP, so \
+                          there is no hook to run it on"
+                    .into(),
+            });
+            Decision { nf: nf.name.clone(), kind, place: Place::Server, why }
+        })
+        .collect()
+}
+
+/// The chain without its offloaded NFs; each XDP path's port links to
+/// the NF the path hands frames to, where the port's link was (a path
+/// that ends at a port leaves no link). Domains no process uses go too.
+fn server_part(spec: &ChainSpec, paths: &[XdpPath], offloaded: &HashSet<usize>) -> ChainSpec {
+    let gone: HashSet<&str> = offloaded.iter().map(|&i| spec.nfs[i].name.as_str()).collect();
+    let mut server = spec.clone();
+    server.nfs.retain(|n| !gone.contains(n.name.as_str()));
+    server.domains.retain(|d| server.nfs.iter().any(|n| n.domain == d.name));
+    server.links = spec
+        .links
+        .iter()
+        .filter_map(|l| match paths.iter().find(|p| p.port == l.from) {
+            Some(XdpPath { then: Then::Nf(to), .. }) => {
+                Some(LinkSpec { from: l.from.clone(), to: to.clone(), mode: l.mode })
+            }
+            Some(XdpPath { then: Then::Port(_), .. }) => None,
+            None if gone.contains(l.from.as_str()) || gone.contains(l.to.as_str()) => None,
+            None => Some(l.clone()),
+        })
+        .collect();
+    server
+}
+
+impl Placement {
+    /// Where each NF goes and why, one line each, then each XDP path.
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let width = self.decisions.iter().map(|d| d.nf.len()).max().unwrap_or(0);
+        for d in &self.decisions {
+            let place = match d.place {
+                Place::Xdp => "xdp",
+                Place::Server => "process",
+            };
+            out += &format!("{:<width$}  {:<14} {:<8} {}\n", d.nf, d.kind, place, d.why);
+        }
+        for p in &self.xdp {
+            let names: Vec<&str> = p.nfs.iter().map(|n| n.name.as_str()).collect();
+            let then = match &p.then {
+                Then::Nf(nf) => format!("AF_XDP socket of {nf}"),
+                Then::Port(port) => format!("redirected out of port {port}"),
+            };
+            out += &format!("xdp path on port {}: {} -> {then}\n", p.port, names.join(" -> "));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

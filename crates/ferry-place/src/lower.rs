@@ -1,0 +1,130 @@
+//! Lowering: an offloadable NF as elements of the XDP stage pipeline, and
+//! their configs. Only NF types whose XDP form decides every frame as the
+//! process does are lowered; the differential and equivalence tests hold
+//! them to it.
+
+use ferry_bpf::pipeline::{AclRule, ACL_ALLOW, ACL_DENY, ACL_MAX_RULES};
+use ferry_nf::firewall_rules::{parse_fw_rules, FwAction, FwRule};
+
+/// What an offloaded NF becomes in XDP. Every lowering starts with a
+/// counter (the NF's `rx`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lowering {
+    /// An ACL element, then a counter of what passed.
+    Firewall { rules: Vec<AclRule>, default_action: u8 },
+    /// A flow-monitor element.
+    FlowMonitor,
+}
+
+impl Lowering {
+    /// The NF's counters as `ferry chain show` names them.
+    pub fn counter_names(&self) -> &'static [&'static str] {
+        match self {
+            Lowering::Firewall { .. } => &["rx", "pass"],
+            Lowering::FlowMonitor => &["rx"],
+        }
+    }
+}
+
+/// The XDP form of an NF of type `kind` with `args`, or why there is none.
+pub fn lower(kind: &str, args: &[String]) -> Result<Lowering, String> {
+    match kind {
+        "firewall" => lower_firewall(args),
+        "flow-monitor" => Ok(Lowering::FlowMonitor),
+        _ => Err(format!("{kind} has no XDP form yet")),
+    }
+}
+
+fn lower_firewall(args: &[String]) -> Result<Lowering, String> {
+    let file = args.first().ok_or("no rule file")?;
+    let text = std::fs::read_to_string(file).map_err(|e| format!("rule file {file}: {e}"))?;
+    let rules = parse_fw_rules(&text).map_err(|e| format!("rule file {file}: {e}"))?;
+    if rules.rules.len() > ACL_MAX_RULES {
+        return Err(format!(
+            "{} rules; the XDP ACL element holds at most {ACL_MAX_RULES} (it scans them in order)",
+            rules.rules.len()
+        ));
+    }
+    let acl = rules
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| acl_rule(r).map_err(|why| format!("rule {}: {why}", i + 1)))
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Lowering::Firewall { rules: acl, default_action: action(rules.default) })
+}
+
+fn action(a: FwAction) -> u8 {
+    match a {
+        FwAction::Allow => ACL_ALLOW,
+        FwAction::Deny => ACL_DENY,
+    }
+}
+
+/// The prefix length of the address range `lo..=hi`, if it is a prefix.
+fn prefix_len((lo, hi): (u32, u32)) -> Option<u8> {
+    let size = u64::from(hi).checked_sub(u64::from(lo))? + 1;
+    (size.is_power_of_two() && u64::from(lo) % size == 0).then(|| 32 - size.trailing_zeros() as u8)
+}
+
+/// A firewall rule as an ACL element rule: address ranges must be
+/// prefixes and the protocol one value or any.
+fn acl_rule(r: &FwRule) -> Result<AclRule, String> {
+    let src_plen = prefix_len(r.src).ok_or("its source range is not a prefix")?;
+    let dst_plen = prefix_len(r.dst).ok_or("its destination range is not a prefix")?;
+    let proto = match r.proto {
+        (0, 255) => 0,
+        (p, q) if p == q && p != 0 => p,
+        _ => return Err("the ACL element matches one protocol or any".into()),
+    };
+    Ok(AclRule {
+        src: r.src.0.to_be(),
+        dst: r.dst.0.to_be(),
+        src_plen,
+        dst_plen,
+        proto,
+        action: action(r.action),
+        sport_lo: r.sport.0,
+        sport_hi: r.sport.1,
+        dport_lo: r.dport.0,
+        dport_hi: r.dport.1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(prefix_len((0, u32::MAX)), Some(0));
+        assert_eq!(prefix_len((0x0a00_0000, 0x0aff_ffff)), Some(8));
+        assert_eq!(prefix_len((0x0a00_0001, 0x0a00_0001)), Some(32));
+        assert_eq!(prefix_len((0x0a00_0001, 0x0a00_0002)), None);
+        assert_eq!(prefix_len((0x0a00_0000, 0x0a00_0002)), None);
+    }
+
+    #[test]
+    fn firewall_rules_become_acl_rules() {
+        let dir = std::env::temp_dir().join(format!("ferry-place-lower-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("fw.rules");
+        std::fs::write(&file, "deny src 10.0.0.0/8 proto udp dport 53\nallow proto tcp dport 80-90\ndefault deny\n")
+            .unwrap();
+        let Lowering::Firewall { rules, default_action } = lower("firewall", &[file.display().to_string()]).unwrap()
+        else {
+            panic!("not a firewall lowering")
+        };
+        assert_eq!(default_action, ACL_DENY);
+        assert_eq!(rules.len(), 2);
+        assert_eq!((rules[0].src, rules[0].src_plen, rules[0].proto), (0x0a00_0000u32.to_be(), 8, 17));
+        assert_eq!((rules[0].dport_lo, rules[0].dport_hi, rules[0].action), (53, 53, ACL_DENY));
+        assert_eq!((rules[1].proto, rules[1].dport_lo, rules[1].dport_hi, rules[1].dst_plen), (6, 80, 90, 0));
+        let many: String = (0..33).map(|i| format!("allow dport {i}\n")).collect::<String>() + "default deny\n";
+        std::fs::write(&file, many).unwrap();
+        let why = lower("firewall", &[file.display().to_string()]).unwrap_err();
+        assert!(why.contains("33 rules"), "{why}");
+        assert!(lower("ips", &[]).unwrap_err().contains("no XDP form"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,140 @@
+//! Placement decisions on chain files, row by row.
+
+use super::*;
+
+/// A directory with a firewall rule file (`fw.rules`, `rules` rules) and
+/// an IPS rule file (`ips.rules`), removed on drop.
+struct Files(std::path::PathBuf);
+
+impl Files {
+    fn new(tag: &str, rules: usize) -> Files {
+        let dir = std::env::temp_dir().join(format!("ferry-place-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fw: String = (0..rules).map(|i| format!("deny proto udp dport {}\n", 1000 + i)).collect();
+        std::fs::write(dir.join("fw.rules"), fw + "default allow\n").unwrap();
+        std::fs::write(dir.join("ips.rules"), "drop tcp any any -> any 80 (msg:\"x\"; content:\"attack\"; sid:1;)\n")
+            .unwrap();
+        Files(dir)
+    }
+
+    /// The P4SFC chain in -> fw -> mon -> ips -> out, with `extra` lines
+    /// added to the NF named by each (name, line) pair.
+    fn chain(&self, extra: &[(&str, &str)]) -> String {
+        let more = |nf: &str| extra.iter().filter(|(n, _)| *n == nf).map(|(_, l)| format!(", {l}")).collect::<String>();
+        let d = self.0.display();
+        format!(
+            "name: sfc
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: in, netdev: a0 }}
+  - {{ name: out, netdev: b0 }}
+nfs:
+  - {{ name: fw, domain: main, kind: firewall, args: [\"{d}/fw.rules\"]{} }}
+  - {{ name: mon, domain: main, kind: flow-monitor{} }}
+  - {{ name: ips, domain: main, kind: ips, args: [\"{d}/ips.rules\"]{} }}
+links:
+  - {{ from: in, to: fw }}
+  - {{ from: fw, to: mon }}
+  - {{ from: mon, to: ips }}
+  - {{ from: ips, to: out }}
+",
+            more("fw"),
+            more("mon"),
+            more("ips")
+        )
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn places(p: &Placement) -> Vec<(&str, Place)> {
+    p.decisions.iter().map(|d| (d.nf.as_str(), d.place)).collect()
+}
+
+#[test]
+fn the_p4sfc_chain_splits_before_the_ips() {
+    let f = Files::new("split", 3);
+    let (_, p) = load_str(&f.chain(&[]), "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Xdp), ("mon", Place::Xdp), ("ips", Place::Server)]);
+    assert_eq!(p.xdp.len(), 1);
+    assert_eq!(p.xdp[0].port, "in");
+    assert_eq!(p.xdp[0].nfs.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["fw", "mon"]);
+    assert_eq!(p.xdp[0].then, Then::Nf("ips".into()));
+    // The server part: the IPS alone, fed by the port.
+    let names: Vec<&str> = p.server.nfs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["ips"]);
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "ips"), ("ips", "out")]);
+    let text = p.explain();
+    assert!(text.contains("ips") && text.contains("not offloadable: payload-matcher"), "{text}");
+    assert!(text.contains("xdp path on port in: fw -> mon -> AF_XDP socket of ips"), "{text}");
+}
+
+#[test]
+fn never_keeps_an_nf_and_everything_after_it_in_processes() {
+    let f = Files::new("never", 3);
+    let (_, p) = load_str(&f.chain(&[("fw", "offload: never")]), "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Server), ("mon", Place::Server), ("ips", Place::Server)]);
+    assert!(p.xdp.is_empty());
+    assert_eq!(p.decisions[0].why, "offload: never");
+    assert!(p.decisions[1].why.contains("post-server"), "{}", p.decisions[1].why);
+    assert_eq!(p.server.links.len(), 4);
+}
+
+#[test]
+fn a_firewall_too_big_for_the_acl_element_stays_a_process() {
+    let f = Files::new("big", 40);
+    let (_, p) = load_str(&f.chain(&[]), "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Server), ("mon", Place::Server), ("ips", Place::Server)]);
+    assert!(p.decisions[0].why.contains("40 rules"), "{}", p.decisions[0].why);
+}
+
+/// The chain without its IPS: in -> fw -> mon -> out.
+fn without_ips(text: &str) -> String {
+    let text = text.replace("  - { from: mon, to: ips }\n  - { from: ips, to: out }\n", "  - { from: mon, to: out }\n");
+    text.lines().filter(|l| !l.contains("name: ips")).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn a_path_of_offloadable_nfs_to_a_port_runs_in_xdp_entirely() {
+    let f = Files::new("all", 3);
+    let (_, p) = load_str(&without_ips(&f.chain(&[])), "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Xdp), ("mon", Place::Xdp)]);
+    assert_eq!(p.xdp[0].then, Then::Port("out".into()));
+    assert!(p.server.nfs.is_empty() && p.server.links.is_empty() && p.server.domains.is_empty());
+    assert!(p.explain().contains("xdp path on port in: fw -> mon -> redirected out of port out"), "{}", p.explain());
+}
+
+#[test]
+fn a_port_in_another_namespace_keeps_the_last_nf_a_process() {
+    let f = Files::new("netns", 3);
+    let text =
+        without_ips(&f.chain(&[])).replace("{ name: out, netdev: b0 }", "{ name: out, netns: other, netdev: b0 }");
+    let (_, p) = load_str(&text, "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Xdp), ("mon", Place::Server)]);
+    assert!(p.decisions[1].why.contains("cannot send to"), "{}", p.decisions[1].why);
+    assert_eq!(p.xdp[0].then, Then::Nf("mon".into()));
+}
+
+#[test]
+fn force_on_what_cannot_move_names_the_field() {
+    let f = Files::new("force", 3);
+    let text = f.chain(&[("ips", "offload: force")]);
+    let e = load_str(&text, "sfc.yaml").unwrap_err();
+    assert_eq!((e.line, e.field.as_str()), (Some(9), "nfs[2].offload"));
+    assert!(e.to_string().contains("ips: offload: force, but not offloadable"), "{e}");
+    // Forced where it can move: fine.
+    assert!(load_str(&f.chain(&[("fw", "offload: force")]), "sfc.yaml").is_ok());
+}
+
+#[test]
+fn a_bad_offload_value_names_the_field() {
+    let f = Files::new("bad", 3);
+    let e = load_str(&f.chain(&[("mon", "offload: always")]), "sfc.yaml").unwrap_err();
+    assert_eq!((e.line, e.field.as_str()), (Some(8), "nfs[1].offload"));
+    assert!(e.message.contains("unknown variant `always`"), "{e}");
+}

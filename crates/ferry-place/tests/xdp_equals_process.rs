@@ -1,0 +1,157 @@
+//! An NF placed in XDP decides every frame as its process does: the
+//! lowered firewall and flow monitor, installed in a real stage pipeline
+//! and run with BPF_PROG_TEST_RUN, against the NFs themselves, on random
+//! and mutated frames. Test runs without a context see the frame arrive
+//! on the loopback device (ifindex 1).
+
+use std::cell::{Cell, RefCell};
+use std::net::Ipv4Addr;
+
+use ferry_bpf::pipeline::Pipeline;
+use ferry_bpf::test_run;
+use ferry_nf::firewall_rules::parse_fw_rules;
+use ferry_nf::flow_monitor::FlowKey;
+use ferry_nf::{Firewall, FlowMonitor, Lookup, PacketNf, Verdict};
+use ferry_place::{install, lower, OffloadedNf, Target, Then, XdpPath};
+use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+
+const LO: u32 = 1;
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const RULES: &str = "deny src 10.0.0.0/8 proto udp dport 53
+allow proto tcp dport 80-90
+deny dst 192.0.2.0/24
+allow proto icmp
+allow src 172.16.0.0/12 sport 1000-1999
+default deny
+";
+
+fn privileged() -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "BPF tests need root (CAP_BPF, CAP_NET_ADMIN) in CI");
+    eprintln!("skipping: BPF tests need root");
+    false
+}
+
+fn frame(src: [u8; 4], dst: [u8; 4], proto: L4Proto, sport: u16, dport: u16, len: usize) -> Vec<u8> {
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: len };
+    let t = FiveTuple { src_ip: src.into(), dst_ip: dst.into(), src_port: sport, dst_port: dport, proto };
+    let mut f = vec![0u8; len];
+    let n = build_frame(&spec, &t, None, &mut f).unwrap();
+    f.truncate(n);
+    f
+}
+
+/// The firewall then the flow monitor, placed in XDP on ifindex 1.
+fn placed(rule_file: &std::path::Path) -> (Pipeline, ferry_place::Installed) {
+    let nf = |name: &str, kind: &str, args: &[String]| OffloadedNf {
+        name: name.into(),
+        kind: kind.into(),
+        lowering: lower(kind, args).unwrap(),
+    };
+    let path = XdpPath {
+        port: "in".into(),
+        nfs: vec![nf("fw", "firewall", &[rule_file.display().to_string()]), nf("mon", "flow-monitor", &[])],
+        then: Then::Nf("next".into()),
+    };
+    let mut p = Pipeline::load().expect("load the pipeline (verifier)");
+    let installed = install(&mut p, 7, LO, &path, &[11, 12], Target::Xsk { nf: 13 }).unwrap();
+    (p, installed)
+}
+
+fn frames() -> impl Strategy<Value = Vec<u8>> {
+    let addr = prop_oneof![
+        Just([10, 1, 2, 3]),
+        Just([172, 16, 9, 9]),
+        Just([192, 0, 2, 7]),
+        Just([198, 51, 100, 1]),
+        any::<[u8; 4]>()
+    ];
+    let proto = prop_oneof![Just(L4Proto::Udp), Just(L4Proto::Tcp), Just(L4Proto::Icmp)];
+    let port = prop_oneof![Just(53u16), 79..92u16, 999..1001u16, any::<u16>()];
+    let edits = proptest::collection::vec((0usize..60, any::<u8>()), 0..3);
+    (addr.clone(), addr, proto, port.clone(), port, 60usize..200, edits, proptest::option::of(0usize..60)).prop_map(
+        |(src, dst, proto, sport, dport, len, edits, cut)| {
+            let mut f = frame(src, dst, proto, sport, dport, len);
+            for (pos, byte) in edits {
+                f[pos] = byte;
+            }
+            if let Some(n) = cut.filter(|n| *n >= 14) {
+                f.truncate(n);
+            }
+            f
+        },
+    )
+}
+
+#[test]
+fn placed_firewall_and_monitor_decide_as_their_processes() {
+    if !privileged() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-place-equal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("fw.rules");
+    std::fs::write(&file, RULES).unwrap();
+    let (pipeline, installed) = placed(&file);
+    // Both sides see every frame the runner tries, shrinking included.
+    let fw = RefCell::new(Firewall::new(parse_fw_rules(RULES).unwrap(), Lookup::BitVector));
+    let mon = RefCell::new(FlowMonitor::new());
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(2000));
+    let (passed, dropped) = (Cell::new(0), Cell::new(0));
+    let result = runner.run(&frames(), |f| {
+        let mut copy = f.clone();
+        let mut want = fw.borrow_mut().process(&mut copy);
+        if want == Verdict::Pass {
+            want = mon.borrow_mut().process(&mut copy);
+        }
+        let got = test_run(pipeline.program().program_fd().unwrap(), &f, 1).unwrap().action;
+        let want = match want {
+            Verdict::Pass => XDP_PASS,
+            _ => XDP_DROP,
+        };
+        prop_assert_eq!(got, want, "frame {:02x?}", f);
+        let tally = if got == XDP_PASS { &passed } else { &dropped };
+        tally.set(tally.get() + 1);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let (passed, dropped, fw, mon) = (passed.get(), dropped.get(), fw.into_inner(), mon.into_inner());
+    assert!(passed > 100 && dropped > 100, "both ways taken: {passed} passed, {dropped} dropped");
+    // The same counts: the firewall's rx and pass, the monitor's rx and
+    // every flow's packets and bytes.
+    let counters = installed.counters(&pipeline).unwrap();
+    let fw_counts = fw.counters();
+    let malformed = fw_counts[4];
+    assert_eq!(
+        counters[0],
+        [("rx".to_string(), fw_counts[0] - malformed), ("pass".to_string(), fw_counts[1] + fw_counts[2])]
+    );
+    assert_eq!(counters[1], [("rx".to_string(), mon.counters()[0])]);
+    let mut xdp_flows: Vec<(FlowKey, u64, u64)> = pipeline
+        .flows(installed.nfs[1].flow_monitor.unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|(k, c)| {
+            let key = FlowKey {
+                src: u32::from(Ipv4Addr::from(u32::from_be(k.saddr))),
+                dst: u32::from(Ipv4Addr::from(u32::from_be(k.daddr))),
+                sport: u16::from_be(k.sport),
+                dport: u16::from_be(k.dport),
+                proto: k.proto,
+            };
+            (key, c.packets, c.bytes)
+        })
+        .collect();
+    xdp_flows.sort();
+    let nf_flows: Vec<(FlowKey, u64, u64)> = mon.flows().into_iter().map(|(k, c)| (k, c.packets, c.bytes)).collect();
+    assert_eq!(xdp_flows, nf_flows);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,107 @@
+//! A port's XDP part (the orchestrator's pre-server NFs): the stage
+//! pipeline on the port's device, with the offloaded NFs installed as its
+//! elements, handing what survives to the server NF's AF_XDP sockets.
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+
+use anyhow::{Context, Result};
+use ferry_bpf::abi::Verdicts;
+use ferry_bpf::pipeline::Pipeline;
+use ferry_bpf::AttachMode;
+use ferry_chain::plan::PortPlan;
+use ferry_chain::proto::{FlowStatus, OffloadedStatus};
+use ferry_place::{install, Installed, Target, XdpPath};
+
+pub struct FastPath {
+    pipeline: Pipeline,
+    installed: Installed,
+    port: String,
+}
+
+/// The ids a port's XDP part is installed with, and where it ends.
+pub struct FastPathIds<'a> {
+    pub chain: u32,
+    /// One per NF of the path.
+    pub nfs: &'a [u32],
+    pub then: FastPathEnd,
+}
+
+/// Where a port's XDP part sends what passes.
+pub enum FastPathEnd {
+    /// The AF_XDP sockets of this server NF (by its id).
+    Nf(u32),
+    /// Out of this device (in the port's namespace).
+    Device(u32),
+}
+
+impl FastPath {
+    /// Loads a pipeline, installs `path` in it and attaches it to the
+    /// port's device (in the port's namespace): configs first, so the
+    /// first frame already meets every element.
+    pub fn open(plan: &PortPlan, ifindex: u32, mode: AttachMode, path: &XdpPath, ids: FastPathIds) -> Result<FastPath> {
+        let mut pipeline = Pipeline::load().context("loading the stage pipeline")?;
+        let target = match ids.then {
+            FastPathEnd::Nf(nf) => Target::Xsk { nf },
+            FastPathEnd::Device(ifindex) => Target::Redirect { ifindex },
+        };
+        let installed =
+            install(&mut pipeline, ids.chain, ifindex, path, ids.nfs, target).context("installing the XDP part")?;
+        let pipeline = ferry_testbed::in_netns(plan.netns.as_deref(), move || -> Result<Pipeline> {
+            if let Target::Redirect { ifindex: out } = target {
+                pipeline.add_device(out).context("adding the egress device to the pipeline's devmap")?;
+            }
+            pipeline.attach(ifindex, mode).context("attaching the stage pipeline")?;
+            Ok(pipeline)
+        })??;
+        Ok(FastPath { pipeline, installed, port: plan.name.clone() })
+    }
+
+    /// Steers queue `queue`'s frames that reach the end of the path to
+    /// `socket`.
+    pub fn register_xsk(&mut self, queue: u32, socket: &impl AsRawFd) -> Result<()> {
+        Ok(self.pipeline.register_xsk(queue, socket)?)
+    }
+
+    pub fn verdicts(&self) -> Option<Verdicts> {
+        self.pipeline.program().verdicts().ok()
+    }
+
+    /// The offloaded NFs' counters and flows.
+    pub fn status(&self) -> Vec<OffloadedStatus> {
+        let counters = self.installed.counters(&self.pipeline).unwrap_or_default();
+        self.installed
+            .nfs
+            .iter()
+            .enumerate()
+            .map(|(i, nf)| OffloadedStatus {
+                name: nf.name.clone(),
+                id: nf.id,
+                kind: nf.kind.clone(),
+                port: self.port.clone(),
+                counters: counters.get(i).cloned().unwrap_or_default(),
+                flows: nf.flow_monitor.map(|c| self.flows(c)).unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    fn flows(&self, config: u32) -> Vec<FlowStatus> {
+        let mut flows: Vec<FlowStatus> = self
+            .pipeline
+            .flows(config)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, c)| FlowStatus {
+                src: Ipv4Addr::from(u32::from_be(k.saddr)).to_string(),
+                dst: Ipv4Addr::from(u32::from_be(k.daddr)).to_string(),
+                proto: k.proto,
+                sport: u16::from_be(k.sport),
+                dport: u16::from_be(k.dport),
+                packets: c.packets,
+                bytes: c.bytes,
+            })
+            .collect();
+        flows.sort_by(|a, b| b.packets.cmp(&a.packets).then_with(|| (&a.src, &a.dst).cmp(&(&b.src, &b.dst))));
+        flows
+    }
+}
