@@ -9,8 +9,8 @@ use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
 use ferry_cli::{
-    bench, benchchain, benchevnf, benchparallel, benchpipeline, chainctl, demo, evnfrun, genlive, genxsk, nfrun, sink,
-    xdprun,
+    bench, benchchain, benchevnf, benchoffload, benchparallel, benchpipeline, chainctl, demo, evnfrun, genlive, genxsk,
+    nfrun, sink, xdprun,
 };
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
@@ -454,6 +454,27 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// P4SFC Fig. 5: the same chains placed by the orchestrator (NFs in XDP) vs all processes.
+    Offload {
+        /// Scenarios (comma separated): firewall (in -> fw -> out), chain (in -> fw -> monitor -> IPS -> out).
+        #[arg(long, value_delimiter = ',', default_value = "firewall,chain")]
+        scenarios: Vec<String>,
+        #[arg(long, value_delimiter = ',', default_value = "64,512,1500")]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Flat-out window of each throughput measurement.
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        window: Duration,
+        /// Offered load of each latency measurement (frames per second).
+        #[arg(long, default_value_t = 20_000)]
+        latency_pps: u64,
+        /// Frames of each latency measurement.
+        #[arg(long, default_value_t = 20_000)]
+        latency_frames: u64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// The firewall's lookups at N rules: FLASH's linear scan vs the bit-vector classifier.
     Firewall {
         #[arg(long, default_value_t = 1000)]
@@ -756,6 +777,24 @@ fn run(cli: Cli) -> Result<()> {
             let opts = benchchain::BenchChainOptions { scenarios, nfs, warmup, window, kernel: !no_kernel };
             let report = benchchain::run(&opts)?;
             print!("{}", benchchain::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        Cmd::Bench(BenchCmd::Offload { scenarios, sizes, runs, window, latency_pps, latency_frames, json }) => {
+            for sc in &scenarios {
+                if sc != "firewall" && sc != "chain" {
+                    return Err(anyhow!("unknown scenario {sc:?} (firewall, chain)"));
+                }
+            }
+            let opts = benchoffload::BenchOffloadOptions {
+                scenarios,
+                sizes,
+                runs: runs.max(1),
+                window,
+                latency_pps,
+                latency_frames,
+            };
+            let report = benchoffload::run(&opts)?;
+            print!("{}", benchoffload::table(&report));
             write_json(json.as_deref(), &report)
         }
         Cmd::Bench(BenchCmd::Firewall { rules, packets, runs, json }) => {

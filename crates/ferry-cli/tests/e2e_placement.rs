@@ -203,6 +203,18 @@ fn run(offload: &str, with_ips: bool, input: &[Vec<u8>], want: usize, last_rx: u
         (count(&st, last, "rx") == last_rx).then_some(st)
     });
     eprintln!("{offload}:\n{}", chainctl::status_table(&st));
+    // The XDP NFs' counters are in the metrics too, as `chain show` has them.
+    let addr = chainctl::metrics_addr(&rc.admin).unwrap().expect("ferryd serves metrics");
+    let (_, metrics) = http_get(&addr, "/metrics");
+    for n in &st.offloaded {
+        for (name, v) in &n.counters {
+            let line = format!(
+                "ferry_xdp_nf_counter_total{{chain=\"sfc\",nf=\"{}\",port=\"{}\",name=\"{name}\"}} {v}\n",
+                n.name, n.port
+            );
+            assert!(metrics.contains(&line), "{line} in the metrics:\n{metrics}");
+        }
+    }
     assert_conserved(&rc);
     rc.shutdown().unwrap();
     down_and_check(tb);
@@ -287,4 +299,39 @@ fn explain(file: &Path) -> String {
         .expect("run ferry chain check");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// `ferry bench offload` runs both variants of a scenario and reports
+/// them side by side (a smoke test: figures are not asserted).
+#[test]
+fn bench_offload_smoke() {
+    if !privileged("bench_offload") {
+        return;
+    }
+    let dir = TempDir::new("bench-offload");
+    let json = dir.path("offload.json");
+    let args = [
+        "bench",
+        "offload",
+        "--scenarios",
+        "firewall",
+        "--sizes",
+        "64",
+        "--runs",
+        "1",
+        "--window",
+        "300ms",
+        "--latency-frames",
+        "500",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let out = std::process::Command::new(FERRY).args(args).output().expect("run ferry bench offload");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("firewall") && stdout.contains("ratio"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let variants: Vec<&str> = v["samples"].as_array().unwrap().iter().map(|s| s["variant"].as_str().unwrap()).collect();
+    assert_eq!(variants, ["software", "placed"], "{v}");
+    assert_eq!(v["rows"].as_array().unwrap().len(), 1, "{v}");
 }

@@ -19,6 +19,10 @@
 //!   `{chain,domain}`;
 //! * `ferry_xdp_packets_total` / `ferry_xdp_bytes_total`
 //!   `{chain,port,verdict}`: each port's XDP program;
+//! * `ferry_xdp_nf_counter_total{chain,nf,port,name}`: the counters of
+//!   NFs the orchestrator placed in XDP (a flow monitor's flows are not
+//!   exported: one label set per flow would be unbounded; `ferry chain
+//!   show --json` has them);
 //! * `ferry_chains`: chains deployed.
 
 use std::fmt::Write;
@@ -146,6 +150,23 @@ pub fn render(chains: &[Arc<Chain>]) -> String {
     }
     family(&mut out, "ferry_xdp_packets_total", "counter", "Packets by verdict of each port's XDP program.", &packets);
     family(&mut out, "ferry_xdp_bytes_total", "counter", "Bytes by verdict of each port's XDP program.", &bytes);
+    let mut offloaded = Vec::new();
+    for s in &statuses {
+        for n in &s.offloaded {
+            for (name, v) in &n.counters {
+                let l = format!(
+                    "chain=\"{}\",nf=\"{}\",port=\"{}\",name=\"{}\"",
+                    esc(&s.chain),
+                    esc(&n.name),
+                    esc(&n.port),
+                    esc(name)
+                );
+                offloaded.push((l, *v));
+            }
+        }
+    }
+    let help = "Counters of the NFs placed in XDP, by port (packets).";
+    family(&mut out, "ferry_xdp_nf_counter_total", "counter", help, &offloaded);
     out
 }
 
@@ -187,7 +208,12 @@ mod tests {
         let text = render(&[]);
         assert!(text.starts_with("# HELP ferry_chains"), "{text}");
         assert!(text.contains("ferry_chains 0\n"));
-        for f in ["ferry_thread_rx_port_total", "ferry_nf_counter_total", "ferry_xdp_packets_total"] {
+        for f in [
+            "ferry_thread_rx_port_total",
+            "ferry_nf_counter_total",
+            "ferry_xdp_packets_total",
+            "ferry_xdp_nf_counter_total",
+        ] {
             assert!(text.contains(&format!("# TYPE {f} ")), "{f}");
         }
     }

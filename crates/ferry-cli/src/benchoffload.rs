@@ -1,0 +1,324 @@
+//! `ferry bench offload` (P4SFC Fig. 5 on XDP): the same chain file run
+//! with every NF `offload: never` (all processes: "software") and placed by
+//! the orchestrator (`auto`: "placed"), side by side, in alternating order.
+//!
+//! * `firewall`: in -> firewall -> out. Placed, it runs in XDP alone (the
+//!   pipeline redirects d0 to d1); in software it is one AF_XDP process.
+//! * `chain`: in -> firewall -> monitor -> IPS -> out. Placed, the firewall
+//!   and the monitor run in XDP and hand frames to the IPS process; in
+//!   software all three are processes. (P4SFC's chain is IPS -> monitor ->
+//!   firewall -> NAT, with the NFs after the IPS on the switch's egress;
+//!   Ferry has no hook after an AF_XDP socket's transmit, so NFs after the
+//!   first process stay processes, and there is no per-packet NAT NF yet:
+//!   the chain is reordered to the one Ferry can place.)
+//!
+//! Each measurement: a flat-out window of the live-frames generator into
+//! d0 (throughput at the AF_XDP sink on s0, machine CPU over the window),
+//! then a paced run at a fixed rate (latency p50/p99 from the frames'
+//! stamps). Generator on CPU 0, sink on CPU 1, the chain's NFs where the
+//! scheduler puts them; ports in driver mode. Medians over the runs, and
+//! placed/software ratios.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::chainctl;
+use crate::demo::{DEMO_TESTBED, IN_MAC};
+use crate::proc::{self, num, wait_for_xdp};
+
+const GEN_CPU: usize = 0;
+const SINK_CPU: usize = 1;
+
+#[derive(Debug, Clone)]
+pub struct BenchOffloadOptions {
+    pub scenarios: Vec<String>,
+    pub sizes: Vec<usize>,
+    pub runs: usize,
+    /// Flat-out window per throughput measurement.
+    pub window: Duration,
+    /// Offered load of the latency measurement, frames per second.
+    pub latency_pps: u64,
+    /// Frames of the latency measurement.
+    pub latency_frames: u64,
+}
+
+impl Default for BenchOffloadOptions {
+    fn default() -> Self {
+        BenchOffloadOptions {
+            scenarios: vec!["firewall".into(), "chain".into()],
+            sizes: vec![64, 512, 1500],
+            runs: 3,
+            window: Duration::from_secs(2),
+            latency_pps: 20_000,
+            latency_frames: 20_000,
+        }
+    }
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    pub scenario: String,
+    pub variant: String,
+    pub size: usize,
+    pub run: usize,
+    pub mpps: f64,
+    pub gbps: f64,
+    /// Busy share of all CPUs during the flat-out window (generator and
+    /// sink included), percent of one CPU.
+    pub cpu_percent: f64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    /// Frames of the latency run that did not arrive.
+    pub latency_lost: u64,
+}
+
+/// Medians of one (scenario, size), both variants, with ratios.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub scenario: String,
+    pub size: usize,
+    pub software: Medians,
+    pub placed: Medians,
+    /// placed / software throughput.
+    pub throughput_ratio: f64,
+    /// 1 - placed p50 / software p50 (positive: placed is faster).
+    pub p50_reduction: Option<f64>,
+    pub p99_reduction: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Medians {
+    pub mpps: f64,
+    pub gbps: f64,
+    pub cpu_percent: f64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchOffloadReport {
+    pub machine: String,
+    pub rows: Vec<Row>,
+    pub samples: Vec<Sample>,
+}
+
+const FW_RULES: &str = "deny proto tcp dport 22
+deny src 192.168.0.0/16
+deny dst 172.16.0.0/12 proto udp dport 53
+allow src 10.0.0.0/8 proto udp
+default deny
+";
+/// Contents the generator's frames lack: the IPS scans every payload and
+/// passes it.
+const IPS_RULES: &str = "drop udp any any -> any any (msg:\"shell\"; content:\"/bin/sh\"; sid:1;)
+alert udp any any -> any any (msg:\"probe\"; content:\"|de ad be ef|\"; sid:2;)
+";
+
+fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str) -> String {
+    let fw = dir.join("fw.rules");
+    let ips = dir.join("ips.rules");
+    let nf = |name: &str, kind: &str, args: &str| {
+        format!("  - {{ name: {name}, domain: main, kind: {kind}, args: [{args}], offload: {offload} }}\n")
+    };
+    let (nfs, links) = match scenario {
+        "firewall" => (nf("fw", "firewall", &format!("\"{}\"", fw.display())), "  - { from: fw, to: out }\n".into()),
+        _ => (
+            nf("fw", "firewall", &format!("\"{}\"", fw.display()))
+                + &nf("mon", "flow-monitor", "")
+                + &nf("ips", "ips", &format!("\"{}\"", ips.display())),
+            "  - { from: fw, to: mon }\n  - { from: mon, to: ips }\n  - { from: ips, to: out }\n".to_string(),
+        ),
+    };
+    format!(
+        "name: offload\ndomains: [ {{ name: main, frames: 8192 }} ]\nports:\n  - {{ name: in, netns: \"{dut}\", netdev: d0, \
+         xdp_mode: driver }}\n  - {{ name: out, netns: \"{dut}\", netdev: d1, xdp_mode: driver }}\nnfs:\n{nfs}links:\n  - \
+         {{ from: in, to: fw }}\n{links}"
+    )
+}
+
+/// (busy, total) jiffies of all CPUs.
+fn cpu_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let line = stat.lines().next().unwrap_or_default();
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let total: u64 = v.iter().sum();
+    // idle and iowait
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn median_opt(v: Vec<Option<f64>>) -> Option<f64> {
+    let v: Vec<f64> = v.into_iter().flatten().collect();
+    (!v.is_empty()).then(|| median(v))
+}
+
+/// One variant on the running testbed: ferryd up on its chain file, a
+/// throughput window, a latency run, ferryd down.
+fn measure(
+    tb: &ferry_testbed::Testbed,
+    dir: &Path,
+    o: &BenchOffloadOptions,
+    key: (&str, &str, usize, usize),
+) -> Result<Sample> {
+    let (scenario, variant, size, run) = key;
+    let offload = if variant == "placed" { "auto" } else { "never" };
+    let chain = dir.join(format!("{scenario}-{variant}.yaml"));
+    std::fs::write(&chain, chain_yaml(scenario, tb.ns_name("dut"), dir, offload))?;
+    let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true).context("starting ferryd")?;
+    let (gen_ns, sink_ns) = (tb.ns_name("gen"), tb.ns_name("sink"));
+    let size_arg = size.to_string();
+    let ms = |d: Duration| format!("{}ms", d.as_millis());
+
+    // Throughput: flat out for the window; the sink's own rate is the
+    // chain's.
+    let sink_cap = ms(o.window + Duration::from_secs(30));
+    let sink_args = ["sink", "--dev", "s0", "--idle-exit", "1s", "--duration", &sink_cap];
+    let sink = proc::spawn(sink_ns, &sink_args.map(String::from), Some(SINK_CPU))?;
+    wait_for_xdp(sink_ns, "s0", Duration::from_secs(60))?;
+    let window = ms(o.window);
+    let gen_args = ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--duration", &window];
+    let (busy0, total0) = cpu_jiffies();
+    let gen = proc::spawn(gen_ns, &gen_args.map(String::from), Some(GEN_CPU))?;
+    gen.wait(o.window + Duration::from_secs(30)).context("generator")?;
+    let (busy1, total1) = cpu_jiffies();
+    let sink_report: Value = sink.finish(Duration::from_secs(10)).context("sink")?;
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let cpu_percent =
+        if total1 > total0 { (busy1 - busy0) as f64 / (total1 - total0) as f64 * 100.0 * cpus } else { 0.0 };
+    let mpps = num(&sink_report, "/pps") / 1e6;
+
+    // Latency: paced, every frame counted.
+    let count = o.latency_frames.to_string();
+    let sink_args = ["sink", "--dev", "s0", "--idle-exit", "1s", "--count", &count, "--duration", &sink_cap];
+    let sink = proc::spawn(sink_ns, &sink_args.map(String::from), Some(SINK_CPU))?;
+    wait_for_xdp(sink_ns, "s0", Duration::from_secs(60))?;
+    let rate = o.latency_pps.to_string();
+    let gen_args =
+        ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--rate", &rate, "--count", &count];
+    let gen_report = proc::spawn(gen_ns, &gen_args.map(String::from), Some(GEN_CPU))?
+        .wait(Duration::from_secs(120))
+        .context("paced generator")?;
+    let lat = sink.finish(Duration::from_secs(10)).context("latency sink")?;
+    rc.shutdown()?;
+    let us = |p: &str| lat.pointer(p).and_then(Value::as_f64).map(|ns| ns / 1e3);
+    let sent = num(&gen_report, "/sent") as u64;
+    let received = num(&lat, "/packets") as u64;
+    Ok(Sample {
+        scenario: scenario.into(),
+        variant: variant.into(),
+        size,
+        run,
+        mpps,
+        gbps: mpps * 1e6 * size as f64 * 8.0 / 1e9,
+        cpu_percent,
+        p50_us: us("/latency/p50_ns"),
+        p99_us: us("/latency/p99_ns"),
+        latency_lost: sent.saturating_sub(received),
+    })
+}
+
+pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
+    let spec = ferry_testbed::TestbedSpec::from_yaml_str(DEMO_TESTBED, "examples/testbeds/demo.yaml")?;
+    let tb = ferry_testbed::up(&spec).context("building the testbed")?;
+    let dir = std::env::temp_dir().join(format!("ferry-bench-offload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("fw.rules"), FW_RULES)?;
+    std::fs::write(dir.join("ips.rules"), IPS_RULES)?;
+    let mut samples = Vec::new();
+    let result = (|| -> Result<()> {
+        for scenario in &o.scenarios {
+            for &size in &o.sizes {
+                for run in 0..o.runs {
+                    // Alternating order: neither variant always goes first.
+                    let order = if run % 2 == 0 { ["software", "placed"] } else { ["placed", "software"] };
+                    for variant in order {
+                        let s = measure(&tb, &dir, o, (scenario, variant, size, run))
+                            .with_context(|| format!("{scenario} {variant} {size} B run {run}"))?;
+                        eprintln!(
+                            "[offload] {scenario:<8} {variant:<8} {size:>4} B run {run}: {:.3} Mpps, p50 {:?} us",
+                            s.mpps, s.p50_us
+                        );
+                        samples.push(s);
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    let down = tb.down();
+    let _ = std::fs::remove_dir_all(&dir);
+    result?;
+    down?;
+    let mut rows = Vec::new();
+    for scenario in &o.scenarios {
+        for &size in &o.sizes {
+            let of = |variant: &str| {
+                let v: Vec<&Sample> = samples
+                    .iter()
+                    .filter(|s| &s.scenario == scenario && s.size == size && s.variant == variant)
+                    .collect();
+                Medians {
+                    mpps: median(v.iter().map(|s| s.mpps).collect()),
+                    gbps: median(v.iter().map(|s| s.gbps).collect()),
+                    cpu_percent: median(v.iter().map(|s| s.cpu_percent).collect()),
+                    p50_us: median_opt(v.iter().map(|s| s.p50_us).collect()),
+                    p99_us: median_opt(v.iter().map(|s| s.p99_us).collect()),
+                }
+            };
+            let (software, placed) = (of("software"), of("placed"));
+            let reduction = |p: Option<f64>, s: Option<f64>| match (p, s) {
+                (Some(p), Some(s)) if s > 0.0 => Some(1.0 - p / s),
+                _ => None,
+            };
+            rows.push(Row {
+                scenario: scenario.clone(),
+                size,
+                throughput_ratio: if software.mpps > 0.0 { placed.mpps / software.mpps } else { 0.0 },
+                p50_reduction: reduction(placed.p50_us, software.p50_us),
+                p99_reduction: reduction(placed.p99_us, software.p99_us),
+                software,
+                placed,
+            });
+        }
+    }
+    Ok(BenchOffloadReport { machine: crate::bench::machine_summary(), rows, samples })
+}
+
+/// The readable table.
+pub fn table(r: &BenchOffloadReport) -> String {
+    let mut s =
+        format!("ferry bench offload — {} (medians; placed = `offload: auto`, software = `never`)\n", r.machine);
+    s += "scenario  size  software Mpps  placed Mpps  ratio  software p50/p99 us  placed p50/p99 us  p50 -%  CPU% sw/placed\n";
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.0}"));
+    for row in &r.rows {
+        s += &format!(
+            "{:<9} {:>4}  {:>13.3}  {:>11.3}  {:>5.2}  {:>9}/{:<9}  {:>8}/{:<8}  {:>6}  {:>5.0}/{:<5.0}\n",
+            row.scenario,
+            row.size,
+            row.software.mpps,
+            row.placed.mpps,
+            row.throughput_ratio,
+            f(row.software.p50_us),
+            f(row.software.p99_us),
+            f(row.placed.p50_us),
+            f(row.placed.p99_us),
+            row.p50_reduction.map_or("-".to_string(), |x| format!("{:.0}", x * 100.0)),
+            row.software.cpu_percent,
+            row.placed.cpu_percent,
+        );
+    }
+    s
+}
