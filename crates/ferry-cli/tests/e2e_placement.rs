@@ -335,3 +335,78 @@ fn bench_offload_smoke() {
     assert_eq!(variants, ["software", "placed"], "{v}");
     assert_eq!(v["rows"].as_array().unwrap().len(), 1, "{v}");
 }
+
+/// A placed chain (in -> fw -> mon -> out, all in XDP) is deployed next to
+/// a running in-memory chain, carries frames and is removed, five times:
+/// the running chain loses nothing and restarts nothing, and each removal
+/// takes the pipeline off d0 (no XDP program is left on it).
+#[test]
+fn placed_chains_deploy_and_remove_without_disturbing_the_others() {
+    if !privileged("placement_deploy_remove") {
+        return;
+    }
+    let tb = testbed(PORTS_TESTBED, "e2e_placement/deploy.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let (gen_ns, sink_ns) = (tb.ns_name("gen").to_string(), tb.ns_name("sink").to_string());
+    let sink_ns = sink_ns.as_str();
+    let dir = TempDir::new("place-deploy");
+    std::fs::write(dir.path("fw.rules"), FW_RULES).unwrap();
+    std::fs::write(dir.path("ips.rules"), IPS_RULES).unwrap();
+    let running = "name: a\ndomains: [ { name: main, frames: 2048, ring_size: 512 } ]\nnfs:\n  - { name: src, domain: \
+                   main, kind: source, args: [\"rate=200000\"] }\n  - { name: snk, domain: main, kind: sink }\nlinks:\n  \
+                   - { from: src, to: snk }\n";
+    let (rc, _) = start(&dir, running);
+    wait_until("traffic in chain a", || rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > 1000));
+    let placed = dir.path("sfc.yaml");
+    std::fs::write(&placed, chain(&dut, &dir, "auto", false)).unwrap();
+    let frames: Vec<Vec<u8>> = (0..20u16).map(|i| frame(tuple(1, L4Proto::Udp, 4000 + i, 9), 64, b"")).collect();
+    for round in 1..=5 {
+        let deployed = chainctl::deploy(&rc.admin, &placed).expect("deploy the placed chain");
+        assert!(deployed.placement.contains("redirected out of port out"), "{}", deployed.placement);
+        let got = std::thread::scope(|s| {
+            let (ready_tx, ready_rx) = mpsc::channel();
+            let want = frames.len();
+            let listener = s.spawn(move || {
+                in_netns(sink_ns, move || {
+                    let sock = RawSock::open("s0");
+                    ready_tx.send(()).unwrap();
+                    let mut n = 0;
+                    while n < want && sock.recv_match(HANG_GUARD, |f| f.len() == 64).is_some() {
+                        n += 1;
+                    }
+                    n
+                })
+            });
+            ready_rx.recv().unwrap();
+            in_netns(&gen_ns, || {
+                let sock = RawSock::open("g0");
+                for f in &frames {
+                    sock.send(f);
+                }
+            });
+            listener.join().unwrap()
+        });
+        assert_eq!(got, frames.len(), "round {round}: every frame through the XDP chain");
+        let st = chainctl::status(&rc.admin, "sfc").unwrap();
+        assert_eq!(count(&st, "fw", "rx"), frames.len() as u64, "round {round}");
+        let sunk = c(&rc.status().unwrap(), "snk", "sunk");
+        chainctl::remove(&rc.admin, "sfc").expect("remove the placed chain");
+        let link = tb.exec("dut", "ip", ["link", "show", "dev", "d0"]).output().unwrap();
+        let link = String::from_utf8_lossy(&link.stdout);
+        assert!(!link.contains("xdp"), "round {round}: the pipeline left d0: {link}");
+        wait_until("chain a still flowing", || rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > sunk + 1000));
+    }
+    let a = rc.status().unwrap();
+    let drops: Vec<_> = a
+        .nfs
+        .iter()
+        .flat_map(|n| n.threads.iter().flatten())
+        .filter(|(k, v)| k.starts_with("drop_") && *v > 0)
+        .collect();
+    // The sink frees what it sinks through drop_nf; nothing else may drop.
+    assert!(drops.iter().all(|(k, _)| k == "drop_nf"), "chain a lost frames: {drops:?}");
+    assert!(a.nfs.iter().all(|n| n.connected && n.restarts == 0), "chain a undisturbed: {a:?}");
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+    down_and_check(tb);
+}
