@@ -183,7 +183,14 @@ __attribute__((noinline)) int ferry_el_flowmon(__u32 config, struct ferry_pl_fie
 	} else {
 		struct ferry_pl_count init = { .packets = 1, .bytes = f->bytes };
 
-		bpf_map_update_elem(&ferry_pl_flows, &k, &init, BPF_NOEXIST);
+		/* Another CPU may have created it meanwhile: count there. */
+		if (bpf_map_update_elem(&ferry_pl_flows, &k, &init, BPF_NOEXIST)) {
+			c = bpf_map_lookup_elem(&ferry_pl_flows, &k);
+			if (c) {
+				__sync_fetch_and_add(&c->packets, 1);
+				__sync_fetch_and_add(&c->bytes, f->bytes);
+			}
+		}
 	}
 	return CONTINUE;
 }

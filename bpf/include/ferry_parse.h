@@ -150,12 +150,12 @@ static __always_inline struct ferry_icmphdr *ferry_parse_icmp(struct ferry_curso
 
 /*
  * A frame parsed to L4. `ok` is 0 for a malformed frame (the caller counts
- * it): too short for a header it announces, an IPv4 header whose version
- * is not 4 or whose total length does not cover its header or exceeds the
- * frame, an L4 header past the IPv4 total length, a UDP length under 8 or
- * past its IP payload. Non-IP frames, IPv4 fragments after the first and
- * unknown L4 protocols parse fine with the fields they have (l4 == NULL,
- * ports 0). ferry-wire's `flow::parse` is the same parser in Rust; a
+ * it): too short for a header it announces, stacked VLAN tags, an IPv4
+ * header whose version is not 4 or whose total length does not cover its
+ * header or exceeds the frame, an L4 header past the IPv4 total length, a
+ * UDP length under 8 or past its IP payload (but for a first fragment).
+ * Non-IP frames, IPv4 fragments after the first and unknown L4 protocols
+ * parse fine with the fields they have (l4 == NULL, ports 0). ferry-wire's `flow::parse` is the same parser in Rust; a
  * differential test holds the two to the same answers.
  */
 struct ferry_pkt {
@@ -190,13 +190,17 @@ static __always_inline void ferry_parse_l4(struct ferry_cursor *c, struct ferry_
 	if (!p->eth)
 		return;
 	p->ethertype = p->eth->h_proto;
-	/* One 802.1Q tag; an 802.1ad (QinQ) outer tag is not unwrapped. */
+	/* One 802.1Q tag is unwrapped. */
 	if (p->ethertype == bpf_htons(ETH_P_8021Q)) {
 		v = ferry_parse_vlan(c);
 		if (!v)
 			return;
 		p->ethertype = v->proto;
 	}
+	/* Stacked tags (802.1ad, or a second 802.1Q) are malformed here: an
+	 * NF that passes "not IP" would let the inner frame by unchecked. */
+	if (p->ethertype == bpf_htons(ETH_P_8021Q) || p->ethertype == bpf_htons(ETH_P_8021AD))
+		return;
 	if (p->ethertype == bpf_htons(ETH_P_IP)) {
 		p->ip4 = ferry_parse_ipv4(c);
 		if (!p->ip4)
@@ -231,7 +235,10 @@ static __always_inline void ferry_parse_l4(struct ferry_cursor *c, struct ferry_
 		udp = ferry_parse_udp(c);
 		if (!udp || c->pos > l4_limit)
 			return;
-		if (bpf_ntohs(udp->len) < sizeof(*udp) || (void *)udp + bpf_ntohs(udp->len) > l4_limit)
+		/* A first fragment's UDP length covers the whole datagram, past
+		 * this fragment: only its header must be here. */
+		if (!p->fragment &&
+		    (bpf_ntohs(udp->len) < sizeof(*udp) || (void *)udp + bpf_ntohs(udp->len) > l4_limit))
 			return;
 		p->l4 = udp;
 		p->sport = udp->source;

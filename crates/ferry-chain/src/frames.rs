@@ -3,7 +3,7 @@
 //! the pool are marked with its thread id, frames it gives back are marked
 //! ownerless before they go in. Used by NF threads and ferryd's bridges.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 
 use ferry_ring::{FramePool, SharedWords};
 
@@ -57,9 +57,17 @@ impl FrameCache {
     }
 
     /// Says whether this thread is between the pool and the owner table.
+    /// Raised before, and lowered after, the owner-table stores it covers
+    /// (the fences keep those stores on their side of it).
     fn pool_op(&self, busy: bool) {
         let block = ThreadBlock::of(self.control.as_slice(), self.tid as u32).expect("checked in new");
+        if !busy {
+            fence(Ordering::SeqCst);
+        }
         block.set(T_POOL_OP, u64::from(busy));
+        if busy {
+            fence(Ordering::SeqCst);
+        }
     }
 
     /// A free frame (its start address), or None when the domain has none.

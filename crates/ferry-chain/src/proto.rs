@@ -215,7 +215,9 @@ pub struct OffloadedStatus {
     pub port: String,
     /// Packets, by counter name.
     pub counters: Vec<(String, u64)>,
-    /// A flow monitor's flows.
+    /// A flow monitor's flows: how many, and the busiest (at most 1000).
+    #[serde(default)]
+    pub flows_total: u64,
     #[serde(default)]
     pub flows: Vec<FlowStatus>,
 }

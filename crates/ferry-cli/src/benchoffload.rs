@@ -29,6 +29,7 @@ use serde_json::Value;
 use crate::chainctl;
 use crate::demo::{DEMO_TESTBED, IN_MAC};
 use crate::proc::{self, num, wait_for_xdp};
+use ferry_testbed::apps::CpuMeter;
 
 const GEN_CPU: usize = 0;
 const SINK_CPU: usize = 1;
@@ -68,9 +69,12 @@ pub struct Sample {
     pub run: usize,
     pub mpps: f64,
     pub gbps: f64,
-    /// Busy share of all CPUs during the flat-out window (generator and
-    /// sink included), percent of one CPU.
+    /// Busy time of all CPUs during the flat-out window (generator and
+    /// sink included), 100 = one CPU.
     pub cpu_percent: f64,
+    /// The softirq part of it: where XDP (and the kernel's veth and
+    /// AF_XDP copy work) runs, charged to no process.
+    pub softirq_percent: f64,
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
     /// Frames of the latency run that did not arrive.
@@ -96,6 +100,7 @@ pub struct Medians {
     pub mpps: f64,
     pub gbps: f64,
     pub cpu_percent: f64,
+    pub softirq_percent: f64,
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
 }
@@ -141,17 +146,6 @@ fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str) -> String {
     )
 }
 
-/// (busy, total) jiffies of all CPUs.
-fn cpu_jiffies() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let line = stat.lines().next().unwrap_or_default();
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    let total: u64 = v.iter().sum();
-    // idle and iowait
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    (total - idle, total)
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -190,14 +184,11 @@ fn measure(
     wait_for_xdp(sink_ns, "s0", Duration::from_secs(60))?;
     let window = ms(o.window);
     let gen_args = ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--duration", &window];
-    let (busy0, total0) = cpu_jiffies();
+    let meter = CpuMeter::start(&[]).context("CPU meter")?;
     let gen = proc::spawn(gen_ns, &gen_args.map(String::from), Some(GEN_CPU))?;
     gen.wait(o.window + Duration::from_secs(30)).context("generator")?;
-    let (busy1, total1) = cpu_jiffies();
+    let cpu = meter.stop().context("CPU meter")?;
     let sink_report: Value = sink.finish(Duration::from_secs(10)).context("sink")?;
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    let cpu_percent =
-        if total1 > total0 { (busy1 - busy0) as f64 / (total1 - total0) as f64 * 100.0 * cpus } else { 0.0 };
     let mpps = num(&sink_report, "/pps") / 1e6;
 
     // Latency: paced, every frame counted.
@@ -223,7 +214,8 @@ fn measure(
         run,
         mpps,
         gbps: mpps * 1e6 * size as f64 * 8.0 / 1e9,
-        cpu_percent,
+        cpu_percent: cpu.total_busy_percent,
+        softirq_percent: cpu.softirq_percent,
         p50_us: us("/latency/p50_ns"),
         p99_us: us("/latency/p99_ns"),
         latency_lost: sent.saturating_sub(received),
@@ -274,6 +266,7 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
                     mpps: median(v.iter().map(|s| s.mpps).collect()),
                     gbps: median(v.iter().map(|s| s.gbps).collect()),
                     cpu_percent: median(v.iter().map(|s| s.cpu_percent).collect()),
+                    softirq_percent: median(v.iter().map(|s| s.softirq_percent).collect()),
                     p50_us: median_opt(v.iter().map(|s| s.p50_us).collect()),
                     p99_us: median_opt(v.iter().map(|s| s.p99_us).collect()),
                 }
@@ -301,11 +294,11 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
 pub fn table(r: &BenchOffloadReport) -> String {
     let mut s =
         format!("ferry bench offload — {} (medians; placed = `offload: auto`, software = `never`)\n", r.machine);
-    s += "scenario  size  software Mpps  placed Mpps  ratio  software p50/p99 us  placed p50/p99 us  p50 -%  CPU% sw/placed\n";
+    s += "scenario  size  software Mpps  placed Mpps  ratio  software p50/p99 us  placed p50/p99 us  p50 -%  CPU% (softirq) sw / placed\n";
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.0}"));
     for row in &r.rows {
         s += &format!(
-            "{:<9} {:>4}  {:>13.3}  {:>11.3}  {:>5.2}  {:>9}/{:<9}  {:>8}/{:<8}  {:>6}  {:>5.0}/{:<5.0}\n",
+            "{:<9} {:>4}  {:>13.3}  {:>11.3}  {:>5.2}  {:>9}/{:<9}  {:>8}/{:<8}  {:>6}  {:>4.0} ({:>3.0}) / {:>4.0} ({:>3.0})\n",
             row.scenario,
             row.size,
             row.software.mpps,
@@ -317,7 +310,9 @@ pub fn table(r: &BenchOffloadReport) -> String {
             f(row.placed.p99_us),
             row.p50_reduction.map_or("-".to_string(), |x| format!("{:.0}", x * 100.0)),
             row.software.cpu_percent,
+            row.software.softirq_percent,
             row.placed.cpu_percent,
+            row.placed.softirq_percent,
         );
     }
     s

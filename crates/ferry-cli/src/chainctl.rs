@@ -224,10 +224,10 @@ pub fn counter(s: &Status, nf: &str, name: &str) -> u64 {
         .sum()
 }
 
-/// The per-NF table `ferry chain show` prints: nonzero counters only.
 /// Flows of a flow monitor the table shows (the busiest first).
 const FLOWS_SHOWN: usize = 10;
 
+/// The per-NF table `ferry chain show` prints: nonzero counters only.
 pub fn status_table(s: &Status) -> String {
     let mut out = format!("chain {} (id {})\n", s.chain, s.id);
     for n in &s.nfs {
@@ -257,8 +257,9 @@ pub fn status_table(s: &Status) -> String {
                 f.src, f.sport, f.dst, f.dport, f.proto, f.packets, f.bytes
             );
         }
-        if n.flows.len() > FLOWS_SHOWN {
-            out += &format!("    ... {} more flows (--json has them all)\n", n.flows.len() - FLOWS_SHOWN);
+        if n.flows_total > FLOWS_SHOWN as u64 {
+            let more = n.flows_total - FLOWS_SHOWN as u64;
+            out += &format!("    ... {more} more flows (--json has the busiest {})\n", n.flows.len());
         }
     }
     for d in &s.domains {

@@ -81,10 +81,10 @@ fn tuple(src: u8, proto: L4Proto, sport: u16, dport: u16) -> FiveTuple {
     FiveTuple { src_ip: [10, 0, 0, src].into(), dst_ip: [10, 9, 0, 1].into(), src_port: sport, dst_port: dport, proto }
 }
 
-/// The input: every kind of frame the NFs tell apart. (Not VLAN tags:
-/// veth moves a tag sent over AF_PACKET out of the frame into the skb's
-/// metadata, so neither placement ever sees it; the parser tests in
-/// ferry-bpf and ferry-place cover tagged frames.)
+/// The input: every kind of frame the NFs tell apart. (Not 802.1Q tags:
+/// veth moves such a tag sent over AF_PACKET out of the frame into the
+/// skb's metadata, so neither placement ever sees it; the parser tests in
+/// ferry-bpf and ferry-place cover tagged frames. An 802.1ad tag stays.)
 fn input() -> Vec<Vec<u8>> {
     let mut v = Vec::new();
     for i in 0..48u16 {
@@ -108,9 +108,15 @@ fn input() -> Vec<Vec<u8>> {
     let mut later_fragment = frame(tuple(1, L4Proto::Udp, 3000, 9), 64, b"");
     later_fragment[14 + 7] = 0x10;
     v.push(later_fragment);
+    // A first fragment: more fragments follow, and its UDP length covers
+    // the whole datagram.
     let mut first_fragment = frame(tuple(1, L4Proto::Udp, 3001, 9), 64, b"");
     first_fragment[14 + 6] = 0x20;
+    first_fragment[14 + 20 + 4..14 + 20 + 6].copy_from_slice(&1000u16.to_be_bytes());
+    let mut qinq = frame(tuple(1, L4Proto::Udp, 3002, 9), 64, b"");
+    qinq.splice(12..12, [0x88, 0xa8, 0x00, 0x05]);
     v.push(first_fragment);
+    v.push(qinq);
     let mut udp_past_total = frame(tuple(1, L4Proto::Udp, 3003, 9), 64, b"");
     udp_past_total[14 + 3] = 24;
     v.push(udp_past_total);

@@ -16,8 +16,10 @@ pub(crate) static SPEC: NfSpec =
     NfSpec { name: "flow-monitor", counters: &["rx", "pass", "drop_malformed", "pass_untracked"] };
 
 /// Flows tracked at most; frames of further new flows pass uncounted
-/// (`pass_untracked`), as the XDP element's map refuses new keys when
-/// full.
+/// (`pass_untracked`). The XDP element's map is an LRU hash of the same
+/// size, shared by the port's flow monitors: full, it evicts the least
+/// recently used flow instead, so past this many flows the two tables
+/// differ (the frames' fates never do).
 pub const MAX_FLOWS: usize = 65_536;
 
 /// A flow's key: IPv4 addresses (0 for other frames), ports (0 unless TCP

@@ -102,11 +102,6 @@ pub fn install(
 }
 
 impl Installed {
-    /// Takes the part out of the pipeline (entry point first).
-    pub fn remove(&self, p: &mut Pipeline) -> Result<(), BpfError> {
-        p.remove(self.chain, self.ifindex, &self.elements)
-    }
-
     /// Each NF's counters by name (packets).
     pub fn counters(&self, p: &Pipeline) -> Result<Vec<Vec<(String, u64)>>, BpfError> {
         self.nfs

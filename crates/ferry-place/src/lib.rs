@@ -154,6 +154,9 @@ fn offloadable(spec: &ChainSpec, i: usize, in_links: usize) -> Result<Lowering, 
     if nf.offload == OffloadPolicy::Never {
         return Err("offload: never".into());
     }
+    if !nf.spawn {
+        return Err("spawn: false: a process of its own connects as it".into());
+    }
     if in_links != 1 {
         return Err(format!("frames reach it from {in_links} places; an XDP part serves one ingress port"));
     }
@@ -210,6 +213,22 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
         };
         if nfs.is_empty() {
             continue;
+        }
+        // The port's queue i goes to thread i of the NF it feeds; the file
+        // gave the port to the path's first NF, so the process after the
+        // path must have as many threads, or frames of some queues would
+        // find no socket.
+        if let Then::Nf(next) = &then {
+            let (first, next) =
+                (&spec.nfs[nfs[0].0], &spec.nfs[spec.nfs.iter().position(|n| &n.name == next).expect("an NF")]);
+            if first.threads != next.threads {
+                why_server[nfs[0].0] = Some(format!(
+                    "it has {} threads on port {} and {} after it has {}: the port's queues would not all reach a \
+                     socket",
+                    first.threads, port.name, next.name, next.threads
+                ));
+                continue;
+            }
         }
         offloaded.extend(nfs.iter().map(|(i, _)| *i));
         paths.push(XdpPath {

@@ -16,16 +16,6 @@ pub enum Lowering {
     FlowMonitor,
 }
 
-impl Lowering {
-    /// The NF's counters as `ferry chain show` names them.
-    pub fn counter_names(&self) -> &'static [&'static str] {
-        match self {
-            Lowering::Firewall { .. } => &["rx", "pass"],
-            Lowering::FlowMonitor => &["rx"],
-        }
-    }
-}
-
 /// The XDP form of an NF of type `kind` with `args`, or why there is none.
 pub fn lower(kind: &str, args: &[String]) -> Result<Lowering, String> {
     match kind {
@@ -37,6 +27,11 @@ pub fn lower(kind: &str, args: &[String]) -> Result<Lowering, String> {
 
 fn lower_firewall(args: &[String]) -> Result<Lowering, String> {
     let file = args.first().ok_or("no rule file")?;
+    // ferryd reads it here, the NF process (run in `/`) would read it
+    // there: only an absolute path names the same file for both.
+    if !std::path::Path::new(file).is_absolute() {
+        return Err(format!("rule file {file:?} is a relative path; give an absolute one"));
+    }
     let text = std::fs::read_to_string(file).map_err(|e| format!("rule file {file}: {e}"))?;
     let rules = parse_fw_rules(&text).map_err(|e| format!("rule file {file}: {e}"))?;
     if rules.rules.len() > ACL_MAX_RULES {

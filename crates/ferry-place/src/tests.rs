@@ -138,3 +138,23 @@ fn a_bad_offload_value_names_the_field() {
     assert_eq!((e.line, e.field.as_str()), (Some(8), "nfs[1].offload"));
     assert!(e.message.contains("unknown variant `always`"), "{e}");
 }
+
+#[test]
+fn a_path_is_kept_in_processes_when_the_next_process_has_other_threads() {
+    let f = Files::new("threads", 3);
+    let text = f
+        .chain(&[("fw", "threads: 2"), ("mon", "threads: 2")])
+        .replace("{ name: in, netdev: a0 }", "{ name: in, netdev: a0, queues: 2 }");
+    let (_, p) = load_str(&text, "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Server), ("mon", Place::Server), ("ips", Place::Server)]);
+    assert!(p.decisions[0].why.contains("2 threads on port in and ips after it has 1"), "{}", p.decisions[0].why);
+    assert!(p.xdp.is_empty());
+}
+
+#[test]
+fn nfs_that_connect_by_themselves_stay_processes() {
+    let f = Files::new("spawn", 3);
+    let (_, p) = load_str(&f.chain(&[("fw", "spawn: false")]), "sfc.yaml").unwrap();
+    assert_eq!(p.decisions[0].place, Place::Server);
+    assert!(p.decisions[0].why.starts_with("spawn: false"), "{}", p.decisions[0].why);
+}

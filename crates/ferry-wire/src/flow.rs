@@ -6,15 +6,17 @@
 //! and mutated frames and compares the answers field by field.
 //!
 //! The rules, in order:
-//! - Ethernet, with at most one 802.1Q tag (an 802.1ad outer tag is not
-//!   unwrapped: such a frame is "not IP");
+//! - Ethernet, with at most one 802.1Q tag; stacked tags (802.1ad, or a
+//!   second 802.1Q) are malformed: an NF that lets "not IP" pass would
+//!   otherwise let the inner frame by unchecked;
 //! - IPv4: the header must be valid ([`Ipv4Packet::new_checked`]); a
 //!   non-first fragment stops there (no L4 header);
 //! - IPv6: the fixed 40-byte header; the next header is taken as the L4
 //!   protocol (extension headers are not walked);
 //! - L4: TCP, UDP and ICMP headers must fit in the IP payload (IPv4: up
-//!   to its total length; IPv6: up to the end of the frame); other
-//!   protocols carry no L4 fields.
+//!   to its total length; IPv6: up to the end of the frame), and so must
+//!   the UDP length, but for an IPv4 first fragment (its UDP length
+//!   covers the whole datagram); other protocols carry no L4 fields.
 //!
 //! Anything else (ARP, unknown EtherTypes) parses fine with no IP fields.
 
@@ -24,7 +26,7 @@ use crate::ethernet::{ethertype, EthernetFrame};
 use crate::icmpv4::Icmpv4Packet;
 use crate::ipv4::{ip_proto, Ipv4Packet};
 use crate::tcp::TcpPacket;
-use crate::udp::UdpPacket;
+use crate::udp::{UdpPacket, UDP_HEADER_LEN};
 use crate::WireError;
 
 /// Length of the fixed IPv6 header.
@@ -68,6 +70,10 @@ pub fn parse(frame: &[u8]) -> Result<Flow, WireError> {
         dport: 0,
         l4_offset: None,
     };
+    if matches!(flow.ethertype, ethertype::VLAN | ethertype::QINQ) {
+        return Err(WireError::UnsupportedEthertype(flow.ethertype));
+    }
+    let mut first_fragment = false;
     let (l4, l4_offset) = match flow.ethertype {
         ethertype::IPV4 => {
             let ip = Ipv4Packet::new_checked(eth.payload())?;
@@ -79,6 +85,7 @@ pub fn parse(frame: &[u8]) -> Result<Flow, WireError> {
                 flow.later_fragment = true;
                 return Ok(flow);
             }
+            first_fragment = ip.more_frags();
             let (header, total) = (ip.header_len(), ip.total_len());
             (&eth.payload()[header..total], l3_offset + header)
         }
@@ -96,6 +103,13 @@ pub fn parse(frame: &[u8]) -> Result<Flow, WireError> {
         ip_proto::TCP => {
             let tcp = TcpPacket::new_checked(l4)?;
             (flow.sport, flow.dport) = (tcp.src_port(), tcp.dst_port());
+        }
+        // Only the header is here: the UDP length covers the whole datagram.
+        ip_proto::UDP if first_fragment => {
+            let have = l4.len();
+            let header = l4.get(..UDP_HEADER_LEN).ok_or(WireError::Truncated { layer: "udp", need: 8, have })?;
+            let udp = UdpPacket::new_unchecked(header);
+            (flow.sport, flow.dport) = (udp.src_port(), udp.dst_port());
         }
         ip_proto::UDP => {
             let udp = UdpPacket::new_checked(l4)?;
@@ -141,9 +155,12 @@ mod tests {
         f.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
         let flow = parse(&f).unwrap();
         assert_eq!((flow.dport, flow.l4_offset), (53, Some(38)));
+        // Stacked tags: refused, outer 802.1ad or a second 802.1Q.
         f[12..14].copy_from_slice(&[0x88, 0xa8]);
-        let qinq = parse(&f).unwrap();
-        assert_eq!((qinq.is_ipv4, qinq.proto, qinq.ethertype), (false, 0, 0x88a8));
+        assert_eq!(parse(&f), Err(WireError::UnsupportedEthertype(0x88a8)));
+        f[12..14].copy_from_slice(&[0x81, 0x00]);
+        f.splice(16..16, [0x81, 0x00, 0x00, 0x08]);
+        assert_eq!(parse(&f), Err(WireError::UnsupportedEthertype(0x8100)));
     }
 
     #[test]
@@ -151,8 +168,13 @@ mod tests {
         let f = parse(&ipv4_frame(17, 1, &[0; 8])).unwrap();
         assert!(f.later_fragment && f.is_ipv4);
         assert_eq!((f.sport, f.dport, f.l4_offset), (0, 0, None));
-        // A first fragment (more-fragments flag only) has its ports.
-        assert_eq!(parse(&ipv4_frame(17, 0x2000, &UDP_1000_53)).unwrap().dport, 53);
+        // A first fragment (more-fragments flag only) has its ports, and
+        // its UDP length may run past it (it covers the whole datagram).
+        let mut first = UDP_1000_53;
+        first[5] = 200;
+        assert_eq!(parse(&ipv4_frame(17, 0x2000, &first)).unwrap().dport, 53);
+        assert!(parse(&ipv4_frame(17, 0, &first)).is_err(), "not a fragment: the UDP length must fit");
+        assert!(parse(&ipv4_frame(17, 0x2000, &first[..6])).is_err(), "a cut header still is malformed");
     }
 
     #[test]

@@ -233,6 +233,11 @@ impl Chain {
         if let Some(dir) = proto::key_path(&self.socket, &self.plan.name, "-").parent() {
             let _ = std::fs::remove_dir(dir);
         }
+        // The XDP programs leave the devices now, not when the last thread
+        // holding the chain lets go of it: a redeploy may attach at once.
+        for port in self.ports.iter().flatten() {
+            port.lock().expect("port lock").xdp = None;
+        }
     }
 
     /// Starts NF `i` under a supervisor thread that restarts it after it

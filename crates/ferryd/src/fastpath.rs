@@ -13,6 +13,10 @@ use ferry_chain::plan::PortPlan;
 use ferry_chain::proto::{FlowStatus, OffloadedStatus};
 use ferry_place::{install, Installed, Target, XdpPath};
 
+/// Flows of a flow monitor a status carries: the busiest ones (a full
+/// table would not fit in one admin message).
+pub const FLOWS_IN_STATUS: usize = 1000;
+
 pub struct FastPath {
     pipeline: Pipeline,
     installed: Installed,
@@ -74,18 +78,24 @@ impl FastPath {
             .nfs
             .iter()
             .enumerate()
-            .map(|(i, nf)| OffloadedStatus {
-                name: nf.name.clone(),
-                id: nf.id,
-                kind: nf.kind.clone(),
-                port: self.port.clone(),
-                counters: counters.get(i).cloned().unwrap_or_default(),
-                flows: nf.flow_monitor.map(|c| self.flows(c)).unwrap_or_default(),
+            .map(|(i, nf)| {
+                let (flows_total, flows) = nf.flow_monitor.map(|c| self.flows(c)).unwrap_or_default();
+                OffloadedStatus {
+                    name: nf.name.clone(),
+                    id: nf.id,
+                    kind: nf.kind.clone(),
+                    port: self.port.clone(),
+                    counters: counters.get(i).cloned().unwrap_or_default(),
+                    flows_total,
+                    flows,
+                }
             })
             .collect()
     }
 
-    fn flows(&self, config: u32) -> Vec<FlowStatus> {
+    /// How many flows flow monitor `config` has, and the busiest
+    /// [`FLOWS_IN_STATUS`] of them.
+    fn flows(&self, config: u32) -> (u64, Vec<FlowStatus>) {
         let mut flows: Vec<FlowStatus> = self
             .pipeline
             .flows(config)
@@ -102,6 +112,8 @@ impl FastPath {
             })
             .collect();
         flows.sort_by(|a, b| b.packets.cmp(&a.packets).then_with(|| (&a.src, &a.dst).cmp(&(&b.src, &b.dst))));
-        flows
+        let total = flows.len() as u64;
+        flows.truncate(FLOWS_IN_STATUS);
+        (total, flows)
     }
 }
