@@ -98,7 +98,7 @@ int ferry_efw(struct xdp_md *ctx)
 		ferry_ev_count(ctx, FERRY_EV_FW, FERRY_FW_C_ALLOW);
 		action = ferry_ev_continue(ctx, FERRY_EV_FW);
 	}
-	slot = ferry_ev_slot(action);
+	slot = ferry_slot_of(action);
 out:
 	return ferry_exit(ctx, slot, action);
 }
@@ -195,16 +195,10 @@ static __always_inline int ferry_ev_nat(struct xdp_md *ctx, struct ferry_pkt *p,
 		port_field = dst ? &udp->dest : &udp->source;
 	}
 	ip_field = dst ? &ip->daddr : &ip->saddr;
-	ferry_csum_replace4(&ip->check, *ip_field, addr);
-	if (l4_check) {
-		ferry_csum_replace4(l4_check, *ip_field, addr);
-		ferry_csum_replace2(l4_check, *port_field, port);
-		/* In UDP a zero checksum means "none": send its other form. */
-		if (p->proto == IPPROTO_UDP && !*l4_check)
-			*l4_check = 0xffff;
-	}
-	*ip_field = addr;
-	*port_field = port;
+	ferry_rewrite_addr(&ip->check, l4_check, ip_field, addr);
+	ferry_rewrite_port(l4_check, port_field, port);
+	if (p->proto == IPPROTO_UDP)
+		ferry_udp_csum_fixup(l4_check);
 	return 1;
 }
 
@@ -318,7 +312,7 @@ int ferry_elb(struct xdp_md *ctx)
 	}
 	action = ferry_ev_continue(ctx, FERRY_EV_LB);
 counted:
-	slot = ferry_ev_slot(action);
+	slot = ferry_slot_of(action);
 out:
 	return ferry_exit(ctx, slot, action);
 }
@@ -355,7 +349,7 @@ int ferry_elb_reply(struct xdp_md *ctx)
 		ferry_ev_count(ctx, FERRY_EV_LB_REPLY, FERRY_LBR_C_REWRITTEN);
 	}
 	action = ferry_ev_continue(ctx, FERRY_EV_LB_REPLY);
-	slot = ferry_ev_slot(action);
+	slot = ferry_slot_of(action);
 out:
 	return ferry_exit(ctx, slot, action);
 }
@@ -406,7 +400,7 @@ int ferry_edpi(struct xdp_md *ctx)
 	ferry_ev_count(ctx, FERRY_EV_DPI, FERRY_DPI_C_TO_SLOW);
 	action = ferry_ev_to_slow_path(ctx, FERRY_EV_DPI);
 counted:
-	slot = ferry_ev_slot(action);
+	slot = ferry_slot_of(action);
 out:
 	return ferry_exit(ctx, slot, action);
 }

@@ -100,23 +100,6 @@ static __always_inline struct ferry_pl_ctl *stage_ctl(__u32 stage, struct ferry_
 	return NULL;
 }
 
-/* Sends the frame to the AF_XDP socket of its queue, with metadata. */
-static __always_inline int to_slow_path(struct xdp_md *ctx, __u32 reason, struct ferry_pl_state *st)
-{
-	struct ferry_pl_slow_meta *m;
-
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*m)) == 0) {
-		m = (void *)(long)ctx->data_meta;
-		if ((void *)(m + 1) <= (void *)(long)ctx->data) {
-			m->reason = reason;
-			m->chain = st->chain;
-			m->nf = st->nf;
-			m->stage = st->stage;
-		}
-	}
-	return bpf_redirect_map(&ferry_pl_xsks, ctx->rx_queue_index, XDP_PASS);
-}
-
 static __always_inline int run_element(struct xdp_md *ctx, struct ferry_pl_ctl *ctl, struct ferry_pl_fields *f,
 				       __u32 *ifindex)
 {
@@ -172,11 +155,6 @@ static __always_inline int run_stages(struct xdp_md *ctx, struct ferry_pl_fields
 	return RECIRCULATE;
 }
 
-static __always_inline __u32 slot_of(int action)
-{
-	return action >= 0 && action <= XDP_REDIRECT ? (__u32)action : XDP_ABORTED;
-}
-
 SEC("xdp")
 int ferry_pipeline(struct xdp_md *ctx)
 {
@@ -217,16 +195,16 @@ int ferry_pipeline(struct xdp_md *ctx)
 		st->recirculating = 0;
 		return ferry_exit(ctx, XDP_ABORTED, XDP_DROP);
 	case SLOW_NO_RULE:
-		action = to_slow_path(ctx, FERRY_SLOW_NO_RULE, st);
+		action = ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_NO_RULE, st->chain, st->nf, st->stage);
 		break;
 	case SLOW_FORWARD:
-		action = to_slow_path(ctx, FERRY_SLOW_FORWARDED, st);
+		action = ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_FORWARDED, st->chain, st->nf, st->stage);
 		break;
 	case REDIRECT:
 		action = bpf_redirect_map(&ferry_pl_devs, ifindex_out, XDP_DROP);
 		break;
 	}
-	return ferry_exit(ctx, slot_of(action), action);
+	return ferry_exit(ctx, ferry_slot_of(action), action);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

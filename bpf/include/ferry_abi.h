@@ -180,15 +180,21 @@ struct ferry_pl_forward {
 	__u32 ifindex; /* FERRY_FWD_REDIRECT: key in ferry_pl_devs */
 };
 
-/* Written in front of frames sent to an AF_XDP slow path (XDP metadata). */
+/*
+ * Written in front of every frame an XDP program hands to an AF_XDP slow
+ * path (XDP metadata), by the stage pipeline and the hybrid NFs alike
+ * (ferry_to_slow_path in ferry_common.h): why, and which chain, NF and
+ * stage sent it. The hybrid NFs have no chains or stages: 0.
+ */
 #define FERRY_SLOW_NO_RULE 1
 #define FERRY_SLOW_FORWARDED 2
-struct ferry_pl_slow_meta {
+struct ferry_slow_meta {
 	__u32 reason;
 	__u32 chain;
 	__u32 nf;
 	__u32 stage;
 };
+_Static_assert(sizeof(struct ferry_slow_meta) == 16, "ferry_slow_meta layout");
 
 /* What ferry_parse_probe (elements.bpf.c) writes in front of a frame as
  * XDP metadata: ferry_parse_l4's answer, for the differential test that
@@ -335,12 +341,6 @@ struct ferry_dpi_bypass {
 	__u64 last_seen_ns;
 	__u64 packets;
 	__u64 bytes;
-};
-
-/* XDP metadata in front of frames sent to an eVNF slow path. */
-struct ferry_ev_slow_meta {
-	__u32 reason; /* FERRY_SLOW_NO_RULE */
-	__u32 nf;
 };
 
 #endif

@@ -38,4 +38,33 @@ static __always_inline int ferry_exit(struct xdp_md *ctx, __u32 slot, int action
 	return action;
 }
 
+/* The verdict slot ferry_exit counts an XDP action in. */
+static __always_inline __u32 ferry_slot_of(int action)
+{
+	return action >= 0 && action <= XDP_REDIRECT ? (__u32)action : XDP_ABORTED;
+}
+
+/*
+ * The one slow path of every fast path: the frame goes to the AF_XDP
+ * socket of its receive queue in `xsks` (an XSKMAP), with a struct
+ * ferry_slow_meta in front; to the kernel stack when no socket is bound.
+ * Changes the packet: call last.
+ */
+static __always_inline int ferry_to_slow_path(struct xdp_md *ctx, void *xsks, __u32 reason, __u32 chain, __u32 nf,
+					      __u32 stage)
+{
+	struct ferry_slow_meta *m;
+
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*m)) == 0) {
+		m = (void *)(long)ctx->data_meta;
+		if ((void *)(m + 1) <= (void *)(long)ctx->data) {
+			m->reason = reason;
+			m->chain = chain;
+			m->nf = nf;
+			m->stage = stage;
+		}
+	}
+	return bpf_redirect_map(xsks, ctx->rx_queue_index, XDP_PASS);
+}
+
 #endif

@@ -32,4 +32,34 @@ static __always_inline void ferry_csum_replace4(__sum16 *csum, __be32 old, __be3
 	ferry_csum_replace2(csum, (__be16)(old & 0xffff), (__be16)(new & 0xffff));
 }
 
+/*
+ * The one header rewrite of every fast path (the pipeline's rewrite
+ * element, the load balancer's NAT): an IPv4 address field and, with it,
+ * the IPv4 header checksum and the L4 checksum over the pseudo-header
+ * (`l4_check` NULL: none to update).
+ */
+static __always_inline void ferry_rewrite_addr(__sum16 *ip_check, __sum16 *l4_check, __be32 *field, __be32 to)
+{
+	ferry_csum_replace4(ip_check, *field, to);
+	if (l4_check)
+		ferry_csum_replace4(l4_check, *field, to);
+	*field = to;
+}
+
+/* A TCP or UDP port field, and the L4 checksum with it. */
+static __always_inline void ferry_rewrite_port(__sum16 *l4_check, __be16 *field, __be16 to)
+{
+	if (l4_check)
+		ferry_csum_replace2(l4_check, *field, to);
+	*field = to;
+}
+
+/* After rewrites of a UDP datagram: a checksum that came out 0 is sent as
+ * 0xffff, since 0 means "no checksum" in UDP (RFC 768). */
+static __always_inline void ferry_udp_csum_fixup(__sum16 *udp_check)
+{
+	if (udp_check && !*udp_check)
+		*udp_check = 0xffff;
+}
+
 #endif

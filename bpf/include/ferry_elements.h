@@ -235,27 +235,23 @@ __attribute__((noinline)) int ferry_el_rewrite(struct xdp_md *ctx, __u32 config,
 			l4 = &((struct udphdr *)(data + l4off))->check;
 	}
 	if (rw->fields & FERRY_RW_SRC_IP) {
-		ferry_csum_replace4(&ip->check, ip->saddr, rw->src_ip);
-		if (l4)
-			ferry_csum_replace4(l4, ip->saddr, rw->src_ip);
-		ip->saddr = f->saddr = rw->src_ip;
+		ferry_rewrite_addr(&ip->check, l4, &ip->saddr, rw->src_ip);
+		f->saddr = rw->src_ip;
 	}
 	if (rw->fields & FERRY_RW_DST_IP) {
-		ferry_csum_replace4(&ip->check, ip->daddr, rw->dst_ip);
-		if (l4)
-			ferry_csum_replace4(l4, ip->daddr, rw->dst_ip);
-		ip->daddr = f->daddr = rw->dst_ip;
+		ferry_rewrite_addr(&ip->check, l4, &ip->daddr, rw->dst_ip);
+		f->daddr = rw->dst_ip;
 	}
 	if (ports && (rw->fields & FERRY_RW_SPORT)) {
-		if (l4)
-			ferry_csum_replace2(l4, ports[0], rw->sport);
-		ports[0] = f->sport = rw->sport;
+		ferry_rewrite_port(l4, &ports[0], rw->sport);
+		f->sport = rw->sport;
 	}
 	if (ports && (rw->fields & FERRY_RW_DPORT)) {
-		if (l4)
-			ferry_csum_replace2(l4, ports[1], rw->dport);
-		ports[1] = f->dport = rw->dport;
+		ferry_rewrite_port(l4, &ports[1], rw->dport);
+		f->dport = rw->dport;
 	}
+	if (f->proto == IPPROTO_UDP)
+		ferry_udp_csum_fixup(l4);
 	return CONTINUE;
 }
 

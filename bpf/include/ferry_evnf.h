@@ -120,29 +120,10 @@ static __always_inline int ferry_ev_continue(struct xdp_md *ctx, __u32 nf)
 	return ferry_ev_route(ctx);
 }
 
-/*
- * Sends the frame to the slow path: the AF_XDP socket of its receive
- * queue, with metadata saying which NF had no rule; to the kernel when no
- * socket is bound. Changes the packet: call last.
- */
+/* The hybrid NFs' slow path: ferry_to_slow_path, naming the NF. */
 static __always_inline int ferry_ev_to_slow_path(struct xdp_md *ctx, __u32 nf)
 {
-	struct ferry_ev_slow_meta *m;
-
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*m)) == 0) {
-		m = (void *)(long)ctx->data_meta;
-		if ((void *)(m + 1) <= (void *)(long)ctx->data) {
-			m->reason = FERRY_SLOW_NO_RULE;
-			m->nf = nf;
-		}
-	}
-	return bpf_redirect_map(&ferry_ev_xsks, ctx->rx_queue_index, XDP_PASS);
-}
-
-/* The verdict slot ferry_exit counts an XDP action in. */
-static __always_inline __u32 ferry_ev_slot(int action)
-{
-	return action >= 0 && action < FERRY_SLOT_MALFORMED ? (__u32)action : XDP_ABORTED;
+	return ferry_to_slow_path(ctx, &ferry_ev_xsks, FERRY_SLOW_NO_RULE, 0, nf, 0);
 }
 
 #endif

@@ -63,6 +63,30 @@ pub struct GenState {
 }
 const _: () = assert!(std::mem::size_of::<GenState>() == 24);
 
+/// `struct ferry_slow_meta`: what precedes every frame a fast path (the
+/// stage pipeline or a hybrid NF) hands to an AF_XDP slow path; read it
+/// from the XDP metadata area. The hybrid NFs set no chain or stage (0).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlowMeta {
+    pub reason: u32,
+    pub chain: u32,
+    pub nf: u32,
+    pub stage: u32,
+}
+const _: () = assert!(std::mem::size_of::<SlowMeta>() == 16);
+pub const SLOW_NO_RULE: u32 = 1;
+pub const SLOW_FORWARDED: u32 = 2;
+
+impl SlowMeta {
+    /// Reads one from the metadata bytes in front of a frame.
+    pub fn from_bytes(b: &[u8]) -> Option<SlowMeta> {
+        let b: &[u8; 16] = b.get(..16)?.try_into().ok()?;
+        let ne32 = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Some(SlowMeta { reason: ne32(0), chain: ne32(4), nf: ne32(8), stage: ne32(12) })
+    }
+}
+
 /// `struct ferry_parse_result`: the BPF parser's answer for one frame,
 /// written by `ferry_parse_probe` as XDP metadata. Network order for
 /// addresses and ports, as in the frame.

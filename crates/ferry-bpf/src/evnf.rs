@@ -188,14 +188,6 @@ pub struct DpiBypass {
     pub bytes: u64,
 }
 
-/// `struct ferry_ev_slow_meta`, in front of slow-path frames.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EvSlowMeta {
-    pub reason: u32,
-    pub nf: u32,
-}
-
 const _: () = assert!(std::mem::size_of::<FwPortKey>() == 4);
 const _: () = assert!(std::mem::size_of::<FwRule>() == 8);
 const _: () = assert!(std::mem::size_of::<LbVipKey>() == 8);
@@ -205,7 +197,6 @@ const _: () = assert!(std::mem::size_of::<EvFlow>() == 16);
 const _: () = assert!(std::mem::size_of::<LbConn>() == 32);
 const _: () = assert!(std::mem::size_of::<LbReply>() == 16);
 const _: () = assert!(std::mem::size_of::<DpiBypass>() == 32);
-const _: () = assert!(std::mem::size_of::<EvSlowMeta>() == 8);
 
 // SAFETY: plain-old-data; every bit pattern is valid (padding is explicit).
 unsafe impl aya::Pod for FwPortKey {}

@@ -176,18 +176,7 @@ pub struct Forward {
     pub ifindex: u32,
 }
 
-/// `struct ferry_pl_slow_meta`: what precedes a frame the pipeline sent to
-/// an AF_XDP slow path (read it from the XDP metadata area).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SlowMeta {
-    pub reason: u32,
-    pub chain: u32,
-    pub nf: u32,
-    pub stage: u32,
-}
-pub const SLOW_NO_RULE: u32 = 1;
-pub const SLOW_FORWARDED: u32 = 2;
+pub use crate::abi::{SlowMeta, SLOW_FORWARDED, SLOW_NO_RULE};
 
 const _: () = assert!(std::mem::size_of::<PlEntry>() == 16);
 const _: () = assert!(std::mem::size_of::<PlKey>() == 8);
@@ -200,7 +189,6 @@ const _: () = assert!(std::mem::size_of::<FlowKey>() == 20);
 const _: () = assert!(std::mem::size_of::<Rewrite>() == 28);
 const _: () = assert!(std::mem::size_of::<Policer>() == 40);
 const _: () = assert!(std::mem::size_of::<Forward>() == 8);
-const _: () = assert!(std::mem::size_of::<SlowMeta>() == 16);
 
 // SAFETY: plain-old-data; every bit pattern is valid (padding is explicit).
 unsafe impl aya::Pod for PlEntry {}

@@ -11,6 +11,7 @@ use std::process::Command;
 
 use aya::maps::HashMap;
 use common::privileged;
+use ferry_bpf::abi::{SlowMeta, SLOW_NO_RULE};
 use ferry_bpf::evnf::*;
 use ferry_bpf::{test_run, SLOT_MALFORMED};
 use ferry_wire::{build_frame, verify_checksums, FiveTuple, FrameSpec, L4Proto};
@@ -266,9 +267,11 @@ fn dpi_table() {
         let f = frame(CLIENT, 40000, BACKEND, 5201, L4Proto::Tcp);
         let (action, out) = run(&ev, EvNf::Dpi, &f);
         assert_eq!(action, XDP_PASS, "no slow-path socket bound: the kernel gets it");
-        // Metadata in front: reason 1 (no rule), NF 3 (eDPI).
-        assert_eq!(&out[..8], &[1, 0, 0, 0, 3, 0, 0, 0]);
-        assert_eq!(&out[8..], &f[..]);
+        // The one slow-path metadata of every fast path in front: reason
+        // 1 (no rule), no chain, NF 3 (eDPI), no stage.
+        let meta = SlowMeta::from_bytes(&out).unwrap();
+        assert_eq!(meta, SlowMeta { reason: SLOW_NO_RULE, chain: 0, nf: 3, stage: 0 });
+        assert_eq!(&out[16..], &f[..]);
 
         let mut bypass: HashMap<_, EvFlow, DpiBypass> =
             HashMap::try_from(ev.map_handle("ferry_dpi_bypass").unwrap()).unwrap();

@@ -8,7 +8,7 @@ mod common;
 use common::privileged;
 use ferry_bpf::pipeline::*;
 use ferry_bpf::{test_run, SLOT_MALFORMED};
-use ferry_wire::{build_frame, verify_checksums, FiveTuple, FrameSpec, L4Proto};
+use ferry_wire::{build_frame, fill_l4_checksum, verify_checksums, FiveTuple, FrameSpec, L4Proto};
 
 const XDP_ABORTED: u32 = 0;
 const XDP_DROP: u32 = 1;
@@ -112,6 +112,39 @@ fn rewrite_keeps_checksums_valid() {
     assert_eq!(&out[30..34], &[192, 168, 7, 9], "destination address");
     assert_eq!(&out[36..38], &8080u16.to_be_bytes(), "destination port");
     assert!(verify_checksums(&out).unwrap(), "IPv4 and TCP checksums updated incrementally");
+}
+
+/// A UDP checksum that a rewrite brings to 0 leaves as 0xffff: in UDP, 0
+/// means "no checksum" (RFC 768). One rewrite helper serves the pipeline
+/// and the hybrid NFs, so both get this right.
+#[test]
+fn rewrite_never_leaves_a_udp_checksum_of_zero() {
+    if !privileged() {
+        return;
+    }
+    const UDP_CHECKSUM: std::ops::Range<usize> = 40..42;
+    let mut f = frame(L4Proto::Udp, 9);
+    fill_l4_checksum(&mut f).unwrap();
+    assert_ne!(f[UDP_CHECKSUM], [0, 0], "a frame with a UDP checksum");
+    // The one source port for which the correct checksum folds to 0 (and
+    // is sent as 0xffff): found by filling it in from scratch.
+    let sport = (1..=u16::MAX)
+        .find(|p| {
+            let mut g = f.clone();
+            g[34..36].copy_from_slice(&p.to_be_bytes());
+            fill_l4_checksum(&mut g).unwrap();
+            g[UDP_CHECKSUM] == [0xff, 0xff]
+        })
+        .expect("a port whose checksum folds to 0");
+    let mut p = loaded();
+    p.set_rewrite(5, Rewrite { fields: RW_SPORT, sport: sport.to_be(), ..Default::default() }).unwrap();
+    p.set_forward(6, Forward { action: FWD_PASS, ifindex: 0 }).unwrap();
+    p.deploy(14, LO, &[el(ElementKind::Rewrite, 5, 1), el(ElementKind::Forward, 6, 1)]).unwrap();
+    let (action, out) = run(&p, &f);
+    assert_eq!(action, XDP_PASS);
+    assert_eq!(&out[34..36], &sport.to_be_bytes());
+    assert_eq!(&out[UDP_CHECKSUM], &[0xff, 0xff], "never 0: that would mean no checksum");
+    assert!(verify_checksums(&out).unwrap());
 }
 
 #[test]

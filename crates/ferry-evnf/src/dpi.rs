@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use ferry_bpf::evnf::{DpiBypass, EvFlow, EvNf, EvSlowMeta, Evnf};
+use ferry_bpf::abi::SlowMeta;
+use ferry_bpf::evnf::{DpiBypass, EvFlow, EvNf, Evnf};
 use ferry_ndpi::{Classification, Flow, Ndpi};
 use serde_json::json;
 
@@ -129,7 +130,7 @@ impl HybridNf for Dpi {
         Ok(())
     }
 
-    fn on_slow_path(&mut self, _fast: &mut Evnf, frame: &[u8], _meta: EvSlowMeta) -> SlowVerdict {
+    fn on_slow_path(&mut self, _fast: &mut Evnf, frame: &[u8], _meta: SlowMeta) -> SlowVerdict {
         let Some(ip) = ip_packet(frame) else { return SlowVerdict::Drop };
         let Some(key) = flow_of(ip) else {
             self.not_ipv4 += 1;

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use aya::maps::Map;
 use aya::Pod;
-use ferry_bpf::evnf::{DpiBypass, EvSlowMeta, Evnf, LbConn, LbReply};
+use ferry_bpf::abi::SlowMeta;
+use ferry_bpf::evnf::{DpiBypass, Evnf, LbConn, LbReply};
 use ferry_bpf::state::{StateTable, Update};
 use ferry_xsk::{BindMode, Port, RingSizes, SocketConfig, Umem, UmemConfig, XdpDesc, XskSocket};
 
@@ -180,17 +181,14 @@ impl SlowPath {
     pub fn service(
         &mut self,
         tun: &OwnedFd,
-        handler: &mut dyn FnMut(&[u8], EvSlowMeta) -> SlowVerdict,
+        handler: &mut dyn FnMut(&[u8], SlowMeta) -> SlowVerdict,
     ) -> Result<usize, EvnfError> {
         self.descs.clear();
         let n = self.port.recv(64, &mut self.descs);
         for i in 0..n {
             let desc = self.descs[i];
             self.counters.received += 1;
-            let meta = self.port.metadata(&desc, std::mem::size_of::<EvSlowMeta>()).map(|m| EvSlowMeta {
-                reason: u32::from_ne_bytes([m[0], m[1], m[2], m[3]]),
-                nf: u32::from_ne_bytes([m[4], m[5], m[6], m[7]]),
-            });
+            let meta = self.port.metadata(&desc, std::mem::size_of::<SlowMeta>()).and_then(SlowMeta::from_bytes);
             let frame = self.port.frame_mut(&desc).map(|f| &f[..]);
             match (meta, frame.and_then(|f| ip_packet(f).map(|ip| (f, ip)))) {
                 (Some(meta), Some((frame, ip))) if meta.reason != 0 => match handler(frame, meta) {
@@ -231,7 +229,7 @@ pub trait HybridNf {
     /// path (at start and on reload).
     fn install(&mut self, fast: &mut Evnf) -> Result<(), EvnfError>;
     /// A frame the fast path sent up because no rule covered it.
-    fn on_slow_path(&mut self, _fast: &mut Evnf, _frame: &[u8], _meta: EvSlowMeta) -> SlowVerdict {
+    fn on_slow_path(&mut self, _fast: &mut Evnf, _frame: &[u8], _meta: SlowMeta) -> SlowVerdict {
         SlowVerdict::Reinject
     }
     /// Periodic work: expire rules, read statistics, recompute.
