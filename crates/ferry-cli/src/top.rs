@@ -1,8 +1,9 @@
 //! `ferry top`: a live view of a ferryd's chains, like VPP's `show
 //! runtime` or bpftop: per NF thread the packet rate, packets per receive
 //! call, its NF's CPU share, ring fill, drops and wake-ups; below, each
-//! port's XDP program by verdict. Rates are differences of two status
-//! samples over the time between them.
+//! port's XDP program by verdict, then each NF placed in XDP by counter.
+//! Rates are differences of two status samples over the time between
+//! them.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -103,6 +104,24 @@ pub fn render(prev: &Sample, now: &Sample) -> String {
             }
         }
     }
+    let offloaded: Vec<_> = now.chains.iter().flat_map(|c| c.offloaded.iter().map(move |n| (c, n))).collect();
+    if !offloaded.is_empty() {
+        out += &format!("\n{:<12} {:<12} {:<12} {:<10} {:>11}\n", "CHAIN", "NF IN XDP", "PORT", "COUNTER", "PKTS/S");
+        for (c, n) in offloaded {
+            let old = prev.chains.iter().find(|o| o.id == c.id).and_then(|o| o.offloaded.iter().find(|q| q.id == n.id));
+            for (name, packets) in &n.counters {
+                let p0 = old.and_then(|o| o.counters.iter().find(|(k, _)| k == name)).map_or(0, |(_, v)| *v);
+                out += &format!(
+                    "{:<12} {:<12} {:<12} {:<10} {:>11.0}\n",
+                    c.chain,
+                    n.name,
+                    n.port,
+                    name,
+                    rate(p0, *packets)
+                );
+            }
+        }
+    }
     out
 }
 
@@ -124,7 +143,7 @@ pub fn run(admin: &Path, interval: Duration, frames: Option<u64>, clear: bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_chain::proto::{PortStatus, RingStatus};
+    use ferry_chain::proto::{OffloadedStatus, PortStatus, RingStatus};
 
     fn status(rx: u64, drops: u64, loops: u64, cpu: f64, redirected: u64) -> Status {
         let thread = vec![("rx_ring".to_string(), rx), ("drop_full".to_string(), drops)];
@@ -139,6 +158,14 @@ mod tests {
                 ..Default::default()
             }],
             ports: vec![PortStatus { name: "in".into(), verdicts: vec![("redirect".into(), redirected, 0)] }],
+            offloaded: vec![OffloadedStatus {
+                name: "fw".into(),
+                id: 2,
+                kind: "firewall".into(),
+                port: "in".into(),
+                counters: vec![("rx".into(), redirected), ("pass".into(), redirected / 2)],
+                ..Default::default()
+            }],
             ..Default::default()
         }
     }
@@ -155,6 +182,11 @@ mod tests {
         assert_eq!(cols, ["c", "mid", "0", "1000", "20.0", "50", "3/512", "2", "0"], "{text}");
         let xdp = text.lines().find(|l| l.contains("redirect")).expect(&text);
         assert!(xdp.trim_end().ends_with(" 100"), "{xdp}");
+        // An NF placed in XDP: its counters' rates.
+        let fw: Vec<&str> = text.lines().filter(|l| l.starts_with("c ") && l.contains(" fw ")).collect();
+        assert_eq!(fw.len(), 2, "{text}");
+        assert!(fw[0].contains(" rx ") && fw[0].trim_end().ends_with(" 100"), "{text}");
+        assert!(fw[1].contains(" pass ") && fw[1].trim_end().ends_with(" 50"), "{text}");
     }
 
     /// A restarted NF's counters start again from 0: its row shows no
