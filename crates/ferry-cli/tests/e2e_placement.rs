@@ -156,6 +156,13 @@ fn expected(input: &[Vec<u8>], with_ips: bool) -> (Vec<Vec<u8>>, u64) {
     (out, last_rx)
 }
 
+/// Every NF process can take frames: connected (its sockets registered)
+/// and past its second loop (its fill rings filled in the first), so a
+/// frame that comes now is not dropped for want of a buffer.
+fn receiving(st: &Status) -> bool {
+    st.nfs.iter().all(|n| n.connected && !n.rings.is_empty() && n.rings.iter().all(|r| r.loops >= 2))
+}
+
 /// NF `nf`'s counter `name`, as a process or in XDP.
 fn count(st: &Status, nf: &str, name: &str) -> u64 {
     let xdp = st.offloaded.iter().filter(|n| n.name == nf).flat_map(|n| n.counters.iter());
@@ -173,10 +180,7 @@ fn run(offload: &str, with_ips: bool, input: &[Vec<u8>], want: usize, last_rx: u
     std::fs::write(dir.path("fw.rules"), FW_RULES).unwrap();
     std::fs::write(dir.path("ips.rules"), IPS_RULES).unwrap();
     let (rc, _) = start(&dir, &chain(&dut, &dir, offload, with_ips));
-    // Frames may come once every process is up (its sockets registered).
-    wait_until("every NF process connected", || {
-        rc.status().map(|s| s.nfs.iter().all(|n| n.connected)).unwrap_or(false)
-    });
+    wait_until("every NF process receiving", || rc.status().is_ok_and(|s| receiving(&s)));
     let (ready_tx, ready_rx) = mpsc::channel();
     let got = std::thread::scope(|s| {
         let listener = s.spawn(|| {
