@@ -320,6 +320,9 @@ impl Placement {
                 Then::Port(port) => format!("redirected out of port {port}"),
             };
             out += &format!("xdp path on port {}: {} -> {then}\n", p.port, names.join(" -> "));
+            for n in &p.nfs {
+                out += &format!("  {}: {}\n", n.name, n.lowering.elements());
+            }
         }
         out
     }

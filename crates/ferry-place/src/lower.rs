@@ -16,6 +16,17 @@ pub enum Lowering {
     FlowMonitor,
 }
 
+impl Lowering {
+    /// Its pipeline elements, as `--explain` lists them (what `install`
+    /// deploys, in order).
+    pub fn elements(&self) -> String {
+        match self {
+            Lowering::Firewall { rules, .. } => format!("counter rx, acl ({} rules), counter pass", rules.len()),
+            Lowering::FlowMonitor => "counter rx, flow-monitor".into(),
+        }
+    }
+}
+
 /// The XDP form of an NF of type `kind` with `args`, or why there is none.
 pub fn lower(kind: &str, args: &[String]) -> Result<Lowering, String> {
     match kind {

@@ -72,6 +72,8 @@ fn the_p4sfc_chain_splits_before_the_ips() {
     let text = p.explain();
     assert!(text.contains("ips") && text.contains("not offloadable: payload-matcher"), "{text}");
     assert!(text.contains("xdp path on port in: fw -> mon -> AF_XDP socket of ips"), "{text}");
+    assert!(text.contains("  fw: counter rx, acl (3 rules), counter pass\n"), "{text}");
+    assert!(text.contains("  mon: counter rx, flow-monitor\n"), "{text}");
 }
 
 #[test]
