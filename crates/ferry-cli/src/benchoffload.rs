@@ -15,8 +15,9 @@
 //! Each measurement: a flat-out window of the live-frames generator into
 //! d0 (throughput at the AF_XDP sink on s0, machine CPU over the window),
 //! then a paced run at a fixed rate (latency p50/p99 from the frames'
-//! stamps). Generator on CPU 0, sink on CPU 1, the chain's NFs where the
-//! scheduler puts them; ports in driver mode. Medians over the runs, and
+//! stamps). Generator on CPU 0; sink and the chain's NF processes on CPU
+//! 1 (XDP runs where the frames arrive, in the generator's softirq);
+//! ports in driver mode. Medians over the runs, and
 //! placed/software ratios.
 
 use std::path::Path;
@@ -33,6 +34,8 @@ use ferry_testbed::apps::CpuMeter;
 
 const GEN_CPU: usize = 0;
 const SINK_CPU: usize = 1;
+/// Where the chain's NF processes run (XDP runs where frames arrive).
+const NF_CPU: usize = 1;
 
 #[derive(Debug, Clone)]
 pub struct BenchOffloadOptions {
@@ -172,6 +175,14 @@ fn measure(
     let chain = dir.join(format!("{scenario}-{variant}.yaml"));
     std::fs::write(&chain, chain_yaml(scenario, tb.ns_name("dut"), dir, offload))?;
     let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true).context("starting ferryd")?;
+    // The NF processes share the sink's CPU, never the generator's: the
+    // live-frames generator runs inside the kernel (BPF_PROG_RUN), which
+    // on a kernel without preemption keeps a woken NF waiting for the next
+    // scheduler tick (4 ms at HZ=250); that measured the generator, not
+    // the chain.
+    for pid in rc.status()?.nfs.iter().filter_map(|n| n.pid) {
+        crate::util::pin_process_to_cpu(pid, NF_CPU)?;
+    }
     let (gen_ns, sink_ns) = (tb.ns_name("gen"), tb.ns_name("sink"));
     let size_arg = size.to_string();
     let ms = |d: Duration| format!("{}ms", d.as_millis());
