@@ -180,7 +180,8 @@ fn measure(
     // on a kernel without preemption keeps a woken NF waiting for the next
     // scheduler tick (4 ms at HZ=250); that measured the generator, not
     // the chain.
-    for pid in rc.status()?.nfs.iter().filter_map(|n| n.pid) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for pid in rc.status()?.nfs.iter().filter_map(|n| n.pid).filter(|_| cpus > NF_CPU) {
         crate::util::pin_process_to_cpu(pid, NF_CPU)?;
     }
     let (gen_ns, sink_ns) = (tb.ns_name("gen"), tb.ns_name("sink"));
