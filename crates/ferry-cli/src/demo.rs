@@ -40,6 +40,17 @@ pub fn run(packets: u64) -> Result<DemoReport> {
     std::fs::write(&chain, DEMO_CHAIN.replace("{dut}", dut))?;
     eprintln!("[demo] ferryd: chain in(d0) -> resp (ARP+ICMP) -> l2fwd -> fwd -> out(d1), each domain as its own allocated uid");
     let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true)?;
+    // The generator paces by spinning on its CPU; an NF woken there waits
+    // for the scheduler tick (4 ms at HZ=250 without preemption), which
+    // made the demo's p99 about 4 ms. So the generator gets CPU 0 and
+    // the sink and the NF processes share CPU 1 (p99 about 50 us).
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (gen_cpu, sink_cpu) = if cpus >= 2 { (Some(0), Some(1)) } else { (None, None) };
+    if let Some(cpu) = sink_cpu {
+        for pid in rc.status()?.nfs.iter().filter_map(|n| n.pid) {
+            crate::util::pin_process_to_cpu(pid, cpu)?;
+        }
+    }
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
 
     eprintln!("[demo] ping {RESPONDER_IP} from gen (answered by the chain's AF_XDP responder)");
@@ -52,7 +63,7 @@ pub fn run(packets: u64) -> Result<DemoReport> {
     // Roomy sink rings: 32768 frames are 0.65 s of the demo's traffic, so a
     // sink kept off its CPU by other load does not turn into chain loss.
     let sink_args = ["sink", "--dev", "s0", "--idle-exit", "1500ms", "--ring", "32768", "--frames", "65536"];
-    let sink = proc::spawn(sink_ns, &args(&sink_args), None)?;
+    let sink = proc::spawn(sink_ns, &args(&sink_args), sink_cpu)?;
     proc::wait_for_xdp(sink_ns, "s0", Duration::from_secs(60))?;
     eprintln!("[demo] generator: {packets} UDP frames at 50 kpps into d0; the chain sends them out of d1 to the sink");
     let gen_args = args(&[
@@ -69,7 +80,7 @@ pub fn run(packets: u64) -> Result<DemoReport> {
         "--set",
         "flows=256",
     ]);
-    let generator = proc::spawn(gen, &gen_args, None)?.wait(Duration::from_secs(120)).context("generator")?;
+    let generator = proc::spawn(gen, &gen_args, gen_cpu)?.wait(Duration::from_secs(120)).context("generator")?;
     let sink = sink.wait(Duration::from_secs(30)).context("sink")?;
     let status = rc.status()?;
     let audit = rc.audit()?;
