@@ -67,6 +67,9 @@ pub struct NfPlan {
     /// The named user it runs as; None: its domain's allocated uid.
     pub user: Option<String>,
     pub threads: Vec<ThreadPlan>,
+    /// CPUs its process may run on; empty: any.
+    #[serde(default)]
+    pub cpus: Vec<u32>,
     pub batch: u32,
     /// Out-link i, in the order of the chain file's `from:` lines.
     pub outs: Vec<OutLink>,
@@ -162,6 +165,7 @@ impl ChainPlan {
                 poll: n.poll,
                 backpressure: n.backpressure,
                 on_downstream_down: n.on_downstream_down,
+                cpus: n.cpus.clone(),
             });
         }
         for d in &mut domains {

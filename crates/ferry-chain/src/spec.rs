@@ -19,6 +19,7 @@
 //!     poll: { busy_threshold: 8, idle_timeout_us: 200 }
 //!     backpressure: { mode: block, threshold: 0.75 }
 //!     offload: never          # auto (default) | never | force: may it run in XDP?
+//!     cpus: [1]               # CPUs its process may run on (default: any)
 //! links:                        # out-link i of an NF = its i-th `from:` line
 //!   - { from: in, to: resp }
 //!   - { from: resp, to: fwd }
@@ -190,7 +191,16 @@ pub struct NfSpec {
     /// Where the orchestrator may place it (`ferry chain check --explain`).
     #[serde(default)]
     pub offload: OffloadPolicy,
+    /// CPUs its process may run on (ferryd sets the affinity when it
+    /// starts it); empty: any. Keep NFs off a CPU that something spins on
+    /// (a generator, another NF busy-polling): a woken NF waits there for
+    /// the scheduler tick.
+    #[serde(default)]
+    pub cpus: Vec<u32>,
 }
+
+/// Highest CPU number `cpus:` may name (the size of a `cpu_set_t`).
+pub const MAX_CPU: u32 = 1023;
 
 /// Whether an NF may run in XDP instead of as a process (P4SFC's
 /// placement, with XDP as the offload target).
@@ -490,6 +500,19 @@ impl ChainSpec {
             if let Some(u) = n.user.as_deref().filter(|u| !valid_user(u)) {
                 return Err((at("user"), format!("{u:?} is not a user name")));
             }
+            if !n.cpus.is_empty() && !n.spawn {
+                return Err((at("cpus"), "only for NFs ferryd starts (spawn: true)".into()));
+            }
+            let mut seen_cpus = HashSet::new();
+            for (j, &cpu) in n.cpus.iter().enumerate() {
+                let at_cpu = || vec![Key("nfs"), Index(i), Key("cpus"), Index(j)];
+                if cpu > MAX_CPU {
+                    return Err((at_cpu(), format!("CPU {cpu} is past {MAX_CPU}")));
+                }
+                if !seen_cpus.insert(cpu) {
+                    return Err((at_cpu(), format!("CPU {cpu} given twice")));
+                }
+            }
         }
         self.check_users()?;
         // Each port queue is one AF_XDP socket, so one NF thread at most.
@@ -779,6 +802,16 @@ links:
         assert!(err(&bad).contains("domains[1].frames: 1000 is not a power of two"), "{}", err(&bad));
         let bad = GOOD.replace("kind: l2fwd }", "kind: l2fwd, colour: red }");
         assert!(err(&bad).contains("nfs[0].colour: unknown field `colour`"), "{}", err(&bad));
+    }
+
+    #[test]
+    fn cpus_are_checked() {
+        let with = |cpus: &str| GOOD.replace("kind: l2fwd }", &format!("kind: l2fwd, cpus: {cpus} }}"));
+        assert_eq!(parse(&with("[0, 3]")).unwrap().nfs[0].cpus, [0, 3]);
+        assert!(err(&with("[1, 1]")).contains("nfs[0].cpus[1]: CPU 1 given twice"), "{}", err(&with("[1, 1]")));
+        assert!(err(&with("[1024]")).contains("nfs[0].cpus[0]: CPU 1024 is past 1023"), "{}", err(&with("[1024]")));
+        let unspawned = with("[0]").replace("kind: l2fwd,", "spawn: false,");
+        assert!(err(&unspawned).contains("nfs[0].cpus: only for NFs ferryd starts"), "{}", err(&unspawned));
     }
 
     #[test]

@@ -141,3 +141,24 @@ fn bad_deploys_are_refused_and_admin_is_root_only() {
     assert_conserved(&rc);
     rc.shutdown().unwrap();
 }
+
+/// `cpus:` pins an NF's process: ferryd sets the affinity when it starts
+/// it (the kernel shows it in /proc). A CPU the machine does not have is
+/// refused at deploy, naming the NF.
+#[test]
+fn cpus_pin_an_nf_process() {
+    if !privileged("cpus") {
+        return;
+    }
+    let dir = TempDir::new("cpus");
+    let pinned = memory_chain("pinned", 10_000).replace("kind: source,", "kind: source, cpus: [0],");
+    let (rc, _) = start(&dir, &pinned);
+    let st = rc.status().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid_of(&st, "src"))).unwrap();
+    let allowed = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap();
+    assert_eq!(allowed.split_whitespace().nth(1), Some("0"), "{allowed}");
+    let bad = write(&dir, "bad.yaml", &memory_chain("bad", 10).replace("kind: sink", "kind: sink, cpus: [1023]"));
+    let err = chainctl::deploy(&rc.admin, &bad).unwrap_err().to_string();
+    assert!(err.contains("NF snk: cpus: [1023] not online"), "{err}");
+    rc.shutdown().unwrap();
+}

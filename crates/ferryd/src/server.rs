@@ -207,6 +207,12 @@ impl Daemon {
         let _changing = self.changes.lock().expect("changes lock");
         let (_, placement) = ferry_place::load(file)?;
         let plan = ChainPlan::compile(&placement.server);
+        for nf in &plan.nfs {
+            let offline = crate::spawn::offline_cpus(&nf.cpus);
+            if !offline.is_empty() {
+                bail!("NF {}: cpus: {offline:?} not online on this machine", nf.name);
+            }
+        }
         self.check_free(&plan)?;
         let id = self.next_chain.fetch_add(1, Ordering::Relaxed);
         let new_id = || self.next_nf.fetch_add(1, Ordering::Relaxed);

@@ -52,18 +52,55 @@ pub fn spawn_nf(chain: &str, nf: &NfPlan, creds: &Creds, socket: &Path, ferry: &
     if uid != 0 {
         cmd.uid(uid).gid(gid);
     }
-    // SAFETY: only async-signal-safe prctl calls between fork and exec.
+    let cpus = cpu_set(&nf.cpus);
+    // SAFETY: only async-signal-safe calls (prctl, sched_setaffinity on a
+    // set built before the fork) between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
                 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
             {
                 return Err(std::io::Error::last_os_error());
             }
+            if let Some(set) = &cpus {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
     }
     cmd.spawn().map_err(|e| anyhow!("starting NF {}: {e}", nf.name))
+}
+
+/// The affinity mask of `cpus:` (None: any CPU).
+fn cpu_set(cpus: &[u32]) -> Option<libc::cpu_set_t> {
+    if cpus.is_empty() {
+        return None;
+    }
+    // SAFETY: cpu_set_t is plain data; CPU_SET takes numbers below its
+    // size, which the chain parser checks (spec::MAX_CPU).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c as usize, &mut set);
+        }
+        Some(set)
+    }
+}
+
+/// CPUs named in `cpus:` that this machine does not have online.
+pub fn offline_cpus(cpus: &[u32]) -> Vec<u32> {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    cpus.iter().copied().filter(|&c| !in_cpu_list(&online, c)).collect()
+}
+
+/// Whether CPU `c` is in a kernel CPU list such as "0-3,8,10-11".
+fn in_cpu_list(list: &str, c: u32) -> bool {
+    list.trim().split(',').any(|r| match r.split_once('-') {
+        Some((a, b)) => a.parse::<u32>().is_ok_and(|a| a <= c) && b.parse::<u32>().is_ok_and(|b| c <= b),
+        None => r.parse::<u32>() == Ok(c),
+    })
 }
 
 /// True if process `pid` is dumpable: then every process of its uid can
@@ -160,6 +197,16 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        let table =
+            [("0-1\n", 0, true), ("0-1", 1, true), ("0-1", 2, false), ("0,2-3,8", 8, true), ("0,2-3,8", 1, false)];
+        for (list, c, want) in table {
+            assert_eq!(in_cpu_list(list, c), want, "{list:?} {c}");
+        }
+        assert!(!in_cpu_list("", 0));
+    }
     use std::os::unix::process::CommandExt;
 
     /// A plain process of an unprivileged user is dumpable; the same
