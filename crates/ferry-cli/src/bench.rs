@@ -87,7 +87,9 @@ pub struct BenchIoReport {
     pub results: Vec<IoResult>,
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// The middle value of `v` (the upper one of an even count); `v` must
+/// not be empty.
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
 }

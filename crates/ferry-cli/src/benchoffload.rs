@@ -127,11 +127,12 @@ const IPS_RULES: &str = "drop udp any any -> any any (msg:\"shell\"; content:\"/
 alert udp any any -> any any (msg:\"probe\"; content:\"|de ad be ef|\"; sid:2;)
 ";
 
-fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str) -> String {
+fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str, cpu: Option<usize>) -> String {
     let fw = dir.join("fw.rules");
     let ips = dir.join("ips.rules");
+    let cpus = cpu.map_or(String::new(), |c| format!(", cpus: [{c}]"));
     let nf = |name: &str, kind: &str, args: &str| {
-        format!("  - {{ name: {name}, domain: main, kind: {kind}, args: [{args}], offload: {offload} }}\n")
+        format!("  - {{ name: {name}, domain: main, kind: {kind}, args: [{args}], offload: {offload}{cpus} }}\n")
     };
     let (nfs, links) = match scenario {
         "firewall" => (nf("fw", "firewall", &format!("\"{}\"", fw.display())), "  - { from: fw, to: out }\n".into()),
@@ -149,17 +150,14 @@ fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str) -> String {
     )
 }
 
+/// The median of the runs (every variant has at least one).
 fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    crate::bench::median(&mut v)
 }
 
 fn median_opt(v: Vec<Option<f64>>) -> Option<f64> {
-    let v: Vec<f64> = v.into_iter().flatten().collect();
-    (!v.is_empty()).then(|| median(v))
+    let mut v: Vec<f64> = v.into_iter().flatten().collect();
+    (!v.is_empty()).then(|| crate::bench::median(&mut v))
 }
 
 /// One variant on the running testbed: ferryd up on its chain file, a
@@ -173,17 +171,15 @@ fn measure(
     let (scenario, variant, size, run) = key;
     let offload = if variant == "placed" { "auto" } else { "never" };
     let chain = dir.join(format!("{scenario}-{variant}.yaml"));
-    std::fs::write(&chain, chain_yaml(scenario, tb.ns_name("dut"), dir, offload))?;
-    let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true).context("starting ferryd")?;
     // The NF processes share the sink's CPU, never the generator's: the
     // live-frames generator runs inside the kernel (BPF_PROG_RUN), which
     // on a kernel without preemption keeps a woken NF waiting for the next
     // scheduler tick (4 ms at HZ=250); that measured the generator, not
     // the chain.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for pid in rc.status()?.nfs.iter().filter_map(|n| n.pid).filter(|_| cpus > NF_CPU) {
-        crate::util::pin_process_to_cpu(pid, NF_CPU)?;
-    }
+    let nf_cpu = (cpus > NF_CPU).then_some(NF_CPU);
+    std::fs::write(&chain, chain_yaml(scenario, tb.ns_name("dut"), dir, offload, nf_cpu))?;
+    let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true).context("starting ferryd")?;
     let (gen_ns, sink_ns) = (tb.ns_name("gen"), tb.ns_name("sink"));
     let size_arg = size.to_string();
     let ms = |d: Duration| format!("{}ms", d.as_millis());

@@ -29,6 +29,18 @@ pub struct DemoReport {
     pub sink: Value,
 }
 
+/// The demo chain for the testbed's `dut` namespace, its NFs on `cpu`
+/// if given.
+fn demo_chain(dut: &str, cpu: Option<usize>) -> Result<String> {
+    let text = DEMO_CHAIN.replace("{dut}", dut);
+    let Some(cpu) = cpu else { return Ok(text) };
+    let mut spec = ferry_catalog::parse_chain_str(&text, "examples/chains/demo.yaml")?;
+    for nf in &mut spec.nfs {
+        nf.cpus = vec![cpu as u32];
+    }
+    Ok(serde_yaml::to_string(&spec)?)
+}
+
 pub fn run(packets: u64) -> Result<DemoReport> {
     let spec = ferry_testbed::TestbedSpec::from_yaml_str(DEMO_TESTBED, "examples/testbeds/demo.yaml")?;
     eprintln!("[demo] testbed: gen (g0) -- dut (d0 ... d1) -- sink (s0)");
@@ -36,21 +48,17 @@ pub fn run(packets: u64) -> Result<DemoReport> {
     let (gen, dut, sink_ns) = (tb.ns_name("gen"), tb.ns_name("dut"), tb.ns_name("sink"));
     let dir = std::env::temp_dir().join(format!("ferry-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let chain = dir.join("demo.yaml");
-    std::fs::write(&chain, DEMO_CHAIN.replace("{dut}", dut))?;
-    eprintln!("[demo] ferryd: chain in(d0) -> resp (ARP+ICMP) -> l2fwd -> fwd -> out(d1), each domain as its own allocated uid");
-    let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true)?;
     // The generator paces by spinning on its CPU; an NF woken there waits
     // for the scheduler tick (4 ms at HZ=250 without preemption), which
-    // made the demo's p99 about 4 ms. So the generator gets CPU 0 and
-    // the sink and the NF processes share CPU 1 (p99 about 50 us).
+    // made the demo's p99 about 4 ms. So the generator gets CPU 0 and the
+    // sink and the NF processes (`cpus:`, set by ferryd) share CPU 1 (p99
+    // about 50 us).
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (gen_cpu, sink_cpu) = if cpus >= 2 { (Some(0), Some(1)) } else { (None, None) };
-    if let Some(cpu) = sink_cpu {
-        for pid in rc.status()?.nfs.iter().filter_map(|n| n.pid) {
-            crate::util::pin_process_to_cpu(pid, cpu)?;
-        }
-    }
+    let chain = dir.join("demo.yaml");
+    std::fs::write(&chain, demo_chain(dut, sink_cpu)?)?;
+    eprintln!("[demo] ferryd: chain in(d0) -> resp (ARP+ICMP) -> l2fwd -> fwd -> out(d1), each domain as its own allocated uid");
+    let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true)?;
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
 
     eprintln!("[demo] ping {RESPONDER_IP} from gen (answered by the chain's AF_XDP responder)");

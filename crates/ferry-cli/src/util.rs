@@ -75,26 +75,6 @@ pub fn pin_to_cpu(cpu: usize) -> Result<()> {
     Ok(())
 }
 
-/// Pins every thread of process `pid` to `cpu` (threads started later
-/// inherit the mask from the thread that starts them).
-pub fn pin_process_to_cpu(pid: u32, cpu: usize) -> Result<()> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).with_context(|| format!("threads of pid {pid}"))?;
-    for task in tasks.flatten() {
-        let Ok(tid) = task.file_name().to_string_lossy().parse::<libc::pid_t>() else { continue };
-        // SAFETY: a zeroed cpu_set_t with one bit set, for a thread id.
-        let rc = unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
-        };
-        // A thread that exited meanwhile is fine.
-        if rc != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
-            return Err(anyhow!("pinning thread {tid} of pid {pid} to CPU {cpu}: {}", std::io::Error::last_os_error()));
-        }
-    }
-    Ok(())
-}
-
 /// Parses "5s", "500ms", "2" (seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = match s.find(|c: char| c.is_alphabetic()) {

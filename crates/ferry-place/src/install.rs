@@ -5,7 +5,8 @@
 use ferry_bpf::pipeline::{Element, ElementKind, Forward, Pipeline, FWD_REDIRECT, FWD_XSK};
 use ferry_bpf::BpfError;
 
-use crate::{Lowering, XdpPath};
+use crate::lower::Step;
+use crate::XdpPath;
 
 /// Where the path's last element sends a frame that survives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +33,6 @@ pub struct InstalledNf {
 /// A port's XDP part as installed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Installed {
-    pub chain: u32,
-    pub ifindex: u32,
-    pub elements: Vec<Element>,
     pub nfs: Vec<InstalledNf>,
 }
 
@@ -67,27 +65,29 @@ pub fn install(
     let mut elements = Vec::new();
     let mut nfs = Vec::new();
     for (nf, &id) in path.nfs.iter().zip(ids) {
-        let el = |kind, config| Element { kind, config, nf: id };
-        let rx = next(&mut configs.counter);
-        elements.push(el(ElementKind::Counter, rx));
-        let mut counters = vec![("rx", rx)];
-        let mut flow_monitor = None;
-        match &nf.lowering {
-            Lowering::Firewall { rules, default_action } => {
-                let acl = next(&mut configs.acl);
-                p.set_acl(acl, rules, *default_action)?;
-                elements.push(el(ElementKind::Acl, acl));
-                let pass = next(&mut configs.counter);
-                elements.push(el(ElementKind::Counter, pass));
-                counters.push(("pass", pass));
-            }
-            Lowering::FlowMonitor => {
-                let flows = next(&mut configs.flow);
-                elements.push(el(ElementKind::FlowMonitor, flows));
-                flow_monitor = Some(flows);
-            }
+        let mut installed =
+            InstalledNf { name: nf.name.clone(), kind: nf.kind.clone(), id, counters: Vec::new(), flow_monitor: None };
+        for step in nf.lowering.steps() {
+            let (kind, config) = match step {
+                Step::Counter(name) => {
+                    let config = next(&mut configs.counter);
+                    installed.counters.push((name, config));
+                    (ElementKind::Counter, config)
+                }
+                Step::Acl { rules, default_action } => {
+                    let config = next(&mut configs.acl);
+                    p.set_acl(config, rules, default_action)?;
+                    (ElementKind::Acl, config)
+                }
+                Step::FlowMonitor => {
+                    let config = next(&mut configs.flow);
+                    installed.flow_monitor = Some(config);
+                    (ElementKind::FlowMonitor, config)
+                }
+            };
+            elements.push(Element { kind, config, nf: id });
         }
-        nfs.push(InstalledNf { name: nf.name.clone(), kind: nf.kind.clone(), id, counters, flow_monitor });
+        nfs.push(installed);
     }
     // The forward element belongs to the NF it hands frames to (its id
     // is what the AF_XDP metadata names), or else to the last NF.
@@ -98,7 +98,7 @@ pub fn install(
     p.set_forward(1, forward)?;
     elements.push(Element { kind: ElementKind::Forward, config: 1, nf });
     p.deploy(chain, ifindex, &elements)?;
-    Ok(Installed { chain, ifindex, elements, nfs })
+    Ok(Installed { nfs })
 }
 
 impl Installed {

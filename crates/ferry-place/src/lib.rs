@@ -34,7 +34,7 @@ use ferry_nf::model::{Element, Offload};
 use ferry_testbed::yamlloc::{locate, Seg, YamlError};
 
 pub use install::{install, Installed, InstalledNf, Target};
-pub use lower::{lower, Lowering};
+pub use lower::{lower, Lowering, Step};
 
 /// Where one NF runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,8 +6,7 @@
 use ferry_bpf::pipeline::{AclRule, ACL_ALLOW, ACL_DENY, ACL_MAX_RULES};
 use ferry_nf::firewall_rules::{parse_fw_rules, FwAction, FwRule};
 
-/// What an offloaded NF becomes in XDP. Every lowering starts with a
-/// counter (the NF's `rx`).
+/// What an offloaded NF becomes in XDP (its elements: [`Lowering::steps`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lowering {
     /// An ACL element, then a counter of what passed.
@@ -16,14 +15,43 @@ pub enum Lowering {
     FlowMonitor,
 }
 
+/// One pipeline element of a lowered NF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step<'a> {
+    /// A packet counter, shown as the NF's counter `name`.
+    Counter(&'static str),
+    /// The ACL element with these rules and default.
+    Acl {
+        rules: &'a [AclRule],
+        default_action: u8,
+    },
+    FlowMonitor,
+}
+
 impl Lowering {
-    /// Its pipeline elements, as `--explain` lists them (what `install`
-    /// deploys, in order).
-    pub fn elements(&self) -> String {
+    /// Its pipeline elements in order: what `install` deploys and
+    /// `--explain` lists.
+    pub fn steps(&self) -> Vec<Step<'_>> {
         match self {
-            Lowering::Firewall { rules, .. } => format!("counter rx, acl ({} rules), counter pass", rules.len()),
-            Lowering::FlowMonitor => "counter rx, flow-monitor".into(),
+            Lowering::Firewall { rules, default_action } => {
+                vec![Step::Counter("rx"), Step::Acl { rules, default_action: *default_action }, Step::Counter("pass")]
+            }
+            Lowering::FlowMonitor => vec![Step::Counter("rx"), Step::FlowMonitor],
         }
+    }
+
+    /// [`Lowering::steps`] in words.
+    pub fn elements(&self) -> String {
+        let words: Vec<String> = self
+            .steps()
+            .iter()
+            .map(|s| match s {
+                Step::Counter(name) => format!("counter {name}"),
+                Step::Acl { rules, .. } => format!("acl ({} rules)", rules.len()),
+                Step::FlowMonitor => "flow-monitor".into(),
+            })
+            .collect();
+        words.join(", ")
     }
 }
 

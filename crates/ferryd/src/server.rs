@@ -237,14 +237,15 @@ impl Daemon {
             chain.stop(REMOVE_GRACE);
             return Err(e);
         }
-        let in_xdp: usize = placement.xdp.iter().map(|p| p.nfs.len()).sum();
+        let summary = chain.summary();
+        let processes = chain.plan.nfs.len();
         log(format!(
-            "deployed chain {:?} (id {id}) from {}: {} NF processes, {in_xdp} NFs in XDP",
+            "deployed chain {:?} (id {id}) from {}: {processes} NF processes, {} NFs in XDP",
             chain.plan.name,
             file.display(),
-            chain.plan.nfs.len()
+            summary.nfs - processes
         ));
-        Ok(chain.summary())
+        Ok(summary)
     }
 
     /// Refuses a chain whose name, ports or kernel hops are taken.
