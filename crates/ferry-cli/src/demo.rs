@@ -52,7 +52,7 @@ pub fn run(packets: u64) -> Result<DemoReport> {
     // for the scheduler tick (4 ms at HZ=250 without preemption), which
     // made the demo's p99 about 4 ms. So the generator gets CPU 0 and the
     // sink and the NF processes (`cpus:`, set by ferryd) share CPU 1 (p99
-    // about 50 us).
+    // about 40 us).
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (gen_cpu, sink_cpu) = if cpus >= 2 { (Some(0), Some(1)) } else { (None, None) };
     let chain = dir.join("demo.yaml");
