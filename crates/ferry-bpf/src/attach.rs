@@ -140,8 +140,12 @@ impl LoadedXdp {
 /// An independent handle (a dup'd fd) on map `name` of `ebpf`, for the
 /// state library (`crate::state`) and control planes that outlive a borrow.
 pub(crate) fn map_handle(ebpf: &Ebpf, name: &'static str) -> Result<aya::maps::Map, BpfError> {
+    dup_map(ebpf.map(name).ok_or(BpfError::NoMap { name })?, name)
+}
+
+/// A second handle on `map` (named `name` in errors), on a dup'd fd.
+pub(crate) fn dup_map(map: &aya::maps::Map, name: &'static str) -> Result<aya::maps::Map, BpfError> {
     use aya::maps::{Map, MapData};
-    let map = ebpf.map(name).ok_or(BpfError::NoMap { name })?;
     let dup = |d: &MapData| -> Result<MapData, BpfError> {
         let fd =
             d.fd().as_fd().try_clone_to_owned().map_err(|source| BpfError::Syscall { what: "dup map fd", source })?;

@@ -7,13 +7,12 @@
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
-use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
-use aya::maps::{Array, HashMap, MapData, PerCpuArray, ProgramArray, XskMap};
+use aya::maps::{Array, MapData, PerCpuArray, ProgramArray, XskMap};
 use aya::programs::Xdp;
 use aya::Ebpf;
 
-use crate::attach::{load_object, map_handle, xdp_mut};
-use crate::pipeline::PlCount;
+use crate::attach::{load_object, xdp_mut};
+pub use crate::evnf_maps::EvnfMaps;
 use crate::{AttachMode, BpfError, Object, Verdicts};
 
 /// The hybrid NFs' fast-path programs (`FERRY_EV_*`).
@@ -43,7 +42,7 @@ impl EvNf {
         match self {
             EvNf::Firewall => &["allow", "deny", "to_kernel", "not_ip", "malformed"],
             EvNf::Balancer => &["new_conn", "tracked", "not_vip", "no_backend", "malformed"],
-            EvNf::BalancerReply => &["rewritten", "not_tracked", "malformed"],
+            EvNf::BalancerReply => &["reply_rewritten", "reply_not_tracked", "reply_malformed"],
             EvNf::Dpi => &["bypass", "to_slow_path", "not_inspected", "malformed"],
         }
     }
@@ -209,9 +208,12 @@ unsafe impl aya::Pod for LbConn {}
 unsafe impl aya::Pod for LbReply {}
 unsafe impl aya::Pod for DpiBypass {}
 
-/// The loaded eVNF object: all four programs, one set of maps.
+/// The loaded eVNF object: all four programs, one set of maps. Whoever
+/// loads it holds the programs, the chaining table and the socket map;
+/// the control maps ([`EvnfMaps`]) can be handed on as fds.
 pub struct Evnf {
     ebpf: Ebpf,
+    maps: EvnfMaps,
 }
 
 impl Evnf {
@@ -237,7 +239,8 @@ impl Evnf {
         for (nf, fd) in &fds {
             progs.set(*nf as u32, fd, 0).map_err(|source| BpfError::Map { name: PROGS, source })?;
         }
-        let mut evnf = Evnf { ebpf };
+        let maps = EvnfMaps::take(&mut ebpf)?;
+        let mut evnf = Evnf { ebpf, maps };
         for nf in EvNf::ALL {
             evnf.set_next(nf, None)?;
         }
@@ -270,6 +273,15 @@ impl Evnf {
         Ok(())
     }
 
+    /// The control maps (rules, connections, counters).
+    pub fn maps(&self) -> &EvnfMaps {
+        &self.maps
+    }
+
+    pub fn maps_mut(&mut self) -> &mut EvnfMaps {
+        &mut self.maps
+    }
+
     /// The program's fd, for BPF_PROG_RUN.
     pub fn program_fd(&self, nf: EvNf) -> Result<BorrowedFd<'_>, BpfError> {
         let prog: &Xdp = self
@@ -279,42 +291,6 @@ impl Evnf {
             .ok_or_else(|| BpfError::NoProgram { object: Object::Evnf, name: nf.program().into() })?;
         let fd = prog.fd().map_err(|source| BpfError::Program { name: nf.program().into(), source })?;
         Ok(fd.as_fd())
-    }
-
-    /// An independent handle on one of the maps (for the state library).
-    pub fn map_handle(&self, name: &'static str) -> Result<aya::maps::Map, BpfError> {
-        map_handle(&self.ebpf, name)
-    }
-
-    fn per_cpu_sum(&self, name: &'static str, index: u32) -> Result<PlCount, BpfError> {
-        let map = self.ebpf.map(name).ok_or(BpfError::NoMap { name })?;
-        let arr: PerCpuArray<&MapData, PlCount> =
-            PerCpuArray::try_from(map).map_err(|source| BpfError::Map { name, source })?;
-        let per_cpu = arr.get(&index, 0).map_err(|source| BpfError::Map { name, source })?;
-        Ok(per_cpu
-            .iter()
-            .fold(PlCount::default(), |a, c| PlCount { packets: a.packets + c.packets, bytes: a.bytes + c.bytes }))
-    }
-
-    /// `nf`'s counters by name, summed over CPUs.
-    pub fn counters(&self, nf: EvNf) -> Result<Vec<(&'static str, PlCount)>, BpfError> {
-        let row = nf as u32 * COUNTERS;
-        nf.counter_names()
-            .iter()
-            .enumerate()
-            .map(|(i, name)| Ok((*name, self.per_cpu_sum("ferry_ev_stats", row + i as u32)?)))
-            .collect()
-    }
-
-    /// One counter of `nf` by name (0 if the name is unknown).
-    pub fn counter(&self, nf: EvNf, name: &str) -> Result<u64, BpfError> {
-        Ok(self.counters(nf)?.into_iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| c.packets))
-    }
-
-    /// The chain end's counters: frames routed out, frames left to the kernel.
-    pub fn route_counters(&self) -> Result<[PlCount; 2], BpfError> {
-        let row = ROUTE_ROW * COUNTERS;
-        Ok([self.per_cpu_sum("ferry_ev_stats", row)?, self.per_cpu_sum("ferry_ev_stats", row + 1)?])
     }
 
     pub fn verdicts(&self) -> Result<Verdicts, BpfError> {
@@ -337,135 +313,4 @@ impl Evnf {
             XskMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
         xsks.set(queue, socket.as_raw_fd(), 0).map_err(|source| BpfError::Map { name: NAME, source })
     }
-
-    // ---- eFW ----
-
-    /// Source subnet `addr/prefix` gets `rule`.
-    pub fn fw_set_subnet(&mut self, addr: Ipv4Addr, prefix: u8, rule: FwRule) -> Result<(), BpfError> {
-        const NAME: &str = "ferry_fw_subnets";
-        check_rule(rule)?;
-        if prefix > 32 {
-            return Err(BpfError::Config(format!("subnet {addr}/{prefix}: prefix longer than 32")));
-        }
-        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
-        let mut trie: LpmTrie<&mut MapData, u32, FwRule> =
-            LpmTrie::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let key = LpmKey::new(prefix as u32, u32::from_ne_bytes(addr.octets()));
-        trie.insert(&key, rule, 0).map_err(|source| BpfError::Map { name: NAME, source })
-    }
-
-    /// Destination port `port` (host order; 0 = every port) of `proto` gets `rule`.
-    pub fn fw_set_port(&mut self, proto: u8, port: u16, rule: FwRule) -> Result<(), BpfError> {
-        const NAME: &str = "ferry_fw_ports";
-        check_rule(rule)?;
-        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
-        let mut ports: HashMap<&mut MapData, FwPortKey, FwRule> =
-            HashMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let key = FwPortKey { proto, _pad: 0, port: port.to_be() };
-        ports.insert(key, rule, 0).map_err(|source| BpfError::Map { name: NAME, source })
-    }
-
-    /// Removes every fast firewall rule not in `subnets` / `ports` (after
-    /// installing a new set, so that no rule is missing in between).
-    pub fn fw_retain(&mut self, subnets: &[(Ipv4Addr, u8)], ports: &[(u8, u16)]) -> Result<(), BpfError> {
-        const SUBNETS: &str = "ferry_fw_subnets";
-        const PORTS: &str = "ferry_fw_ports";
-        let keep: Vec<(u32, u32)> = subnets.iter().map(|(a, p)| (*p as u32, u32::from_ne_bytes(a.octets()))).collect();
-        let map = self.ebpf.map_mut(SUBNETS).ok_or(BpfError::NoMap { name: SUBNETS })?;
-        let mut trie: LpmTrie<&mut MapData, u32, FwRule> =
-            LpmTrie::try_from(map).map_err(|source| BpfError::Map { name: SUBNETS, source })?;
-        let stale: Vec<LpmKey<u32>> =
-            trie.keys().filter_map(Result::ok).filter(|k| !keep.contains(&(k.prefix_len(), k.data()))).collect();
-        for k in stale {
-            trie.remove(&k).map_err(|source| BpfError::Map { name: SUBNETS, source })?;
-        }
-        let keep: Vec<FwPortKey> =
-            ports.iter().map(|(proto, port)| FwPortKey { proto: *proto, _pad: 0, port: port.to_be() }).collect();
-        let map = self.ebpf.map_mut(PORTS).ok_or(BpfError::NoMap { name: PORTS })?;
-        let mut table: HashMap<&mut MapData, FwPortKey, FwRule> =
-            HashMap::try_from(map).map_err(|source| BpfError::Map { name: PORTS, source })?;
-        let stale: Vec<FwPortKey> = table.keys().filter_map(Result::ok).filter(|k| !keep.contains(k)).collect();
-        for k in stale {
-            table.remove(&k).map_err(|source| BpfError::Map { name: PORTS, source })?;
-        }
-        Ok(())
-    }
-
-    /// Packets and bytes rule `rule_id` matched.
-    pub fn fw_rule_hits(&self, rule_id: u32) -> Result<PlCount, BpfError> {
-        self.per_cpu_sum("ferry_fw_hits", rule_id)
-    }
-
-    // ---- eLB ----
-
-    /// Declares VIP `addr:port/proto` as `vip_id`.
-    pub fn lb_set_vip(&mut self, addr: Ipv4Addr, port: u16, proto: u8, vip_id: u32) -> Result<(), BpfError> {
-        const NAME: &str = "ferry_lb_vips";
-        if vip_id >= LB_MAX_VIPS {
-            return Err(BpfError::Config(format!("VIP id {vip_id}: at most {LB_MAX_VIPS} VIPs")));
-        }
-        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
-        let mut vips: HashMap<&mut MapData, LbVipKey, LbVip> =
-            HashMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let key = LbVipKey { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), proto, _pad: 0 };
-        vips.insert(key, LbVip { vip_id, _pad: 0 }, 0).map_err(|source| BpfError::Map { name: NAME, source })
-    }
-
-    /// Removes VIP `addr:port/proto` (new flows to it are no longer balanced).
-    pub fn lb_remove_vip(&mut self, addr: Ipv4Addr, port: u16, proto: u8) -> Result<(), BpfError> {
-        const NAME: &str = "ferry_lb_vips";
-        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
-        let mut vips: HashMap<&mut MapData, LbVipKey, LbVip> =
-            HashMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let key = LbVipKey { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), proto, _pad: 0 };
-        match vips.remove(&key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(source) => Err(BpfError::Map { name: NAME, source }),
-        }
-    }
-
-    /// Backend `index` is `addr:port`.
-    pub fn lb_set_backend(&mut self, index: u32, addr: Ipv4Addr, port: u16) -> Result<(), BpfError> {
-        const NAME: &str = "ferry_lb_backends";
-        if index >= LB_MAX_BACKENDS {
-            return Err(BpfError::Config(format!("backend {index}: at most {LB_MAX_BACKENDS} backends")));
-        }
-        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
-        let mut arr: Array<&mut MapData, LbBackend> =
-            Array::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let be = LbBackend { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), _pad: 0 };
-        arr.set(index, be, 0).map_err(|source| BpfError::Map { name: NAME, source })
-    }
-
-    /// Writes VIP `vip_id`'s server-selection array (one backend index per
-    /// slot). New flows hash to a slot; tracked flows keep their backend.
-    pub fn lb_set_ring(&mut self, vip_id: u32, ring: &[u32]) -> Result<(), BpfError> {
-        const NAME: &str = "ferry_lb_ring";
-        if ring.len() != LB_RING || vip_id >= LB_MAX_VIPS {
-            return Err(BpfError::Config(format!("ring of VIP {vip_id}: needs {LB_RING} slots, got {}", ring.len())));
-        }
-        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
-        let mut arr: Array<&mut MapData, u32> =
-            Array::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        for (slot, backend) in ring.iter().enumerate() {
-            arr.set(vip_id * LB_RING as u32 + slot as u32, *backend, 0)
-                .map_err(|source| BpfError::Map { name: NAME, source })?;
-        }
-        Ok(())
-    }
-
-    /// Packets and bytes sent to backend `index`.
-    pub fn lb_backend_load(&self, index: u32) -> Result<PlCount, BpfError> {
-        self.per_cpu_sum("ferry_lb_backend_stats", index)
-    }
-}
-
-fn check_rule(rule: FwRule) -> Result<(), BpfError> {
-    if rule.action > FW_DENY || rule.rule_id >= FW_MAX_RULES {
-        return Err(BpfError::Config(format!(
-            "firewall rule {}: action {} (0 allow, 1 deny), ids below {FW_MAX_RULES}",
-            rule.rule_id, rule.action
-        )));
-    }
-    Ok(())
 }

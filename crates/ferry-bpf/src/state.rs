@@ -70,8 +70,12 @@ pub struct StateTable<K: Pod + Eq + Hash, V: Pod> {
 fn apply<K: Pod, V: Pod>(map: &mut HashMap<MapData, K, V>, op: &Op<K, V>, name: &str) -> Result<(), String> {
     match op {
         Op::Insert(k, v) => map.insert(k, v, 0).map_err(|e| format!("{name}: insert: {e}")),
+        // Removing what is not there leaves the map as asked: the data
+        // path may have lost it first (an LRU map evicts). aya reports
+        // the kernel's ENOENT as a failed syscall, not as KeyNotFound.
         Op::Remove(k) => match map.remove(k) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
             Err(e) => Err(format!("{name}: remove: {e}")),
         },
     }

@@ -106,9 +106,9 @@ fn run(ev: &Evnf, nf: EvNf, f: &[u8]) -> (u32, Vec<u8>) {
 
 fn firewall() -> Evnf {
     let mut ev = Evnf::load().expect("load evnf.bpf.c (verifier)");
-    ev.fw_set_subnet(Ipv4Addr::new(10, 10, 66, 0), 24, FwRule { action: FW_DENY, rule_id: 1 }).unwrap();
-    ev.fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
-    ev.fw_set_port(17, 0, FwRule { action: FW_ALLOW, rule_id: 3 }).unwrap();
+    ev.maps_mut().fw_set_subnet(Ipv4Addr::new(10, 10, 66, 0), 24, FwRule { action: FW_DENY, rule_id: 1 }).unwrap();
+    ev.maps_mut().fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
+    ev.maps_mut().fw_set_port(17, 0, FwRule { action: FW_ALLOW, rule_id: 3 }).unwrap();
     ev
 }
 
@@ -142,14 +142,14 @@ fn firewall_table() {
             assert_eq!(got, action, "{what}");
             assert_eq!(out == f, same, "{what}: output bytes");
         }
-        let c = ev.counters(EvNf::Firewall).unwrap();
+        let c = ev.maps().counters(EvNf::Firewall).unwrap();
         let count = |n: &str| c.iter().find(|(name, _)| *name == n).unwrap().1.packets;
         assert_eq!((count("allow"), count("deny"), count("to_kernel")), (2, 1, 1));
         assert_eq!((count("not_ip"), count("malformed")), (1, 1));
-        assert_eq!(ev.fw_rule_hits(1).unwrap().packets, 1);
-        assert_eq!(ev.fw_rule_hits(2).unwrap().packets, 1);
+        assert_eq!(ev.maps().fw_rule_hits(1).unwrap().packets, 1);
+        assert_eq!(ev.maps().fw_rule_hits(2).unwrap().packets, 1);
         assert_eq!(ev.verdicts().unwrap().packets[SLOT_MALFORMED], 1);
-        let [routed, kernel] = ev.route_counters().unwrap();
+        let [routed, kernel] = ev.maps().route_counters().unwrap();
         assert_eq!((routed.packets, kernel.packets), (1, 1));
         // The routed frame: neighbour's MAC, the device's MAC, TTL - 1, valid checksum.
         let (_, out) = run(&ev, EvNf::Firewall, &dns_to_backend);
@@ -162,12 +162,12 @@ fn firewall_table() {
 
 fn balancer() -> Evnf {
     let mut ev = Evnf::load().expect("load evnf.bpf.c (verifier)");
-    ev.lb_set_vip(VIP.into(), 80, 6, 0).unwrap();
-    ev.lb_set_vip(VIP.into(), 53, 17, 1).unwrap();
-    ev.lb_set_backend(0, BACKEND.into(), 8080).unwrap();
-    ev.lb_set_backend(1, Ipv4Addr::new(10, 9, 0, 3), 8080).unwrap();
-    ev.lb_set_ring(0, &[0; LB_RING]).unwrap();
-    ev.lb_set_ring(1, &[LB_NO_BACKEND; LB_RING]).unwrap();
+    ev.maps_mut().lb_set_vip(VIP.into(), 80, 6, 0).unwrap();
+    ev.maps_mut().lb_set_vip(VIP.into(), 53, 17, 1).unwrap();
+    ev.maps_mut().lb_set_backend(0, BACKEND.into(), 8080).unwrap();
+    ev.maps_mut().lb_set_backend(1, Ipv4Addr::new(10, 9, 0, 3), 8080).unwrap();
+    ev.maps_mut().lb_set_ring(0, &[0; LB_RING]).unwrap();
+    ev.maps_mut().lb_set_ring(1, &[LB_NO_BACKEND; LB_RING]).unwrap();
     ev
 }
 
@@ -187,7 +187,8 @@ fn balancer_table() {
         assert_eq!(&out[0..6], &BACKEND_MAC);
         assert!(verify_checksums(&out).unwrap(), "IP and TCP checksums after DNAT");
 
-        let conns: HashMap<_, EvFlow, LbConn> = HashMap::try_from(ev.map_handle("ferry_lb_conns").unwrap()).unwrap();
+        let conns: HashMap<_, EvFlow, LbConn> =
+            HashMap::try_from(ev.maps().map_handle("ferry_lb_conns").unwrap()).unwrap();
         let flow = EvFlow::new(CLIENT.into(), 40000, VIP.into(), 80, 6);
         assert_eq!(conns.get(&flow, 0).unwrap().backend, 0);
 
@@ -201,7 +202,7 @@ fn balancer_table() {
         assert_eq!(run(&ev, EvNf::BalancerReply, &stranger).1, stranger, "untracked replies pass untouched");
 
         // New weights: new flows go to backend 1, the tracked flow stays.
-        ev.lb_set_ring(0, &[1; LB_RING]).unwrap();
+        ev.maps_mut().lb_set_ring(0, &[1; LB_RING]).unwrap();
         assert_eq!(dst_of(&run(&ev, EvNf::Balancer, &syn).1).0, Ipv4Addr::from(BACKEND));
         let other = frame(CLIENT, 40001, VIP, 80, L4Proto::Tcp);
         assert_eq!(dst_of(&run(&ev, EvNf::Balancer, &other).1).0, Ipv4Addr::new(10, 9, 0, 3));
@@ -210,10 +211,10 @@ fn balancer_table() {
         assert_eq!(run(&ev, EvNf::Balancer, &not_vip).1, not_vip);
         let no_backend = frame(CLIENT, 40000, VIP, 53, L4Proto::Udp);
         assert_eq!(run(&ev, EvNf::Balancer, &no_backend).0, XDP_DROP);
-        let count = |n: &str| ev.counter(EvNf::Balancer, n).unwrap();
+        let count = |n: &str| ev.maps().counter(EvNf::Balancer, n).unwrap();
         assert_eq!((count("new_conn"), count("tracked"), count("not_vip"), count("no_backend")), (2, 1, 1, 1));
-        assert_eq!(ev.lb_backend_load(0).unwrap().packets, 2);
-        assert_eq!(ev.lb_backend_load(1).unwrap().packets, 1);
+        assert_eq!(ev.maps().lb_backend_load(0).unwrap().packets, 2);
+        assert_eq!(ev.maps().lb_backend_load(1).unwrap().packets, 1);
     });
 }
 
@@ -225,7 +226,7 @@ fn udp_without_checksum_keeps_none() {
     let ns = TestNs::new();
     ns.run(|| {
         let mut ev = balancer();
-        ev.lb_set_ring(1, &[0; LB_RING]).unwrap();
+        ev.maps_mut().lb_set_ring(1, &[0; LB_RING]).unwrap();
         let mut f = frame(CLIENT, 5000, VIP, 53, L4Proto::Udp);
         f[40..42].copy_from_slice(&[0, 0]);
         let (_, out) = run(&ev, EvNf::Balancer, &f);
@@ -242,13 +243,13 @@ fn firewall_then_balancer_by_tail_call() {
     let ns = TestNs::new();
     ns.run(|| {
         let mut ev = balancer();
-        ev.fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
+        ev.maps_mut().fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
         ev.set_chain(&[EvNf::Firewall, EvNf::Balancer]).unwrap();
         let (action, out) = run(&ev, EvNf::Firewall, &frame(CLIENT, 40000, VIP, 80, L4Proto::Tcp));
         assert_eq!(action, XDP_REDIRECT);
         assert_eq!(dst_of(&out), (BACKEND.into(), 8080), "the balancer ran after the firewall");
-        assert_eq!(ev.counter(EvNf::Firewall, "allow").unwrap(), 1);
-        assert_eq!(ev.counter(EvNf::Balancer, "new_conn").unwrap(), 1);
+        assert_eq!(ev.maps().counter(EvNf::Firewall, "allow").unwrap(), 1);
+        assert_eq!(ev.maps().counter(EvNf::Balancer, "new_conn").unwrap(), 1);
         // Unchained again: the firewall is the last NF.
         ev.set_chain(&[EvNf::Firewall]).unwrap();
         let (_, out) = run(&ev, EvNf::Firewall, &frame(CLIENT, 40001, VIP, 80, L4Proto::Tcp));
@@ -274,7 +275,7 @@ fn dpi_table() {
         assert_eq!(&out[16..], &f[..]);
 
         let mut bypass: HashMap<_, EvFlow, DpiBypass> =
-            HashMap::try_from(ev.map_handle("ferry_dpi_bypass").unwrap()).unwrap();
+            HashMap::try_from(ev.maps().map_handle("ferry_dpi_bypass").unwrap()).unwrap();
         bypass.insert(EvFlow::new(CLIENT.into(), 40000, BACKEND.into(), 5201, 6), DpiBypass::default(), 0).unwrap();
         let (action, out) = run(&ev, EvNf::Dpi, &f);
         assert_eq!(action, XDP_REDIRECT, "bypassed flows are routed straight out");
@@ -286,7 +287,7 @@ fn dpi_table() {
         let mut icmp = f.clone();
         icmp[23] = 1;
         assert_eq!(run(&ev, EvNf::Dpi, &icmp).0, XDP_REDIRECT, "not inspected: routed on");
-        let count = |n: &str| ev.counter(EvNf::Dpi, n).unwrap();
+        let count = |n: &str| ev.maps().counter(EvNf::Dpi, n).unwrap();
         assert_eq!((count("to_slow_path"), count("bypass"), count("not_inspected")), (1, 1, 1));
     });
 }
@@ -299,13 +300,13 @@ fn fragments_go_to_the_kernel_and_are_not_balanced() {
     let ns = TestNs::new();
     ns.run(|| {
         let mut ev = balancer();
-        ev.fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
+        ev.maps_mut().fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
         let mut first = frame(CLIENT, 40000, VIP, 80, L4Proto::Tcp);
         first[20] |= 0x20; // more fragments
         assert_eq!(run(&ev, EvNf::Firewall, &first).0, XDP_PASS, "the kernel reassembles and decides");
-        assert_eq!(ev.counter(EvNf::Firewall, "to_kernel").unwrap(), 1);
+        assert_eq!(ev.maps().counter(EvNf::Firewall, "to_kernel").unwrap(), 1);
         let (_, out) = run(&ev, EvNf::Balancer, &first);
         assert_eq!(dst_of(&out), (VIP.into(), 80), "a fragment is not rewritten");
-        assert_eq!(ev.counter(EvNf::Balancer, "not_vip").unwrap(), 1);
+        assert_eq!(ev.maps().counter(EvNf::Balancer, "not_vip").unwrap(), 1);
     });
 }

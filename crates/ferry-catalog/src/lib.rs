@@ -113,7 +113,13 @@ pub fn check(kind: &str, args: &[String]) -> Result<(), KindError> {
         return Err(KindError::NotInChains { kind: kind.to_string(), why });
     }
     match &t.args {
-        Args::KeyValue(specs) => Values::parse(kind, specs, args).map(|_| ()),
+        Args::KeyValue(specs) => {
+            let values = Values::parse(kind, specs, args)?;
+            match t.model {
+                ExecModel::Hybrid => types::check_hybrid(kind, args, &values),
+                _ => Ok(()),
+            }
+        }
         Args::Positional(_) => types::check_positional(kind, args, 0),
     }
 }

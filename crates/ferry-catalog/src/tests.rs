@@ -40,7 +40,7 @@ type CheckRow = (&'static str, &'static [&'static str], Option<&'static str>, Op
 
 #[test]
 fn kinds_and_arguments_are_checked() {
-    let table: [CheckRow; 16] = [
+    let table: [CheckRow; 19] = [
         ("fwd", &[], None, None),
         ("fwd", &["by_port=1"], None, None),
         ("fwd", &["by_port=2"], Some("by_port=2: expected 0 or 1"), Some(0)),
@@ -56,7 +56,10 @@ fn kinds_and_arguments_are_checked() {
         ("arp-responder+fwd", &[], Some("only per-packet NFs join with +, and fwd is threaded"), None),
         ("parallel-nat", &["workers=2"], None, None),
         ("parallel-nat", &["workers=0"], Some("workers=0: expected an integer in 1..=64"), Some(0)),
-        ("efw", &[], Some("efw: hybrid NFs run with `ferry evnf run FILE` for now"), None),
+        ("efw", &[], Some("efw: missing argument config="), None),
+        ("efw", &["config=fw.yaml"], Some("give an absolute path"), Some(0)),
+        ("elb", &["config=/nonexistent/lb.yaml"], Some("missing argument reply_ports="), None),
+        ("edpi", &["config=/x.yaml"], Some("edpi: its slow path"), None),
     ];
     for (kind, a, want, index) in table {
         match (check(kind, &args(a)), want) {

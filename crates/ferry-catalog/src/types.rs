@@ -6,7 +6,7 @@ use ferry_nf::model::{ArgSpec, ArgType, Element, ExecModel, Offload};
 use ferry_nf::NfError;
 use ferry_parallel::live::registry as parallel;
 
-use crate::{find, Args, KindError, NfType};
+use crate::{find, Args, KindError, NfType, Values};
 
 const fn arg(key: &'static str, ty: ArgType, default: Option<&'static str>, help: &'static str) -> ArgSpec {
     ArgSpec { key, ty, default, help }
@@ -131,10 +131,10 @@ pub(crate) fn all() -> Vec<NfType> {
             kind: h.kind.to_string(),
             summary: h.summary,
             model: ExecModel::Hybrid,
-            args: Args::KeyValue(vec![]),
+            args: Args::KeyValue(h.args.to_vec()),
             counters: ferry_evnf::types::counters(h),
             elements: h.elements,
-            not_in_chains: Some("hybrid NFs run with `ferry evnf run FILE` for now: ferryd does not place them yet"),
+            not_in_chains: h.not_in_chains,
         });
     }
     types
@@ -184,4 +184,14 @@ pub(crate) fn check_joined(kind: &str, args: &[String]) -> Result<(), KindError>
         offset += g.len() + 1;
     }
     Ok(())
+}
+
+/// A hybrid NF's `config=FILE`: the file parses and has the NF's section.
+pub(crate) fn check_hybrid(kind: &str, args: &[String], values: &Values) -> Result<(), KindError> {
+    let file = values.text("config").unwrap_or_default();
+    ferry_evnf::chained::config(kind, std::path::Path::new(file)).map(|_| ()).map_err(|message| KindError::BadValue {
+        kind: kind.to_string(),
+        message,
+        index: args.iter().position(|a| a.starts_with("config=")).unwrap_or(0),
+    })
 }

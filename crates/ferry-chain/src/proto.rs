@@ -157,6 +157,10 @@ pub enum FdRole {
     },
     /// The TAP device of kernel hop `i`.
     Tap(usize),
+    /// A hybrid NF's fast-path map, by its name in `bpf/evnf.bpf.c`: its
+    /// control plane reads and writes the map through this fd, with no
+    /// capability of its own.
+    Map(String),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -16,7 +16,8 @@
 //!   frames in the domain's own UMEM, for measuring chaining without veth;
 //! * `sink`: count, check stamps, publish latency percentiles, free;
 //! * `parallel-<name>`: a parallel NF on worker threads (`workers=N`), see
-//!   [`crate::serve_parallel`].
+//!   [`crate::serve_parallel`];
+//! * `efw`, `elb`: a hybrid NF's control plane, see [`crate::serve_hybrid`].
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,9 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
         return crate::serve_parallel::serve(name, args);
     }
     ferry_catalog::check(kind, args)?;
+    if ferry_evnf::types::find(kind).is_some() {
+        return crate::serve_hybrid::serve(kind, args);
+    }
     match kind {
         "source" => {
             let v = ferry_catalog::Values::of(kind, args)?;

@@ -107,7 +107,18 @@ fn chain_check_names_bad_kinds_and_arguments_where_they_are() {
             "nfs[1].args[0]",
             "workers=0: expected an integer in 1..=64",
         ),
-        ("hybrid.yaml", "{ name: a, domain: main, kind: efw }", "nfs[1].kind", "ferryd does not place them yet"),
+        (
+            "hybrid.yaml",
+            "{ name: a, domain: main, kind: edpi, args: [\"config=/x.yaml\"] }",
+            "nfs[1].kind",
+            "edpi: its slow path (an AF_XDP socket and a TUN device back into the kernel) is not under ferryd yet",
+        ),
+        (
+            "config.yaml",
+            "{ name: a, domain: main, kind: efw, args: [\"config=fw.yaml\"] }",
+            "nfs[1].args[0]",
+            "efw: config=fw.yaml: give an absolute path",
+        ),
         (
             "offload.yaml",
             "{ name: a, domain: main, kind: source, offload: always }",

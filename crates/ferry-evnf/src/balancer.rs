@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use ferry_bpf::evnf::{EvFlow, EvNf, Evnf, LbConn, LbReply, LB_CLOSING, LB_MAX_BACKENDS};
+use ferry_bpf::evnf::{EvFlow, EvNf, EvnfMaps, LbConn, LbReply, LB_CLOSING, LB_MAX_BACKENDS};
 use serde_json::json;
 
 use crate::config::BalancerSpec;
@@ -43,7 +43,7 @@ pub struct Balancer {
 }
 
 impl Balancer {
-    pub fn new(fast: &Evnf, spec: BalancerSpec) -> Result<Balancer, EvnfError> {
+    pub fn new(fast: &EvnfMaps, spec: BalancerSpec) -> Result<Balancer, EvnfError> {
         let idle = Duration::from_secs_f64(spec.idle_timeout_s);
         let flow = ["saddr", "daddr", "sport", "dport", "proto"];
         let conns = FastTable::new(
@@ -102,7 +102,7 @@ impl Balancer {
         Ok(())
     }
 
-    fn write_ring(&mut self, fast: &mut Evnf, weights: Vec<u32>) -> Result<(), EvnfError> {
+    fn write_ring(&mut self, fast: &mut EvnfMaps, weights: Vec<u32>) -> Result<(), EvnfError> {
         fast.lb_set_ring(0, &selection_ring(&weights))?;
         self.weights = weights;
         Ok(())
@@ -121,7 +121,7 @@ impl Balancer {
     fn expire(&mut self, now_ns: u64) -> Result<(), EvnfError> {
         let replies: HashMap<EvFlow, LbReply> = self.replies.entries().into_iter().collect();
         let idle = self.conns.idle_ns();
-        let mut live = HashSet::new();
+        let (mut live, mut removed) = (HashSet::new(), HashSet::new());
         for (flow, conn) in self.conns.entries() {
             let back = self.back_flow(&flow, &conn);
             let reply_seen = back.and_then(|b| replies.get(&b)).map_or(0, |r| r.last_seen_ns);
@@ -130,6 +130,7 @@ impl Balancer {
                 self.conns.remove(&flow)?;
                 if let Some(b) = back {
                     self.replies.remove(&b)?;
+                    removed.insert(b);
                 }
                 self.expired += 1;
             } else if let Some(b) = back {
@@ -137,7 +138,8 @@ impl Balancer {
             }
         }
         for (back, reply) in replies {
-            if !live.contains(&back) && now_ns.saturating_sub(reply.last_seen_ns) > idle {
+            let orphan = !live.contains(&back) && !removed.contains(&back);
+            if orphan && now_ns.saturating_sub(reply.last_seen_ns) > idle {
                 self.replies.remove(&back)?;
             }
         }
@@ -167,7 +169,7 @@ impl HybridNf for Balancer {
 
     /// Backends and array first, the VIP last: a frame that sees the VIP
     /// finds everything it needs.
-    fn install(&mut self, fast: &mut Evnf) -> Result<(), EvnfError> {
+    fn install(&mut self, fast: &mut EvnfMaps) -> Result<(), EvnfError> {
         for (i, addr) in self.slots.iter().enumerate() {
             fast.lb_set_backend(i as u32, *addr.ip(), addr.port())?;
         }
@@ -182,7 +184,7 @@ impl HybridNf for Balancer {
         Ok(())
     }
 
-    fn on_tick(&mut self, fast: &mut Evnf, now_ns: u64) -> Result<(), EvnfError> {
+    fn on_tick(&mut self, fast: &mut EvnfMaps, now_ns: u64) -> Result<(), EvnfError> {
         self.expire(now_ns)?;
         self.count_open();
         let Some(fb) = &self.spec.feedback else { return Ok(()) };
@@ -204,7 +206,12 @@ impl HybridNf for Balancer {
         Duration::from_millis(fb)
     }
 
-    fn report(&self, fast: &Evnf) -> serde_json::Value {
+    /// `conns_open`, `conns_expired`.
+    fn control_counters(&self) -> Vec<u64> {
+        vec![self.open_per_slot.iter().sum(), self.expired]
+    }
+
+    fn report(&self, fast: &EvnfMaps) -> serde_json::Value {
         let mut conns_per_slot: HashMap<u32, u64> = HashMap::new();
         for (_, c) in self.conns.entries() {
             *conns_per_slot.entry(c.backend).or_default() += 1;

@@ -47,6 +47,10 @@ impl NfName {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvnfSpec {
+    /// Where `ferry evnf run` starts chains. A chain file places hybrid
+    /// NFs by its own links, and reads only their sections
+    /// ([`parse_sections`]).
+    #[serde(default)]
     pub ports: Vec<PortSpec>,
     /// `driver` (default) or `generic`.
     #[serde(default)]
@@ -237,6 +241,15 @@ pub fn parse(path: &Path) -> Result<EvnfSpec, YamlError> {
     Ok(spec)
 }
 
+/// Reads and validates the NF sections of a hybrid-NF file, for NFs a
+/// chain file places: its `ports:` may be absent, and are not checked.
+pub fn parse_sections(path: &Path) -> Result<EvnfSpec, YamlError> {
+    let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
+    let mut spec: EvnfSpec = parse_located(&text, &origin, EvnfSpec::validate_sections)?;
+    spec.origin = origin;
+    Ok(spec)
+}
+
 impl EvnfSpec {
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<EvnfSpec, YamlError> {
         let mut spec: EvnfSpec = parse_located(text, origin, EvnfSpec::validate)?;
@@ -323,6 +336,12 @@ impl EvnfSpec {
         if self.uses(NfName::Balancer) && !self.uses(NfName::BalancerReply) {
             return Err((vec![Key("ports")], "balancer needs balancer_reply on the backend-facing ports".into()));
         }
+        self.validate_sections()
+    }
+
+    /// The NFs' own sections: rules, backends, weights, timeouts.
+    fn validate_sections(&self) -> Result<(), Invalid> {
+        use Seg::{Index, Key};
         if let Some(fw) = &self.firewall {
             if fw.rules.len() >= ferry_bpf::evnf::FW_MAX_RULES as usize {
                 return Err((

@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use ferry_bpf::abi::SlowMeta;
-use ferry_bpf::evnf::{DpiBypass, EvFlow, EvNf, Evnf};
+use ferry_bpf::evnf::{DpiBypass, EvFlow, EvNf, EvnfMaps};
 use ferry_ndpi::{Classification, Flow, Ndpi};
 use serde_json::json;
 
@@ -59,7 +59,7 @@ pub fn flow_of(ip: &[u8]) -> Option<EvFlow> {
 }
 
 impl Dpi {
-    pub fn new(fast: &Evnf, spec: DpiSpec) -> Result<Dpi, EvnfError> {
+    pub fn new(fast: &EvnfMaps, spec: DpiSpec) -> Result<Dpi, EvnfError> {
         let ndpi = Ndpi::new(spec.protocols_file.as_deref())?;
         let elephants = resolve_elephants(&ndpi, &spec)?;
         let bypass = FastTable::new(
@@ -126,11 +126,11 @@ impl HybridNf for Dpi {
         Mode::Reactive
     }
 
-    fn install(&mut self, _fast: &mut Evnf) -> Result<(), EvnfError> {
+    fn install(&mut self, _fast: &mut EvnfMaps) -> Result<(), EvnfError> {
         Ok(())
     }
 
-    fn on_slow_path(&mut self, _fast: &mut Evnf, frame: &[u8], _meta: SlowMeta) -> SlowVerdict {
+    fn on_slow_path(&mut self, _fast: &mut EvnfMaps, frame: &[u8], _meta: SlowMeta) -> SlowVerdict {
         let Some(ip) = ip_packet(frame) else { return SlowVerdict::Drop };
         let Some(key) = flow_of(ip) else {
             self.not_ipv4 += 1;
@@ -163,7 +163,7 @@ impl HybridNf for Dpi {
         SlowVerdict::Reinject
     }
 
-    fn on_tick(&mut self, _fast: &mut Evnf, now_ns: u64) -> Result<(), EvnfError> {
+    fn on_tick(&mut self, _fast: &mut EvnfMaps, now_ns: u64) -> Result<(), EvnfError> {
         self.bypass_expired += self.bypass.expire(now_ns, |_| false)?.len() as u64;
         let idle = (self.spec.idle_timeout_s * 1e9) as u64;
         // Bypassed flows never reach the slow path, so their nDPI state
@@ -172,7 +172,7 @@ impl HybridNf for Dpi {
         Ok(())
     }
 
-    fn report(&self, fast: &Evnf) -> serde_json::Value {
+    fn report(&self, fast: &EvnfMaps) -> serde_json::Value {
         let rules: Vec<serde_json::Value> = self
             .bypass
             .entries()

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use ferry_bpf::evnf::{EvNf, Evnf, FwRule, FW_ALLOW, FW_DENY};
+use ferry_bpf::evnf::{EvNf, EvnfMaps, FwRule, FW_ALLOW, FW_DENY};
 use serde_json::json;
 
 use crate::config::{FirewallSpec, FwAction};
@@ -39,7 +39,28 @@ impl Firewall {
         format!("{what} {:?}", r.action).to_lowercase()
     }
 
-    fn remove_nft_tables(&mut self) {
+    /// Applies the kernel half, the nftables ruleset, in the calling
+    /// thread's network namespace. It replaces the tables it created
+    /// before in one transaction, so a reload never leaves a moment
+    /// without them.
+    pub fn apply_nftables(&mut self) -> Result<(), EvnfError> {
+        let ruleset = self.spec.nftables.clone().unwrap_or_default();
+        let new_tables = declared_tables(&ruleset);
+        let mut replace = String::new();
+        for t in self.nft_tables.iter().chain(&new_tables) {
+            // Declaring a table first makes deleting it valid whether or
+            // not it exists; nft applies the whole file atomically.
+            replace += &format!("table {t} {{}}\ndelete table {t}\n");
+        }
+        if !replace.is_empty() || !ruleset.is_empty() {
+            nft_apply(&(replace + &ruleset))?;
+        }
+        self.nft_tables = new_tables;
+        Ok(())
+    }
+
+    /// Removes the tables the ruleset created (also on drop).
+    pub fn remove_nft_tables(&mut self) {
         for t in self.nft_tables.drain(..) {
             let args: Vec<&str> = ["delete", "table"].into_iter().chain(t.split_whitespace()).collect();
             let _ = Command::new("nft").args(&args).status();
@@ -88,10 +109,11 @@ impl HybridNf for Firewall {
         Mode::Offloading
     }
 
-    /// New rules are written over the old ones before stale ones go, and
-    /// the nftables ruleset replaces the old tables in one transaction, so
-    /// a reload never leaves a moment without rules.
-    fn install(&mut self, fast: &mut Evnf) -> Result<(), EvnfError> {
+    /// New rules are written over the old ones before stale ones go, so a
+    /// reload never leaves a moment without rules. The kernel half is
+    /// [`Firewall::apply_nftables`]: it needs CAP_NET_ADMIN, which an
+    /// unprivileged control plane does not have.
+    fn install(&mut self, fast: &mut EvnfMaps) -> Result<(), EvnfError> {
         let (mut subnets, mut ports) = (Vec::new(), Vec::new());
         for (i, r) in self.spec.rules.iter().enumerate() {
             let action = if r.action == FwAction::Allow { FW_ALLOW } else { FW_DENY };
@@ -111,26 +133,14 @@ impl HybridNf for Firewall {
             }
         }
         fast.fw_retain(&subnets, &ports)?;
-        let ruleset = self.spec.nftables.clone().unwrap_or_default();
-        let new_tables = declared_tables(&ruleset);
-        let mut replace = String::new();
-        for t in self.nft_tables.iter().chain(&new_tables) {
-            // Declaring a table first makes deleting it valid whether or
-            // not it exists; nft applies the whole file atomically.
-            replace += &format!("table {t} {{}}\ndelete table {t}\n");
-        }
-        if !replace.is_empty() || !ruleset.is_empty() {
-            nft_apply(&(replace + &ruleset))?;
-        }
-        self.nft_tables = new_tables;
         Ok(())
     }
 
-    fn on_tick(&mut self, _fast: &mut Evnf, _now_ns: u64) -> Result<(), EvnfError> {
+    fn on_tick(&mut self, _fast: &mut EvnfMaps, _now_ns: u64) -> Result<(), EvnfError> {
         Ok(())
     }
 
-    fn report(&self, fast: &Evnf) -> serde_json::Value {
+    fn report(&self, fast: &EvnfMaps) -> serde_json::Value {
         let counters = crate::counters_json(fast, EvNf::Firewall);
         let rules: Vec<serde_json::Value> = (0..self.spec.rules.len())
             .map(|i| {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use aya::maps::Map;
 use aya::Pod;
 use ferry_bpf::abi::SlowMeta;
-use ferry_bpf::evnf::{DpiBypass, Evnf, LbConn, LbReply};
+use ferry_bpf::evnf::{DpiBypass, Evnf, EvnfMaps, LbConn, LbReply};
 use ferry_bpf::state::{StateTable, Update};
 use ferry_xsk::{BindMode, Port, RingSizes, SocketConfig, Umem, UmemConfig, XdpDesc, XskSocket};
 
@@ -227,19 +227,24 @@ pub trait HybridNf {
     fn mode(&self) -> Mode;
     /// Writes the NF's proactive rules and configuration into the fast
     /// path (at start and on reload).
-    fn install(&mut self, fast: &mut Evnf) -> Result<(), EvnfError>;
+    fn install(&mut self, fast: &mut EvnfMaps) -> Result<(), EvnfError>;
     /// A frame the fast path sent up because no rule covered it.
-    fn on_slow_path(&mut self, _fast: &mut Evnf, _frame: &[u8], _meta: SlowMeta) -> SlowVerdict {
+    fn on_slow_path(&mut self, _fast: &mut EvnfMaps, _frame: &[u8], _meta: SlowMeta) -> SlowVerdict {
         SlowVerdict::Reinject
     }
     /// Periodic work: expire rules, read statistics, recompute.
-    fn on_tick(&mut self, fast: &mut Evnf, now_ns: u64) -> Result<(), EvnfError>;
+    fn on_tick(&mut self, fast: &mut EvnfMaps, now_ns: u64) -> Result<(), EvnfError>;
     /// How often `on_tick` should run.
     fn tick_interval(&self) -> Duration {
         Duration::from_millis(500)
     }
     /// The NF's statistics, fast and slow path.
-    fn report(&self, fast: &Evnf) -> serde_json::Value;
+    fn report(&self, fast: &EvnfMaps) -> serde_json::Value;
+    /// The control plane's own counters, as its type declares them
+    /// ([`crate::types::HybridType::control_counters`]), in that order.
+    fn control_counters(&self) -> Vec<u64> {
+        Vec::new()
+    }
     /// Undoes what `install` did outside the fast path (e.g. nftables).
     fn shutdown(&mut self) {}
 }

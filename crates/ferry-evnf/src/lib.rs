@@ -11,6 +11,7 @@
 //! papers is XDP on the device where frames arrive.
 
 pub mod balancer;
+pub mod chained;
 pub mod config;
 pub mod dpi;
 pub mod firewall;
@@ -44,7 +45,7 @@ pub enum EvnfError {
 }
 
 /// `nf`'s fast-path counters as a JSON object of packet counts.
-pub fn counters_json(fast: &ferry_bpf::evnf::Evnf, nf: ferry_bpf::evnf::EvNf) -> serde_json::Value {
+pub fn counters_json(fast: &ferry_bpf::evnf::EvnfMaps, nf: ferry_bpf::evnf::EvNf) -> serde_json::Value {
     let map: serde_json::Map<String, serde_json::Value> = fast
         .counters(nf)
         .unwrap_or_default()

@@ -66,22 +66,23 @@ impl Runner {
         let mut firewall = spec.firewall.clone().filter(|_| spec.uses(NfName::Firewall)).map(Firewall::new);
         let mut balancer = match &spec.balancer {
             Some(b) if spec.uses(NfName::Balancer) || spec.uses(NfName::BalancerReply) => {
-                Some(Balancer::new(&evnf, b.clone())?)
+                Some(Balancer::new(evnf.maps(), b.clone())?)
             }
             _ => None,
         };
         let mut dpi = match &spec.dpi {
-            Some(d) if spec.uses(NfName::Dpi) => Some(Dpi::new(&evnf, d.clone())?),
+            Some(d) if spec.uses(NfName::Dpi) => Some(Dpi::new(evnf.maps(), d.clone())?),
             _ => None,
         };
         if let Some(f) = firewall.as_mut() {
-            f.install(&mut evnf)?;
+            f.install(evnf.maps_mut())?;
+            f.apply_nftables()?;
         }
         if let Some(b) = balancer.as_mut() {
-            b.install(&mut evnf)?;
+            b.install(evnf.maps_mut())?;
         }
         if let Some(d) = dpi.as_mut() {
-            d.install(&mut evnf)?;
+            d.install(evnf.maps_mut())?;
         }
         for (nf, next) in spec.successors() {
             evnf.set_next(nf.fast_path(), next.map(NfName::fast_path))?;
@@ -131,11 +132,12 @@ impl Runner {
         }
         if let (Some(f), Some(s)) = (self.firewall.as_mut(), spec.firewall.clone()) {
             f.set_spec(s);
-            f.install(&mut self.evnf)?;
+            f.install(self.evnf.maps_mut())?;
+            f.apply_nftables()?;
         }
         if let (Some(b), Some(s)) = (self.balancer.as_mut(), spec.balancer.clone()) {
             b.set_spec(s)?;
-            b.install(&mut self.evnf)?;
+            b.install(self.evnf.maps_mut())?;
         }
         if let (Some(d), Some(s)) = (self.dpi.as_mut(), spec.dpi.clone()) {
             d.set_spec(s)?;
@@ -182,7 +184,7 @@ impl Runner {
         for sp in self.slow.iter_mut() {
             // Drain what is there, bounded so that timers still run.
             for _ in 0..64 {
-                if sp.service(tun, &mut |frame, meta| dpi.on_slow_path(evnf, frame, meta))? == 0 {
+                if sp.service(tun, &mut |frame, meta| dpi.on_slow_path(evnf.maps_mut(), frame, meta))? == 0 {
                     break;
                 }
             }
@@ -201,7 +203,7 @@ impl Runner {
         for (i, nf) in nfs.into_iter().enumerate() {
             let Some(nf) = nf else { continue };
             if now >= self.next_tick_ns[i] {
-                nf.on_tick(&mut self.evnf, now)?;
+                nf.on_tick(self.evnf.maps_mut(), now)?;
                 self.next_tick_ns[i] = now + nf.tick_interval().as_nanos() as u64;
                 ran = true;
             }
@@ -217,9 +219,9 @@ impl Runner {
             self.dpi.as_ref().map(|n| n as &dyn HybridNf),
         ];
         for nf in all.into_iter().flatten() {
-            nfs.insert(nf.name().into(), nf.report(&self.evnf));
+            nfs.insert(nf.name().into(), nf.report(self.evnf.maps()));
         }
-        let [routed, kernel] = self.evnf.route_counters().unwrap_or_default();
+        let [routed, kernel] = self.evnf.maps().route_counters().unwrap_or_default();
         let slow: Vec<_> = self.slow.iter().map(SlowPath::counters).collect();
         json!({
             "generation": self.generation,

@@ -1,8 +1,9 @@
 //! The hybrid NFs as NF types, for the catalog (`ferry-catalog`): what
-//! each is made of and how far its fast path reaches.
+//! each is made of, how far its fast path reaches, and what it takes in a
+//! chain file.
 
 use ferry_bpf::evnf::EvNf;
-use ferry_nf::model::{Element, Offload};
+use ferry_nf::model::{ArgSpec, ArgType, Element, Offload};
 
 /// One hybrid NF type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,7 +14,23 @@ pub struct HybridType {
     /// Its XDP programs (a balancer has one per direction).
     pub fast_paths: &'static [EvNf],
     pub elements: &'static [Element],
+    /// Its control plane's own counters (after the fast paths' slots).
+    pub control_counters: &'static [&'static str],
+    /// Its `key=value` arguments in a chain file.
+    pub args: &'static [ArgSpec],
+    /// Why a chain cannot name it yet, if it cannot.
+    pub not_in_chains: Option<&'static str>,
 }
+
+const CONFIG: ArgSpec = ArgSpec {
+    key: "config",
+    ty: ArgType::Text,
+    default: None,
+    help: "an eVNF file (examples/evnf/*.yaml), absolute path; the NF reads its own section of it",
+};
+
+/// The argument that names an eLB's reply ports.
+pub const REPLY_PORTS: &str = "reply_ports";
 
 pub const TYPES: [HybridType; 3] = [
     HybridType {
@@ -21,6 +38,9 @@ pub const TYPES: [HybridType; 3] = [
         summary: "firewall: XDP applies the rule table; the slow path keeps nftables for what XDP passes up",
         fast_paths: &[EvNf::Firewall],
         elements: &[Element { name: "ip-filter", offload: Offload::Full }],
+        control_counters: &[],
+        args: &[CONFIG],
+        not_in_chains: None,
     },
     HybridType {
         kind: "elb",
@@ -30,6 +50,18 @@ pub const TYPES: [HybridType; 3] = [
             Element { name: "ip-classifier", offload: Offload::Full },
             Element { name: "lb-rewriter", offload: Offload::Partial },
         ],
+        control_counters: &["conns_open", "conns_expired"],
+        args: &[
+            CONFIG,
+            ArgSpec {
+                key: REPLY_PORTS,
+                ty: ArgType::Text,
+                default: None,
+                help:
+                    "the chain's ports where backends' replies arrive, comma-separated (the reverse rewrite runs there)",
+            },
+        ],
+        not_in_chains: None,
     },
     HybridType {
         kind: "edpi",
@@ -39,10 +71,36 @@ pub const TYPES: [HybridType; 3] = [
             Element { name: "flow-bypass", offload: Offload::Full },
             Element { name: "payload-classifier", offload: Offload::No },
         ],
+        control_counters: &[],
+        args: &[CONFIG],
+        not_in_chains: Some(
+            "its slow path (an AF_XDP socket and a TUN device back into the kernel) is not under ferryd yet: run it \
+             with `ferry evnf run FILE`",
+        ),
     },
 ];
 
-/// The counters of a hybrid NF type: its fast paths' slots, in order.
+/// The hybrid type `kind`, if it is one.
+pub fn find(kind: &str) -> Option<&'static HybridType> {
+    TYPES.iter().find(|t| t.kind == kind)
+}
+
+/// The counters of a hybrid NF type: its fast paths' slots, in order,
+/// then its control plane's.
 pub fn counters(t: &HybridType) -> Vec<&'static str> {
-    t.fast_paths.iter().flat_map(|f| f.counter_names().iter().copied()).collect()
+    let fast = t.fast_paths.iter().flat_map(|f| f.counter_names().iter().copied());
+    fast.chain(t.control_counters.iter().copied()).collect()
+}
+
+/// The maps its control plane is given: those of all its fast paths.
+pub fn control_maps(t: &HybridType) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = Vec::new();
+    for f in t.fast_paths {
+        for m in f.control_maps() {
+            if !names.contains(m) {
+                names.push(m);
+            }
+        }
+    }
+    names
 }

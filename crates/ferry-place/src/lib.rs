@@ -19,10 +19,15 @@
 //!   pass through XDP on the egress device, so there is no hook to run
 //!   elements on after the last server NF; such NFs stay processes.
 //!
-//! Partially offloadable NFs (P4SFC's NAT and load balancer) stay
-//! processes too: the split of a stateful NF into an XDP part and a
-//! process that installs its entries is not built yet.
+//! - **hybrid** ([`hybrid`]): an eVNF NF (`efw`, `elb`) runs its fast path
+//!   in XDP on its path's port and its control plane as a process that
+//!   holds the fast path's map fds; its path ends in the kernel's routing.
+//!
+//! Partially offloadable NFs other than the hybrid ones (P4SFC's NAT)
+//! stay processes: the split of a stateful NF into an XDP part and a
+//! process that installs its entries is built only for the eLB.
 
+pub mod hybrid;
 mod install;
 mod lower;
 
@@ -33,6 +38,7 @@ use ferry_chain::spec::{ChainSpec, LinkSpec, Node, OffloadPolicy};
 use ferry_nf::model::{Element, Offload};
 use ferry_testbed::yamlloc::{locate, Seg, YamlError};
 
+pub use hybrid::{HybridNf, HybridPath};
 pub use install::{install, Installed, InstalledNf, Target};
 pub use lower::{lower, Lowering, Step};
 
@@ -43,6 +49,8 @@ pub enum Place {
     Xdp,
     /// A ferryd NF process (plain or parallel).
     Server,
+    /// A hybrid NF: its fast path in XDP, its control plane a process.
+    Hybrid,
 }
 
 /// One NF's place and the reason for it.
@@ -87,19 +95,20 @@ pub struct Placement {
     /// each port linked to the NF its XDP part hands frames to.
     pub server: ChainSpec,
     pub xdp: Vec<XdpPath>,
+    /// The hybrid NFs, by the port their path starts at.
+    pub hybrid: Vec<HybridPath>,
     /// Every NF of the chain file, in file order.
     pub decisions: Vec<Decision>,
 }
 
 /// Why a chain cannot be placed: an NF that must be offloaded
-/// (`offload: force`) cannot be.
+/// (`offload: force`) cannot be, or a hybrid NF is not on a hybrid path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{name}: offload: force, but {why}")]
+#[error("{message}")]
 pub struct PlaceError {
-    /// Its index in `nfs:`.
-    pub nf: usize,
-    pub name: String,
-    pub why: String,
+    /// The field at fault.
+    pub at: Vec<Seg>,
+    pub message: String,
 }
 
 /// Reads, validates and places a chain file; errors name the file, line
@@ -113,14 +122,13 @@ pub fn load(path: &Path) -> Result<(ChainSpec, Placement), YamlError> {
 pub fn load_str(text: &str, origin: &str) -> Result<(ChainSpec, Placement), YamlError> {
     let spec = ferry_catalog::parse_chain_str(text, origin)?;
     let placement = place(&spec).map_err(|e| {
-        let field = vec![Seg::Key("nfs"), Seg::Index(e.nf), Seg::Key("offload")];
-        let (line, column) = locate(text, &field).unzip();
+        let (line, column) = locate(text, &e.at).unzip();
         YamlError {
             origin: origin.to_string(),
             line,
             column,
-            field: ferry_testbed::yamlloc::path_string(&field),
-            message: e.to_string(),
+            field: ferry_testbed::yamlloc::path_string(&e.at),
+            message: e.message,
         }
     })?;
     Ok((spec, placement))
@@ -169,12 +177,16 @@ fn offloadable(spec: &ChainSpec, i: usize, in_links: usize) -> Result<Lowering, 
 
 /// Splits `spec` into its XDP and server parts.
 pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
+    let hybrid = hybrid::paths(spec)?;
     let in_links = |name: &str| spec.links.iter().filter(|l| l.to == name).count();
     let mut why_server: Vec<Option<String>> = vec![None; spec.nfs.len()];
     let mut offloaded: HashSet<usize> = HashSet::new();
     let mut paths = Vec::new();
     for port in &spec.ports {
         let Some(first) = spec.links.iter().find(|l| l.from == port.name) else { continue };
+        if hybrid.iter().any(|h| h.port == port.name) {
+            continue;
+        }
         let mut nfs: Vec<(usize, Lowering)> = Vec::new();
         let mut to = first.to.as_str();
         let then = loop {
@@ -244,25 +256,41 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
             then,
         });
     }
-    let decisions = decide(spec, &offloaded, why_server);
+    let decisions = decide(spec, &offloaded, &hybrid, why_server);
     if let Some((i, d)) = decisions
         .iter()
         .enumerate()
         .find(|(i, d)| d.place == Place::Server && spec.nfs[*i].offload == OffloadPolicy::Force)
     {
-        return Err(PlaceError { nf: i, name: d.nf.clone(), why: d.why.clone() });
+        return Err(PlaceError {
+            at: vec![Seg::Key("nfs"), Seg::Index(i), Seg::Key("offload")],
+            message: format!("{}: offload: force, but {}", d.nf, d.why),
+        });
     }
-    Ok(Placement { server: server_part(spec, &paths, &offloaded), xdp: paths, decisions })
+    Ok(Placement { server: server_part(spec, &paths, &offloaded), xdp: paths, hybrid, decisions })
 }
 
 /// The reason of every NF, in file order.
-fn decide(spec: &ChainSpec, offloaded: &HashSet<usize>, why_server: Vec<Option<String>>) -> Vec<Decision> {
+fn decide(
+    spec: &ChainSpec,
+    offloaded: &HashSet<usize>,
+    hybrid: &[HybridPath],
+    why_server: Vec<Option<String>>,
+) -> Vec<Decision> {
     spec.nfs
         .iter()
         .zip(why_server)
         .enumerate()
         .map(|(i, (nf, why))| {
             let kind = nf.kind.clone().unwrap_or_else(|| "exec".into());
+            if let Some(h) = hybrid.iter().find(|h| h.nfs.iter().any(|n| n.name == nf.name)) {
+                let why = format!(
+                    "hybrid: its fast path runs in XDP on port {}'s device, its control plane as an unprivileged \
+                     process holding the fast path's maps",
+                    h.port
+                );
+                return Decision { nf: nf.name.clone(), kind, place: Place::Hybrid, why };
+            }
             if offloaded.contains(&i) {
                 let why = "fully offloadable, on the path from a port before any process (pre-server)".into();
                 return Decision { nf: nf.name.clone(), kind, place: Place::Xdp, why };
@@ -281,11 +309,16 @@ fn decide(spec: &ChainSpec, offloaded: &HashSet<usize>, why_server: Vec<Option<S
 /// The chain without its offloaded NFs; each XDP path's port links to
 /// the NF the path hands frames to, where the port's link was (a path
 /// that ends at a port leaves no link). Domains no process uses go too.
+/// Hybrid NFs stay, unlinked: their processes are control planes, and
+/// their frames never leave XDP and the kernel.
 fn server_part(spec: &ChainSpec, paths: &[XdpPath], offloaded: &HashSet<usize>) -> ChainSpec {
-    let gone: HashSet<&str> = offloaded.iter().map(|&i| spec.nfs[i].name.as_str()).collect();
+    let mut gone: HashSet<&str> = offloaded.iter().map(|&i| spec.nfs[i].name.as_str()).collect();
+    let unlinked: Vec<&str> =
+        (0..spec.nfs.len()).filter(|&i| hybrid::is_hybrid(spec, i)).map(|i| spec.nfs[i].name.as_str()).collect();
     let mut server = spec.clone();
     server.nfs.retain(|n| !gone.contains(n.name.as_str()));
     server.domains.retain(|d| server.nfs.iter().any(|n| n.domain == d.name));
+    gone.extend(unlinked);
     server.links = spec
         .links
         .iter()
@@ -310,6 +343,7 @@ impl Placement {
             let place = match d.place {
                 Place::Xdp => "xdp",
                 Place::Server => "process",
+                Place::Hybrid => "hybrid",
             };
             out += &format!("{:<width$}  {:<14} {:<8} {}\n", d.nf, d.kind, place, d.why);
         }
@@ -322,6 +356,14 @@ impl Placement {
             out += &format!("xdp path on port {}: {} -> {then}\n", p.port, names.join(" -> "));
             for n in &p.nfs {
                 out += &format!("  {}: {}\n", n.name, n.lowering.elements());
+            }
+        }
+        for h in &self.hybrid {
+            let names: Vec<&str> = h.nfs.iter().map(|n| n.name.as_str()).collect();
+            out += &format!("hybrid path on port {}: {} -> the kernel's routing\n", h.port, names.join(" -> "));
+            for n in h.nfs.iter().filter(|n| !n.reply_ports.is_empty()) {
+                let ports = if n.reply_ports.len() == 1 { "port" } else { "ports" };
+                out += &format!("  {}: replies rewritten on {ports} {}\n", n.name, n.reply_ports.join(", "));
             }
         }
         out

@@ -160,3 +160,79 @@ fn nfs_that_connect_by_themselves_stay_processes() {
     assert_eq!(p.decisions[0].place, Place::Server);
     assert!(p.decisions[0].why.starts_with("spawn: false"), "{}", p.decisions[0].why);
 }
+
+/// in -> fw (efw) -> lb (elb), replies on b1; an eVNF file for both.
+fn hybrid_chain(f: &Files, fw_extra: &str, tail: &str) -> String {
+    let cfg = f.0.join("evnf.yaml");
+    std::fs::write(
+        &cfg,
+        "firewall:\n  rules:\n    - { src: 10.10.66.0/24, action: deny }\nbalancer:\n  vip: 10.10.9.9:80\n  backends:\n    - \
+         { addr: 10.10.2.11:80 }\n",
+    )
+    .unwrap();
+    let c = cfg.display();
+    format!(
+        "name: edge
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: in, netdev: d0 }}
+  - {{ name: b1, netdev: d1 }}
+nfs:
+  - {{ name: fw, domain: main, kind: efw, args: [\"config={c}\"]{fw_extra} }}
+  - {{ name: lb, domain: main, kind: elb, args: [\"config={c}\", \"reply_ports=b1\"] }}
+links:
+  - {{ from: in, to: fw }}
+  - {{ from: fw, to: lb }}
+{tail}"
+    )
+}
+
+#[test]
+fn hybrid_nfs_run_on_their_ports_path_and_keep_their_control_planes() {
+    let f = Files::new("hybrid", 1);
+    let (_, p) = load_str(&hybrid_chain(&f, "", ""), "edge.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Hybrid), ("lb", Place::Hybrid)]);
+    assert_eq!(p.hybrid.len(), 1);
+    let h = &p.hybrid[0];
+    assert_eq!((h.port.as_str(), h.nfs.len()), ("in", 2));
+    assert_eq!((h.nfs[0].kind.as_str(), h.nfs[1].reply_ports.clone()), ("efw", vec!["b1".to_string()]));
+    assert!(p.xdp.is_empty());
+    // The control planes stay, unlinked: no frame reaches their processes.
+    let names: Vec<&str> = p.server.nfs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["fw", "lb"]);
+    assert!(p.server.links.is_empty(), "{:?}", p.server.links);
+    let text = p.explain();
+    assert!(text.contains("hybrid path on port in: fw -> lb -> the kernel's routing"), "{text}");
+    assert!(text.contains("  lb: replies rewritten on port b1"), "{text}");
+}
+
+#[test]
+fn misplaced_hybrid_nfs_are_refused_with_their_field() {
+    let f = Files::new("hybrid-bad", 1);
+    let bad = |extra: &str, tail: &str| load_str(&hybrid_chain(&f, extra, tail), "edge.yaml").unwrap_err();
+    let e = bad("", "  - { from: lb, to: b1 }\n");
+    assert_eq!(e.field, "links[2].to");
+    assert!(e.message.contains("ends in the kernel's routing"), "{e}");
+    let text = hybrid_chain(&f, "", "").replace("[ { name: main } ]", "[ { name: main }, { name: other } ]");
+    let e = load_str(&text.replace("name: lb, domain: main", "name: lb, domain: other"), "edge.yaml").unwrap_err();
+    assert_eq!(e.field, "nfs[1].domain");
+    assert!(e.message.contains("share one eVNF object"), "{e}");
+    let e = bad(", offload: never", "");
+    assert_eq!((e.line, e.field.as_str()), (Some(7), "nfs[0].offload"));
+    let text = hybrid_chain(&f, ", threads: 2", "").replace("netdev: d0 }", "netdev: d0, queues: 2 }");
+    let e = load_str(&text, "edge.yaml").unwrap_err();
+    assert_eq!(e.field, "nfs[0].threads");
+    let text = hybrid_chain(&f, "", "").replace("reply_ports=b1", "reply_ports=in");
+    let e = load_str(&text, "edge.yaml").unwrap_err();
+    assert_eq!(e.field, "nfs[1].args[1]");
+    assert!(e.message.contains("reply port \"in\""), "{e}");
+    let text = hybrid_chain(&f, "", "")
+        .replace("  - { from: in, to: fw }\n  - { from: fw, to: lb }\n", "  - { from: in, to: fw }\n");
+    let e = load_str(&text, "edge.yaml").unwrap_err();
+    assert_eq!(e.field, "nfs[1].name");
+    assert!(e.message.contains("no port leads to it"), "{e}");
+    let text = hybrid_chain(&f, "", "").replace("kind: elb", "kind: efw").replace(", \"reply_ports=b1\"", "");
+    let e = load_str(&text, "edge.yaml").unwrap_err();
+    assert_eq!(e.field, "nfs[1].kind");
+    assert!(e.message.contains("a second efw"), "{e}");
+}

@@ -28,6 +28,8 @@ pub struct Nf {
     room: HashMap<u32, EventFd>,
     sockets: Mutex<HashMap<(u32, usize), OwnedFd>>,
     taps: HashMap<usize, Arc<OwnedFd>>,
+    /// A hybrid NF's fast-path maps, until its control plane takes them.
+    maps: Mutex<Vec<(String, OwnedFd)>>,
     stop: Arc<AtomicBool>,
     _ctrl: Arc<UnixStream>,
 }
@@ -86,6 +88,7 @@ impl Nf {
         let mut region = None;
         let (mut data, mut room, mut sockets) = (HashMap::new(), HashMap::new(), HashMap::new());
         let mut taps = HashMap::new();
+        let mut maps = Vec::new();
         for (role, fd) in welcome.fds.iter().zip(fds) {
             match role {
                 FdRole::Umem => umem = Some(Arc::new(Umem::from_fd(fd, cfg)?)),
@@ -102,6 +105,7 @@ impl Nf {
                 FdRole::Tap(k) => {
                     taps.insert(*k, Arc::new(fd));
                 }
+                FdRole::Map(name) => maps.push((name.clone(), fd)),
             }
         }
         let missing = |what: &'static str| SdkError::Refused { nf: name.to_string(), message: format!("no {what} fd") };
@@ -125,7 +129,24 @@ impl Nf {
                 let _ = e.notify(1);
             }
         })?;
-        Ok(Nf { welcome, umem, region, data, room, sockets: Mutex::new(sockets), taps, stop, _ctrl: ctrl })
+        Ok(Nf {
+            welcome,
+            umem,
+            region,
+            data,
+            room,
+            sockets: Mutex::new(sockets),
+            taps,
+            maps: Mutex::new(maps),
+            stop,
+            _ctrl: ctrl,
+        })
+    }
+
+    /// The fast-path maps ferryd sent (a hybrid NF's), by name; empty
+    /// after the first call.
+    pub fn take_maps(&self) -> Vec<(String, OwnedFd)> {
+        std::mem::take(&mut *self.maps.lock().expect("maps lock"))
     }
 
     pub fn name(&self) -> &str {

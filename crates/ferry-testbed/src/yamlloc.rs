@@ -105,7 +105,7 @@ pub fn parse_located<T: DeserializeOwned>(
 }
 
 /// One step of a field path.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seg {
     Key(&'static str),
     Index(usize),

@@ -15,12 +15,13 @@ use ferry_chain::proto::{
     self, ChainSummary, DomainStatus, FdRole, Msg, NfStatus, PortStatus, RingStatus, Status, Welcome,
 };
 use ferry_chain::shm::{self, COUNTERS};
-use ferry_place::{Then, XdpPath};
+use ferry_place::{HybridPath, Then, XdpPath};
 use ferry_xsk::XskSocket;
 
 use crate::bridge;
 use crate::domain::Domain;
 use crate::fastpath::{FastPathEnd, FastPathIds};
+use crate::hybrid::Hybrids;
 use crate::keys::NfKey;
 use crate::ports::{Port, XSK_RINGS};
 use crate::process::{log, signalled};
@@ -71,6 +72,8 @@ pub struct Chain {
     pub stop: Arc<AtomicBool>,
     /// NFs placed in XDP (their ids and counters live with their port).
     offloaded: usize,
+    /// The hybrid NFs' fast paths; None once the chain stops.
+    hybrids: Mutex<Option<Hybrids>>,
     /// Where each NF runs and why.
     placement: String,
 }
@@ -87,6 +90,8 @@ pub struct ChainSetup {
     pub uids: UidRange,
     /// The orchestrator's XDP parts, by port name, with their NFs' ids.
     pub xdp: Vec<(XdpPath, Vec<u32>)>,
+    /// The orchestrator's hybrid paths.
+    pub hybrid: Vec<HybridPath>,
     /// `Placement::explain`.
     pub placement: String,
 }
@@ -95,7 +100,7 @@ impl Chain {
     /// Creates the chain's domains, ports, kernel hops, uids and keys;
     /// starts nothing yet.
     pub fn setup(c: ChainSetup) -> Result<Chain> {
-        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids, xdp, placement } = c;
+        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids, xdp, hybrid, placement } = c;
         let (creds, leases) = users::resolve(&plan, uids)?;
         for (d, dom) in plan.domains.iter().enumerate() {
             let runs_as: Vec<&str> =
@@ -127,6 +132,7 @@ impl Chain {
             });
         }
         let offloaded = xdp.iter().map(|(path, _)| path.nfs.len()).sum();
+        let hybrids = Mutex::new(Hybrids::setup(&plan, &hybrid).context("hybrid NFs")?);
         let taps = plan.kernel.iter().map(Tap::create).collect::<Result<Vec<_>>>()?;
         let nfs = plan.nfs.iter().map(|_| Mutex::new(NfState::default())).collect();
         // Keys last: nothing after them can fail and leave them behind.
@@ -161,6 +167,7 @@ impl Chain {
             spawn,
             stop: Arc::new(AtomicBool::new(false)),
             offloaded,
+            hybrids,
             placement,
         })
     }
@@ -238,6 +245,7 @@ impl Chain {
         for port in self.ports.iter().flatten() {
             port.lock().expect("port lock").xdp = None;
         }
+        *self.hybrids.lock().expect("hybrids lock") = None;
     }
 
     /// Starts NF `i` under a supervisor thread that restarts it after it
@@ -421,6 +429,15 @@ impl Chain {
                 roles.push(FdRole::Tap(*kernel));
                 fds.push(self.taps[*kernel].fd.as_raw_fd());
             }
+        }
+        // A hybrid NF's control plane: its fast path's maps.
+        let maps = match self.hybrids.lock().expect("hybrids lock").as_ref() {
+            Some(h) => h.map_fds(name)?,
+            None => Vec::new(),
+        };
+        for (map, fd) in &maps {
+            roles.push(FdRole::Map(map.to_string()));
+            fds.push(fd.as_raw_fd());
         }
         let pidfd = Arc::new(spawn::pidfd_open(pid).with_context(|| format!("pidfd of NF pid {pid}"))?);
         let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();

@@ -25,6 +25,7 @@ mod bridge;
 mod chain;
 mod domain;
 mod fastpath;
+mod hybrid;
 mod keys;
 pub mod metrics;
 mod ports;

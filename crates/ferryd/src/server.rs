@@ -227,6 +227,7 @@ impl Daemon {
             spawn: self.spawn,
             uids: self.uids,
             xdp,
+            hybrid: placement.hybrid.clone(),
             placement: placement.explain(),
         };
         let chain = Arc::new(Chain::setup(setup).with_context(|| format!("chain from {}", file.display()))?);

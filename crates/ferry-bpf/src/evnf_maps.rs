@@ -1,0 +1,304 @@
+//! The maps of the hybrid NFs' fast paths that their control planes work
+//! on: rule tables, connection tables, counters. [`EvnfMaps`] is built
+//! either from the loaded object (`ferry evnf run`, tests) or from map fds
+//! an unprivileged control plane received from ferryd by SCM_RIGHTS; with
+//! an fd in hand, a process needs no capability to read and write a map
+//! (Linux 6.5 and later check privileges when maps are created, not when
+//! they are used). The programs, the chaining table and the socket map
+//! stay with whoever loaded the object ([`crate::evnf::Evnf`]).
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, OwnedFd};
+
+use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
+use aya::maps::{Array, HashMap, Map, MapData, MapType, PerCpuArray};
+use aya::Ebpf;
+
+use crate::evnf::*;
+use crate::pipeline::PlCount;
+use crate::BpfError;
+
+/// Every map a control plane may hold, with its kernel type.
+const CONTROL_MAPS: [(&str, MapType); 10] = [
+    ("ferry_fw_subnets", MapType::LpmTrie),
+    ("ferry_fw_ports", MapType::Hash),
+    ("ferry_fw_hits", MapType::PerCpuArray),
+    ("ferry_lb_vips", MapType::Hash),
+    ("ferry_lb_ring", MapType::Array),
+    ("ferry_lb_backends", MapType::Array),
+    ("ferry_lb_conns", MapType::LruHash),
+    ("ferry_lb_replies", MapType::LruHash),
+    ("ferry_lb_backend_stats", MapType::PerCpuArray),
+    ("ferry_dpi_bypass", MapType::LruHash),
+];
+
+/// The per-NF counters, which every control plane holds.
+const STATS: (&str, MapType) = ("ferry_ev_stats", MapType::PerCpuArray);
+
+impl EvNf {
+    /// The maps its control plane works on.
+    pub fn control_maps(self) -> &'static [&'static str] {
+        match self {
+            EvNf::Firewall => &["ferry_fw_subnets", "ferry_fw_ports", "ferry_fw_hits", "ferry_ev_stats"],
+            EvNf::Balancer | EvNf::BalancerReply => &[
+                "ferry_lb_vips",
+                "ferry_lb_ring",
+                "ferry_lb_backends",
+                "ferry_lb_conns",
+                "ferry_lb_replies",
+                "ferry_lb_backend_stats",
+                "ferry_ev_stats",
+            ],
+            EvNf::Dpi => &["ferry_dpi_bypass", "ferry_ev_stats"],
+        }
+    }
+}
+
+fn known(name: &str) -> Option<(&'static str, MapType)> {
+    CONTROL_MAPS.iter().chain([&STATS]).find(|(n, _)| *n == name).copied()
+}
+
+/// `data` as the [`Map`] variant of its kernel type.
+fn wrap(name: &'static str, data: MapData, want: MapType) -> Result<Map, BpfError> {
+    let got = data.info().and_then(|i| i.map_type()).map_err(|source| BpfError::Map { name, source })?;
+    if got as u32 != want as u32 {
+        return Err(BpfError::Config(format!("map {name}: the fd is a map of type {got:?}, not {want:?}")));
+    }
+    Ok(match want {
+        MapType::Hash => Map::HashMap(data),
+        MapType::LruHash => Map::LruHashMap(data),
+        MapType::Array => Map::Array(data),
+        MapType::PerCpuArray => Map::PerCpuArray(data),
+        MapType::LpmTrie => Map::LpmTrie(data),
+        _ => return Err(BpfError::NoMap { name }),
+    })
+}
+
+/// The control maps of one loaded eVNF object, or the subset a control
+/// plane was given.
+pub struct EvnfMaps {
+    maps: Vec<(&'static str, Map)>,
+}
+
+impl EvnfMaps {
+    /// Takes every control map out of the loaded object.
+    pub(crate) fn take(ebpf: &mut Ebpf) -> Result<EvnfMaps, BpfError> {
+        let mut maps = Vec::new();
+        for (name, _) in CONTROL_MAPS.iter().chain([&STATS]) {
+            maps.push((*name, ebpf.take_map(name).ok_or(BpfError::NoMap { name })?));
+        }
+        Ok(EvnfMaps { maps })
+    }
+
+    /// From fds received by name (ferryd's welcome). Each name must be a
+    /// control map's, and each fd a map of that map's type.
+    pub fn from_fds(fds: Vec<(String, OwnedFd)>) -> Result<EvnfMaps, BpfError> {
+        let mut maps = Vec::new();
+        for (name, fd) in fds {
+            let (name, want) =
+                known(&name).ok_or_else(|| BpfError::Config(format!("{name:?} is not a hybrid NF's map")))?;
+            let data = MapData::from_fd(fd).map_err(|source| BpfError::Map { name, source })?;
+            maps.push((name, wrap(name, data, want)?));
+        }
+        Ok(EvnfMaps { maps })
+    }
+
+    /// New fds of maps `names`, to hand to a control plane.
+    pub fn fds(&self, names: &[&'static str]) -> Result<Vec<(&'static str, OwnedFd)>, BpfError> {
+        names
+            .iter()
+            .map(|&name| {
+                let map = self.map(name).ok_or(BpfError::NoMap { name })?;
+                let data: &MapData = match map {
+                    Map::HashMap(d) | Map::LruHashMap(d) | Map::Array(d) | Map::PerCpuArray(d) | Map::LpmTrie(d) => d,
+                    _ => return Err(BpfError::NoMap { name }),
+                };
+                let fd = data
+                    .fd()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|source| BpfError::Syscall { what: "dup map fd", source })?;
+                Ok((name, fd))
+            })
+            .collect()
+    }
+
+    fn map(&self, name: &str) -> Option<&Map> {
+        self.maps.iter().find(|(n, _)| *n == name).map(|(_, m)| m)
+    }
+
+    fn map_mut(&mut self, name: &str) -> Option<&mut Map> {
+        self.maps.iter_mut().find(|(n, _)| *n == name).map(|(_, m)| m)
+    }
+
+    fn dup(&self, name: &'static str) -> Result<Map, BpfError> {
+        crate::attach::dup_map(self.map(name).ok_or(BpfError::NoMap { name })?, name)
+    }
+
+    /// An independent handle on one of the maps (for the state library).
+    pub fn map_handle(&self, name: &'static str) -> Result<aya::maps::Map, BpfError> {
+        self.dup(name)
+    }
+
+    fn per_cpu_sum(&self, name: &'static str, index: u32) -> Result<PlCount, BpfError> {
+        let map = self.map(name).ok_or(BpfError::NoMap { name })?;
+        let arr: PerCpuArray<&MapData, PlCount> =
+            PerCpuArray::try_from(map).map_err(|source| BpfError::Map { name, source })?;
+        let per_cpu = arr.get(&index, 0).map_err(|source| BpfError::Map { name, source })?;
+        Ok(per_cpu
+            .iter()
+            .fold(PlCount::default(), |a, c| PlCount { packets: a.packets + c.packets, bytes: a.bytes + c.bytes }))
+    }
+
+    /// `nf`'s counters by name, summed over CPUs.
+    pub fn counters(&self, nf: EvNf) -> Result<Vec<(&'static str, PlCount)>, BpfError> {
+        let row = nf as u32 * COUNTERS;
+        nf.counter_names()
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Ok((*name, self.per_cpu_sum("ferry_ev_stats", row + i as u32)?)))
+            .collect()
+    }
+
+    /// One counter of `nf` by name (0 if the name is unknown).
+    pub fn counter(&self, nf: EvNf, name: &str) -> Result<u64, BpfError> {
+        Ok(self.counters(nf)?.into_iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| c.packets))
+    }
+
+    /// The chain end's counters: frames routed out, frames left to the kernel.
+    pub fn route_counters(&self) -> Result<[PlCount; 2], BpfError> {
+        let row = ROUTE_ROW * COUNTERS;
+        Ok([self.per_cpu_sum("ferry_ev_stats", row)?, self.per_cpu_sum("ferry_ev_stats", row + 1)?])
+    }
+
+    // ---- eFW ----
+
+    /// Source subnet `addr/prefix` gets `rule`.
+    pub fn fw_set_subnet(&mut self, addr: Ipv4Addr, prefix: u8, rule: FwRule) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_fw_subnets";
+        check_rule(rule)?;
+        if prefix > 32 {
+            return Err(BpfError::Config(format!("subnet {addr}/{prefix}: prefix longer than 32")));
+        }
+        let map = self.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut trie: LpmTrie<&mut MapData, u32, FwRule> =
+            LpmTrie::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        let key = LpmKey::new(prefix as u32, u32::from_ne_bytes(addr.octets()));
+        trie.insert(&key, rule, 0).map_err(|source| BpfError::Map { name: NAME, source })
+    }
+
+    /// Destination port `port` (host order; 0 = every port) of `proto` gets `rule`.
+    pub fn fw_set_port(&mut self, proto: u8, port: u16, rule: FwRule) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_fw_ports";
+        check_rule(rule)?;
+        let map = self.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut ports: HashMap<&mut MapData, FwPortKey, FwRule> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        let key = FwPortKey { proto, _pad: 0, port: port.to_be() };
+        ports.insert(key, rule, 0).map_err(|source| BpfError::Map { name: NAME, source })
+    }
+
+    /// Removes every fast firewall rule not in `subnets` / `ports` (after
+    /// installing a new set, so that no rule is missing in between).
+    pub fn fw_retain(&mut self, subnets: &[(Ipv4Addr, u8)], ports: &[(u8, u16)]) -> Result<(), BpfError> {
+        const SUBNETS: &str = "ferry_fw_subnets";
+        const PORTS: &str = "ferry_fw_ports";
+        let keep: Vec<(u32, u32)> = subnets.iter().map(|(a, p)| (*p as u32, u32::from_ne_bytes(a.octets()))).collect();
+        let map = self.map_mut(SUBNETS).ok_or(BpfError::NoMap { name: SUBNETS })?;
+        let mut trie: LpmTrie<&mut MapData, u32, FwRule> =
+            LpmTrie::try_from(map).map_err(|source| BpfError::Map { name: SUBNETS, source })?;
+        let stale: Vec<LpmKey<u32>> =
+            trie.keys().filter_map(Result::ok).filter(|k| !keep.contains(&(k.prefix_len(), k.data()))).collect();
+        for k in stale {
+            trie.remove(&k).map_err(|source| BpfError::Map { name: SUBNETS, source })?;
+        }
+        let keep: Vec<FwPortKey> =
+            ports.iter().map(|(proto, port)| FwPortKey { proto: *proto, _pad: 0, port: port.to_be() }).collect();
+        let map = self.map_mut(PORTS).ok_or(BpfError::NoMap { name: PORTS })?;
+        let mut table: HashMap<&mut MapData, FwPortKey, FwRule> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: PORTS, source })?;
+        let stale: Vec<FwPortKey> = table.keys().filter_map(Result::ok).filter(|k| !keep.contains(k)).collect();
+        for k in stale {
+            table.remove(&k).map_err(|source| BpfError::Map { name: PORTS, source })?;
+        }
+        Ok(())
+    }
+
+    /// Packets and bytes rule `rule_id` matched.
+    pub fn fw_rule_hits(&self, rule_id: u32) -> Result<PlCount, BpfError> {
+        self.per_cpu_sum("ferry_fw_hits", rule_id)
+    }
+
+    // ---- eLB ----
+
+    /// Declares VIP `addr:port/proto` as `vip_id`.
+    pub fn lb_set_vip(&mut self, addr: Ipv4Addr, port: u16, proto: u8, vip_id: u32) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_lb_vips";
+        if vip_id >= LB_MAX_VIPS {
+            return Err(BpfError::Config(format!("VIP id {vip_id}: at most {LB_MAX_VIPS} VIPs")));
+        }
+        let map = self.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut vips: HashMap<&mut MapData, LbVipKey, LbVip> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        let key = LbVipKey { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), proto, _pad: 0 };
+        vips.insert(key, LbVip { vip_id, _pad: 0 }, 0).map_err(|source| BpfError::Map { name: NAME, source })
+    }
+
+    /// Removes VIP `addr:port/proto` (new flows to it are no longer balanced).
+    pub fn lb_remove_vip(&mut self, addr: Ipv4Addr, port: u16, proto: u8) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_lb_vips";
+        let map = self.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut vips: HashMap<&mut MapData, LbVipKey, LbVip> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        let key = LbVipKey { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), proto, _pad: 0 };
+        match vips.remove(&key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(BpfError::Map { name: NAME, source }),
+        }
+    }
+
+    /// Backend `index` is `addr:port`.
+    pub fn lb_set_backend(&mut self, index: u32, addr: Ipv4Addr, port: u16) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_lb_backends";
+        if index >= LB_MAX_BACKENDS {
+            return Err(BpfError::Config(format!("backend {index}: at most {LB_MAX_BACKENDS} backends")));
+        }
+        let map = self.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut arr: Array<&mut MapData, LbBackend> =
+            Array::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        let be = LbBackend { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), _pad: 0 };
+        arr.set(index, be, 0).map_err(|source| BpfError::Map { name: NAME, source })
+    }
+
+    /// Writes VIP `vip_id`'s server-selection array (one backend index per
+    /// slot). New flows hash to a slot; tracked flows keep their backend.
+    pub fn lb_set_ring(&mut self, vip_id: u32, ring: &[u32]) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_lb_ring";
+        if ring.len() != LB_RING || vip_id >= LB_MAX_VIPS {
+            return Err(BpfError::Config(format!("ring of VIP {vip_id}: needs {LB_RING} slots, got {}", ring.len())));
+        }
+        let map = self.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut arr: Array<&mut MapData, u32> =
+            Array::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        for (slot, backend) in ring.iter().enumerate() {
+            arr.set(vip_id * LB_RING as u32 + slot as u32, *backend, 0)
+                .map_err(|source| BpfError::Map { name: NAME, source })?;
+        }
+        Ok(())
+    }
+
+    /// Packets and bytes sent to backend `index`.
+    pub fn lb_backend_load(&self, index: u32) -> Result<PlCount, BpfError> {
+        self.per_cpu_sum("ferry_lb_backend_stats", index)
+    }
+}
+
+fn check_rule(rule: FwRule) -> Result<(), BpfError> {
+    if rule.action > FW_DENY || rule.rule_id >= FW_MAX_RULES {
+        return Err(BpfError::Config(format!(
+            "firewall rule {}: action {} (0 allow, 1 deny), ids below {FW_MAX_RULES}",
+            rule.rule_id, rule.action
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! `ferry nf serve --kind efw|elb`: a hybrid NF's control plane in a
+//! ferryd chain. ferryd started it as the NF's unprivileged user and
+//! attached its fast path; the welcome carries the fast path's maps as
+//! fds. It re-applies the NF's configuration (so a restarted control
+//! plane converges on the file), runs the NF's timers (connection expiry,
+//! feedback weights) and publishes the fast path's counters, summed over
+//! CPUs, and its own as the NF's counters. Its one NF thread receives no
+//! frames; it wakes for the timers and answers ferryd's pauses.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use ferry_bpf::evnf::EvnfMaps;
+use ferry_evnf::hybrid::{monotonic_ns, HybridNf};
+use ferry_evnf::types::HybridType;
+use ferry_sdk::{Nf, NfThread, Packet};
+
+/// How often the thread wakes to run timers and publish counters.
+const WAKE_EVERY: Duration = Duration::from_millis(100);
+
+pub fn serve(kind: &str, args: &[String]) -> Result<()> {
+    let t = ferry_evnf::types::find(kind).ok_or_else(|| anyhow!("{kind}: not a hybrid NF type"))?;
+    let values = ferry_catalog::Values::of(kind, args)?;
+    let file = values.text("config").unwrap_or_default();
+    let spec = ferry_evnf::chained::config(kind, Path::new(file)).map_err(|e| anyhow!(e))?;
+    let nf = Nf::connect_from_env_with(&ferry_evnf::types::counters(t))?;
+    let mut maps = EvnfMaps::from_fds(nf.take_maps())?;
+    let mut control = ferry_evnf::chained::control_plane(kind, &spec, &maps)?;
+    control.install(&mut maps)?;
+    let th = nf.thread(0)?;
+    run(th, t, control.as_mut(), &mut maps)
+}
+
+/// Serves timers until ferryd stops the NF.
+fn run(mut th: NfThread, t: &HybridType, control: &mut dyn HybridNf, maps: &mut EvnfMaps) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (waker, flag) = (th.waker(), stop.clone());
+    let ticker = std::thread::spawn(move || {
+        while !flag.load(Ordering::Relaxed) {
+            std::thread::sleep(WAKE_EVERY);
+            waker.wake();
+        }
+    });
+    let mut burst: Vec<Packet> = Vec::new();
+    let mut next_tick = 0u64;
+    let result = loop {
+        if th.recv_burst(&mut burst, 1).is_err() {
+            break Ok(());
+        }
+        // Nothing links to a hybrid NF's process; drop whatever came.
+        for pkt in burst.drain(..) {
+            th.drop_packet(pkt);
+        }
+        let now = monotonic_ns();
+        if now >= next_tick {
+            if let Err(e) = control.on_tick(maps, now) {
+                break Err(anyhow!("{}: {e}", control.name()));
+            }
+            next_tick = now + control.tick_interval().as_nanos() as u64;
+        }
+        publish(&th, t, control, maps);
+    };
+    stop.store(true, Ordering::Relaxed);
+    let _ = ticker.join();
+    result
+}
+
+/// The fast paths' counters (packets, summed over CPUs), then the control
+/// plane's, in the order the type declares them.
+fn publish(th: &NfThread, t: &HybridType, control: &dyn HybridNf, maps: &EvnfMaps) {
+    let mut values: Vec<u64> = Vec::new();
+    for f in t.fast_paths {
+        let counters = maps.counters(*f).unwrap_or_default();
+        values.extend(
+            f.counter_names().iter().map(|n| counters.iter().find(|(c, _)| c == n).map_or(0, |(_, v)| v.packets)),
+        );
+    }
+    values.extend(control.control_counters());
+    for (i, v) in values.into_iter().enumerate() {
+        th.set_nf_counter(i, v);
+    }
+}

@@ -1,0 +1,145 @@
+//! Hybrid NFs under ferryd, end to end on examples/testbeds/sfc.yaml. A
+//! chain file names eFW and eLB by kind; ferryd loads and attaches their
+//! fast paths and applies the firewall's nftables ruleset; their control
+//! planes run as unprivileged NF processes holding only the fast path's
+//! map fds. Real HTTP goes through eFW -> eLB to two nginx backends.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::chain::*;
+use common::*;
+use ferry_chain::proto::Status;
+use ferry_cli::chainctl;
+use ferry_cli::evnfproc::{run_in, sfc_testbed, SFC1, VIP};
+use ferry_testbed::apps::{self, CurlOpts, Nginx, NginxOpts};
+
+fn chain(dut: &str, config: &str) -> String {
+    format!(
+        r#"
+name: edge
+domains: [ {{ name: main, frames: 1024, ring_size: 256 }} ]
+ports:
+  - {{ name: client, netns: {dut}, netdev: d0 }}
+  - {{ name: b1, netns: {dut}, netdev: d1 }}
+  - {{ name: b2, netns: {dut}, netdev: d2 }}
+nfs:
+  - {{ name: fw, domain: main, kind: efw, args: ["config={config}"] }}
+  - {{ name: lb, domain: main, kind: elb, args: ["config={config}", "reply_ports=b1,b2"] }}
+links:
+  - {{ from: client, to: fw }}
+  - {{ from: fw, to: lb }}
+"#
+    )
+}
+
+/// A line of /proc/PID/status, its fields after the name.
+fn proc_status(pid: u32, key: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = text.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"));
+    line[key.len()..].split_whitespace().map(str::to_string).collect()
+}
+
+/// How many distinct BPF maps process `pid` holds fds of (a map may be
+/// behind several fds).
+fn bpf_maps(pid: u32) -> usize {
+    let mut ids = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+        if !std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == "anon_inode:bpf-map") {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy())).unwrap();
+        ids.insert(info.lines().find(|l| l.starts_with("map_id:")).expect("a map's fdinfo has its id").to_string());
+    }
+    ids.len()
+}
+
+fn backends_seen(tb: &ferry_testbed::Testbed, requests: usize) -> BTreeMap<String, u32> {
+    let mut seen = BTreeMap::new();
+    for _ in 0..requests {
+        let r = apps::curl_get(tb, "client", &format!("http://{VIP}/"), CurlOpts::default()).expect("GET via the VIP");
+        assert_eq!(r.status, 200);
+        *seen.entry(r.body.trim().to_string()).or_default() += 1;
+    }
+    seen
+}
+
+fn xdp_on(tb: &ferry_testbed::Testbed, dev: &str) -> bool {
+    run_in(tb, "dut", "ip", &["link", "show", "dev", dev]).unwrap().contains("xdp")
+}
+
+#[test]
+fn efw_and_elb_in_a_chain_with_unprivileged_control_planes() {
+    if !privileged("hybrid_chain") {
+        return;
+    }
+    let tb = sfc_testbed().expect("SFC testbed");
+    let b1 = Nginx::start(&tb, "b1", "10.10.2.11:80".parse().unwrap(), "b1", NginxOpts::default()).expect("nginx b1");
+    let b2 = Nginx::start(&tb, "b2", "10.10.3.12:80".parse().unwrap(), "b2", NginxOpts::default()).expect("nginx b2");
+    let dir = TempDir::new("hybrid-chain");
+    let config = dir.path("sfc1.yaml");
+    // Connections expire one second after their last packet, so that the
+    // control plane's expiry (map reads and deletes) shows within the test.
+    std::fs::write(&config, SFC1.replace("idle_timeout_s: 60", "idle_timeout_s: 1")).unwrap();
+    let (mut rc, _) = start(&dir, &chain(tb.ns_name("dut"), &config.display().to_string()));
+    let st = rc.wait_connected(HANG_GUARD).unwrap();
+    assert!(xdp_on(&tb, "d0") && xdp_on(&tb, "d1") && xdp_on(&tb, "d2"), "fast paths attached by ferryd");
+
+    // The control planes: unprivileged, no capabilities, and holding the
+    // maps of their own type only (eFW 4, eLB 7).
+    for (nf, maps) in [("fw", 4), ("lb", 7)] {
+        let pid = pid_of(&st, nf);
+        let uids = proc_status(pid, "Uid:");
+        assert!(uids.iter().all(|u| u != "0"), "{nf} runs as a user, not root: {uids:?}");
+        assert_eq!(proc_status(pid, "CapEff:"), ["0000000000000000"], "{nf} has no capability");
+        assert_eq!(bpf_maps(pid), maps, "{nf} holds its type's maps");
+    }
+
+    // Traffic: new connections spread over both backends; a denied subnet
+    // is dropped in XDP; nftables (applied by ferryd) decides the rest.
+    let seen = backends_seen(&tb, 20);
+    assert_eq!(seen.keys().map(String::as_str).collect::<Vec<_>>(), ["backend b1", "backend b2"], "{seen:?}");
+    let denied = tb
+        .exec("client", "curl", ["-s", "-m", "1", "--interface", "10.10.66.2", &format!("http://{VIP}/")])
+        .status()
+        .unwrap();
+    assert!(!denied.success(), "the denied subnet gets no answer");
+    let ssh = tb.exec("client", "curl", ["-s", "-m", "1", "http://10.10.2.11:22/"]).status().unwrap();
+    assert!(!ssh.success(), "port 22 is dropped by nftables");
+    let (dropped, _) = apps::nft_counter(&tb, "dut", "inet", "ferry_efw", "kernel_dropped").unwrap();
+    assert!(dropped >= 1, "nftables in dut saw what no fast rule decided");
+
+    // The counters the control planes publish: the fast paths', and the
+    // eLB's expiry, which only its unprivileged process does.
+    let counter = |s: &Status, nf: &str, name: &str| c(s, nf, name);
+    let st = wait_for("the eLB's control plane to expire the 20 connections", || {
+        let s = rc.status().ok()?;
+        (counter(&s, "lb", "conns_expired") >= 20).then_some(s)
+    });
+    assert!(counter(&st, "fw", "deny") >= 1 && counter(&st, "fw", "allow") >= 20, "{st:?}");
+    assert!(counter(&st, "lb", "new_conn") >= 20 && counter(&st, "lb", "reply_rewritten") >= 20, "{st:?}");
+    assert_eq!((counter(&st, "fw", "malformed"), counter(&st, "lb", "malformed")), (0, 0));
+
+    // A control plane that dies is restarted; the fast path serves on
+    // meanwhile and the new process gets the same maps.
+    let old = pid_of(&st, "lb");
+    // SAFETY: kill(2) with a pid ferryd reported for the NF.
+    unsafe { libc::kill(old as i32, libc::SIGKILL) };
+    let st = wait_for("the eLB's control plane restarted", || {
+        let s = rc.status().ok()?;
+        let lb = s.nfs.iter().find(|n| n.name == "lb")?;
+        (lb.connected && lb.pid.is_some_and(|p| p != old) && lb.restarts == 1).then_some(s)
+    });
+    assert_eq!(bpf_maps(pid_of(&st, "lb")), 7);
+    assert_eq!(backends_seen(&tb, 6).values().sum::<u32>(), 6);
+
+    // Removed: programs off the devices, nftables table gone.
+    chainctl::remove(&rc.admin, "edge").expect("remove the chain");
+    assert!(!xdp_on(&tb, "d0") && !xdp_on(&tb, "d1") && !xdp_on(&tb, "d2"), "fast paths detached");
+    let tables = run_in(&tb, "dut", "nft", &["list", "tables"]).unwrap();
+    assert!(!tables.contains("ferry_efw"), "the firewall's nftables table goes with the chain: {tables}");
+    rc.shutdown().unwrap();
+    drop((b1, b2));
+    down_and_check(tb);
+}

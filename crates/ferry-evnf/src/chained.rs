@@ -1,0 +1,78 @@
+//! Hybrid NFs in a ferryd chain. A chain file names them by kind (`efw`,
+//! `elb`) with `config=FILE`, an eVNF file whose section of the NF's own
+//! it reads. ferryd does the privileged half: it loads the fast paths,
+//! chains and attaches them, and applies the firewall's nftables ruleset.
+//! The control plane ([`control_plane`]) runs in `ferry nf serve` as the
+//! NF's unprivileged user, on the map fds ferryd sent it.
+
+use std::path::Path;
+
+use ferry_bpf::evnf::EvnfMaps;
+
+use crate::balancer::Balancer;
+use crate::config::{parse_sections, EvnfSpec};
+use crate::firewall::Firewall;
+use crate::hybrid::HybridNf;
+use crate::EvnfError;
+
+/// The section of an eVNF file that hybrid NF type `kind` reads.
+fn section(kind: &str) -> Option<&'static str> {
+    match kind {
+        "efw" => Some("firewall"),
+        "elb" => Some("balancer"),
+        "edpi" => Some("dpi"),
+        _ => None,
+    }
+}
+
+/// Reads and checks `path` for hybrid NF type `kind`: the file parses
+/// (its errors name its line and field) and has the NF's section. The
+/// path is absolute: ferryd starts NFs in `/`.
+pub fn config(kind: &str, path: &Path) -> Result<EvnfSpec, String> {
+    let name = section(kind).ok_or_else(|| format!("{kind} is not a hybrid NF type"))?;
+    if !path.is_absolute() {
+        return Err(format!("config={}: give an absolute path (NFs run with / as working directory)", path.display()));
+    }
+    let spec = parse_sections(path).map_err(|e| e.to_string())?;
+    let present = match name {
+        "firewall" => spec.firewall.is_some(),
+        "balancer" => spec.balancer.is_some(),
+        _ => spec.dpi.is_some(),
+    };
+    if !present {
+        return Err(format!("{}: no `{name}:` section, which {kind} reads", path.display()));
+    }
+    Ok(spec)
+}
+
+/// The control plane of hybrid NF type `kind` over `maps`; it installs
+/// its rules when [`HybridNf::install`] is called.
+pub fn control_plane(kind: &str, spec: &EvnfSpec, maps: &EvnfMaps) -> Result<Box<dyn HybridNf>, EvnfError> {
+    let missing = || EvnfError::Config(format!("{}: no section for {kind}", spec.origin));
+    match kind {
+        "efw" => Ok(Box::new(Firewall::new(spec.firewall.clone().ok_or_else(missing)?))),
+        "elb" => Ok(Box::new(Balancer::new(maps, spec.balancer.clone().ok_or_else(missing)?)?)),
+        _ => Err(EvnfError::Config(format!("{kind}: no control plane runs under ferryd"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_needs_an_absolute_path_and_the_section() {
+        assert!(config("efw", Path::new("rel.yaml")).unwrap_err().contains("absolute path"));
+        let dir = std::env::temp_dir().join(format!("ferry-chained-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("fw.yaml");
+        std::fs::write(&file, "firewall:\n  rules:\n    - { src: 10.0.0.0/8, action: deny }\n").unwrap();
+        assert!(config("efw", &file).is_ok());
+        let err = config("elb", &file).unwrap_err();
+        assert!(err.contains("no `balancer:` section"), "{err}");
+        std::fs::write(&file, "firewall:\n  rules:\n    - { src: 10.0.0.0/33, action: deny }\n").unwrap();
+        let err = config("efw", &file).unwrap_err();
+        assert!(err.contains("fw.yaml:3:") && err.contains("firewall.rules[0].src"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
