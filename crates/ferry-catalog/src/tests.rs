@@ -59,7 +59,7 @@ fn kinds_and_arguments_are_checked() {
         ("efw", &[], Some("efw: missing argument config="), None),
         ("efw", &["config=fw.yaml"], Some("give an absolute path"), Some(0)),
         ("elb", &["config=/nonexistent/lb.yaml"], Some("missing argument reply_ports="), None),
-        ("edpi", &["config=/x.yaml"], Some("edpi: its slow path"), None),
+        ("edpi", &["config=/nonexistent/x.yaml"], Some("cannot read"), Some(0)),
     ];
     for (kind, a, want, index) in table {
         match (check(kind, &args(a)), want) {

@@ -1,11 +1,14 @@
-//! `ferry nf serve --kind efw|elb`: a hybrid NF's control plane in a
+//! `ferry nf serve --kind efw|elb|edpi`: a hybrid NF's control plane in a
 //! ferryd chain. ferryd started it as the NF's unprivileged user and
 //! attached its fast path; the welcome carries the fast path's maps as
 //! fds. It re-applies the NF's configuration (so a restarted control
-//! plane converges on the file), runs the NF's timers (connection expiry,
-//! feedback weights) and publishes the fast path's counters, summed over
-//! CPUs, and its own as the NF's counters. Its one NF thread receives no
-//! frames; it wakes for the timers and answers ferryd's pauses.
+//! plane converges on the file), runs the NF's timers (connection and
+//! bypass-rule expiry, feedback weights) and publishes the fast path's
+//! counters, summed over CPUs, and its own as the NF's counters. Its one
+//! NF thread wakes for the timers and answers ferryd's pauses; the eDPI's
+//! also receives its slow path's frames (on the port's AF_XDP socket
+//! ferryd registered in the fast path's socket map), inspects them and
+//! sends them on to its kernel hop.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,13 +16,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
+use ferry_bpf::abi::{SlowMeta, SLOW_NO_RULE};
 use ferry_bpf::evnf::EvnfMaps;
-use ferry_evnf::hybrid::{monotonic_ns, HybridNf};
+use ferry_evnf::hybrid::{monotonic_ns, HybridNf, SlowVerdict};
 use ferry_evnf::types::HybridType;
 use ferry_sdk::{Nf, NfThread, Packet};
 
 /// How often the thread wakes to run timers and publish counters.
 const WAKE_EVERY: Duration = Duration::from_millis(100);
+
+const BURST: usize = 32;
 
 pub fn serve(kind: &str, args: &[String]) -> Result<()> {
     let t = ferry_evnf::types::find(kind).ok_or_else(|| anyhow!("{kind}: not a hybrid NF type"))?;
@@ -44,15 +50,19 @@ fn run(mut th: NfThread, t: &HybridType, control: &mut dyn HybridNf, maps: &mut 
             waker.wake();
         }
     });
-    let mut burst: Vec<Packet> = Vec::new();
+    let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     let mut next_tick = 0u64;
+    // Only the slow path's socket feeds the thread.
+    let meta = SlowMeta { reason: SLOW_NO_RULE, ..Default::default() };
     let result = loop {
-        if th.recv_burst(&mut burst, 1).is_err() {
+        if th.recv_burst(&mut burst, BURST).is_err() {
             break Ok(());
         }
-        // Nothing links to a hybrid NF's process; drop whatever came.
         for pkt in burst.drain(..) {
-            th.drop_packet(pkt);
+            match control.on_slow_path(maps, pkt.data(), meta) {
+                SlowVerdict::Reinject if th.out_links() > 0 => th.send(pkt, 0),
+                SlowVerdict::Reinject | SlowVerdict::Drop => th.drop_packet(pkt),
+            }
         }
         let now = monotonic_ns();
         if now >= next_tick {

@@ -109,9 +109,9 @@ fn chain_check_names_bad_kinds_and_arguments_where_they_are() {
         ),
         (
             "hybrid.yaml",
-            "{ name: a, domain: main, kind: edpi, args: [\"config=/x.yaml\"] }",
-            "nfs[1].kind",
-            "edpi: its slow path (an AF_XDP socket and a TUN device back into the kernel) is not under ferryd yet",
+            "{ name: a, domain: main, kind: edpi, args: [\"config=/nonexistent/x.yaml\"] }",
+            "nfs[1].args[0]",
+            "edpi: /nonexistent/x.yaml: cannot read",
         ),
         (
             "config.yaml",

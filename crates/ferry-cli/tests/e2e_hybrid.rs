@@ -2,7 +2,9 @@
 //! chain file names eFW and eLB by kind; ferryd loads and attaches their
 //! fast paths and applies the firewall's nftables ruleset; their control
 //! planes run as unprivileged NF processes holding only the fast path's
-//! map fds. Real HTTP goes through eFW -> eLB to two nginx backends.
+//! map fds. Real HTTP goes through eFW -> eLB to two nginx backends, and
+//! iperf3 through eFW -> eDPI, whose slow path ferryd hands to the eDPI's
+//! process on the port's AF_XDP socket.
 
 mod common;
 
@@ -13,7 +15,7 @@ use common::*;
 use ferry_chain::proto::Status;
 use ferry_cli::chainctl;
 use ferry_cli::evnfproc::{run_in, sfc_testbed, SFC1, VIP};
-use ferry_testbed::apps::{self, CurlOpts, Nginx, NginxOpts};
+use ferry_testbed::apps::{self, CurlOpts, Iperf3Server, IperfJob, IperfOpts, Nginx, NginxOpts};
 
 fn chain(dut: &str, config: &str) -> String {
     format!(
@@ -141,5 +143,62 @@ fn efw_and_elb_in_a_chain_with_unprivileged_control_planes() {
     assert!(!tables.contains("ferry_efw"), "the firewall's nftables table goes with the chain: {tables}");
     rc.shutdown().unwrap();
     drop((b1, b2));
+    down_and_check(tb);
+}
+
+/// examples/chains/edge-dpi.yaml (eVNF's SFC 2 as a chain: client -> eFW
+/// -> eDPI -> kernel hop), filled in for this testbed.
+fn dpi_chain(dut: &str) -> String {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/chains");
+    let examples = examples.canonicalize().unwrap();
+    let text = std::fs::read_to_string(examples.join("edge-dpi.yaml")).unwrap();
+    text.replace("{dut}", dut).replace("{examples}", &examples.display().to_string())
+}
+
+#[test]
+fn edpi_in_a_chain_inspects_on_its_slow_path_and_bypasses_the_elephant() {
+    if !privileged("hybrid_dpi_chain") {
+        return;
+    }
+    let tb = sfc_testbed().expect("SFC testbed");
+    let server = "10.10.2.11".parse().unwrap();
+    let _elephant = Iperf3Server::start(&tb, "b1", server, 5201, None).expect("iperf3 server 5201");
+    let _mouse = Iperf3Server::start(&tb, "b1", server, 5301, None).expect("iperf3 server 5301");
+    let dir = TempDir::new("hybrid-dpi");
+    let (mut rc, _) = start(&dir, &dpi_chain(tb.ns_name("dut")));
+    let st = rc.wait_connected(HANG_GUARD).unwrap();
+    let pid = pid_of(&st, "dpi");
+    assert!(proc_status(pid, "Uid:").iter().all(|u| u != "0"), "the eDPI runs as a user");
+    assert_eq!(proc_status(pid, "CapEff:"), ["0000000000000000"], "the eDPI has no capability");
+    assert_eq!(bpf_maps(pid), 2, "the eDPI holds its bypass table and the counters");
+
+    // As in the eVNF test: a fixed amount per flow at a fixed pace, so the
+    // counts below do not depend on how fast the machine is.
+    const FLOW_BYTES: u64 = 16 << 20;
+    let opts = IperfOpts { bytes: Some(FLOW_BYTES), bitrate: Some(40_000_000), ..Default::default() };
+    let jobs =
+        [IperfJob { server, port: 5201, opts: opts.clone() }, IperfJob { server, port: 5301, opts: opts.clone() }];
+    let reports = apps::iperf3_clients(&tb, "client", &jobs).expect("iperf3 flows through the chain");
+    assert!(
+        reports.iter().all(|r| r.bytes_sent >= FLOW_BYTES && r.bytes_received > 0),
+        "both flows carried traffic, the inspected one through the kernel hop: {reports:?}"
+    );
+    // Every frame the eDPI's thread received went on into the kernel.
+    let settled = |s: &Status| {
+        let received = c(s, "dpi", "rx_port");
+        c(s, "dpi", "bypass_installed") >= 2 && received > 0 && c(s, "dpi", "to_kernel") == received
+    };
+    let s = wait_for("the flows classified and the slow path drained", || rc.status().ok().filter(settled));
+    let (bypassed, inspected) = (c(&s, "dpi", "bypass"), c(&s, "dpi", "rx_port"));
+    assert!(bypassed > 1000 && inspected > 1000, "the elephant bypassed, the mouse inspected: {s:?}");
+    assert!(c(&s, "dpi", "to_slow_path") >= inspected, "{s:?}");
+    assert_eq!((c(&s, "dpi", "drop_nf"), c(&s, "dpi", "malformed")), (0, 0), "{s:?}");
+    // The unprivileged control plane ages the idle rules out (idle timeout
+    // 5 s in examples/evnf/sfc2.yaml).
+    wait_until("the idle bypass rules to age out", || rc.status().is_ok_and(|s| c(&s, "dpi", "bypass_expired") >= 2));
+
+    chainctl::remove(&rc.admin, "sfc2").expect("remove the chain");
+    assert!(!xdp_on(&tb, "d0"), "the fast path left d0");
+    rc.shutdown().unwrap();
     down_and_check(tb);
 }

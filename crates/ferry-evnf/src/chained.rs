@@ -1,9 +1,11 @@
 //! Hybrid NFs in a ferryd chain. A chain file names them by kind (`efw`,
-//! `elb`) with `config=FILE`, an eVNF file whose section of the NF's own
-//! it reads. ferryd does the privileged half: it loads the fast paths,
-//! chains and attaches them, and applies the firewall's nftables ruleset.
-//! The control plane ([`control_plane`]) runs in `ferry nf serve` as the
-//! NF's unprivileged user, on the map fds ferryd sent it.
+//! `elb`, `edpi`) with `config=FILE`, an eVNF file whose section of the
+//! NF's own it reads. ferryd does the privileged half: it loads the fast
+//! paths, chains and attaches them, applies the firewall's nftables
+//! ruleset, and creates the eDPI's slow-path sockets. The control plane
+//! ([`control_plane`]) runs in `ferry nf serve` as the NF's unprivileged
+//! user, on the map fds ferryd sent it (and, for the eDPI, receives the
+//! slow path's frames as an NF thread and hands them to a kernel hop).
 
 use std::path::Path;
 
@@ -11,9 +13,18 @@ use ferry_bpf::evnf::EvnfMaps;
 
 use crate::balancer::Balancer;
 use crate::config::{parse_sections, EvnfSpec};
+use crate::dpi::Dpi;
 use crate::firewall::Firewall;
 use crate::hybrid::HybridNf;
 use crate::EvnfError;
+
+/// Whether hybrid NF type `kind` has a slow path (frames its fast path
+/// sends to user space): then its control plane receives them on the
+/// port's sockets and its path's out-link is a kernel hop, into which it
+/// reinjects them.
+pub fn has_slow_path(kind: &str) -> bool {
+    kind == "edpi"
+}
 
 /// The section of an eVNF file that hybrid NF type `kind` reads.
 fn section(kind: &str) -> Option<&'static str> {
@@ -52,6 +63,7 @@ pub fn control_plane(kind: &str, spec: &EvnfSpec, maps: &EvnfMaps) -> Result<Box
     match kind {
         "efw" => Ok(Box::new(Firewall::new(spec.firewall.clone().ok_or_else(missing)?))),
         "elb" => Ok(Box::new(Balancer::new(maps, spec.balancer.clone().ok_or_else(missing)?)?)),
+        "edpi" => Ok(Box::new(Dpi::new(maps, spec.dpi.clone().ok_or_else(missing)?)?)),
         _ => Err(EvnfError::Config(format!("{kind}: no control plane runs under ferryd"))),
     }
 }

@@ -230,14 +230,7 @@ fn check_timeout(seconds: f64) -> Result<(), String> {
 pub fn parse(path: &Path) -> Result<EvnfSpec, YamlError> {
     let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
     let mut spec = EvnfSpec::from_yaml_str(&text, &origin)?;
-    // Files named in the spec are relative to the spec's directory.
-    if let Some(dpi) = spec.dpi.as_mut() {
-        if let Some(f) = dpi.protocols_file.as_mut() {
-            if f.is_relative() {
-                *f = path.parent().unwrap_or(Path::new(".")).join(&*f);
-            }
-        }
-    }
+    spec.resolve_files(path);
     Ok(spec)
 }
 
@@ -247,10 +240,20 @@ pub fn parse_sections(path: &Path) -> Result<EvnfSpec, YamlError> {
     let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
     let mut spec: EvnfSpec = parse_located(&text, &origin, EvnfSpec::validate_sections)?;
     spec.origin = origin;
+    spec.resolve_files(path);
     Ok(spec)
 }
 
 impl EvnfSpec {
+    /// Files named in the spec are relative to the spec's directory.
+    fn resolve_files(&mut self, path: &Path) {
+        if let Some(f) = self.dpi.as_mut().and_then(|d| d.protocols_file.as_mut()) {
+            if f.is_relative() {
+                *f = path.parent().unwrap_or(Path::new(".")).join(&*f);
+            }
+        }
+    }
+
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<EvnfSpec, YamlError> {
         let mut spec: EvnfSpec = parse_located(text, origin, EvnfSpec::validate)?;
         spec.origin = origin.to_string();

@@ -172,6 +172,11 @@ impl HybridNf for Dpi {
         Ok(())
     }
 
+    /// `inspected`, `bypass_installed`, `bypass_expired`, `slow_path_flows`.
+    fn control_counters(&self) -> Vec<u64> {
+        vec![self.inspected, self.bypass_installed, self.bypass_expired, self.flows.len() as u64]
+    }
+
     fn report(&self, fast: &EvnfMaps) -> serde_json::Value {
         let rules: Vec<serde_json::Value> = self
             .bypass

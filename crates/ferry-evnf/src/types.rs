@@ -71,12 +71,9 @@ pub const TYPES: [HybridType; 3] = [
             Element { name: "flow-bypass", offload: Offload::Full },
             Element { name: "payload-classifier", offload: Offload::No },
         ],
-        control_counters: &[],
+        control_counters: &["inspected", "bypass_installed", "bypass_expired", "slow_path_flows"],
         args: &[CONFIG],
-        not_in_chains: Some(
-            "its slow path (an AF_XDP socket and a TUN device back into the kernel) is not under ferryd yet: run it \
-             with `ferry evnf run FILE`",
-        ),
+        not_in_chains: None,
     },
 ];
 

@@ -8,8 +8,11 @@
 //! A hybrid path is straight: from a port, through hybrid NFs only, and
 //! it ends where eVNF's chains end, in the kernel's routing (a FIB lookup
 //! in XDP, or the stack for what that cannot resolve). So the last hybrid
-//! NF has no out-link. Each hybrid type appears at most once per chain:
-//! the object's tables are one per type.
+//! NF has no out-link, but for one with a slow path (the eDPI), which ends
+//! the path: its one out-link is the kernel hop it reinjects inspected
+//! frames into, and its process owns the port's AF_XDP sockets, which
+//! ferryd registers in the eVNF object's socket map. Each hybrid type
+//! appears at most once per chain: the object's tables are one per type.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -29,6 +32,9 @@ pub struct HybridNf {
     pub config: PathBuf,
     /// An eLB's ports where backends' replies arrive.
     pub reply_ports: Vec<String>,
+    /// It has a slow path (the eDPI): its process owns the path's port
+    /// sockets and sends what it inspected to its kernel hop.
+    pub slow_path: bool,
 }
 
 /// The hybrid NFs reached from one port, in path order.
@@ -99,17 +105,34 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
             );
         }
         let outs: Vec<usize> = (0..spec.links.len()).filter(|&l| spec.links[l].from == nf.name).collect();
+        let slow = ferry_evnf::chained::has_slow_path(kind);
+        if slow && outs.len() != 1 {
+            return fail(
+                "name",
+                format!(
+                    "{kind} hands the frames its slow path inspected back to the kernel: link it to one kernel hop \
+                     (it has {} out-links)",
+                    outs.len()
+                ),
+            );
+        }
         for &l in &outs {
             let to = &spec.links[l].to;
-            let hybrid_next = matches!(spec.node(to), Some(Node::Nf(j)) if is_hybrid(spec, j));
-            if outs.len() > 1 || !hybrid_next {
+            let fits = match spec.node(to) {
+                Some(Node::Nf(j)) => !slow && outs.len() == 1 && is_hybrid(spec, j),
+                Some(Node::Kernel(_)) => slow,
+                _ => false,
+            };
+            if !fits {
+                let end = if slow {
+                    "its one out-link goes to a kernel hop, into which it reinjects what its slow path inspected"
+                } else {
+                    "its path goes on to hybrid NFs only, once, and ends in the kernel's routing (leave out its \
+                     out-link)"
+                };
                 return Err(PlaceError {
                     at: vec![Key("links"), Index(l), Key("to")],
-                    message: format!(
-                        "{} is a hybrid NF: its path goes on to hybrid NFs only, once, and ends in the kernel's \
-                         routing (leave out its out-link), so it cannot send to {to:?}",
-                        nf.name
-                    ),
+                    message: format!("{} is a hybrid NF: {end}, so it cannot send to {to:?}", nf.name),
                 });
             }
         }
@@ -147,8 +170,12 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
                     .filter(|p| !p.is_empty())
                     .map(str::to_string)
                     .collect(),
+                slow_path: ferry_evnf::chained::has_slow_path(nf.kind.as_deref().unwrap_or_default()),
             });
             to = spec.links.iter().find(|l| l.from == nf.name).map(|l| l.to.as_str());
+            if nfs.last().is_some_and(|n: &HybridNf| n.slow_path) {
+                break;
+            }
         }
         if !nfs.is_empty() {
             out.push(HybridPath { port: port.name.clone(), nfs });

@@ -267,7 +267,7 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
             message: format!("{}: offload: force, but {}", d.nf, d.why),
         });
     }
-    Ok(Placement { server: server_part(spec, &paths, &offloaded), xdp: paths, hybrid, decisions })
+    Ok(Placement { server: server_part(spec, &paths, &hybrid, &offloaded), xdp: paths, hybrid, decisions })
 }
 
 /// The reason of every NF, in file order.
@@ -309,26 +309,36 @@ fn decide(
 /// The chain without its offloaded NFs; each XDP path's port links to
 /// the NF the path hands frames to, where the port's link was (a path
 /// that ends at a port leaves no link). Domains no process uses go too.
-/// Hybrid NFs stay, unlinked: their processes are control planes, and
-/// their frames never leave XDP and the kernel.
-fn server_part(spec: &ChainSpec, paths: &[XdpPath], offloaded: &HashSet<usize>) -> ChainSpec {
-    let mut gone: HashSet<&str> = offloaded.iter().map(|&i| spec.nfs[i].name.as_str()).collect();
-    let unlinked: Vec<&str> =
+/// Hybrid NFs stay as their control planes' processes, unlinked, but for
+/// a slow path's: the port links to it (its threads own the port's
+/// sockets) and its link to the kernel hop stays.
+fn server_part(spec: &ChainSpec, paths: &[XdpPath], hybrid: &[HybridPath], offloaded: &HashSet<usize>) -> ChainSpec {
+    let gone: HashSet<&str> = offloaded.iter().map(|&i| spec.nfs[i].name.as_str()).collect();
+    let hybrids: HashSet<&str> =
         (0..spec.nfs.len()).filter(|&i| hybrid::is_hybrid(spec, i)).map(|i| spec.nfs[i].name.as_str()).collect();
+    let slow = |path: &HybridPath| path.nfs.iter().find(|n| n.slow_path).map(|n| n.name.clone());
+    let slow_nfs: Vec<String> = hybrid.iter().filter_map(slow).collect();
     let mut server = spec.clone();
     server.nfs.retain(|n| !gone.contains(n.name.as_str()));
     server.domains.retain(|d| server.nfs.iter().any(|n| n.domain == d.name));
-    gone.extend(unlinked);
     server.links = spec
         .links
         .iter()
-        .filter_map(|l| match paths.iter().find(|p| p.port == l.from) {
-            Some(XdpPath { then: Then::Nf(to), .. }) => {
-                Some(LinkSpec { from: l.from.clone(), to: to.clone(), mode: l.mode })
+        .filter_map(|l| {
+            if let Some(h) = hybrid.iter().find(|h| h.port == l.from) {
+                return slow(h).map(|to| LinkSpec { from: l.from.clone(), to, mode: l.mode });
             }
-            Some(XdpPath { then: Then::Port(_), .. }) => None,
-            None if gone.contains(l.from.as_str()) || gone.contains(l.to.as_str()) => None,
-            None => Some(l.clone()),
+            match paths.iter().find(|p| p.port == l.from) {
+                Some(XdpPath { then: Then::Nf(to), .. }) => {
+                    Some(LinkSpec { from: l.from.clone(), to: to.clone(), mode: l.mode })
+                }
+                Some(XdpPath { then: Then::Port(_), .. }) => None,
+                None if slow_nfs.contains(&l.from) => Some(l.clone()),
+                None if [&l.from, &l.to].iter().any(|n| gone.contains(n.as_str()) || hybrids.contains(n.as_str())) => {
+                    None
+                }
+                None => Some(l.clone()),
+            }
         })
         .collect();
     server
@@ -361,6 +371,10 @@ impl Placement {
         for h in &self.hybrid {
             let names: Vec<&str> = h.nfs.iter().map(|n| n.name.as_str()).collect();
             out += &format!("hybrid path on port {}: {} -> the kernel's routing\n", h.port, names.join(" -> "));
+            if let Some(n) = h.nfs.iter().find(|n| n.slow_path) {
+                out +=
+                    &format!("  {}: its slow path on port {}'s AF_XDP sockets, back into the kernel\n", n.name, h.port);
+            }
             for n in h.nfs.iter().filter(|n| !n.reply_ports.is_empty()) {
                 let ports = if n.reply_ports.len() == 1 { "port" } else { "ports" };
                 out += &format!("  {}: replies rewritten on {ports} {}\n", n.name, n.reply_ports.join(", "));

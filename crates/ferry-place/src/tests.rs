@@ -236,3 +236,38 @@ fn misplaced_hybrid_nfs_are_refused_with_their_field() {
     assert_eq!(e.field, "nfs[1].kind");
     assert!(e.message.contains("a second efw"), "{e}");
 }
+
+#[test]
+fn the_edpi_ends_its_path_at_a_kernel_hop_and_owns_the_ports_sockets() {
+    let f = Files::new("hybrid-dpi", 1);
+    let cfg = f.0.join("dpi.yaml");
+    std::fs::write(&cfg, "dpi:\n  elephants: [HTTP]\n").unwrap();
+    let text = |dpi_link: &str| {
+        format!(
+            "name: sfc2
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: in, netdev: d0 }}
+kernel:
+  - {{ name: stack, dev: fy-dpi0, mac: \"02:00:00:0a:01:01\" }}
+nfs:
+  - {{ name: dpi, domain: main, kind: edpi, args: [\"config={}\"] }}
+links:
+  - {{ from: in, to: dpi }}
+{dpi_link}",
+            cfg.display()
+        )
+    };
+    let (_, p) = load_str(&text("  - { from: dpi, to: stack }\n"), "sfc2.yaml").unwrap();
+    assert_eq!(places(&p), [("dpi", Place::Hybrid)]);
+    assert!(p.hybrid[0].nfs[0].slow_path);
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "dpi"), ("dpi", "stack")], "its thread owns the port's socket and sends to the hop");
+    assert!(p.explain().contains("  dpi: its slow path on port in's AF_XDP sockets, back into the kernel"));
+    let e = load_str(&text(""), "sfc2.yaml").unwrap_err();
+    assert_eq!(e.field, "nfs[0].name");
+    assert!(e.message.contains("link it to one kernel hop"), "{e}");
+    let bad_mac = text("  - { from: dpi, to: stack }\n").replace("02:00:00:0a:01:01", "02:00:00:0a:01");
+    let e = load_str(&bad_mac, "sfc2.yaml").unwrap_err();
+    assert_eq!(e.field, "kernel[0].mac");
+}

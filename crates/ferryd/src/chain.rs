@@ -126,9 +126,12 @@ impl Chain {
                 }
                 None => None,
             };
+            let hybrid_port = hybrid.iter().any(|h| h.port == p.name);
             ports.push(match (p.nf, fast) {
                 (None, None) => None,
-                (_, fast) => Some(Mutex::new(Port::open(p, fast).with_context(|| format!("port {}", p.name))?)),
+                (_, fast) => {
+                    Some(Mutex::new(Port::open(p, fast, hybrid_port).with_context(|| format!("port {}", p.name))?))
+                }
             });
         }
         let offloaded = xdp.iter().map(|(path, _)| path.nfs.len()).sum();
@@ -409,6 +412,9 @@ impl Chain {
             for &p in &t.ports {
                 let port = self.ports[p].as_ref().ok_or_else(|| anyhow!("port {p} not open"))?;
                 let sock = port.lock().expect("port lock").socket(&dom.umem, t.index)?;
+                if let Some(h) = self.hybrids.lock().expect("hybrids lock").as_mut() {
+                    h.register_slow_path(name, t.index, &sock)?;
+                }
                 sockets.push((FdRole::Xsk { thread: t.index, port: p }, sock));
             }
         }

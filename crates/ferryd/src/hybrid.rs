@@ -8,7 +8,7 @@
 //! type by SCM_RIGHTS, re-applies its configuration, and runs its timers
 //! (expiry, feedback) and statistics.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use anyhow::{anyhow, Context, Result};
 use ferry_bpf::evnf::{EvNf, Evnf};
@@ -79,6 +79,16 @@ impl Hybrids {
             }
         }
         Ok(Some(Hybrids { evnf, nfs, _nft: nft }))
+    }
+
+    /// Registers `socket` (on receive queue `queue` of its path's port) as
+    /// the slow path of NF `nf`, if `nf` is the chain's hybrid NF with one.
+    /// Until then the fast path hands such frames to the kernel stack.
+    pub fn register_slow_path(&mut self, nf: &str, queue: u32, socket: &impl AsRawFd) -> Result<()> {
+        if self.nfs.iter().any(|(name, t)| name == nf && ferry_evnf::chained::has_slow_path(t.kind)) {
+            self.evnf.register_xsk(queue, socket).context("registering the slow path's socket")?;
+        }
+        Ok(())
     }
 
     /// New fds of the maps NF `nf`'s control plane works on (none if it is

@@ -45,7 +45,10 @@ impl Port {
     }
 
     /// Opens the port; `fast` is its XDP part, if NFs were placed there.
-    pub fn open(plan: &PortPlan, fast: Option<(&XdpPath, FastPathIds)>) -> Result<Port> {
+    /// A hybrid path's port (`hybrid`) gets no program here: the chain's
+    /// eVNF object holds its hook, and its slow-path sockets are
+    /// registered there ([`crate::hybrid::Hybrids`]).
+    pub fn open(plan: &PortPlan, fast: Option<(&XdpPath, FastPathIds)>, hybrid: bool) -> Result<Port> {
         let ns = plan.netns.as_deref();
         let ifindex = Port::ifindex(plan)?;
         let mode = match plan.xdp_mode {
@@ -57,7 +60,7 @@ impl Port {
                 FastPath::open(plan, ifindex, mode, path, ids)
                     .with_context(|| format!("XDP part on {} ({})", plan.netdev, plan.name))?,
             )),
-            None if !plan.rx => None,
+            None if !plan.rx || hybrid => None,
             None => {
                 let prog = ferry_testbed::in_netns(ns, || {
                     LoadedXdp::attach(Object::XskRedirect, "ferry_xsk_redirect", ifindex, mode)

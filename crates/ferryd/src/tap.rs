@@ -35,6 +35,9 @@ impl Tap {
         for a in &spec.addrs {
             ip(ns, &["addr", "add", a, "dev", &spec.dev])?;
         }
+        if let Some(mac) = &spec.mac {
+            ip(ns, &["link", "set", "dev", &spec.dev, "address", mac])?;
+        }
         ip(ns, &["link", "set", "dev", &spec.dev, "up"])?;
         Ok(Tap { fd })
     }
