@@ -405,4 +405,118 @@ out:
 	return ferry_exit(ctx, slot, action);
 }
 
+/* ---- eNAT: endpoint-independent NAT, mappings made by the slow path ---- */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ferry_nat_key);
+	__type(value, struct ferry_nat_entry);
+} ferry_nat_map SEC(".maps");
+
+/* IPv4 TCP or UDP, the frames a NAT translates. */
+static __always_inline int ferry_nat_translatable(const struct ferry_pkt *p)
+{
+	return p->ip4 && p->l4 && (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP);
+}
+
+/*
+ * Outbound, on the inside port: a frame whose inside endpoint has a
+ * mapping leaves with the public endpoint as its source; the first frame
+ * of an endpoint goes to the slow path, which makes the mapping (both
+ * halves), translates the frame and hands it to the stack.
+ */
+SEC("xdp")
+int ferry_enat(struct xdp_md *ctx)
+{
+	struct ferry_nat_entry *e;
+	struct ferry_nat_key key;
+	struct ferry_pkt p;
+	__u32 slot;
+	int action;
+
+	if (!ferry_ev_parse(ctx, &p, FERRY_EV_NAT, FERRY_NAT_C_MALFORMED)) {
+		action = XDP_DROP;
+		slot = FERRY_SLOT_MALFORMED;
+		goto out;
+	}
+	/* Later fragments carry no ports, so no fragment is translated, and
+	 * none may leave with an inside source address. */
+	if (p.ip4 && p.fragment) {
+		ferry_ev_count(ctx, FERRY_EV_NAT, FERRY_NAT_C_FRAGMENT);
+		action = XDP_DROP;
+		goto counted;
+	}
+	if (!ferry_nat_translatable(&p)) {
+		ferry_ev_count(ctx, FERRY_EV_NAT, FERRY_NAT_C_NOT_NATTED);
+		action = ferry_ev_continue(ctx, FERRY_EV_NAT);
+		goto counted;
+	}
+	key.addr = p.saddr;
+	key.port = p.sport;
+	key.proto = p.proto;
+	key.dir = FERRY_NAT_OUT;
+	e = bpf_map_lookup_elem(&ferry_nat_map, &key);
+	if (!e) {
+		ferry_ev_count(ctx, FERRY_EV_NAT, FERRY_NAT_C_TO_SLOW);
+		action = ferry_ev_to_slow_path(ctx, FERRY_EV_NAT);
+		goto counted;
+	}
+	e->last_seen_ns = bpf_ktime_get_ns();
+	if (!ferry_ev_nat(ctx, &p, 0, e->addr, e->port)) {
+		ferry_ev_count(ctx, FERRY_EV_NAT, FERRY_NAT_C_MALFORMED);
+		action = XDP_DROP;
+		goto counted;
+	}
+	ferry_ev_count(ctx, FERRY_EV_NAT, FERRY_NAT_C_REWRITTEN);
+	action = ferry_ev_continue(ctx, FERRY_EV_NAT);
+counted:
+	slot = ferry_slot_of(action);
+out:
+	return ferry_exit(ctx, slot, action);
+}
+
+/*
+ * Inbound, on the outside ports: a frame to a mapped public endpoint, from
+ * any remote endpoint (endpoint-independent filtering), is translated
+ * back; anything else is not the NAT's and goes on unchanged.
+ */
+SEC("xdp")
+int ferry_enat_reply(struct xdp_md *ctx)
+{
+	struct ferry_nat_entry *e = NULL;
+	struct ferry_nat_key key;
+	struct ferry_pkt p;
+	__u32 slot;
+	int action;
+
+	if (!ferry_ev_parse(ctx, &p, FERRY_EV_NAT_REPLY, FERRY_NATR_C_MALFORMED)) {
+		action = XDP_DROP;
+		slot = FERRY_SLOT_MALFORMED;
+		goto out;
+	}
+	if (ferry_nat_translatable(&p) && !p.fragment) {
+		key.addr = p.daddr;
+		key.port = p.dport;
+		key.proto = p.proto;
+		key.dir = FERRY_NAT_IN;
+		e = bpf_map_lookup_elem(&ferry_nat_map, &key);
+	}
+	if (!e) {
+		ferry_ev_count(ctx, FERRY_EV_NAT_REPLY, FERRY_NATR_C_NOT_MAPPED);
+	} else {
+		if (!ferry_ev_nat(ctx, &p, 1, e->addr, e->port)) {
+			ferry_ev_count(ctx, FERRY_EV_NAT_REPLY, FERRY_NATR_C_MALFORMED);
+			action = XDP_DROP;
+			slot = FERRY_SLOT_MALFORMED;
+			goto out;
+		}
+		ferry_ev_count(ctx, FERRY_EV_NAT_REPLY, FERRY_NATR_C_REWRITTEN);
+	}
+	action = ferry_ev_continue(ctx, FERRY_EV_NAT_REPLY);
+	slot = ferry_slot_of(action);
+out:
+	return ferry_exit(ctx, slot, action);
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

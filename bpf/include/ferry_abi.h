@@ -225,8 +225,8 @@ struct ferry_pl_state {
 };
 
 /*
- * eVNF hybrid NFs (bpf/evnf.bpf.c): eFW, eLB (forward and reply halves)
- * and eDPI, each its own XDP program, chained by tail calls through
+ * eVNF hybrid NFs (bpf/evnf.bpf.c): eFW, eLB (forward and reply halves),
+ * eDPI and eNAT (outbound and inbound halves), each its own XDP program, chained by tail calls through
  * ferry_ev_progs in the order ferry_ev_next says. Mirrored in
  * crates/ferry-bpf/src/evnf.rs.
  */
@@ -234,7 +234,9 @@ struct ferry_pl_state {
 #define FERRY_EV_LB 1
 #define FERRY_EV_LB_REPLY 2
 #define FERRY_EV_DPI 3
-#define FERRY_EV_NFS 4
+#define FERRY_EV_NAT 4
+#define FERRY_EV_NAT_REPLY 5
+#define FERRY_EV_NFS 6
 /* ferry_ev_next value: no next NF, the frame goes to the kernel stack. */
 #define FERRY_EV_END 0xffffffff
 /* Counter slots per NF in ferry_ev_stats (index nf * FERRY_EV_COUNTERS + slot). */
@@ -341,6 +343,37 @@ struct ferry_dpi_bypass {
 	__u64 last_seen_ns;
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* eNAT counters (outbound half, on the inside port). */
+#define FERRY_NAT_C_REWRITTEN 0
+#define FERRY_NAT_C_TO_SLOW 1	 /* no mapping yet: the slow path makes one */
+#define FERRY_NAT_C_NOT_NATTED 2 /* not IPv4 TCP/UDP: on unchanged */
+#define FERRY_NAT_C_FRAGMENT 3	 /* not translatable: dropped */
+#define FERRY_NAT_C_MALFORMED 4
+/* eNAT inbound-half counters (outside ports). */
+#define FERRY_NATR_C_REWRITTEN 0
+#define FERRY_NATR_C_NOT_MAPPED 1 /* no mapping: the stack decides */
+#define FERRY_NATR_C_MALFORMED 2
+#define FERRY_NAT_OUT 0
+#define FERRY_NAT_IN 1
+/*
+ * A NAT mapping's key: the inside endpoint (FERRY_NAT_OUT) or the public
+ * one (FERRY_NAT_IN), network order. Endpoint-independent (RFC 4787): no
+ * remote endpoint in it.
+ */
+struct ferry_nat_key {
+	__be32 addr;
+	__be16 port;
+	__u8 proto;
+	__u8 dir;
+};
+/* What the key's endpoint becomes: the public endpoint, or the inside one. */
+struct ferry_nat_entry {
+	__be32 addr;
+	__be16 port;
+	__u16 _pad;
+	__u64 last_seen_ns;
 };
 
 #endif

@@ -23,10 +23,13 @@ pub enum EvNf {
     Balancer = 1,
     BalancerReply = 2,
     Dpi = 3,
+    Nat = 4,
+    NatReply = 5,
 }
 
 impl EvNf {
-    pub const ALL: [EvNf; 4] = [EvNf::Firewall, EvNf::Balancer, EvNf::BalancerReply, EvNf::Dpi];
+    pub const ALL: [EvNf; 6] =
+        [EvNf::Firewall, EvNf::Balancer, EvNf::BalancerReply, EvNf::Dpi, EvNf::Nat, EvNf::NatReply];
 
     pub fn program(self) -> &'static str {
         match self {
@@ -34,6 +37,8 @@ impl EvNf {
             EvNf::Balancer => "ferry_elb",
             EvNf::BalancerReply => "ferry_elb_reply",
             EvNf::Dpi => "ferry_edpi",
+            EvNf::Nat => "ferry_enat",
+            EvNf::NatReply => "ferry_enat_reply",
         }
     }
 
@@ -44,6 +49,8 @@ impl EvNf {
             EvNf::Balancer => &["new_conn", "tracked", "not_vip", "no_backend", "malformed"],
             EvNf::BalancerReply => &["reply_rewritten", "reply_not_tracked", "reply_malformed"],
             EvNf::Dpi => &["bypass", "to_slow_path", "not_inspected", "malformed"],
+            EvNf::Nat => &["rewritten", "to_slow_path", "not_natted", "fragment", "malformed"],
+            EvNf::NatReply => &["reply_rewritten", "reply_not_mapped", "reply_malformed"],
         }
     }
 }
@@ -51,7 +58,7 @@ impl EvNf {
 /// Slots per NF in `ferry_ev_stats`.
 pub const COUNTERS: u32 = 8;
 /// Row of the chain's end in `ferry_ev_stats`, and its slot names.
-pub const ROUTE_ROW: u32 = 4;
+pub const ROUTE_ROW: u32 = 6;
 pub const ROUTE_COUNTER_NAMES: [&str; 2] = ["routed", "to_kernel"];
 /// `FERRY_EV_END`.
 pub const END: u32 = u32::MAX;
@@ -187,6 +194,46 @@ pub struct DpiBypass {
     pub bytes: u64,
 }
 
+/// `FERRY_NAT_OUT`, `FERRY_NAT_IN`: which endpoint a NAT key holds.
+pub const NAT_OUT: u8 = 0;
+pub const NAT_IN: u8 = 1;
+
+/// `struct ferry_nat_key`: an endpoint, network order.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct NatKey {
+    pub addr: u32,
+    pub port: u16,
+    pub proto: u8,
+    pub dir: u8,
+}
+
+impl NatKey {
+    /// From host-order values.
+    pub fn new(addr: Ipv4Addr, port: u16, proto: u8, dir: u8) -> NatKey {
+        NatKey { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), proto, dir }
+    }
+}
+
+/// `struct ferry_nat_entry`: what the key's endpoint becomes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NatEntry {
+    pub addr: u32,
+    pub port: u16,
+    pub _pad: u16,
+    pub last_seen_ns: u64,
+}
+
+impl NatEntry {
+    /// From host-order values.
+    pub fn new(addr: Ipv4Addr, port: u16, last_seen_ns: u64) -> NatEntry {
+        NatEntry { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), _pad: 0, last_seen_ns }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<NatKey>() == 8);
+const _: () = assert!(std::mem::size_of::<NatEntry>() == 16);
 const _: () = assert!(std::mem::size_of::<FwPortKey>() == 4);
 const _: () = assert!(std::mem::size_of::<FwRule>() == 8);
 const _: () = assert!(std::mem::size_of::<LbVipKey>() == 8);
@@ -207,6 +254,8 @@ unsafe impl aya::Pod for EvFlow {}
 unsafe impl aya::Pod for LbConn {}
 unsafe impl aya::Pod for LbReply {}
 unsafe impl aya::Pod for DpiBypass {}
+unsafe impl aya::Pod for NatKey {}
+unsafe impl aya::Pod for NatEntry {}
 
 /// The loaded eVNF object: all four programs, one set of maps. Whoever
 /// loads it holds the programs, the chaining table and the socket map;

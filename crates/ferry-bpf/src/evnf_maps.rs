@@ -19,7 +19,7 @@ use crate::pipeline::PlCount;
 use crate::BpfError;
 
 /// Every map a control plane may hold, with its kernel type.
-const CONTROL_MAPS: [(&str, MapType); 10] = [
+const CONTROL_MAPS: [(&str, MapType); 11] = [
     ("ferry_fw_subnets", MapType::LpmTrie),
     ("ferry_fw_ports", MapType::Hash),
     ("ferry_fw_hits", MapType::PerCpuArray),
@@ -30,6 +30,7 @@ const CONTROL_MAPS: [(&str, MapType); 10] = [
     ("ferry_lb_replies", MapType::LruHash),
     ("ferry_lb_backend_stats", MapType::PerCpuArray),
     ("ferry_dpi_bypass", MapType::LruHash),
+    ("ferry_nat_map", MapType::LruHash),
 ];
 
 /// The per-NF counters, which every control plane holds.
@@ -50,6 +51,7 @@ impl EvNf {
                 "ferry_ev_stats",
             ],
             EvNf::Dpi => &["ferry_dpi_bypass", "ferry_ev_stats"],
+            EvNf::Nat | EvNf::NatReply => &["ferry_nat_map", "ferry_ev_stats"],
         }
     }
 }

@@ -310,3 +310,56 @@ fn fragments_go_to_the_kernel_and_are_not_balanced() {
         assert_eq!(ev.maps().counter(EvNf::Balancer, "not_vip").unwrap(), 1);
     });
 }
+
+#[test]
+fn nat_table() {
+    if !privileged() {
+        return;
+    }
+    const PUBLIC: [u8; 4] = [10, 9, 0, 1];
+    let ns = TestNs::new();
+    ns.run(|| {
+        let ev = Evnf::load().expect("load evnf.bpf.c (verifier)");
+        let mut nat: HashMap<_, NatKey, NatEntry> =
+            HashMap::try_from(ev.maps().map_handle("ferry_nat_map").unwrap()).unwrap();
+        // The first frame of an inside endpoint: to the slow path (not bound
+        // here, so the fallback hands it to the stack), untranslated, with
+        // the slow-path metadata naming the eNAT in front.
+        let out_frame = frame(CLIENT, 40000, BACKEND, 80, L4Proto::Tcp);
+        let (action, out) = run(&ev, EvNf::Nat, &out_frame);
+        assert_eq!(action, XDP_PASS);
+        let meta = SlowMeta { reason: SLOW_NO_RULE, chain: 0, nf: EvNf::Nat as u32, stage: 0 };
+        assert_eq!((SlowMeta::from_bytes(&out), &out[16..]), (Some(meta), &out_frame[..]));
+        // The mapping the slow path makes, both halves.
+        nat.insert(NatKey::new(CLIENT.into(), 40000, 6, NAT_OUT), NatEntry::new(PUBLIC.into(), 20000, 0), 0).unwrap();
+        nat.insert(NatKey::new(PUBLIC.into(), 20000, 6, NAT_IN), NatEntry::new(CLIENT.into(), 40000, 0), 0).unwrap();
+        let (action, out) = run(&ev, EvNf::Nat, &out_frame);
+        assert_eq!(action, XDP_REDIRECT, "translated, then routed to the backend");
+        assert_eq!((src_of(&out), dst_of(&out)), ((PUBLIC.into(), 20000), (BACKEND.into(), 80)));
+        assert!(verify_checksums(&out).unwrap(), "IP and TCP checksums after SNAT");
+        let stamp = nat.get(&NatKey::new(CLIENT.into(), 40000, 6, NAT_OUT), 0).unwrap().last_seen_ns;
+        assert!(stamp > 0, "a hit stamps the mapping");
+        // Inbound: any remote endpoint may use the mapping (EIF).
+        for remote in [(BACKEND, 80), ([10, 9, 0, 3], 5555)] {
+            let back = frame(remote.0, remote.1, PUBLIC, 20000, L4Proto::Tcp);
+            let (action, out) = run(&ev, EvNf::NatReply, &back);
+            assert_eq!(action, XDP_PASS, "no route to the client in this namespace");
+            assert_eq!(dst_of(&out), (CLIENT.into(), 40000));
+            assert!(verify_checksums(&out).unwrap(), "checksums after the reverse translation");
+        }
+        let unmapped = frame(BACKEND, 80, PUBLIC, 20001, L4Proto::Tcp);
+        assert_eq!(run(&ev, EvNf::NatReply, &unmapped), (XDP_PASS, unmapped.clone()), "not the NAT's: unchanged");
+        let udp = frame(CLIENT, 40000, BACKEND, 53, L4Proto::Udp);
+        assert_eq!(&run(&ev, EvNf::Nat, &udp).1[16..], &udp[..], "a mapping is per protocol: to the slow path");
+        let mut fragment = frame(CLIENT, 40001, BACKEND, 80, L4Proto::Tcp);
+        fragment[20] = 0x20; // more fragments
+        assert_eq!(run(&ev, EvNf::Nat, &fragment).0, XDP_DROP, "a fragment never leaves untranslated");
+        let mut arp = out_frame.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(run(&ev, EvNf::Nat, &arp).0, XDP_PASS, "not IPv4 TCP/UDP: on unchanged");
+        let count = |nf, n: &str| ev.maps().counter(nf, n).unwrap();
+        let out_counts = ["rewritten", "to_slow_path", "not_natted", "fragment"].map(|n| count(EvNf::Nat, n));
+        assert_eq!(out_counts, [1, 2, 1, 1]);
+        assert_eq!((count(EvNf::NatReply, "reply_rewritten"), count(EvNf::NatReply, "reply_not_mapped")), (2, 1));
+    });
+}

@@ -32,8 +32,6 @@ pub struct NfType {
     /// Its own counters (the framework's per-thread counters come on top).
     pub counters: Vec<&'static str>,
     pub elements: &'static [Element],
-    /// Why a chain cannot name it yet, if it cannot.
-    pub not_in_chains: Option<&'static str>,
 }
 
 impl NfType {
@@ -56,8 +54,6 @@ pub enum Args {
 pub enum KindError {
     #[error("unknown NF type {kind:?} (known: {known})")]
     Unknown { kind: String, known: String },
-    #[error("{kind}: {why}")]
-    NotInChains { kind: String, why: &'static str },
     #[error("{kind}: {arg:?} is not key=value")]
     NotKeyValue { kind: String, arg: String, index: usize },
     #[error("{kind}: unknown argument {key}= (it takes: {known})")]
@@ -109,9 +105,6 @@ pub fn check(kind: &str, args: &[String]) -> Result<(), KindError> {
         return types::check_joined(kind, args);
     }
     let t = find(kind).ok_or_else(|| unknown(kind))?;
-    if let Some(why) = t.not_in_chains {
-        return Err(KindError::NotInChains { kind: kind.to_string(), why });
-    }
     match &t.args {
         Args::KeyValue(specs) => {
             let values = Values::parse(kind, specs, args)?;
@@ -224,9 +217,6 @@ pub fn table() -> String {
         if !elements.is_empty() {
             out += &format!("{:<22} elements: {}\n", "", elements.join(", "));
         }
-        if let Some(why) = t.not_in_chains {
-            out += &format!("{:<22} not in chains yet: {why}\n", "");
-        }
     }
     out
 }
@@ -265,7 +255,6 @@ pub fn json() -> serde_json::Value {
                 "args": args,
                 "counters": t.counters,
                 "elements": elements,
-                "not_in_chains": t.not_in_chains,
             })
         })
         .collect();

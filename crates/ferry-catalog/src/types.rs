@@ -35,7 +35,6 @@ fn serve_types() -> Vec<NfType> {
         args: Args::KeyValue(args),
         counters,
         elements,
-        not_in_chains: None,
     };
     vec![
         threaded(
@@ -106,7 +105,6 @@ pub(crate) fn all() -> Vec<NfType> {
             args: Args::Positional(i.args),
             counters: i.spec.counters.to_vec(),
             elements: i.elements,
-            not_in_chains: None,
         })
         .collect();
     types.extend(serve_types());
@@ -123,7 +121,6 @@ pub(crate) fn all() -> Vec<NfType> {
             args: Args::KeyValue(args),
             counters: d.counters.to_vec(),
             elements: d.elements,
-            not_in_chains: None,
         });
     }
     for h in &ferry_evnf::types::TYPES {
@@ -134,7 +131,6 @@ pub(crate) fn all() -> Vec<NfType> {
             args: Args::KeyValue(h.args.to_vec()),
             counters: ferry_evnf::types::counters(h),
             elements: h.elements,
-            not_in_chains: h.not_in_chains,
         });
     }
     types

@@ -143,7 +143,7 @@ pub struct KernelSpec {
     /// it the MAC of the port whose frames an NF hands on (a router's
     /// frames keep the destination MAC they arrived with).
     #[serde(default)]
-    pub mac: Option<String>,
+    pub mac: Option<ferry_testbed::MacAddr>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -467,9 +467,6 @@ impl ChainSpec {
             if let Some(a) = k.addrs.iter().find(|a| !a.contains('/') || a.contains(' ')) {
                 return Err((at("addrs"), format!("{a:?} is not an address/prefix")));
             }
-            if let Some(m) = k.mac.as_deref().filter(|m| !is_mac(m)) {
-                return Err((at("mac"), format!("{m:?} is not a MAC address (aa:bb:cc:dd:ee:ff)")));
-            }
         }
         for (i, n) in self.nfs.iter().enumerate() {
             let at = |f| vec![Key("nfs"), Index(i), Key(f)];
@@ -739,11 +736,6 @@ fn path_between(next: &[Vec<usize>], from: usize, to: usize) -> Option<Vec<usize
         }
     }
     None
-}
-
-fn is_mac(s: &str) -> bool {
-    let parts: Vec<&str> = s.split(':').collect();
-    parts.len() == 6 && parts.iter().all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 fn bad_name(s: &str) -> String {

@@ -17,7 +17,8 @@
 //! * `sink`: count, check stamps, publish latency percentiles, free;
 //! * `parallel-<name>`: a parallel NF on worker threads (`workers=N`), see
 //!   [`crate::serve_parallel`];
-//! * `efw`, `elb`: a hybrid NF's control plane, see [`crate::serve_hybrid`].
+//! * `efw`, `elb`, `edpi`, `enat`: a hybrid NF's control plane, see
+//!   [`crate::serve_hybrid`].
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! `ferry nf serve --kind efw|elb|edpi`: a hybrid NF's control plane in a
+//! `ferry nf serve --kind efw|elb|edpi|enat`: a hybrid NF's control plane in a
 //! ferryd chain. ferryd started it as the NF's unprivileged user and
 //! attached its fast path; the welcome carries the fast path's maps as
 //! fds. It re-applies the NF's configuration (so a restarted control
@@ -6,9 +6,9 @@
 //! bypass-rule expiry, feedback weights) and publishes the fast path's
 //! counters, summed over CPUs, and its own as the NF's counters. Its one
 //! NF thread wakes for the timers and answers ferryd's pauses; the eDPI's
-//! also receives its slow path's frames (on the port's AF_XDP socket
-//! ferryd registered in the fast path's socket map), inspects them and
-//! sends them on to its kernel hop.
+//! and eNAT's also receive their slow path's frames (on the port's AF_XDP socket
+//! ferryd registered in the fast path's socket map), handle them and
+//! send them on to their kernel hop.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,10 +58,11 @@ fn run(mut th: NfThread, t: &HybridType, control: &mut dyn HybridNf, maps: &mut 
         if th.recv_burst(&mut burst, BURST).is_err() {
             break Ok(());
         }
-        for pkt in burst.drain(..) {
-            match control.on_slow_path(maps, pkt.data(), meta) {
-                SlowVerdict::Reinject if th.out_links() > 0 => th.send(pkt, 0),
-                SlowVerdict::Reinject | SlowVerdict::Drop => th.drop_packet(pkt),
+        for mut pkt in burst.drain(..) {
+            match control.on_slow_path(maps, pkt.data_mut(), meta) {
+                // Out-link 0: the kernel hop (placement requires it).
+                SlowVerdict::Reinject => th.send(pkt, 0),
+                SlowVerdict::Drop => th.drop_packet(pkt),
             }
         }
         let now = monotonic_ns();

@@ -46,6 +46,11 @@ fn proc_status(pid: u32, key: &str) -> Vec<String> {
 /// How many distinct BPF maps process `pid` holds fds of (a map may be
 /// behind several fds).
 fn bpf_maps(pid: u32) -> usize {
+    bpf_map_ids(pid).len()
+}
+
+/// The ids of the BPF maps process `pid` holds fds of.
+fn bpf_map_ids(pid: u32) -> std::collections::BTreeSet<String> {
     let mut ids = std::collections::BTreeSet::new();
     for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
         if !std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == "anon_inode:bpf-map") {
@@ -54,9 +59,11 @@ fn bpf_maps(pid: u32) -> usize {
         let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy())).unwrap();
         ids.insert(info.lines().find(|l| l.starts_with("map_id:")).expect("a map's fdinfo has its id").to_string());
     }
-    ids.len()
+    ids
 }
 
+/// `requests` GETs of the VIP, each answered 200 (or the test fails): how
+/// many each backend answered.
 fn backends_seen(tb: &ferry_testbed::Testbed, requests: usize) -> BTreeMap<String, u32> {
     let mut seen = BTreeMap::new();
     for _ in 0..requests {
@@ -81,9 +88,9 @@ fn efw_and_elb_in_a_chain_with_unprivileged_control_planes() {
     let b2 = Nginx::start(&tb, "b2", "10.10.3.12:80".parse().unwrap(), "b2", NginxOpts::default()).expect("nginx b2");
     let dir = TempDir::new("hybrid-chain");
     let config = dir.path("sfc1.yaml");
-    // Connections expire one second after their last packet, so that the
+    // Connections expire two seconds after their last packet, so that the
     // control plane's expiry (map reads and deletes) shows within the test.
-    std::fs::write(&config, SFC1.replace("idle_timeout_s: 60", "idle_timeout_s: 1")).unwrap();
+    std::fs::write(&config, SFC1.replace("idle_timeout_s: 60", "idle_timeout_s: 2")).unwrap();
     let (mut rc, _) = start(&dir, &chain(tb.ns_name("dut"), &config.display().to_string()));
     let st = rc.wait_connected(HANG_GUARD).unwrap();
     assert!(xdp_on(&tb, "d0") && xdp_on(&tb, "d1") && xdp_on(&tb, "d2"), "fast paths attached by ferryd");
@@ -123,18 +130,30 @@ fn efw_and_elb_in_a_chain_with_unprivileged_control_planes() {
     assert!(counter(&st, "lb", "new_conn") >= 20 && counter(&st, "lb", "reply_rewritten") >= 20, "{st:?}");
     assert_eq!((counter(&st, "fw", "malformed"), counter(&st, "lb", "malformed")), (0, 0));
 
-    // A control plane that dies is restarted; the fast path serves on
-    // meanwhile and the new process gets the same maps.
-    let old = pid_of(&st, "lb");
-    // SAFETY: kill(2) with a pid ferryd reported for the NF.
+    // The fast path does not need its control planes: with both stopped,
+    // every new connection to the VIP is still balanced and answered.
+    let (fw_pid, old) = (pid_of(&st, "fw"), pid_of(&st, "lb"));
+    let maps_before = bpf_map_ids(old);
+    for pid in [fw_pid, old] {
+        // SAFETY: kill(2) with pids ferryd reported for the NFs.
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    }
+    let seen = backends_seen(&tb, 10);
+    assert_eq!(seen.values().sum::<u32>(), 10, "answered while the control planes are stopped: {seen:?}");
+    for pid in [fw_pid, old] {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+    // A control plane that dies is restarted, with the same maps.
+    // SAFETY: as above.
     unsafe { libc::kill(old as i32, libc::SIGKILL) };
     let st = wait_for("the eLB's control plane restarted", || {
         let s = rc.status().ok()?;
         let lb = s.nfs.iter().find(|n| n.name == "lb")?;
         (lb.connected && lb.pid.is_some_and(|p| p != old) && lb.restarts == 1).then_some(s)
     });
-    assert_eq!(bpf_maps(pid_of(&st, "lb")), 7);
-    assert_eq!(backends_seen(&tb, 6).values().sum::<u32>(), 6);
+    assert_eq!(bpf_map_ids(pid_of(&st, "lb")), maps_before, "the restarted control plane holds the same maps");
+    assert_eq!(backends_seen(&tb, 6).values().sum::<u32>(), 6, "answered after the restart");
 
     // Removed: programs off the devices, nftables table gone.
     chainctl::remove(&rc.admin, "edge").expect("remove the chain");

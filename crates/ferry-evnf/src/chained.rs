@@ -1,11 +1,12 @@
 //! Hybrid NFs in a ferryd chain. A chain file names them by kind (`efw`,
-//! `elb`, `edpi`) with `config=FILE`, an eVNF file whose section of the
+//! `elb`, `edpi`, `enat`) with `config=FILE`, an eVNF file whose section of the
 //! NF's own it reads. ferryd does the privileged half: it loads the fast
 //! paths, chains and attaches them, applies the firewall's nftables
-//! ruleset, and creates the eDPI's slow-path sockets. The control plane
+//! ruleset, and creates the eDPI's and eNAT's slow-path sockets. The control plane
 //! ([`control_plane`]) runs in `ferry nf serve` as the NF's unprivileged
-//! user, on the map fds ferryd sent it (and, for the eDPI, receives the
-//! slow path's frames as an NF thread and hands them to a kernel hop).
+//! user, on the map fds ferryd sent it (and, for the eDPI and eNAT,
+//! receives the slow path's frames as an NF thread and hands them to a
+//! kernel hop).
 
 use std::path::Path;
 
@@ -16,31 +17,14 @@ use crate::config::{parse_sections, EvnfSpec};
 use crate::dpi::Dpi;
 use crate::firewall::Firewall;
 use crate::hybrid::HybridNf;
+use crate::nat::Nat;
 use crate::EvnfError;
-
-/// Whether hybrid NF type `kind` has a slow path (frames its fast path
-/// sends to user space): then its control plane receives them on the
-/// port's sockets and its path's out-link is a kernel hop, into which it
-/// reinjects them.
-pub fn has_slow_path(kind: &str) -> bool {
-    kind == "edpi"
-}
-
-/// The section of an eVNF file that hybrid NF type `kind` reads.
-fn section(kind: &str) -> Option<&'static str> {
-    match kind {
-        "efw" => Some("firewall"),
-        "elb" => Some("balancer"),
-        "edpi" => Some("dpi"),
-        _ => None,
-    }
-}
 
 /// Reads and checks `path` for hybrid NF type `kind`: the file parses
 /// (its errors name its line and field) and has the NF's section. The
 /// path is absolute: ferryd starts NFs in `/`.
 pub fn config(kind: &str, path: &Path) -> Result<EvnfSpec, String> {
-    let name = section(kind).ok_or_else(|| format!("{kind} is not a hybrid NF type"))?;
+    let name = crate::types::find(kind).ok_or_else(|| format!("{kind} is not a hybrid NF type"))?.section;
     if !path.is_absolute() {
         return Err(format!("config={}: give an absolute path (NFs run with / as working directory)", path.display()));
     }
@@ -48,7 +32,8 @@ pub fn config(kind: &str, path: &Path) -> Result<EvnfSpec, String> {
     let present = match name {
         "firewall" => spec.firewall.is_some(),
         "balancer" => spec.balancer.is_some(),
-        _ => spec.dpi.is_some(),
+        "dpi" => spec.dpi.is_some(),
+        _ => spec.nat.is_some(),
     };
     if !present {
         return Err(format!("{}: no `{name}:` section, which {kind} reads", path.display()));
@@ -64,6 +49,7 @@ pub fn control_plane(kind: &str, spec: &EvnfSpec, maps: &EvnfMaps) -> Result<Box
         "efw" => Ok(Box::new(Firewall::new(spec.firewall.clone().ok_or_else(missing)?))),
         "elb" => Ok(Box::new(Balancer::new(maps, spec.balancer.clone().ok_or_else(missing)?)?)),
         "edpi" => Ok(Box::new(Dpi::new(maps, spec.dpi.clone().ok_or_else(missing)?)?)),
+        "enat" => Ok(Box::new(Nat::new(maps, spec.nat.clone().ok_or_else(missing)?)?)),
         _ => Err(EvnfError::Config(format!("{kind}: no control plane runs under ferryd"))),
     }
 }

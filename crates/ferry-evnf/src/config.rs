@@ -61,6 +61,9 @@ pub struct EvnfSpec {
     pub balancer: Option<BalancerSpec>,
     #[serde(default)]
     pub dpi: Option<DpiSpec>,
+    /// The eNAT: only in chains (`ferry evnf run` does not run it).
+    #[serde(default)]
+    pub nat: Option<NatSpec>,
     #[serde(skip)]
     pub origin: String,
 }
@@ -200,6 +203,37 @@ fn yes() -> bool {
 }
 fn reinject_dev() -> String {
     "fy-dpi0".into()
+}
+
+/// The eNAT: endpoint-independent mapping and filtering (RFC 4787).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatSpec {
+    /// The address inside endpoints appear under outside.
+    pub public_ip: Ipv4Addr,
+    /// Public ports handed out, per protocol: `first-last`.
+    pub ports: String,
+    /// A mapping without outbound traffic for this long expires (RFC 4787
+    /// REQ-5: at least 120 s, 300 s recommended).
+    #[serde(default = "nat_idle")]
+    pub idle_timeout_s: f64,
+}
+
+impl NatSpec {
+    /// `ports` as (first, last), once validated.
+    pub fn port_range(&self) -> Result<(u16, u16), String> {
+        let bad = || format!("{:?}: expected first-last, two ports with first <= last", self.ports);
+        let (a, b) = self.ports.split_once('-').ok_or_else(bad)?;
+        let (a, b): (u16, u16) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+        if a == 0 || a > b {
+            return Err(bad());
+        }
+        Ok((a, b))
+    }
+}
+
+fn nat_idle() -> f64 {
+    300.0
 }
 
 /// `a.b.c.d/len`.
@@ -398,6 +432,10 @@ impl EvnfSpec {
         }
         if let Some(dpi) = &self.dpi {
             check_timeout(dpi.idle_timeout_s).map_err(|e| (vec![Key("dpi"), Key("idle_timeout_s")], e))?;
+        }
+        if let Some(nat) = &self.nat {
+            nat.port_range().map_err(|e| (vec![Key("nat"), Key("ports")], e))?;
+            check_timeout(nat.idle_timeout_s).map_err(|e| (vec![Key("nat"), Key("idle_timeout_s")], e))?;
         }
         Ok(())
     }

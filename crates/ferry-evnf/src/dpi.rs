@@ -130,7 +130,7 @@ impl HybridNf for Dpi {
         Ok(())
     }
 
-    fn on_slow_path(&mut self, _fast: &mut EvnfMaps, frame: &[u8], _meta: SlowMeta) -> SlowVerdict {
+    fn on_slow_path(&mut self, _fast: &mut EvnfMaps, frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
         let Some(ip) = ip_packet(frame) else { return SlowVerdict::Drop };
         let Some(key) = flow_of(ip) else {
             self.not_ipv4 += 1;

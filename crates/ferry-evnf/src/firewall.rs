@@ -59,6 +59,23 @@ impl Firewall {
         Ok(())
     }
 
+    /// The tables the ruleset declares that already exist in the calling
+    /// thread's namespace (another chain's, or the host's): applying it
+    /// would replace them.
+    pub fn tables_taken(&self) -> Result<Vec<String>, EvnfError> {
+        let out = Command::new("nft")
+            .args(["list", "tables"])
+            .output()
+            .map_err(|e| EvnfError::Nft(format!("not supported: needs nft (apt install nftables): {e}")))?;
+        if !out.status.success() {
+            return Err(EvnfError::Nft(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+        }
+        let listed = String::from_utf8_lossy(&out.stdout);
+        let present: Vec<&str> = listed.lines().filter_map(|l| l.trim().strip_prefix("table ")).collect();
+        let declared = declared_tables(self.spec.nftables.as_deref().unwrap_or_default());
+        Ok(declared.into_iter().filter(|t| present.contains(&t.as_str())).collect())
+    }
+
     /// Removes the tables the ruleset created (also on drop).
     pub fn remove_nft_tables(&mut self) {
         for t in self.nft_tables.drain(..) {

@@ -176,12 +176,12 @@ impl SlowPath {
         }
     }
 
-    /// Hands every received frame to `handler`, then reinjects or drops it.
-    /// Returns how many frames it handled.
+    /// Hands every received frame to `handler` (which may rewrite it),
+    /// then reinjects or drops it. Returns how many frames it handled.
     pub fn service(
         &mut self,
         tun: &OwnedFd,
-        handler: &mut dyn FnMut(&[u8], SlowMeta) -> SlowVerdict,
+        handler: &mut dyn FnMut(&mut [u8], SlowMeta) -> SlowVerdict,
     ) -> Result<usize, EvnfError> {
         self.descs.clear();
         let n = self.port.recv(64, &mut self.descs);
@@ -189,15 +189,18 @@ impl SlowPath {
             let desc = self.descs[i];
             self.counters.received += 1;
             let meta = self.port.metadata(&desc, std::mem::size_of::<SlowMeta>()).and_then(SlowMeta::from_bytes);
-            let frame = self.port.frame_mut(&desc).map(|f| &f[..]);
-            match (meta, frame.and_then(|f| ip_packet(f).map(|ip| (f, ip)))) {
-                (Some(meta), Some((frame, ip))) if meta.reason != 0 => match handler(frame, meta) {
-                    SlowVerdict::Reinject => match ferry_xsk::tun::write_packet(tun, ip) {
-                        Ok(()) => self.counters.reinjected += 1,
-                        Err(_) => self.counters.reinject_errors += 1,
-                    },
-                    SlowVerdict::Drop => self.counters.dropped += 1,
-                },
+            match (meta, self.port.frame_mut(&desc)) {
+                (Some(meta), Some(frame)) if meta.reason != 0 && ip_packet(frame).is_some() => {
+                    match handler(frame, meta) {
+                        SlowVerdict::Reinject => {
+                            match ip_packet(frame).map(|ip| ferry_xsk::tun::write_packet(tun, ip)) {
+                                Some(Ok(())) => self.counters.reinjected += 1,
+                                _ => self.counters.reinject_errors += 1,
+                            }
+                        }
+                        SlowVerdict::Drop => self.counters.dropped += 1,
+                    }
+                }
                 _ => self.counters.malformed += 1,
             }
             self.port.release(desc.addr);
@@ -228,8 +231,9 @@ pub trait HybridNf {
     /// Writes the NF's proactive rules and configuration into the fast
     /// path (at start and on reload).
     fn install(&mut self, fast: &mut EvnfMaps) -> Result<(), EvnfError>;
-    /// A frame the fast path sent up because no rule covered it.
-    fn on_slow_path(&mut self, _fast: &mut EvnfMaps, _frame: &[u8], _meta: SlowMeta) -> SlowVerdict {
+    /// A frame the fast path sent up because no rule covered it; the NF
+    /// may rewrite it before it goes on.
+    fn on_slow_path(&mut self, _fast: &mut EvnfMaps, _frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
         SlowVerdict::Reinject
     }
     /// Periodic work: expire rules, read statistics, recompute.

@@ -16,6 +16,7 @@ pub mod config;
 pub mod dpi;
 pub mod firewall;
 pub mod hybrid;
+pub mod nat;
 pub mod runner;
 pub mod types;
 pub mod weights;

@@ -18,8 +18,11 @@ pub struct HybridType {
     pub control_counters: &'static [&'static str],
     /// Its `key=value` arguments in a chain file.
     pub args: &'static [ArgSpec],
-    /// Why a chain cannot name it yet, if it cannot.
-    pub not_in_chains: Option<&'static str>,
+    /// The section of an eVNF file it reads (`config=`).
+    pub section: &'static str,
+    /// It has a slow path: frames its fast path has no rule for go to its
+    /// process, on the port's AF_XDP socket, and on to a kernel hop.
+    pub slow_path: bool,
 }
 
 const CONFIG: ArgSpec = ArgSpec {
@@ -32,7 +35,7 @@ const CONFIG: ArgSpec = ArgSpec {
 /// The argument that names an eLB's reply ports.
 pub const REPLY_PORTS: &str = "reply_ports";
 
-pub const TYPES: [HybridType; 3] = [
+pub const TYPES: [HybridType; 4] = [
     HybridType {
         kind: "efw",
         summary: "firewall: XDP applies the rule table; the slow path keeps nftables for what XDP passes up",
@@ -40,7 +43,8 @@ pub const TYPES: [HybridType; 3] = [
         elements: &[Element { name: "ip-filter", offload: Offload::Full }],
         control_counters: &[],
         args: &[CONFIG],
-        not_in_chains: None,
+        section: "firewall",
+        slow_path: false,
     },
     HybridType {
         kind: "elb",
@@ -61,7 +65,8 @@ pub const TYPES: [HybridType; 3] = [
                     "the chain's ports where backends' replies arrive, comma-separated (the reverse rewrite runs there)",
             },
         ],
-        not_in_chains: None,
+        section: "balancer",
+        slow_path: false,
     },
     HybridType {
         kind: "edpi",
@@ -73,7 +78,29 @@ pub const TYPES: [HybridType; 3] = [
         ],
         control_counters: &["inspected", "bypass_installed", "bypass_expired", "slow_path_flows"],
         args: &[CONFIG],
-        not_in_chains: None,
+        section: "dpi",
+        slow_path: true,
+    },
+    HybridType {
+        kind: "enat",
+        summary: "NAT (RFC 4787, endpoint-independent): XDP rewrites established mappings; the slow path makes them",
+        fast_paths: &[EvNf::Nat, EvNf::NatReply],
+        elements: &[
+            Element { name: "ip-classifier", offload: Offload::Full },
+            Element { name: "ip-rewriter", offload: Offload::Partial },
+        ],
+        control_counters: &["mappings", "mappings_made", "mappings_expired", "ports_exhausted"],
+        args: &[
+            CONFIG,
+            ArgSpec {
+                key: REPLY_PORTS,
+                ty: ArgType::Text,
+                default: None,
+                help: "the chain's outside ports, comma-separated (the inbound translation runs there)",
+            },
+        ],
+        section: "nat",
+        slow_path: true,
     },
 ];
 

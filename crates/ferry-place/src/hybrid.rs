@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use ferry_chain::spec::{ChainSpec, Node, OffloadPolicy};
-use ferry_nf::model::ExecModel;
+use ferry_evnf::types::{HybridType, REPLY_PORTS};
 use ferry_testbed::yamlloc::Seg;
 
 use crate::PlaceError;
@@ -30,10 +30,11 @@ pub struct HybridNf {
     pub kind: String,
     /// Its eVNF file (`config=`).
     pub config: PathBuf,
-    /// An eLB's ports where backends' replies arrive.
+    /// Where the other direction arrives (the eLB's backends, the eNAT's
+    /// outside): its reply half runs there.
     pub reply_ports: Vec<String>,
-    /// It has a slow path (the eDPI): its process owns the path's port
-    /// sockets and sends what it inspected to its kernel hop.
+    /// It has a slow path (eDPI, eNAT): its process owns the path's port
+    /// sockets and sends what it handled to its kernel hop.
     pub slow_path: bool,
 }
 
@@ -47,13 +48,25 @@ pub struct HybridPath {
 const NO_PORT: &str = "no port leads to it through hybrid NFs only: a hybrid NF's fast path runs on the device of the \
                        port its path starts at";
 
-pub fn is_hybrid(spec: &ChainSpec, i: usize) -> bool {
-    let kind = spec.nfs[i].kind.as_deref().unwrap_or_default();
-    ferry_catalog::find(kind).is_some_and(|t| t.model == ExecModel::Hybrid)
+/// NF `i`'s hybrid type, if it is a hybrid NF.
+pub fn hybrid_type(spec: &ChainSpec, i: usize) -> Option<&'static HybridType> {
+    ferry_evnf::types::find(spec.nfs[i].kind.as_deref()?)
 }
 
-fn arg<'a>(args: &'a [String], key: &str) -> Option<&'a str> {
-    args.iter().find_map(|a| a.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+pub fn is_hybrid(spec: &ChainSpec, i: usize) -> bool {
+    hybrid_type(spec, i).is_some()
+}
+
+/// NF `i`'s arguments (the chain parser checked them against its type).
+fn values(spec: &ChainSpec, i: usize) -> Option<ferry_catalog::Values> {
+    ferry_catalog::Values::of(spec.nfs[i].kind.as_deref()?, &spec.nfs[i].args).ok()
+}
+
+/// NF `i`'s reply ports, and the index of the argument naming them.
+fn reply_ports(spec: &ChainSpec, i: usize) -> (Vec<String>, usize) {
+    let text = values(spec, i).and_then(|v| v.text(REPLY_PORTS).map(str::to_string)).unwrap_or_default();
+    let at = spec.nfs[i].args.iter().position(|a| a.starts_with(&format!("{REPLY_PORTS}="))).unwrap_or(0);
+    (text.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_string).collect(), at)
 }
 
 /// The chain's hybrid paths, checked.
@@ -61,28 +74,29 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
     use Seg::{Index, Key};
     let nf_at = |i: usize, field: &'static str| vec![Key("nfs"), Index(i), Key(field)];
     let mut kinds: HashSet<&str> = HashSet::new();
-    let mut first_group: Option<(String, &str)> = None;
+    let mut first_runner: Option<(String, &str)> = None;
+    let mut replies_taken: HashSet<String> = HashSet::new();
     for i in (0..spec.nfs.len()).filter(|&i| is_hybrid(spec, i)) {
-        let nf = &spec.nfs[i];
-        let kind = nf.kind.as_deref().unwrap_or_default();
+        let (nf, t) = (&spec.nfs[i], hybrid_type(spec, i).expect("a hybrid NF"));
         let fail = |field, message: String| Err(PlaceError { at: nf_at(i, field), message });
         // Their control planes all hold the object's counter map: only
         // NFs that run as one uid may share it.
-        let group = spec.uid_group(&nf.domain);
-        match &first_group {
-            Some((g, other)) if *g != group => {
+        let runner = format!("{} as {}", spec.uid_group(&nf.domain), spec.user_of(i).unwrap_or("its allocated uid"));
+        match &first_runner {
+            Some((r, other)) if *r != runner => {
                 return fail(
                     "domain",
                     format!(
-                        "{group}, but hybrid NF {other} runs in {g}: a chain's hybrid NFs share one eVNF object (its \
-                         counters), so they run as one tenant or domain"
+                        "{runner}, but hybrid NF {other} runs in {r}: a chain's hybrid NFs share one eVNF object \
+                         (its counters), so they run as one tenant or domain, as one user"
                     ),
                 )
             }
             Some(_) => {}
-            None => first_group = Some((group, nf.name.as_str())),
+            None => first_runner = Some((runner, nf.name.as_str())),
         }
-        if !kinds.insert(kind) {
+        if !kinds.insert(t.kind) {
+            let kind = t.kind;
             return fail(
                 "kind",
                 format!("a second {kind}: one chain has one of each hybrid NF type (their tables are one per type)"),
@@ -104,48 +118,22 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
                 format!("frames reach it from {} places; a hybrid path is straight, from one port", ins.len()),
             );
         }
-        let outs: Vec<usize> = (0..spec.links.len()).filter(|&l| spec.links[l].from == nf.name).collect();
-        let slow = ferry_evnf::chained::has_slow_path(kind);
-        if slow && outs.len() != 1 {
-            return fail(
-                "name",
-                format!(
-                    "{kind} hands the frames its slow path inspected back to the kernel: link it to one kernel hop \
-                     (it has {} out-links)",
-                    outs.len()
-                ),
-            );
+        check_out_links(spec, i, t)?;
+        let (replies, at) = reply_ports(spec, i);
+        let reply_at = vec![Key("nfs"), Index(i), Key("args"), Index(at)];
+        if t.fast_paths.len() > 1 && replies.is_empty() {
+            return Err(PlaceError { at: reply_at, message: format!("{}: name at least one reply port", t.kind) });
         }
-        for &l in &outs {
-            let to = &spec.links[l].to;
-            let fits = match spec.node(to) {
-                Some(Node::Nf(j)) => !slow && outs.len() == 1 && is_hybrid(spec, j),
-                Some(Node::Kernel(_)) => slow,
-                _ => false,
+        for p in &replies {
+            let used = spec.links.iter().any(|l| &l.from == p || &l.to == p);
+            let message = if !matches!(spec.node(p), Some(Node::Port(_))) || used {
+                format!("reply port {p:?}: name a port of this chain that no link uses")
+            } else if !replies_taken.insert(p.clone()) {
+                format!("reply port {p:?} is named twice")
+            } else {
+                continue;
             };
-            if !fits {
-                let end = if slow {
-                    "its one out-link goes to a kernel hop, into which it reinjects what its slow path inspected"
-                } else {
-                    "its path goes on to hybrid NFs only, once, and ends in the kernel's routing (leave out its \
-                     out-link)"
-                };
-                return Err(PlaceError {
-                    at: vec![Key("links"), Index(l), Key("to")],
-                    message: format!("{} is a hybrid NF: {end}, so it cannot send to {to:?}", nf.name),
-                });
-            }
-        }
-        for p in arg(&nf.args, ferry_evnf::types::REPLY_PORTS).unwrap_or_default().split(',').filter(|p| !p.is_empty())
-        {
-            let at = nf.args.iter().position(|a| a.starts_with(ferry_evnf::types::REPLY_PORTS)).unwrap_or(0);
-            let used = spec.links.iter().any(|l| l.from == p || l.to == p);
-            if !matches!(spec.node(p), Some(Node::Port(_))) || used {
-                return Err(PlaceError {
-                    at: vec![Key("nfs"), Index(i), Key("args"), Index(at)],
-                    message: format!("reply port {p:?}: name a port of this chain that no link uses"),
-                });
-            }
+            return Err(PlaceError { at: reply_at, message });
         }
     }
     let mut out = Vec::new();
@@ -155,27 +143,22 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
         let mut nfs = Vec::new();
         let mut to = Some(first.to.as_str());
         while let Some(Node::Nf(i)) = to.and_then(|t| spec.node(t)) {
-            if !is_hybrid(spec, i) {
-                break;
-            }
+            let Some(t) = hybrid_type(spec, i) else { break };
             reached.insert(i);
             let nf = &spec.nfs[i];
+            let config = values(spec, i).and_then(|v| v.text("config").map(PathBuf::from)).unwrap_or_default();
             nfs.push(HybridNf {
                 name: nf.name.clone(),
-                kind: nf.kind.clone().unwrap_or_default(),
-                config: PathBuf::from(arg(&nf.args, "config").unwrap_or_default()),
-                reply_ports: arg(&nf.args, ferry_evnf::types::REPLY_PORTS)
-                    .unwrap_or_default()
-                    .split(',')
-                    .filter(|p| !p.is_empty())
-                    .map(str::to_string)
-                    .collect(),
-                slow_path: ferry_evnf::chained::has_slow_path(nf.kind.as_deref().unwrap_or_default()),
+                kind: t.kind.to_string(),
+                config,
+                reply_ports: reply_ports(spec, i).0,
+                slow_path: t.slow_path,
             });
-            to = spec.links.iter().find(|l| l.from == nf.name).map(|l| l.to.as_str());
-            if nfs.last().is_some_and(|n: &HybridNf| n.slow_path) {
+            if t.slow_path {
+                check_slow_path_port(spec, i, port)?;
                 break;
             }
+            to = spec.links.iter().find(|l| l.from == nf.name).map(|l| l.to.as_str());
         }
         if !nfs.is_empty() {
             out.push(HybridPath { port: port.name.clone(), nfs });
@@ -185,4 +168,84 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
         return Err(PlaceError { at: nf_at(i, "name"), message: NO_PORT.into() });
     }
     Ok(out)
+}
+
+/// A hybrid NF's out-links: none (the kernel's routing follows it), or
+/// one to the next hybrid NF; one with a slow path links to one kernel
+/// hop instead, in its port's namespace.
+fn check_out_links(spec: &ChainSpec, i: usize, t: &HybridType) -> Result<(), PlaceError> {
+    use Seg::{Index, Key};
+    let nf = &spec.nfs[i];
+    let outs: Vec<usize> = (0..spec.links.len()).filter(|&l| spec.links[l].from == nf.name).collect();
+    if t.slow_path && outs.len() != 1 {
+        return Err(PlaceError {
+            at: vec![Key("nfs"), Index(i), Key("name")],
+            message: format!(
+                "{} hands the frames its slow path handled to the kernel: link it to one kernel hop (it has {} \
+                 out-links)",
+                t.kind,
+                outs.len()
+            ),
+        });
+    }
+    for &l in &outs {
+        let to = &spec.links[l].to;
+        let fits = match spec.node(to) {
+            Some(Node::Nf(j)) => !t.slow_path && outs.len() == 1 && is_hybrid(spec, j),
+            Some(Node::Kernel(_)) => t.slow_path,
+            _ => false,
+        };
+        if !fits {
+            let end = if t.slow_path {
+                "its one out-link goes to a kernel hop, into which it hands what its slow path handled"
+            } else {
+                "its path goes on to hybrid NFs only, once, and ends in the kernel's routing (leave out its out-link)"
+            };
+            return Err(PlaceError {
+                at: vec![Key("links"), Index(l), Key("to")],
+                message: format!("{} is a hybrid NF: {end}, so it cannot send to {to:?}", nf.name),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A slow path serves one receive queue (its one thread owns the port's
+/// socket on it), and hands frames to a kernel hop that the stack takes
+/// them in from as if they arrived on the port: same namespace, the
+/// port's MAC.
+fn check_slow_path_port(spec: &ChainSpec, i: usize, port: &ferry_chain::spec::PortSpec) -> Result<(), PlaceError> {
+    use Seg::{Index, Key};
+    let nf = &spec.nfs[i];
+    if port.queues != 1 {
+        let at = spec.ports.iter().position(|p| p.name == port.name).expect("a port of the chain");
+        return Err(PlaceError {
+            at: vec![Key("ports"), Index(at), Key("queues")],
+            message: format!(
+                "{}: {} starts a hybrid path with a slow path, which serves one receive queue (frames of others \
+                 would reach the stack unhandled)",
+                port.queues, port.name
+            ),
+        });
+    }
+    let out = spec.links.iter().find(|l| l.from == nf.name).map(|l| l.to.as_str()).unwrap_or_default();
+    if let Some(Node::Kernel(k)) = spec.node(out) {
+        let hop = &spec.kernel[k];
+        let message = if hop.netns != port.netns {
+            format!(
+                "kernel hop {} must be in port {}'s namespace: the stack there routes what it is handed",
+                hop.name, port.name
+            )
+        } else if hop.mac.is_none() {
+            format!(
+                "kernel hop {} needs `mac:`, port {}'s MAC: the stack takes in only frames sent to the device's own \
+                 MAC",
+                hop.name, port.name
+            )
+        } else {
+            return Ok(());
+        };
+        return Err(PlaceError { at: vec![Key("kernel"), Index(k), Key("name")], message });
+    }
+    Ok(())
 }

@@ -19,13 +19,15 @@
 //!   pass through XDP on the egress device, so there is no hook to run
 //!   elements on after the last server NF; such NFs stay processes.
 //!
-//! - **hybrid** ([`hybrid`]): an eVNF NF (`efw`, `elb`) runs its fast path
-//!   in XDP on its path's port and its control plane as a process that
-//!   holds the fast path's map fds; its path ends in the kernel's routing.
+//! - **hybrid** ([`hybrid`]): an eVNF NF (`efw`, `elb`, `edpi`, `enat`)
+//!   runs its fast path in XDP on its path's port and its control plane as
+//!   a process that holds the fast path's map fds; its path ends in the
+//!   kernel's routing. This is also P4SFC's split of a partially
+//!   offloadable NF: the eNAT's and eLB's stateless parts run in XDP, the
+//!   eNAT's misses go to its process, which installs the mapping.
 //!
-//! Partially offloadable NFs other than the hybrid ones (P4SFC's NAT)
-//! stay processes: the split of a stateful NF into an XDP part and a
-//! process that installs its entries is built only for the eLB.
+//! Partially offloadable process NFs (`parallel-nat`, `maglev`) run whole
+//! as processes; their split forms are the hybrid types.
 
 pub mod hybrid;
 mod install;
@@ -155,7 +157,7 @@ fn offloadable(spec: &ChainSpec, i: usize, in_links: usize) -> Result<Lowering, 
     let partial = blocking(Offload::Partial);
     if !partial.is_empty() {
         return Err(format!(
-            "partially offloadable ({}): splitting it into XDP and a process is not built yet",
+            "partially offloadable ({}): as a process it runs whole (the split forms are the hybrid types: enat, elb)",
             partial.join(", ")
         ));
     }

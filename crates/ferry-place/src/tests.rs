@@ -267,7 +267,26 @@ links:
     let e = load_str(&text(""), "sfc2.yaml").unwrap_err();
     assert_eq!(e.field, "nfs[0].name");
     assert!(e.message.contains("link it to one kernel hop"), "{e}");
-    let bad_mac = text("  - { from: dpi, to: stack }\n").replace("02:00:00:0a:01:01", "02:00:00:0a:01");
-    let e = load_str(&bad_mac, "sfc2.yaml").unwrap_err();
+    let linked = text("  - { from: dpi, to: stack }\n");
+    let e = load_str(&linked.replace("02:00:00:0a:01:01", "02:00:00:0a:01"), "sfc2.yaml").unwrap_err();
     assert_eq!(e.field, "kernel[0].mac");
+    let e = load_str(&linked.replace(", mac: \"02:00:00:0a:01:01\"", ""), "sfc2.yaml").unwrap_err();
+    assert_eq!(e.field, "kernel[0].name");
+    assert!(e.message.contains("needs `mac:`"), "{e}");
+    let e = load_str(&linked.replace("dev: fy-dpi0", "netns: other, dev: fy-dpi0"), "sfc2.yaml").unwrap_err();
+    assert!(e.message.contains("must be in port in's namespace"), "{e}");
+    let e = load_str(&linked.replace("netdev: d0 }", "netdev: d0, queues: 2 }"), "sfc2.yaml").unwrap_err();
+    assert_eq!(e.field, "ports[0].queues");
+    assert!(e.message.contains("serves one receive queue"), "{e}");
+}
+
+#[test]
+fn reply_ports_are_named_once_and_at_least_once() {
+    let f = Files::new("hybrid-replies", 1);
+    let text = hybrid_chain(&f, "", "");
+    let e = load_str(&text.replace("reply_ports=b1", "reply_ports="), "edge.yaml").unwrap_err();
+    assert_eq!(e.field, "nfs[1].args[1]");
+    assert!(e.message.contains("elb: name at least one reply port"), "{e}");
+    let e = load_str(&text.replace("reply_ports=b1", "reply_ports=b1,b1"), "edge.yaml").unwrap_err();
+    assert!(e.message.contains("reply port \"b1\" is named twice"), "{e}");
 }

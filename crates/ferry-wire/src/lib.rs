@@ -23,6 +23,7 @@
 //! - [`ipv4`], [`udp`], [`tcp`], [`icmpv4`].
 //! - [`flow`]: a frame parsed to its 5-tuple, the same parse as the BPF
 //!   side's `ferry_parse_l4`.
+//! - [`nat`]: the endpoints a NAT rewrites, with incremental checksums.
 //! - [`nsh`] (RFC 8300, MD types 1 and 2) and [`vxlan_gpe`], its UDP
 //!   encapsulation.
 //! - [`frame`]: the generator's frame builder and the sink's stamp and
@@ -58,6 +59,7 @@ pub mod flow;
 pub mod frame;
 pub mod icmpv4;
 pub mod ipv4;
+pub mod nat;
 pub mod nsh;
 pub mod stamp;
 pub mod tcp;

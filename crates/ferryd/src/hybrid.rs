@@ -1,8 +1,10 @@
-//! A chain's hybrid NFs (eFW, eLB): the privileged half. ferryd loads one
-//! eVNF object for the chain, writes each NF's initial configuration,
-//! chains each port's hybrid NFs with the object's next-NF table, applies
-//! the firewall's nftables ruleset in the port's namespace, and only then
-//! attaches the programs, so no frame meets an empty table. Each NF's
+//! A chain's hybrid NFs (eFW, eLB, eDPI, eNAT): the privileged half.
+//! ferryd loads one eVNF object for the chain, writes the initial rules of
+//! the NFs that install theirs ahead (eFW, eLB), chains each port's
+//! hybrid NFs with the object's next-NF table, applies the firewall's
+//! nftables ruleset in the port's namespace, and only then attaches the
+//! programs (reply halves first), so no frame meets an empty table. NFs
+//! with a slow path (eDPI, eNAT) make their rules in their own process. Each NF's
 //! control plane is an NF process like any other (unprivileged, started,
 //! admitted and restarted by the chain) that receives the maps of its
 //! type by SCM_RIGHTS, re-applies its configuration, and runs its timers
@@ -10,7 +12,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use ferry_bpf::evnf::{EvNf, Evnf};
 use ferry_bpf::AttachMode;
 use ferry_chain::plan::{ChainPlan, PortPlan};
@@ -58,10 +60,25 @@ impl Hybrids {
                 let t = ferry_evnf::types::find(&n.kind).ok_or_else(|| anyhow!("{}: not a hybrid type", n.kind))?;
                 let spec =
                     ferry_evnf::chained::config(&n.kind, &n.config).map_err(|e| anyhow!("NF {}: {e}", n.name))?;
-                let mut control = ferry_evnf::chained::control_plane(&n.kind, &spec, evnf.maps())?;
-                control.install(evnf.maps_mut()).with_context(|| format!("NF {}: installing its rules", n.name))?;
-                if let Some(fw) = spec.firewall.filter(|_| n.kind == "efw") {
+                // Rules installed ahead (proactive and offloading NFs); an NF
+                // with a slow path makes its rules there, in its process, so
+                // ferryd never runs its slow-path code (nDPI) as root.
+                if !t.slow_path {
+                    let mut control = ferry_evnf::chained::control_plane(&n.kind, &spec, evnf.maps())?;
+                    control.install(evnf.maps_mut()).with_context(|| format!("NF {}: installing its rules", n.name))?;
+                }
+                if let Some(fw) = spec.firewall.filter(|f| t.section == "firewall" && f.nftables.is_some()) {
+                    trusted_by_root(&n.config).with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
                     let mut fw = Firewall::new(fw);
+                    let taken = ferry_testbed::in_netns(ns.as_deref(), || fw.tables_taken())??;
+                    if !taken.is_empty() {
+                        bail!(
+                            "NF {}: nftables tables {taken:?} already exist in namespace {} (another chain's, or the \
+                             host's): its ruleset would replace them",
+                            n.name,
+                            ns.as_deref().unwrap_or("(root)")
+                        );
+                    }
                     ferry_testbed::in_netns(ns.as_deref(), || fw.apply_nftables())?
                         .with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
                     nft.0.push((ns.clone(), fw));
@@ -69,23 +86,30 @@ impl Hybrids {
                 nfs.push((n.name.clone(), t));
             }
         }
+        // The reply halves first: no reply meets an untranslated way back.
         for path in paths {
-            let p = port(&path.port)?;
-            attach(&mut evnf, fast_path(&path.nfs[0].kind)?, p)?;
             for n in path.nfs.iter() {
+                let Some(&reply_path) = ferry_evnf::types::find(&n.kind).and_then(|t| t.fast_paths.get(1)) else {
+                    continue;
+                };
                 for reply in &n.reply_ports {
-                    attach(&mut evnf, EvNf::BalancerReply, port(reply)?)?;
+                    attach(&mut evnf, reply_path, port(reply)?)?;
                 }
             }
+        }
+        for path in paths {
+            attach(&mut evnf, fast_path(&path.nfs[0].kind)?, port(&path.port)?)?;
         }
         Ok(Some(Hybrids { evnf, nfs, _nft: nft }))
     }
 
     /// Registers `socket` (on receive queue `queue` of its path's port) as
     /// the slow path of NF `nf`, if `nf` is the chain's hybrid NF with one.
-    /// Until then the fast path hands such frames to the kernel stack.
+    /// Until then the fast path hands such frames to the kernel stack;
+    /// from then until the process has filled the socket's fill ring, the
+    /// kernel drops them (counted in the socket's statistics).
     pub fn register_slow_path(&mut self, nf: &str, queue: u32, socket: &impl AsRawFd) -> Result<()> {
-        if self.nfs.iter().any(|(name, t)| name == nf && ferry_evnf::chained::has_slow_path(t.kind)) {
+        if self.nfs.iter().any(|(name, t)| name == nf && t.slow_path) {
             self.evnf.register_xsk(queue, socket).context("registering the slow path's socket")?;
         }
         Ok(())
@@ -105,6 +129,23 @@ fn fast_path(kind: &str) -> Result<EvNf> {
     Ok(t.fast_paths[0])
 }
 
+/// ferryd applies an eFW's nftables ruleset as root: its file must be
+/// root's, and writable by nobody else.
+fn trusted_by_root(file: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(file).with_context(|| format!("{}", file.display()))?;
+    if m.uid() != 0 || m.mode() & 0o022 != 0 {
+        bail!(
+            "{}: ferryd applies its nftables ruleset as root, so the file must be root's and writable by no one else \
+             (owner uid {}, mode {:o})",
+            file.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        );
+    }
+    Ok(())
+}
+
 fn attach(evnf: &mut Evnf, nf: EvNf, p: &PortPlan) -> Result<()> {
     let ifindex = Port::ifindex(p)?;
     ferry_testbed::in_netns(p.netns.as_deref(), || evnf.attach(nf, ifindex, mode(p)))?
@@ -116,5 +157,27 @@ impl Drop for KernelHalves {
         for (ns, fw) in &mut self.0 {
             let _ = ferry_testbed::in_netns(ns.as_deref(), || fw.remove_nft_tables());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn an_nftables_file_must_be_roots_alone() {
+        // SAFETY: plain getter.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let file = std::env::temp_dir().join(format!("ferryd-trust-{}", std::process::id()));
+        std::fs::write(&file, "firewall: {}\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(trusted_by_root(&file).is_ok());
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let e = trusted_by_root(&file).unwrap_err().to_string();
+        assert!(e.contains("writable by no one else") && e.contains("mode 664"), "{e}");
+        std::fs::remove_file(&file).unwrap();
     }
 }

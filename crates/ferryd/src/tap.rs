@@ -36,8 +36,17 @@ impl Tap {
             ip(ns, &["addr", "add", a, "dev", &spec.dev])?;
         }
         if let Some(mac) = &spec.mac {
-            ip(ns, &["link", "set", "dev", &spec.dev, "address", mac])?;
+            ip(ns, &["link", "set", "dev", &spec.dev, "address", &mac.to_string()])?;
         }
+        // What an NF hands the stack may carry this host's own address as
+        // its source (a NAT's public address) and comes from no route's
+        // device: accept both, as if the NF were part of the host.
+        let dev = spec.dev.clone();
+        ferry_testbed::in_netns(ns, move || -> std::io::Result<()> {
+            std::fs::write(format!("/proc/sys/net/ipv4/conf/{dev}/accept_local"), "1")?;
+            std::fs::write(format!("/proc/sys/net/ipv4/conf/{dev}/rp_filter"), "0")
+        })?
+        .with_context(|| format!("sysctls of {}", spec.dev))?;
         ip(ns, &["link", "set", "dev", &spec.dev, "up"])?;
         Ok(Tap { fd })
     }

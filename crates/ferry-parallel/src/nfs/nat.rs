@@ -35,8 +35,8 @@
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 
-use ferry_wire::checksum::{update16, update_bytes};
-use ferry_wire::{ethertype, ip_proto, EthernetFrame, Ipv4Packet, TcpPacket, UdpPacket};
+pub use ferry_wire::nat::{Endpoint, Transport};
+use ferry_wire::nat::{Headers, Side, Unparsed};
 
 use crate::ds::{Allocator, AllocatorConfig, DefaultBucketHash, DsError, Map, Statistics, Vector};
 use crate::packet_set::{Field, PacketSetDef, PortRule};
@@ -175,20 +175,6 @@ impl NatCounters {
     }
 }
 
-/// The protocols the NAT translates; each has its own port space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Transport {
-    Udp,
-    Tcp,
-}
-
-/// An address and port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Endpoint {
-    pub ip: Ipv4Addr,
-    pub port: u16,
-}
-
 /// One protocol's mappings.
 struct PortSpace {
     /// Internal endpoint → port index.
@@ -238,13 +224,6 @@ pub struct Nat {
     udp: PortSpace,
     tcp: PortSpace,
     counters: Statistics<NatCounters>,
-}
-
-/// Why a frame is not translated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unparsed {
-    Malformed,
-    Unsupported,
 }
 
 impl Nat {
@@ -316,7 +295,7 @@ impl Nat {
         packet: &mut Packet,
         tally: &mut NatCounters,
     ) -> Result<(), Abort> {
-        let Some(headers) = Headers::parse(packet.data(), tally) else { return Ok(()) };
+        let Some(headers) = headers(packet.data(), tally) else { return Ok(()) };
         let Some(index) = self.mapping_of(ctx.tx(), headers.transport, headers.src, tally)? else {
             tally.dropped_pool_exhausted += 1;
             return Ok(());
@@ -365,7 +344,7 @@ impl Nat {
     }
 
     fn inbound<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet, tally: &mut NatCounters) -> Result<(), Abort> {
-        let Some(headers) = Headers::parse(packet.data(), tally) else { return Ok(()) };
+        let Some(headers) = headers(packet.data(), tally) else { return Ok(()) };
         let Some(internal) = self.owner_of(ctx.tx(), headers.transport, headers.dst)? else {
             tally.dropped_unmapped += 1;
             return Ok(());
@@ -500,99 +479,18 @@ impl ParallelNf for Nat {
     }
 }
 
-/// Which endpoint of a packet a rewrite changes.
-#[derive(Clone, Copy)]
-enum Side {
-    Source,
-    Destination,
-}
-
-/// Where the fields the NAT reads and rewrites sit in one frame. Built by
-/// [`Headers::parse`], which checks every length the offsets rely on.
-struct Headers {
-    ip_at: usize,
-    l4_at: usize,
-    transport: Transport,
-    src: Endpoint,
-    dst: Endpoint,
-}
-
-impl Headers {
-    /// The headers of `frame`; `None` (counted in `tally`) for frames the
-    /// NAT does not translate.
-    fn parse(frame: &[u8], tally: &mut NatCounters) -> Option<Headers> {
-        match Headers::try_parse(frame) {
-            Ok(headers) => Some(headers),
-            Err(Unparsed::Malformed) => {
-                tally.dropped_malformed += 1;
-                None
-            }
-            Err(Unparsed::Unsupported) => {
-                tally.dropped_unsupported += 1;
-                None
-            }
+/// The headers of `frame`; `None` (counted in `tally`) for frames the NAT
+/// does not translate.
+fn headers(frame: &[u8], tally: &mut NatCounters) -> Option<Headers> {
+    match Headers::parse(frame) {
+        Ok(headers) => Some(headers),
+        Err(Unparsed::Malformed) => {
+            tally.dropped_malformed += 1;
+            None
+        }
+        Err(Unparsed::Unsupported) => {
+            tally.dropped_unsupported += 1;
+            None
         }
     }
-
-    fn try_parse(frame: &[u8]) -> Result<Headers, Unparsed> {
-        let eth = EthernetFrame::new_checked(frame).map_err(|_| Unparsed::Malformed)?;
-        if eth.ethertype() != ethertype::IPV4 {
-            return Err(Unparsed::Unsupported);
-        }
-        let ip_at = eth.header_len();
-        let ip = Ipv4Packet::new_checked(&frame[ip_at..]).map_err(|_| Unparsed::Malformed)?;
-        if ip.is_fragment() {
-            return Err(Unparsed::Unsupported);
-        }
-        let l4_at = ip_at + ip.header_len();
-        let segment = &frame[l4_at..ip_at + ip.total_len()];
-        let transport = match ip.protocol() {
-            ip_proto::UDP => UdpPacket::new_checked(segment).map(|_| Transport::Udp),
-            ip_proto::TCP => TcpPacket::new_checked(segment).map(|_| Transport::Tcp),
-            _ => return Err(Unparsed::Unsupported),
-        }
-        .map_err(|_| Unparsed::Malformed)?;
-        let port_at = |at: usize| u16::from_be_bytes([segment[at], segment[at + 1]]);
-        Ok(Headers {
-            ip_at,
-            l4_at,
-            transport,
-            src: Endpoint { ip: ip.src_addr(), port: port_at(0) },
-            dst: Endpoint { ip: ip.dst_addr(), port: port_at(2) },
-        })
-    }
-
-    /// Replaces one endpoint with `to` and updates the IPv4 and L4
-    /// checksums for the change (RFC 1624), so whatever was right or wrong
-    /// about them stays so.
-    fn rewrite(&self, frame: &mut [u8], side: Side, to: Endpoint) {
-        let (addr_at, port_at, from) = match side {
-            Side::Source => (self.ip_at + 12, self.l4_at, self.src),
-            Side::Destination => (self.ip_at + 16, self.l4_at + 2, self.dst),
-        };
-        let (old_addr, new_addr) = (from.ip.octets(), to.ip.octets());
-        let ip_checksum_at = self.ip_at + 10;
-        let ip_checksum = update_bytes(read16(frame, ip_checksum_at), &old_addr, &new_addr);
-        write16(frame, ip_checksum_at, ip_checksum);
-        // The L4 checksum covers the addresses (pseudo-header) and ports.
-        let l4_checksum_at = self.l4_at + if self.transport == Transport::Udp { 6 } else { 16 };
-        let old = read16(frame, l4_checksum_at);
-        if !(self.transport == Transport::Udp && old == 0) {
-            let mut new = update16(update_bytes(old, &old_addr, &new_addr), from.port, to.port);
-            if self.transport == Transport::Udp && new == 0 {
-                new = 0xffff; // 0 means "no checksum" in UDP (RFC 768)
-            }
-            write16(frame, l4_checksum_at, new);
-        }
-        frame[addr_at..addr_at + 4].copy_from_slice(&new_addr);
-        write16(frame, port_at, to.port);
-    }
-}
-
-fn read16(frame: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([frame[at], frame[at + 1]])
-}
-
-fn write16(frame: &mut [u8], at: usize, value: u16) {
-    frame[at..at + 2].copy_from_slice(&value.to_be_bytes());
 }

@@ -1,0 +1,216 @@
+//! eNAT: a NAT split as P4SFC splits a partially offloadable NF. The
+//! stateless part, rewriting frames of established mappings, runs in XDP
+//! (`ferry_enat` outbound on the inside port, `ferry_enat_reply` inbound on
+//! the outside ports); the stateful part, making mappings, runs here, in
+//! the slow path. An inside endpoint's first frame misses in XDP and comes
+//! here: this allocates a public port, installs both halves of the mapping
+//! through the state library (inbound first, so the first reply finds
+//! it), translates the frame and hands it on to the stack.
+//!
+//! RFC 4787: mapping is endpoint-independent (REQ-1: one public port per
+//! inside endpoint and protocol, whatever it talks to) and so is filtering
+//! (any outside endpoint may send to a live mapping). Outbound traffic
+//! refreshes a mapping (REQ-6); inbound does not. A mapping idle for the
+//! timeout (REQ-5: 300 s by default) expires, both halves at once, and its
+//! port is free again. Not translated, and dropped: fragments (counted by
+//! the fast path), frames that are not IPv4 TCP or UDP reach here only if
+//! malformed. No hairpinning.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use ferry_bpf::abi::SlowMeta;
+use ferry_bpf::evnf::{EvNf, EvnfMaps, NatEntry, NatKey, NAT_IN, NAT_OUT};
+use ferry_wire::nat::{Endpoint, Headers, Side, Transport};
+use serde_json::json;
+
+use crate::config::NatSpec;
+use crate::hybrid::{monotonic_ns, FastTable, HybridNf, Mode, SlowVerdict, Stamped};
+use crate::EvnfError;
+
+impl Stamped for NatEntry {
+    fn last_seen_ns(&self) -> u64 {
+        self.last_seen_ns
+    }
+}
+
+pub struct Nat {
+    spec: NatSpec,
+    ports: (u16, u16),
+    table: FastTable<NatKey, NatEntry>,
+    /// Inside endpoint -> public port, and back, per protocol.
+    public_of: HashMap<(Transport, Endpoint), u16>,
+    inside_of: HashMap<(Transport, u16), Endpoint>,
+    /// Where the search for a free port starts, per protocol.
+    cursor: HashMap<Transport, u16>,
+    made: u64,
+    expired: u64,
+    exhausted: u64,
+    refused: u64,
+}
+
+fn out_key(t: Transport, inside: Endpoint) -> NatKey {
+    NatKey::new(inside.ip, inside.port, t.ip_proto(), NAT_OUT)
+}
+
+fn in_key(t: Transport, public_ip: Ipv4Addr, port: u16) -> NatKey {
+    NatKey::new(public_ip, port, t.ip_proto(), NAT_IN)
+}
+
+impl Nat {
+    pub fn new(fast: &EvnfMaps, spec: NatSpec) -> Result<Nat, EvnfError> {
+        let ports = spec.port_range().map_err(EvnfError::Config)?;
+        let table = FastTable::new(
+            fast.map_handle("ferry_nat_map")?,
+            "nat",
+            &["addr", "port", "proto", "dir"],
+            &["addr", "port", "last_seen_ns"],
+            Duration::from_secs_f64(spec.idle_timeout_s),
+        )?;
+        let mut nat = Nat {
+            spec,
+            ports,
+            table,
+            public_of: HashMap::new(),
+            inside_of: HashMap::new(),
+            cursor: HashMap::new(),
+            made: 0,
+            expired: 0,
+            exhausted: 0,
+            refused: 0,
+        };
+        // A restarted control plane takes over the mappings the fast path
+        // still holds, so it never hands out a port that is in use.
+        for (k, v) in nat.table.entries() {
+            if let Some((t, inside, port)) = outbound(&k, &v) {
+                nat.public_of.insert((t, inside), port);
+                nat.inside_of.insert((t, port), inside);
+            }
+        }
+        Ok(nat)
+    }
+
+    /// A free public port of `t`, searched from the cursor on.
+    fn free_port(&mut self, t: Transport) -> Option<u16> {
+        let (first, last) = self.ports;
+        let span = u32::from(last - first) + 1;
+        let start = *self.cursor.get(&t).unwrap_or(&first);
+        let port = (0..span)
+            .map(|i| first + ((u32::from(start - first) + i) % span) as u16)
+            .find(|p| !self.inside_of.contains_key(&(t, *p)))?;
+        self.cursor.insert(t, if port == last { first } else { port + 1 });
+        Some(port)
+    }
+
+    /// The public endpoint of `inside`, made now if it has none. A known
+    /// mapping is installed again: its frame came here because the fast
+    /// path lost it (its LRU table evicts).
+    fn mapping(&mut self, t: Transport, inside: Endpoint, now: u64) -> Option<Endpoint> {
+        let public_ip = self.spec.public_ip;
+        let known = self.public_of.get(&(t, inside)).copied();
+        let Some(port) = known.or_else(|| self.free_port(t)) else {
+            self.exhausted += 1;
+            return None;
+        };
+        let back = NatEntry::new(inside.ip, inside.port, now);
+        let out = NatEntry::new(public_ip, port, now);
+        let installed = self
+            .table
+            .install(in_key(t, public_ip, port), back)
+            .and_then(|()| self.table.install(out_key(t, inside), out));
+        if let Err(e) = installed {
+            tracing::warn!("eNAT: mapping {inside:?} -> {port}: {e}");
+            let _ = self.table.remove(&in_key(t, public_ip, port));
+            self.exhausted += 1;
+            return None;
+        }
+        if known.is_none() {
+            self.public_of.insert((t, inside), port);
+            self.inside_of.insert((t, port), inside);
+            self.made += 1;
+        }
+        Some(Endpoint { ip: public_ip, port })
+    }
+
+    /// Ends the mapping of `inside` to `port` (both halves; the port is
+    /// free again).
+    fn end(&mut self, t: Transport, inside: Endpoint, port: u16) -> Result<(), EvnfError> {
+        self.public_of.remove(&(t, inside));
+        self.inside_of.remove(&(t, port));
+        self.table.remove(&out_key(t, inside))?;
+        self.table.remove(&in_key(t, self.spec.public_ip, port))?;
+        self.expired += 1;
+        Ok(())
+    }
+}
+
+/// An outbound half's protocol, inside endpoint and public port.
+fn outbound(k: &NatKey, v: &NatEntry) -> Option<(Transport, Endpoint, u16)> {
+    let t = [Transport::Udp, Transport::Tcp].into_iter().find(|t| t.ip_proto() == k.proto)?;
+    let inside = Endpoint { ip: Ipv4Addr::from(k.addr.to_ne_bytes()), port: u16::from_be(k.port) };
+    (k.dir == NAT_OUT).then_some((t, inside, u16::from_be(v.port)))
+}
+
+impl HybridNf for Nat {
+    fn name(&self) -> &'static str {
+        "nat"
+    }
+
+    fn mode(&self) -> Mode {
+        Mode::Reactive
+    }
+
+    fn install(&mut self, _fast: &mut EvnfMaps) -> Result<(), EvnfError> {
+        Ok(())
+    }
+
+    fn on_slow_path(&mut self, _fast: &mut EvnfMaps, frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
+        let Ok(headers) = Headers::parse(frame) else {
+            self.refused += 1;
+            return SlowVerdict::Drop;
+        };
+        match self.mapping(headers.transport, headers.src, monotonic_ns()) {
+            Some(public) => {
+                headers.rewrite(frame, Side::Source, public);
+                SlowVerdict::Reinject
+            }
+            None => SlowVerdict::Drop,
+        }
+    }
+
+    /// Mappings whose outbound half has been idle for the timeout end.
+    fn on_tick(&mut self, _fast: &mut EvnfMaps, now_ns: u64) -> Result<(), EvnfError> {
+        let idle = self.table.idle_ns();
+        let stale: Vec<(Transport, Endpoint, u16)> = self
+            .table
+            .entries()
+            .into_iter()
+            .filter(|(_, v)| now_ns.saturating_sub(v.last_seen_ns) > idle)
+            .filter_map(|(k, v)| outbound(&k, &v))
+            .collect();
+        for (t, inside, port) in stale {
+            self.end(t, inside, port)?;
+        }
+        Ok(())
+    }
+
+    /// `mappings`, `mappings_made`, `mappings_expired`, `ports_exhausted`.
+    fn control_counters(&self) -> Vec<u64> {
+        vec![self.public_of.len() as u64, self.made, self.expired, self.exhausted]
+    }
+
+    fn report(&self, fast: &EvnfMaps) -> serde_json::Value {
+        json!({
+            "mode": self.mode(),
+            "public_ip": self.spec.public_ip.to_string(),
+            "counters": crate::counters_json(fast, EvNf::Nat),
+            "reply_counters": crate::counters_json(fast, EvNf::NatReply),
+            "mappings": self.public_of.len(),
+            "made": self.made,
+            "expired": self.expired,
+            "ports_exhausted": self.exhausted,
+            "refused": self.refused,
+        })
+    }
+}
