@@ -8,7 +8,7 @@
 //! stay with whoever loaded the object ([`crate::evnf::Evnf`]).
 
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{Array, HashMap, Map, MapData, MapType, PerCpuArray};
@@ -35,6 +35,43 @@ const CONTROL_MAPS: [(&str, MapType); 11] = [
 
 /// The per-NF counters, which every control plane holds.
 const STATS: (&str, MapType) = ("ferry_ev_stats", MapType::PerCpuArray);
+
+/// Maps only the data path writes: a control plane gets them read-only,
+/// so it cannot forge counters (the per-NF counters are every hybrid NF's
+/// of the chain).
+const READ_ONLY: [&str; 3] = ["ferry_ev_stats", "ferry_fw_hits", "ferry_lb_backend_stats"];
+
+/// `BPF_MAP_GET_FD_BY_ID` and `BPF_F_RDONLY` (linux/bpf.h).
+const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
+const BPF_F_RDONLY: u32 = 1 << 3;
+
+/// The part of `union bpf_attr` that BPF_MAP_GET_FD_BY_ID reads.
+#[repr(C)]
+struct GetFdById {
+    map_id: u32,
+    next_id: u32,
+    open_flags: u32,
+}
+
+/// A new fd of `data` that only reads: writes through it fail (EPERM).
+/// Opening a map by id needs CAP_SYS_ADMIN, which ferryd has.
+fn read_only_fd(name: &'static str, data: &MapData) -> Result<OwnedFd, BpfError> {
+    let map_id = data.info().map_err(|source| BpfError::Map { name, source })?.id();
+    let attr = GetFdById { map_id, next_id: 0, open_flags: BPF_F_RDONLY };
+    // SAFETY: bpf(2) reads `size_of::<GetFdById>()` bytes of an attribute we
+    // own; the rest of bpf_attr is taken as zero.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_MAP_GET_FD_BY_ID, &attr as *const GetFdById, std::mem::size_of::<GetFdById>())
+    };
+    if fd < 0 {
+        return Err(BpfError::Syscall {
+            what: "BPF_MAP_GET_FD_BY_ID (read-only)",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: the kernel just returned this fd; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
 
 impl EvNf {
     /// The maps its control plane works on.
@@ -105,7 +142,8 @@ impl EvnfMaps {
         Ok(EvnfMaps { maps })
     }
 
-    /// New fds of maps `names`, to hand to a control plane.
+    /// New fds of maps `names`, to hand to a control plane: read-only for
+    /// the maps only the data path writes.
     pub fn fds(&self, names: &[&'static str]) -> Result<Vec<(&'static str, OwnedFd)>, BpfError> {
         names
             .iter()
@@ -115,6 +153,9 @@ impl EvnfMaps {
                     Map::HashMap(d) | Map::LruHashMap(d) | Map::Array(d) | Map::PerCpuArray(d) | Map::LpmTrie(d) => d,
                     _ => return Err(BpfError::NoMap { name }),
                 };
+                if READ_ONLY.contains(&name) {
+                    return Ok((name, read_only_fd(name, data)?));
+                }
                 let fd = data
                     .fd()
                     .as_fd()

@@ -363,3 +363,30 @@ fn nat_table() {
         assert_eq!((count(EvNf::NatReply, "reply_rewritten"), count(EvNf::NatReply, "reply_not_mapped")), (2, 1));
     });
 }
+
+/// A control plane gets the maps only the data path writes read-only: it
+/// reads its counters, and cannot forge them.
+#[test]
+fn control_planes_read_counters_through_read_only_fds() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    ns.run(|| {
+        let ev = Evnf::load().expect("load evnf.bpf.c (verifier)");
+        let fds = ev.maps().fds(EvNf::Firewall.control_maps()).unwrap();
+        let names: Vec<(String, _)> = fds.into_iter().map(|(n, fd)| (n.to_string(), fd)).collect();
+        let mut maps = EvnfMaps::from_fds(names).unwrap();
+        maps.fw_set_subnet(Ipv4Addr::new(10, 10, 66, 0), 24, FwRule { action: FW_DENY, rule_id: 1 })
+            .expect("the rule table is the control plane's to write");
+        let denied = frame([10, 10, 66, 7], 1000, BACKEND, 80, L4Proto::Tcp);
+        assert_eq!(run(&ev, EvNf::Firewall, &denied).0, XDP_DROP, "the rule it wrote is in force");
+        assert_eq!(maps.counter(EvNf::Firewall, "deny").unwrap(), 1, "it reads the counters");
+        assert_eq!(maps.fw_rule_hits(1).unwrap().packets, 1);
+        let mut stats: aya::maps::PerCpuArray<_, [u64; 2]> =
+            aya::maps::PerCpuArray::try_from(maps.map_handle("ferry_ev_stats").unwrap()).unwrap();
+        let forged = aya::maps::PerCpuValues::try_from(vec![[0u64, 0]; aya::util::nr_cpus().unwrap()]).unwrap();
+        let err = stats.set(1, forged, 0).expect_err("a read-only fd writes nothing");
+        assert!(err.to_string().contains("bpf_map_update_elem"), "{err}");
+    });
+}

@@ -51,15 +51,29 @@ fn bpf_maps(pid: u32) -> usize {
 
 /// The ids of the BPF maps process `pid` holds fds of.
 fn bpf_map_ids(pid: u32) -> std::collections::BTreeSet<String> {
-    let mut ids = std::collections::BTreeSet::new();
+    bpf_map_fds(pid).into_keys().collect()
+}
+
+/// How many distinct BPF maps process `pid` can write through an fd.
+fn writable_bpf_maps(pid: u32) -> usize {
+    bpf_map_fds(pid).into_values().filter(|w| *w).count()
+}
+
+/// The BPF maps process `pid` holds fds of, by id: whether some fd of it
+/// is open for writing (O_WRONLY or O_RDWR in its fdinfo flags, octal).
+fn bpf_map_fds(pid: u32) -> BTreeMap<String, bool> {
+    let mut maps = BTreeMap::new();
     for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
         if !std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == "anon_inode:bpf-map") {
             continue;
         }
         let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy())).unwrap();
-        ids.insert(info.lines().find(|l| l.starts_with("map_id:")).expect("a map's fdinfo has its id").to_string());
+        let field = |key: &str| info.lines().find_map(|l| l.strip_prefix(key)).map(str::trim).map(str::to_string);
+        let id = field("map_id:").expect("a map's fdinfo has its id");
+        let flags = u32::from_str_radix(&field("flags:").expect("fdinfo has flags"), 8).unwrap();
+        *maps.entry(id).or_insert(false) |= flags & 3 != 0;
     }
-    ids
+    maps
 }
 
 /// `requests` GETs of the VIP, each answered 200 (or the test fails): how
@@ -96,13 +110,16 @@ fn efw_and_elb_in_a_chain_with_unprivileged_control_planes() {
     assert!(xdp_on(&tb, "d0") && xdp_on(&tb, "d1") && xdp_on(&tb, "d2"), "fast paths attached by ferryd");
 
     // The control planes: unprivileged, no capabilities, and holding the
-    // maps of their own type only (eFW 4, eLB 7).
-    for (nf, maps) in [("fw", 4), ("lb", 7)] {
+    // maps of their own type only (eFW 4, eLB 7), the counters the data
+    // path writes read-only (eFW: rule hits and NF counters; eLB: backend
+    // load and NF counters).
+    for (nf, maps, writable) in [("fw", 4, 2), ("lb", 7, 5)] {
         let pid = pid_of(&st, nf);
         let uids = proc_status(pid, "Uid:");
         assert!(uids.iter().all(|u| u != "0"), "{nf} runs as a user, not root: {uids:?}");
         assert_eq!(proc_status(pid, "CapEff:"), ["0000000000000000"], "{nf} has no capability");
         assert_eq!(bpf_maps(pid), maps, "{nf} holds its type's maps");
+        assert_eq!(writable_bpf_maps(pid), writable, "{nf} writes only its tables");
     }
 
     // Traffic: new connections spread over both backends; a denied subnet
@@ -190,6 +207,7 @@ fn edpi_in_a_chain_inspects_on_its_slow_path_and_bypasses_the_elephant() {
     assert!(proc_status(pid, "Uid:").iter().all(|u| u != "0"), "the eDPI runs as a user");
     assert_eq!(proc_status(pid, "CapEff:"), ["0000000000000000"], "the eDPI has no capability");
     assert_eq!(bpf_maps(pid), 2, "the eDPI holds its bypass table and the counters");
+    assert_eq!(writable_bpf_maps(pid), 1, "the counters read-only");
 
     // As in the eVNF test: a fixed amount per flow at a fixed pace, so the
     // counts below do not depend on how fast the machine is.
