@@ -9,6 +9,7 @@ pub mod abi;
 mod attach;
 pub mod evnf;
 pub mod evnf_maps;
+pub mod flow_table;
 pub mod pipeline;
 pub mod state;
 mod test_run;

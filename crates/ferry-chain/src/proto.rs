@@ -260,6 +260,12 @@ pub struct NfStatus {
     /// CPU time of the NF's process so far (user + system), while it runs.
     #[serde(default)]
     pub cpu_seconds: Option<f64>,
+    /// A flow monitor's flows (as of its last export, at most 100 ms
+    /// old): how many, and the busiest (at most 1000).
+    #[serde(default)]
+    pub flows_total: u64,
+    #[serde(default)]
+    pub flows: Vec<FlowStatus>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]

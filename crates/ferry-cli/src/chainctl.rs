@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use ferry_chain::proto::{self, AuditReport, ChainSummary, Msg, Status};
+use ferry_chain::proto::{self, AuditReport, ChainSummary, FlowStatus, Msg, Status};
 
 /// A ferryd process started with one chain; shut down (and killed if need
 /// be) on drop.
@@ -227,6 +227,22 @@ pub fn counter(s: &Status, nf: &str, name: &str) -> u64 {
 /// Flows of a flow monitor the table shows (the busiest first).
 const FLOWS_SHOWN: usize = 10;
 
+/// A flow monitor's busiest flows, for the status table.
+fn flows_table(flows: &[FlowStatus], total: u64) -> String {
+    let mut out = String::new();
+    for f in flows.iter().take(FLOWS_SHOWN) {
+        out += &format!(
+            "    flow {}:{} -> {}:{} proto {}: {} packets, {} bytes\n",
+            f.src, f.sport, f.dst, f.dport, f.proto, f.packets, f.bytes
+        );
+    }
+    if total > FLOWS_SHOWN as u64 {
+        let more = total - FLOWS_SHOWN as u64;
+        out += &format!("    ... {more} more flows (--json has the busiest {})\n", flows.len());
+    }
+    out
+}
+
 /// The per-NF table `ferry chain show` prints: nonzero counters only.
 pub fn status_table(s: &Status) -> String {
     let mut out = format!("chain {} (id {})\n", s.chain, s.id);
@@ -247,20 +263,12 @@ pub fn status_table(s: &Status) -> String {
             let parts: Vec<String> = t.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
             out += &format!("    thread {i}: {}\n", parts.join(" "));
         }
+        out += &flows_table(&n.flows, n.flows_total);
     }
     for n in &s.offloaded {
         let parts: Vec<String> = n.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
         out += &format!("  {:<10} id {:<4} in XDP on port {}: {}\n", n.name, n.id, n.port, parts.join(" "));
-        for f in n.flows.iter().take(FLOWS_SHOWN) {
-            out += &format!(
-                "    flow {}:{} -> {}:{} proto {}: {} packets, {} bytes\n",
-                f.src, f.sport, f.dst, f.dport, f.proto, f.packets, f.bytes
-            );
-        }
-        if n.flows_total > FLOWS_SHOWN as u64 {
-            let more = n.flows_total - FLOWS_SHOWN as u64;
-            out += &format!("    ... {more} more flows (--json has the busiest {})\n", n.flows.len());
-        }
+        out += &flows_table(&n.flows, n.flows_total);
     }
     for d in &s.domains {
         out += &format!(

@@ -19,6 +19,7 @@ pub mod kchain;
 pub mod nfrun;
 pub mod proc;
 pub mod serve;
+pub mod serve_flow_monitor;
 pub mod serve_hybrid;
 pub mod serve_parallel;
 pub mod sink;

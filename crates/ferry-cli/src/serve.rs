@@ -17,6 +17,8 @@
 //! * `sink`: count, check stamps, publish latency percentiles, free;
 //! * `parallel-<name>`: a parallel NF on worker threads (`workers=N`), see
 //!   [`crate::serve_parallel`];
+//! * `flow-monitor`: its flows also go to the table ferryd reads, see
+//!   [`crate::serve_flow_monitor`];
 //! * `efw`, `elb`, `edpi`, `enat`: a hybrid NF's control plane, see
 //!   [`crate::serve_hybrid`].
 
@@ -61,6 +63,7 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
             let table = maglev_table(nf.out_links(), table_size)?;
             nf.run(|th| maglev(th, &table))?;
         }
+        "flow-monitor" => crate::serve_flow_monitor::serve()?,
         "sink" => {
             let nf = Nf::connect_from_env_with(&["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"])?;
             nf.run(sink)?;

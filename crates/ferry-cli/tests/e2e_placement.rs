@@ -212,6 +212,16 @@ fn run(offload: &str, with_ips: bool, input: &[Vec<u8>], want: usize, last_rx: u
         let st = rc.status().ok()?;
         (count(&st, last, "rx") == last_rx).then_some(st)
     });
+    // A monitor process writes its flows to the table ferryd reads every
+    // 100 ms: wait until they hold every frame it passed.
+    let st = match st.nfs.iter().any(|n| n.name == "mon") {
+        false => st,
+        true => wait_for("the monitor process's flows exported", || {
+            let st = rc.status().ok()?;
+            let mon = st.nfs.iter().find(|n| n.name == "mon")?;
+            (mon.flows.iter().map(|f| f.packets).sum::<u64>() == c(&st, "mon", "pass")).then_some(st)
+        }),
+    };
     eprintln!("{offload}:\n{}", chainctl::status_table(&st));
     // The XDP NFs' counters are in the metrics too, as `chain show` has them.
     let addr = chainctl::metrics_addr(&rc.admin).unwrap().expect("ferryd serves metrics");
@@ -244,6 +254,7 @@ fn auto_placement_sends_out_the_same_frames_as_all_processes() {
     assert_eq!(st.nfs.len(), 3, "three processes");
     assert!(st.offloaded.is_empty());
     assert_eq!(never, want, "all processes: the NFs' own decisions");
+    let mut flows_never = st.nfs.iter().find(|n| n.name == "mon").unwrap().flows.clone();
 
     let (auto, st) = run("auto", true, &input, want.len(), ips_rx);
     let processes: Vec<&str> = st.nfs.iter().map(|n| n.name.as_str()).collect();
@@ -262,6 +273,13 @@ fn auto_placement_sends_out_the_same_frames_as_all_processes() {
     assert_eq!(n(mon, "rx"), n(fw, "pass"));
     assert_eq!(n(mon, "rx"), ips_rx);
     assert_eq!(mon.flows.iter().map(|f| f.packets).sum::<u64>(), ips_rx, "every monitored frame is in a flow");
+    // The same flow table, counted in XDP or by the monitor process.
+    let mut flows_auto = mon.flows.clone();
+    let by_flow = |f: &ferry_chain::proto::FlowStatus| (f.src.clone(), f.dst.clone(), f.sport, f.dport, f.proto);
+    flows_never.sort_by_key(by_flow);
+    flows_auto.sort_by_key(by_flow);
+    assert!(!flows_auto.is_empty());
+    assert_eq!(flows_never, flows_auto, "one flow table, wherever the monitor runs");
 }
 
 /// in -> fw -> mon -> out placed runs in XDP entirely: no process, the

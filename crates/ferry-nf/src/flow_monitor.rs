@@ -2,7 +2,7 @@
 //! fully offloadable: the XDP pipeline's flow-monitor element keeps the
 //! same table in a BPF hash map).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use ferry_wire::flow;
 
@@ -48,12 +48,28 @@ pub struct FlowCount {
 #[derive(Debug, Default)]
 pub struct FlowMonitor {
     flows: HashMap<FlowKey, FlowCount>,
+    /// Flows counted since the last [`FlowMonitor::take_changed`].
+    changed: HashSet<FlowKey>,
     counters: [u64; 4],
 }
 
 impl FlowMonitor {
     pub fn new() -> FlowMonitor {
         FlowMonitor::default()
+    }
+
+    /// A monitor that goes on counting `flows` (a restarted NF taking
+    /// over its table).
+    pub fn with_flows(flows: impl IntoIterator<Item = (FlowKey, FlowCount)>) -> FlowMonitor {
+        let flows: HashMap<FlowKey, FlowCount> = flows.into_iter().take(MAX_FLOWS).collect();
+        FlowMonitor { flows, ..FlowMonitor::default() }
+    }
+
+    /// The flows counted since the last call, with their counts now: what
+    /// a copy of the table elsewhere needs to catch up.
+    pub fn take_changed(&mut self) -> Vec<(FlowKey, FlowCount)> {
+        let keys: Vec<FlowKey> = self.changed.drain().collect();
+        keys.into_iter().filter_map(|k| self.flows.get(&k).map(|c| (k, *c))).collect()
     }
 
     /// The flows seen so far, in key order.
@@ -74,6 +90,7 @@ impl FlowMonitor {
                 self.flows.insert(key, FlowCount { packets: 1, bytes: frame.len() as u64 });
             }
         }
+        self.changed.insert(key);
         (Verdict::Pass, PASS)
     }
 }
@@ -141,5 +158,23 @@ mod tests {
         assert_eq!(nf.process(&mut frame(1000, 64)), Verdict::Pass);
         assert_eq!(nf.counters(), &[1, 0, 0, 1]);
         assert_eq!(nf.flows().len(), MAX_FLOWS);
+    }
+
+    #[test]
+    fn changed_flows_are_handed_out_once_and_a_restart_counts_on() {
+        let mut nf = FlowMonitor::new();
+        nf.process(&mut frame(1000, 64));
+        nf.process(&mut frame(1001, 64));
+        nf.process(&mut frame(1000, 64));
+        let mut changed = nf.take_changed();
+        changed.sort_by_key(|(k, _)| k.sport);
+        let counts: Vec<(u16, u64)> = changed.iter().map(|(k, c)| (k.sport, c.packets)).collect();
+        assert_eq!(counts, [(1000, 2), (1001, 1)]);
+        assert!(nf.take_changed().is_empty(), "nothing counted since");
+        nf.process(&mut frame(1001, 64));
+        assert_eq!(nf.take_changed().iter().map(|(k, c)| (k.sport, c.packets)).collect::<Vec<_>>(), [(1001, 2)]);
+        let mut again = FlowMonitor::with_flows(nf.flows());
+        again.process(&mut frame(1000, 64));
+        assert_eq!(again.take_changed()[0].1, FlowCount { packets: 3, bytes: 192 }, "counting goes on");
     }
 }

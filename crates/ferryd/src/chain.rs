@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_bpf::abi::VERDICT_NAMES;
+use ferry_bpf::flow_table::FlowTable;
 use ferry_chain::plan::ChainPlan;
 use ferry_chain::proto::{
     self, ChainSummary, DomainStatus, FdRole, Msg, NfStatus, PortStatus, RingStatus, Status, Welcome,
 };
 use ferry_chain::shm::{self, COUNTERS};
+use ferry_nf::flow_monitor::MAX_FLOWS;
 use ferry_place::{HybridPath, Then, XdpPath};
 use ferry_xsk::XskSocket;
 
@@ -74,6 +76,8 @@ pub struct Chain {
     offloaded: usize,
     /// The hybrid NFs' fast paths; None once the chain stops.
     hybrids: Mutex<Option<Hybrids>>,
+    /// Per NF: the flow table of a flow monitor running as a process.
+    flow_tables: Vec<Option<FlowTable>>,
     /// Where each NF runs and why.
     placement: String,
 }
@@ -136,6 +140,18 @@ impl Chain {
         }
         let offloaded = xdp.iter().map(|(path, _)| path.nfs.len()).sum();
         let hybrids = Mutex::new(Hybrids::setup(&plan, &hybrid).context("hybrid NFs")?);
+        let mut flow_tables = Vec::new();
+        for nf in &plan.nfs {
+            flow_tables.push(match nf.kind.as_deref() {
+                // Each thread counts its own flows (its index is their key's
+                // config), as many as the NF's table holds.
+                Some("flow-monitor") => Some(
+                    FlowTable::create(MAX_FLOWS as u32 * nf.threads.len() as u32)
+                        .with_context(|| format!("NF {}: its flow table", nf.name))?,
+                ),
+                _ => None,
+            });
+        }
         let taps = plan.kernel.iter().map(Tap::create).collect::<Result<Vec<_>>>()?;
         let nfs = plan.nfs.iter().map(|_| Mutex::new(NfState::default())).collect();
         // Keys last: nothing after them can fail and leave them behind.
@@ -171,6 +187,7 @@ impl Chain {
             stop: Arc::new(AtomicBool::new(false)),
             offloaded,
             hybrids,
+            flow_tables,
             placement,
         })
     }
@@ -445,6 +462,11 @@ impl Chain {
             roles.push(FdRole::Map(map.to_string()));
             fds.push(fd.as_raw_fd());
         }
+        let flow_table = self.flow_tables[i].as_ref().map(FlowTable::fd).transpose()?;
+        if let Some(fd) = &flow_table {
+            roles.push(FdRole::Map(ferry_bpf::flow_table::MAP_NAME.to_string()));
+            fds.push(fd.as_raw_fd());
+        }
         let pidfd = Arc::new(spawn::pidfd_open(pid).with_context(|| format!("pidfd of NF pid {pid}"))?);
         let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
         dom.attach(&threads, pid, pidfd.clone());
@@ -592,7 +614,12 @@ impl Chain {
                 threads,
                 rings,
                 cpu_seconds: st.pid.and_then(spawn::cpu_seconds),
+                ..Default::default()
             });
+            if let Some(table) = &self.flow_tables[i] {
+                let n = s.nfs.last_mut().expect("just pushed");
+                (n.flows_total, n.flows) = crate::fastpath::flow_statuses(table.flows());
+            }
         }
         for d in self.domains.iter() {
             let ctl = d.control.as_slice();

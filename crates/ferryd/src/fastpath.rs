@@ -2,12 +2,13 @@
 //! pipeline on the port's device, with the offloaded NFs installed as its
 //! elements, handing what survives to the server NF's AF_XDP sockets.
 
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 
 use anyhow::{Context, Result};
 use ferry_bpf::abi::Verdicts;
-use ferry_bpf::pipeline::Pipeline;
+use ferry_bpf::pipeline::{FlowKey, Pipeline, PlCount};
 use ferry_bpf::AttachMode;
 use ferry_chain::plan::PortPlan;
 use ferry_chain::proto::{FlowStatus, OffloadedStatus};
@@ -96,24 +97,34 @@ impl FastPath {
     /// How many flows flow monitor `config` has, and the busiest
     /// [`FLOWS_IN_STATUS`] of them.
     fn flows(&self, config: u32) -> (u64, Vec<FlowStatus>) {
-        let mut flows: Vec<FlowStatus> = self
-            .pipeline
-            .flows(config)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, c)| FlowStatus {
-                src: Ipv4Addr::from(u32::from_be(k.saddr)).to_string(),
-                dst: Ipv4Addr::from(u32::from_be(k.daddr)).to_string(),
-                proto: k.proto,
-                sport: u16::from_be(k.sport),
-                dport: u16::from_be(k.dport),
-                packets: c.packets,
-                bytes: c.bytes,
-            })
-            .collect();
-        flows.sort_by(|a, b| b.packets.cmp(&a.packets).then_with(|| (&a.src, &a.dst).cmp(&(&b.src, &b.dst))));
-        let total = flows.len() as u64;
-        flows.truncate(FLOWS_IN_STATUS);
-        (total, flows)
+        flow_statuses(self.pipeline.flows(config).unwrap_or_default())
     }
+}
+
+/// How many flows `entries` hold (entries of one 5-tuple under several
+/// configs, a process's threads, summed), and the busiest
+/// [`FLOWS_IN_STATUS`] of them.
+pub fn flow_statuses(entries: Vec<(FlowKey, PlCount)>) -> (u64, Vec<FlowStatus>) {
+    let mut by_flow: BTreeMap<(u32, u32, u16, u16, u8), PlCount> = BTreeMap::new();
+    for (k, c) in entries {
+        let sum = by_flow.entry((k.saddr, k.daddr, k.sport, k.dport, k.proto)).or_default();
+        sum.packets += c.packets;
+        sum.bytes += c.bytes;
+    }
+    let mut flows: Vec<FlowStatus> = by_flow
+        .into_iter()
+        .map(|((saddr, daddr, sport, dport, proto), c)| FlowStatus {
+            src: Ipv4Addr::from(u32::from_be(saddr)).to_string(),
+            dst: Ipv4Addr::from(u32::from_be(daddr)).to_string(),
+            proto,
+            sport: u16::from_be(sport),
+            dport: u16::from_be(dport),
+            packets: c.packets,
+            bytes: c.bytes,
+        })
+        .collect();
+    flows.sort_by(|a, b| b.packets.cmp(&a.packets).then_with(|| (&a.src, &a.dst).cmp(&(&b.src, &b.dst))));
+    let total = flows.len() as u64;
+    flows.truncate(FLOWS_IN_STATUS);
+    (total, flows)
 }
