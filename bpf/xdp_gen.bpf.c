@@ -84,6 +84,23 @@ int ferry_gen(struct xdp_md *ctx)
 		st->next_ns = (st->next_ns > floor ? st->next_ns : floor) + cfg->interval_ns;
 		st->now_ns = now;
 	}
+	/* A live frame comes back to the generator's page pool as the device
+	 * under test left it: the kernel resets a recycled frame's pointers,
+	 * not its bytes. An NF that rewrites headers (a NAT, a router's TTL
+	 * and MACs) would otherwise see its own output again. */
+	if (cfg->headers_len == FERRY_GEN_HEADERS_UDP) {
+		if (data + FERRY_GEN_HEADERS_UDP > end) {
+			slot = FERRY_SLOT_MALFORMED;
+			goto out;
+		}
+		__builtin_memcpy(data, cfg->headers, FERRY_GEN_HEADERS_UDP);
+	} else if (cfg->headers_len == FERRY_GEN_HEADERS_IP) {
+		if (data + FERRY_GEN_HEADERS_IP > end) {
+			slot = FERRY_SLOT_MALFORMED;
+			goto out;
+		}
+		__builtin_memcpy(data, cfg->headers, FERRY_GEN_HEADERS_IP);
+	}
 	if (cfg->stamp_offset) {
 		struct ferry_stamp *s = field_at(data, end, cfg->stamp_offset, sizeof(*s));
 

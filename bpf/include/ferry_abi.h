@@ -36,6 +36,9 @@ struct ferry_verdicts {
 _Static_assert(sizeof(struct ferry_verdicts) == 96, "ferry_verdicts layout");
 
 /* Configuration of the live-frames generator (xdp_gen.bpf.c), map entry 0. */
+#define FERRY_GEN_HEADERS_MAX 64
+#define FERRY_GEN_HEADERS_IP 34
+#define FERRY_GEN_HEADERS_UDP 42
 struct ferry_gen_config {
 	__u32 ifindex;	    /* device the frames are redirected out of */
 	__u16 stream;	    /* stamp stream id of this generator thread */
@@ -46,8 +49,14 @@ struct ferry_gen_config {
 	__u16 clock_shift;  /* read the clock every 2^clock_shift frames */
 	__u64 interval_ns;  /* pacing: at most one frame per interval (0: none) */
 	__u64 limit;	    /* frames to send in all (0: no limit) */
+	/* Headers written back into every frame before it goes out: 0, or
+	 * FERRY_GEN_HEADERS_IP (Ethernet + IPv4) or FERRY_GEN_HEADERS_UDP
+	 * (and UDP) bytes of `headers`. */
+	__u32 headers_len;
+	__u32 _pad;
+	__u8 headers[FERRY_GEN_HEADERS_MAX];
 };
-_Static_assert(sizeof(struct ferry_gen_config) == 32, "ferry_gen_config layout");
+_Static_assert(sizeof(struct ferry_gen_config) == 104, "ferry_gen_config layout");
 
 /* Per-CPU generator state (xdp_gen.bpf.c), map entry 0. */
 struct ferry_gen_state {

@@ -35,7 +35,7 @@ impl Verdicts {
 
 /// `struct ferry_gen_config`.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GenConfig {
     pub ifindex: u32,
     pub stream: u16,
@@ -49,8 +49,50 @@ pub struct GenConfig {
     pub interval_ns: u64,
     /// Frames to send in all (0: no limit).
     pub limit: u64,
+    /// Bytes of `headers` written back into every frame before it goes
+    /// out: 0, [`GEN_HEADERS_IP`] or [`GEN_HEADERS_UDP`].
+    pub headers_len: u32,
+    pub _pad: u32,
+    pub headers: [u8; GEN_HEADERS_MAX],
 }
-const _: () = assert!(std::mem::size_of::<GenConfig>() == 32);
+const _: () = assert!(std::mem::size_of::<GenConfig>() == 104);
+
+/// `FERRY_GEN_HEADERS_*`: Ethernet + IPv4, and UDP too.
+pub const GEN_HEADERS_MAX: usize = 64;
+pub const GEN_HEADERS_IP: u32 = 34;
+pub const GEN_HEADERS_UDP: u32 = 42;
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        GenConfig {
+            ifindex: 0,
+            stream: 0,
+            stamp_offset: 0,
+            sport_offset: 0,
+            sport_min: 0,
+            sport_count: 0,
+            clock_shift: 0,
+            interval_ns: 0,
+            limit: 0,
+            headers_len: 0,
+            _pad: 0,
+            headers: [0; GEN_HEADERS_MAX],
+        }
+    }
+}
+
+impl GenConfig {
+    /// Writes the first `len` bytes of `template` ([`GEN_HEADERS_IP`] or
+    /// [`GEN_HEADERS_UDP`]) back into every frame.
+    pub fn with_headers(mut self, template: &[u8], len: u32) -> GenConfig {
+        let n = len as usize;
+        if (len == GEN_HEADERS_IP || len == GEN_HEADERS_UDP) && template.len() >= n {
+            self.headers[..n].copy_from_slice(&template[..n]);
+            self.headers_len = len;
+        }
+        self
+    }
+}
 
 /// `struct ferry_gen_state`.
 #[repr(C)]

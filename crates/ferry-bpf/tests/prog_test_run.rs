@@ -4,6 +4,7 @@
 mod common;
 
 use common::{pin_to_this_cpu, privileged, udp_frame};
+use ferry_bpf::abi::{GEN_HEADERS_IP, GEN_HEADERS_UDP};
 use ferry_bpf::{test_run, GenConfig, LoadedXdp, Object, SLOT_MALFORMED};
 
 const XDP_ABORTED: u32 = 0;
@@ -126,6 +127,30 @@ fn generator_stamps_and_cycles_source_port() {
     assert_eq!(ports, vec![5000, 5001, 5000]);
     assert_eq!(seqs[1], seqs[0] + 1);
     assert_eq!(seqs[2], seqs[1] + 1);
+}
+
+/// A recycled live frame comes back as the device under test left it: the
+/// generator writes the template's headers back, so a NAT's or router's
+/// rewrite (addresses, ports, TTL, MACs) never reaches the next frame.
+#[test]
+fn generator_writes_the_templates_headers_back() {
+    if !privileged() {
+        return;
+    }
+    pin_to_this_cpu();
+    let template = udp_frame();
+    for (len, restored) in [(GEN_HEADERS_UDP, 42), (GEN_HEADERS_IP, 34), (0, 0)] {
+        let mut prog = LoadedXdp::load(Object::Gen, "ferry_gen").unwrap();
+        prog.set_gen_config(GenConfig { ifindex: 1, ..Default::default() }.with_headers(&template, len)).unwrap();
+        let mut left_over = template.clone();
+        for b in &mut left_over[..42] {
+            *b ^= 0x5a;
+        }
+        let out = test_run(prog.program_fd().unwrap(), &left_over, 1).unwrap();
+        assert_eq!(out.action, XDP_REDIRECT);
+        assert_eq!(&out.data[..restored], &template[..restored], "{len}: the template's headers");
+        assert_eq!(&out.data[restored..42], &left_over[restored..42], "{len}: nothing past them");
+    }
 }
 
 #[test]

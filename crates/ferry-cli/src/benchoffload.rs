@@ -11,6 +11,12 @@
 //!   Ferry has no hook after an AF_XDP socket's transmit, so NFs after the
 //!   first process stay processes, and there is no per-packet NAT NF yet:
 //!   the chain is reordered to the one Ferry can place.)
+//! * `nat`: the NAT, whole in a process (`parallel-nat`, one worker;
+//!   "software") against split as P4SFC splits it (`enat`: established
+//!   mappings rewritten in XDP, then routed by the FIB from XDP; each new
+//!   flow's first frame made into a mapping by the NF's process and routed
+//!   by dut's stack; "placed"). The generator's frames come from 64 source
+//!   ports, so 64 mappings carry everything.
 //!
 //! Each measurement: a flat-out window of the live-frames generator into
 //! d0 (throughput at the AF_XDP sink on s0, machine CPU over the window),
@@ -127,10 +133,48 @@ const IPS_RULES: &str = "drop udp any any -> any any (msg:\"shell\"; content:\"/
 alert udp any any -> any any (msg:\"probe\"; content:\"|de ad be ef|\"; sid:2;)
 ";
 
+/// dut's routing for the `nat` scenario: d1 holds the public address, the
+/// generator's destinations (10.1.0.0/16) are behind the sink, whose MAC
+/// is known, and dut forwards.
+const NAT_PUBLIC: &str = "10.0.2.1";
+const NAT_ROUTING: [&[&str]; 4] = [
+    &["addr", "add", "10.0.2.1/24", "dev", "d1"],
+    &["neigh", "replace", "10.0.2.2", "lladdr", "02:00:00:00:02:01", "dev", "d1", "nud", "permanent"],
+    &["route", "replace", "10.1.0.0/16", "via", "10.0.2.2", "dev", "d1"],
+    &["link", "set", "dev", "d1", "up"],
+];
+/// The generator's source ports in the `nat` scenario: 64 flows.
+const NAT_SOURCE_PORTS: &str = "src-port=40000-40063";
+
+fn nat_chain(dut: &str, dir: &Path, offload: &str, cpus: &str) -> String {
+    let head = "name: offload\ndomains: [ { name: main, frames: 8192 } ]\n";
+    let port =
+        |name: &str, dev: &str| format!("  - {{ name: {name}, netns: \"{dut}\", netdev: {dev}, xdp_mode: driver }}\n");
+    let ports = format!("ports:\n{}{}", port("in", "d0"), port("out", "d1"));
+    if offload == "never" {
+        let nat = format!(
+            "  - {{ name: nat, domain: main, kind: parallel-nat, args: [\"public_ip={NAT_PUBLIC}\", \
+             \"ports=20000-29999\"], offload: never{cpus} }}\n"
+        );
+        let links = "  - { from: in, to: nat }\n  - { from: out, to: nat }\n  - { from: nat, to: in }\n  - { from: nat, to: out }\n";
+        return format!("{head}{ports}nfs:\n{nat}links:\n{links}");
+    }
+    let config = dir.join("nat.yaml");
+    let kernel = format!("kernel:\n  - {{ name: stack, netns: \"{dut}\", dev: fy-nat0, mac: \"{IN_MAC}\" }}\n");
+    let nat = format!(
+        "  - {{ name: nat, domain: main, kind: enat, args: [\"config={}\", \"reply_ports=out\"]{cpus} }}\n",
+        config.display()
+    );
+    format!("{head}{ports}{kernel}nfs:\n{nat}links:\n  - {{ from: in, to: nat }}\n  - {{ from: nat, to: stack }}\n")
+}
+
 fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str, cpu: Option<usize>) -> String {
     let fw = dir.join("fw.rules");
     let ips = dir.join("ips.rules");
     let cpus = cpu.map_or(String::new(), |c| format!(", cpus: [{c}]"));
+    if scenario == "nat" {
+        return nat_chain(dut, dir, offload, &cpus);
+    }
     let nf = |name: &str, kind: &str, args: &str| {
         format!("  - {{ name: {name}, domain: main, kind: {kind}, args: [{args}], offload: {offload}{cpus} }}\n")
     };
@@ -191,9 +235,15 @@ fn measure(
     let sink = proc::spawn(sink_ns, &sink_args.map(String::from), Some(SINK_CPU))?;
     wait_for_xdp(sink_ns, "s0", Duration::from_secs(60))?;
     let window = ms(o.window);
-    let gen_args = ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--duration", &window];
+    let mut gen_args: Vec<String> =
+        ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--duration", &window]
+            .map(String::from)
+            .to_vec();
+    if scenario == "nat" {
+        gen_args.extend(["--set".to_string(), NAT_SOURCE_PORTS.to_string()]);
+    }
     let meter = CpuMeter::start(&[]).context("CPU meter")?;
-    let gen = proc::spawn(gen_ns, &gen_args.map(String::from), Some(GEN_CPU))?;
+    let gen = proc::spawn(gen_ns, &gen_args, Some(GEN_CPU))?;
     gen.wait(o.window + Duration::from_secs(30)).context("generator")?;
     let cpu = meter.stop().context("CPU meter")?;
     let sink_report: Value = sink.finish(Duration::from_secs(10)).context("sink")?;
@@ -205,11 +255,15 @@ fn measure(
     let sink = proc::spawn(sink_ns, &sink_args.map(String::from), Some(SINK_CPU))?;
     wait_for_xdp(sink_ns, "s0", Duration::from_secs(60))?;
     let rate = o.latency_pps.to_string();
-    let gen_args =
-        ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--rate", &rate, "--count", &count];
-    let gen_report = proc::spawn(gen_ns, &gen_args.map(String::from), Some(GEN_CPU))?
-        .wait(Duration::from_secs(120))
-        .context("paced generator")?;
+    let mut gen_args: Vec<String> =
+        ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--rate", &rate, "--count", &count]
+            .map(String::from)
+            .to_vec();
+    if scenario == "nat" {
+        gen_args.extend(["--set".to_string(), NAT_SOURCE_PORTS.to_string()]);
+    }
+    let gen_report =
+        proc::spawn(gen_ns, &gen_args, Some(GEN_CPU))?.wait(Duration::from_secs(120)).context("paced generator")?;
     let lat = sink.finish(Duration::from_secs(10)).context("latency sink")?;
     rc.shutdown()?;
     let us = |p: &str| lat.pointer(p).and_then(Value::as_f64).map(|ns| ns / 1e3);
@@ -237,6 +291,23 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("fw.rules"), FW_RULES)?;
     std::fs::write(dir.join("ips.rules"), IPS_RULES)?;
+    std::fs::write(dir.join("nat.yaml"), format!("nat:\n  public_ip: {NAT_PUBLIC}\n  ports: 20000-29999\n"))?;
+    if o.scenarios.iter().any(|s| s == "nat") {
+        let run_in_dut = |program: &str, args: &[&str]| -> Result<()> {
+            let out = tb.exec("dut", program, args).output().with_context(|| format!("running {program}"))?;
+            anyhow::ensure!(
+                out.status.success(),
+                "{program} {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(())
+        };
+        for args in NAT_ROUTING {
+            run_in_dut("ip", args)?;
+        }
+        run_in_dut("sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+    }
     let mut samples = Vec::new();
     let result = (|| -> Result<()> {
         for scenario in &o.scenarios {

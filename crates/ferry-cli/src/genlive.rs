@@ -56,6 +56,19 @@ const PACED_BATCH: u32 = 64;
 const FLAT_OUT_BATCH: u32 = 256;
 const CALL_SECONDS: f64 = 0.5;
 
+/// How much of `template` the program writes back into every frame: the
+/// Ethernet and IPv4 headers, and the UDP header of a UDP frame (a device
+/// under test that rewrites them would otherwise get its own output back
+/// from the recycled page).
+fn headers_len(template: &[u8]) -> u32 {
+    use ferry_bpf::abi::{GEN_HEADERS_IP, GEN_HEADERS_UDP};
+    match ferry_wire::flow::parse(template) {
+        Ok(f) if f.is_ipv4 && f.l4_offset == Some(GEN_HEADERS_IP as usize) && f.proto == 17 => GEN_HEADERS_UDP,
+        Ok(f) if f.is_ipv4 && f.l4_offset == Some(GEN_HEADERS_IP as usize) => GEN_HEADERS_IP,
+        _ => 0,
+    }
+}
+
 pub fn run(opts: &LiveGenOptions) -> Result<LiveGenReport> {
     // The program keeps its sequence, pacing and limit state per CPU, so
     // the thread must stay on one CPU for the whole run.
@@ -65,17 +78,21 @@ pub fn run(opts: &LiveGenOptions) -> Result<LiveGenReport> {
     let ifindex = crate::util::ifindex(&opts.dev)?;
     let mut prog = LoadedXdp::load(Object::Gen, "ferry_gen")?;
     let (sport_offset, sport_min, sport_count) = opts.sport.unwrap_or((0, 0, 0));
-    prog.set_gen_config(GenConfig {
-        ifindex,
-        stream: opts.stream,
-        stamp_offset: opts.stamp_offset.unwrap_or(0),
-        sport_offset,
-        sport_min,
-        sport_count,
-        clock_shift: opts.clock_shift,
-        interval_ns: opts.rate_pps.map_or(0, |pps| (1e9 / pps.max(1) as f64) as u64),
-        limit: opts.count.unwrap_or(0),
-    })?;
+    prog.set_gen_config(
+        GenConfig {
+            ifindex,
+            stream: opts.stream,
+            stamp_offset: opts.stamp_offset.unwrap_or(0),
+            sport_offset,
+            sport_min,
+            sport_count,
+            clock_shift: opts.clock_shift,
+            interval_ns: opts.rate_pps.map_or(0, |pps| (1e9 / pps.max(1) as f64) as u64),
+            limit: opts.count.unwrap_or(0),
+            ..GenConfig::default()
+        }
+        .with_headers(&opts.template, headers_len(&opts.template)),
+    )?;
     let fd = prog.program_fd()?;
     let batch = if opts.rate_pps.is_some() || opts.count.is_some() { PACED_BATCH } else { FLAT_OUT_BATCH };
     let limit = RunLimit::new(opts.duration);
