@@ -234,8 +234,55 @@ fn edpi_in_a_chain_inspects_on_its_slow_path_and_bypasses_the_elephant() {
     // 5 s in examples/evnf/sfc2.yaml).
     wait_until("the idle bypass rules to age out", || rc.status().is_ok_and(|s| c(&s, "dpi", "bypass_expired") >= 2));
 
+    // A restarted eDPI process gets the slow path back: ferryd registers
+    // its new socket, and a new flow reaches it.
+    let old = pid_of(&s, "dpi");
+    // SAFETY: kill(2) with the pid ferryd reported for the NF.
+    unsafe { libc::kill(old as i32, libc::SIGKILL) };
+    let s = wait_for("the eDPI restarted and receiving", || {
+        let s = rc.status().ok()?;
+        let dpi = s.nfs.iter().find(|n| n.name == "dpi")?;
+        let up = dpi.connected && dpi.pid.is_some_and(|p| p != old) && dpi.restarts == 1;
+        (up && dpi.rings.iter().all(|r| r.loops >= 2)).then_some(s)
+    });
+    let before = c(&s, "dpi", "rx_port");
+    let small = IperfOpts { bytes: Some(1 << 20), bitrate: Some(40_000_000), ..Default::default() };
+    let report = apps::iperf3_clients(&tb, "client", &[IperfJob { server, port: 5301, opts: small }]).unwrap();
+    assert!(report[0].bytes_received > 0, "{report:?}");
+    wait_until("the new process inspected the new flow", || {
+        rc.status()
+            .is_ok_and(|s| c(&s, "dpi", "rx_port") > before && c(&s, "dpi", "to_kernel") == c(&s, "dpi", "rx_port"))
+    });
+
+    // Two chains' firewalls in one namespace: the second's nftables table
+    // would replace the first's, so that deploy is refused, until the
+    // first chain (and its table) is gone.
+    let fw_chain = |name: &str, dev: &str| {
+        let file = dir.path(&format!("{name}.yaml"));
+        let sfc1 = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/evnf/sfc1.yaml");
+        let text = format!(
+            "name: {name}\ndomains: [ {{ name: main, frames: 1024 }} ]\nports:\n  - {{ name: p, netns: {}, netdev: {dev} \
+             }}\nnfs:\n  - {{ name: fw, domain: main, kind: efw, args: [\"config={}\"] }}\nlinks:\n  - {{ from: p, to: \
+             fw }}\n",
+            tb.ns_name("dut"),
+            sfc1.canonicalize().unwrap().display()
+        );
+        std::fs::write(&file, text).unwrap();
+        file
+    };
+    let (one, two) = (fw_chain("fw1", "d1"), fw_chain("fw2", "d2"));
+    chainctl::deploy(&rc.admin, &one).expect("the first firewall chain");
+    let err = chainctl::deploy(&rc.admin, &two).expect_err("a second ferry_efw table in dut");
+    assert!(err.to_string().contains("already exist in namespace"), "{err:#}");
+    assert!(!xdp_on(&tb, "d2"), "the refused chain left nothing attached");
+    chainctl::remove(&rc.admin, "fw1").expect("remove the first");
+    chainctl::deploy(&rc.admin, &two).expect("the table is free again");
+    chainctl::remove(&rc.admin, "fw2").expect("remove the second");
+
     chainctl::remove(&rc.admin, "sfc2").expect("remove the chain");
     assert!(!xdp_on(&tb, "d0"), "the fast path left d0");
+    let tables = run_in(&tb, "dut", "nft", &["list", "tables"]).unwrap();
+    assert!(!tables.contains("ferry_efw"), "{tables}");
     rc.shutdown().unwrap();
     down_and_check(tb);
 }
