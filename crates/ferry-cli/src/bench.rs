@@ -1,11 +1,15 @@
 //! `ferry bench io`: the packet-I/O baselines of this machine, side by side
-//! in one run — XDP_DROP, XDP_TX, AF_XDP RX-and-drop and AF_XDP l2fwd, at
-//! 64 B and 1500 B, each the median of several runs.
+//! in one run — XDP_DROP, XDP_TX, AF_XDP RX-and-drop, AF_XDP TX-only and
+//! AF_XDP l2fwd, at 64 B and 1500 B, each the median of several runs.
+//! l2fwd receives and transmits, so it is bounded by the lower of the
+//! RX-and-drop and TX-only rates.
 //!
 //! Topology: namespace `gen` (g0) <-> namespace `dut` (d0), one veth pair.
 //! The live-frames generator runs in `gen` pinned to CPU 0 and redirects
 //! frames out of g0; the device under test runs on d0 pinned to CPU 1;
 //! frames sent back (XDP_TX, l2fwd) are counted by an XDP drop on g0.
+//! TX-only sends from d0 on its own (no generator): one frame written into
+//! every buffer once, descriptors recycled from the completion ring.
 //! d0's receive processing (veth NAPI) runs threaded and pinned to CPU 1
 //! too, so that everything the device under test does is on CPU 1, as it
 //! would be on the core that owns a NIC queue. The generator reads the
@@ -37,23 +41,26 @@ pub enum Scenario {
     XdpDrop,
     XdpTx,
     XskRxDrop,
+    XskTxOnly,
     XskL2fwd,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 4] = [Scenario::XdpDrop, Scenario::XdpTx, Scenario::XskRxDrop, Scenario::XskL2fwd];
+    pub const ALL: [Scenario; 5] =
+        [Scenario::XdpDrop, Scenario::XdpTx, Scenario::XskRxDrop, Scenario::XskTxOnly, Scenario::XskL2fwd];
 
     pub fn name(self) -> &'static str {
         match self {
             Scenario::XdpDrop => "xdp-drop",
             Scenario::XdpTx => "xdp-tx",
             Scenario::XskRxDrop => "afxdp-rxdrop",
+            Scenario::XskTxOnly => "afxdp-txonly",
             Scenario::XskL2fwd => "afxdp-l2fwd",
         }
     }
 
     fn returns_traffic(self) -> bool {
-        matches!(self, Scenario::XdpTx | Scenario::XskL2fwd)
+        matches!(self, Scenario::XdpTx | Scenario::XskTxOnly | Scenario::XskL2fwd)
     }
 }
 
@@ -137,8 +144,29 @@ fn measure_once(
             let nf = if s == Scenario::XskRxDrop { "rxdrop" } else { "l2fwd" };
             argv(&["nf", "run", "--dev", "d0", "--warmup", &warmup, "--window", &window, "--duration", &timeout, nf])
         }
+        Scenario::XskTxOnly => {
+            let run_for = secs(total + Duration::from_millis(200));
+            let size = size.to_string();
+            argv(&[
+                "gen",
+                "txonly",
+                "--dev",
+                "d0",
+                "--size",
+                &size,
+                "--dst-mac",
+                "02:00:00:00:00:01",
+                "--warmup",
+                &warmup,
+                "--window",
+                &window,
+                "--run-for",
+                &run_for,
+            ])
+        }
     };
-    let dut = proc::spawn(&dut_ns, &dut_args, Some(1))?;
+    // TX-only sends by itself: it starts once g0 counts what arrives.
+    let dut = (s != Scenario::XskTxOnly).then(|| proc::spawn(&dut_ns, &dut_args, Some(1))).transpose()?;
     // The returning frames need an XDP program on g0 to be received there.
     let ret = if s.returns_traffic() {
         let args = argv(&[
@@ -159,15 +187,21 @@ fn measure_once(
     } else {
         None
     };
+    if s.returns_traffic() {
+        proc::wait_for_xdp(&gen_ns, "g0", Duration::from_secs(60))?;
+    }
+    if s == Scenario::XskTxOnly {
+        let dut_report = proc::spawn(&dut_ns, &dut_args, Some(1))?.wait(total + Duration::from_secs(30))?;
+        let returned = ret.expect("TX-only returns traffic").wait(total + Duration::from_secs(30))?;
+        let pps = num(&dut_report, "/window_tx") / num(&dut_report, "/window_seconds").max(1e-9);
+        return Ok((pps, 0.0, Some(num(&returned, "/pps"))));
+    }
     // Traffic starts once the DUT (and the return sink) are attached.
     proc::wait_for_xdp(&dut_ns, "d0", Duration::from_secs(60))?;
     // The testbed is reused across scenarios, so set the NAPI mode every
     // time (the setting outlives the program that made it possible).
     let napi_cpu = matches!(s, Scenario::XdpDrop | Scenario::XdpTx).then_some(1);
     proc::set_napi_thread(&dut_ns, "d0", napi_cpu)?;
-    if s.returns_traffic() {
-        proc::wait_for_xdp(&gen_ns, "g0", Duration::from_secs(60))?;
-    }
     let gen_time = secs(total + Duration::from_millis(500));
     let size = size.to_string();
     let gen_args = argv(&[
@@ -188,6 +222,7 @@ fn measure_once(
     let budget = total + Duration::from_secs(30);
     let gen_report = gen.wait(budget).context("generator")?;
     // The NF runs until stopped; its window closed while traffic flowed.
+    let dut = dut.context("the device under test runs")?;
     let dut_report = match s {
         Scenario::XskRxDrop | Scenario::XskL2fwd => dut.stop(),
         _ => dut.wait(budget),
@@ -203,7 +238,9 @@ fn measure_once(
     let dut_pps = match s {
         Scenario::XdpDrop | Scenario::XdpTx => num(&dut_report, "/pps"),
         Scenario::XskRxDrop => num(&dut_report, "/window_rx") / num(&dut_report, "/window_seconds").max(1e-9),
-        Scenario::XskL2fwd => num(&dut_report, "/window_tx") / num(&dut_report, "/window_seconds").max(1e-9),
+        Scenario::XskL2fwd | Scenario::XskTxOnly => {
+            num(&dut_report, "/window_tx") / num(&dut_report, "/window_seconds").max(1e-9)
+        }
     };
     Ok((dut_pps, num(&gen_report, "/pps"), returned))
 }

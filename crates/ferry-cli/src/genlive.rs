@@ -139,15 +139,9 @@ impl LiveGenOptions {
     /// ICMP templates are sent unchanged (no stamp: their checksums would
     /// need rewriting per packet).
     pub fn from_profile(dev: &str, p: &ferry_traffic::TrafficProfile, stream: u16, cpu: Option<usize>) -> Result<Self> {
-        use ferry_wire::{build_frame, stamp_offset, FiveTuple, L4Proto};
+        use ferry_wire::{build_frame, stamp_offset, L4Proto};
         let proto: L4Proto = p.proto.into();
-        let tuple = FiveTuple {
-            src_ip: p.src_ip.start(),
-            dst_ip: p.dst_ip.start(),
-            src_port: p.src_port.start(),
-            dst_port: p.dst_port.start(),
-            proto,
-        };
+        let tuple = p.first_tuple();
         let mut template = vec![0u8; p.frame_len];
         build_frame(&p.frame_spec(), &tuple, None, &mut template)?;
         let udp = proto == L4Proto::Udp;

@@ -24,6 +24,7 @@ pub mod serve_hybrid;
 pub mod serve_parallel;
 pub mod sink;
 pub mod top;
+pub mod txonly;
 pub mod util;
 pub mod xdprun;
 pub mod xskport;

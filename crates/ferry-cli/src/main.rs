@@ -10,7 +10,7 @@ use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
 use ferry_cli::{
     bench, benchchain, benchevnf, benchoffload, benchparallel, benchpipeline, chainctl, demo, evnfrun, genlive, genxsk,
-    nfrun, sink, xdprun,
+    nfrun, sink, txonly, xdprun,
 };
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
@@ -368,6 +368,28 @@ enum GenCmd {
         /// one burst then share a transmit time).
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=15))]
         clock_shift: u16,
+        #[arg(long)]
+        json: bool,
+    },
+    /// AF_XDP transmit only: one frame (the profile's first flow) in every
+    /// buffer, sent as fast as the socket takes it: the device's AF_XDP
+    /// transmit limit.
+    Txonly {
+        #[command(flatten)]
+        port: PortArgs,
+        #[command(flatten)]
+        profile: ProfileArgs,
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        /// Stop after this long (default: until SIGINT/SIGTERM).
+        #[arg(long = "run-for", value_parser = parse_duration)]
+        run_for: Option<Duration>,
+        /// The measurement window opens this long after the first completion...
+        #[arg(long, value_parser = parse_duration, default_value = "0s")]
+        warmup: Duration,
+        /// ...and lasts this long (default: until the process stops).
+        #[arg(long, value_parser = parse_duration)]
+        window: Option<Duration>,
         #[arg(long)]
         json: bool,
     },
@@ -740,6 +762,13 @@ fn run(cli: Cli) -> Result<()> {
             let mut opts = genlive::LiveGenOptions::from_profile(&dev, &p, stream, cpu)?;
             opts.clock_shift = clock_shift;
             let report = genlive::run(&opts)?;
+            emit(json, &report, pretty)
+        }
+        Cmd::Gen(GenCmd::Txonly { port, profile, batch, run_for, warmup, window, json }) => {
+            let p = profile.profile(&port.dev)?;
+            let frame = txonly::frame_of(&p)?;
+            let opts = txonly::TxOnlyOptions { port: port.spec(), frame, batch, duration: run_for, warmup, window };
+            let report = txonly::run(&opts)?;
             emit(json, &report, pretty)
         }
         Cmd::Gen(GenCmd::Xsk { port, profile, pcap, stream, batch, rx, rx_idle, json }) => {

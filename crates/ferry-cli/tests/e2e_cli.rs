@@ -265,7 +265,7 @@ fn bench_io_smoke() {
         "--sizes",
         "64",
         "--scenarios",
-        "xdp-drop,afxdp-rxdrop",
+        "xdp-drop,afxdp-rxdrop,afxdp-txonly",
         "--json",
         out.to_str().unwrap(),
     ]);
@@ -275,9 +275,9 @@ fn bench_io_smoke() {
     let text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
     let v: serde_json::Value = serde_json::from_str(&text).expect("bench JSON");
     let results = v["results"].as_array().unwrap_or_else(|| panic!("no results in {v:#}"));
-    assert_eq!(results.len(), 2, "{v:#}");
+    assert_eq!(results.len(), 3, "{v:#}");
     let names: Vec<&str> = results.iter().filter_map(|r| r["scenario"].as_str()).collect();
-    assert_eq!(names, ["xdp-drop", "afxdp-rxdrop"], "{v:#}");
+    assert_eq!(names, ["xdp-drop", "afxdp-rxdrop", "afxdp-txonly"], "{v:#}");
     for res in results {
         assert_eq!(res["frame_len"], 64, "{res:#}");
         let mpps = res["median_mpps"].as_f64().unwrap_or(0.0);

@@ -159,6 +159,17 @@ impl TrafficProfile {
         ferry_wire::has_stamp_room(self.proto.into(), self.frame_len)
     }
 
+    /// The 5-tuple of the profile's first flow: the start of every range.
+    pub fn first_tuple(&self) -> ferry_wire::FiveTuple {
+        ferry_wire::FiveTuple {
+            src_ip: self.src_ip.start(),
+            dst_ip: self.dst_ip.start(),
+            src_port: self.src_port.start(),
+            dst_port: self.dst_port.start(),
+            proto: self.proto.into(),
+        }
+    }
+
     /// The Ethernet-level part of the frame, for `ferry_wire::build_frame`.
     pub fn frame_spec(&self) -> FrameSpec {
         FrameSpec { src_mac: self.src_mac.0, dst_mac: self.dst_mac.0, frame_len: self.frame_len }
