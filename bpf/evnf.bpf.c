@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0)
 /*
  * The fast paths of Ferry's hybrid NFs (eVNF): eFW, eLB (forward and
- * reply halves) and eDPI. Each is an XDP program of its own; a chain is
+ * reply halves), eDPI and eNAT (outbound and inbound halves). Each is an
+ * XDP program of its own; a chain is
  * the order in ferry_ev_next, followed by tail calls through
  * ferry_ev_progs, so it changes with map updates only. The last NF routes
  * the frame out (ferry_ev_route). The control planes live in
@@ -398,7 +399,7 @@ int ferry_edpi(struct xdp_md *ctx)
 		goto counted;
 	}
 	ferry_ev_count(ctx, FERRY_EV_DPI, FERRY_DPI_C_TO_SLOW);
-	action = ferry_ev_to_slow_path(ctx, FERRY_EV_DPI);
+	action = ferry_ev_to_slow_path(ctx, FERRY_EV_DPI, XDP_PASS);
 counted:
 	slot = ferry_slot_of(action);
 out:
@@ -407,9 +408,15 @@ out:
 
 /* ---- eNAT: endpoint-independent NAT, mappings made by the slow path ---- */
 
+/*
+ * Both halves of every mapping. A plain hash, not an LRU: evicting one
+ * half would leave the other working, or live traffic refreshing a
+ * mapping whose way back is gone. Room for every port of both protocols,
+ * both halves (the process refuses a range larger than that).
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FERRY_NAT_MAP_ENTRIES);
 	__type(key, struct ferry_nat_key);
 	__type(value, struct ferry_nat_entry);
 } ferry_nat_map SEC(".maps");
@@ -459,7 +466,9 @@ int ferry_enat(struct xdp_md *ctx)
 	e = bpf_map_lookup_elem(&ferry_nat_map, &key);
 	if (!e) {
 		ferry_ev_count(ctx, FERRY_EV_NAT, FERRY_NAT_C_TO_SLOW);
-		action = ferry_ev_to_slow_path(ctx, FERRY_EV_NAT);
+		/* Untranslated, it must not leave: dropped while the process
+		 * that translates it is not there. */
+		action = ferry_ev_to_slow_path(ctx, FERRY_EV_NAT, XDP_DROP);
 		goto counted;
 	}
 	e->last_seen_ns = bpf_ktime_get_ns();

@@ -195,10 +195,12 @@ int ferry_pipeline(struct xdp_md *ctx)
 		st->recirculating = 0;
 		return ferry_exit(ctx, XDP_ABORTED, XDP_DROP);
 	case SLOW_NO_RULE:
-		action = ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_NO_RULE, st->chain, st->nf, st->stage);
+		action =
+		    ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_NO_RULE, st->chain, st->nf, st->stage, XDP_PASS);
 		break;
 	case SLOW_FORWARD:
-		action = ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_FORWARDED, st->chain, st->nf, st->stage);
+		action = ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_FORWARDED, st->chain, st->nf, st->stage,
+					    XDP_PASS);
 		break;
 	case REDIRECT:
 		action = bpf_redirect_map(&ferry_pl_devs, ifindex_out, XDP_DROP);

@@ -88,7 +88,13 @@ int ferry_gen(struct xdp_md *ctx)
 	 * under test left it: the kernel resets a recycled frame's pointers,
 	 * not its bytes. An NF that rewrites headers (a NAT, a router's TTL
 	 * and MACs) would otherwise see its own output again. */
-	if (cfg->headers_len == FERRY_GEN_HEADERS_UDP) {
+	if (cfg->headers_len == FERRY_GEN_HEADERS_TCP) {
+		if (data + FERRY_GEN_HEADERS_TCP > end) {
+			slot = FERRY_SLOT_MALFORMED;
+			goto out;
+		}
+		__builtin_memcpy(data, cfg->headers, FERRY_GEN_HEADERS_TCP);
+	} else if (cfg->headers_len == FERRY_GEN_HEADERS_UDP) {
 		if (data + FERRY_GEN_HEADERS_UDP > end) {
 			slot = FERRY_SLOT_MALFORMED;
 			goto out;

@@ -39,6 +39,7 @@ _Static_assert(sizeof(struct ferry_verdicts) == 96, "ferry_verdicts layout");
 #define FERRY_GEN_HEADERS_MAX 64
 #define FERRY_GEN_HEADERS_IP 34
 #define FERRY_GEN_HEADERS_UDP 42
+#define FERRY_GEN_HEADERS_TCP 54
 struct ferry_gen_config {
 	__u32 ifindex;	    /* device the frames are redirected out of */
 	__u16 stream;	    /* stamp stream id of this generator thread */
@@ -50,8 +51,8 @@ struct ferry_gen_config {
 	__u64 interval_ns;  /* pacing: at most one frame per interval (0: none) */
 	__u64 limit;	    /* frames to send in all (0: no limit) */
 	/* Headers written back into every frame before it goes out: 0, or
-	 * FERRY_GEN_HEADERS_IP (Ethernet + IPv4) or FERRY_GEN_HEADERS_UDP
-	 * (and UDP) bytes of `headers`. */
+	 * FERRY_GEN_HEADERS_IP (Ethernet + IPv4), FERRY_GEN_HEADERS_UDP (and
+	 * UDP) or FERRY_GEN_HEADERS_TCP (and TCP) bytes of `headers`. */
 	__u32 headers_len;
 	__u32 _pad;
 	__u8 headers[FERRY_GEN_HEADERS_MAX];
@@ -366,6 +367,8 @@ struct ferry_dpi_bypass {
 #define FERRY_NATR_C_MALFORMED 2
 #define FERRY_NAT_OUT 0
 #define FERRY_NAT_IN 1
+/* ferry_nat_map's size: 2 halves x 2 protocols x 65536 ports. */
+#define FERRY_NAT_MAP_ENTRIES 262144
 /*
  * A NAT mapping's key: the inside endpoint (FERRY_NAT_OUT) or the public
  * one (FERRY_NAT_IN), network order. Endpoint-independent (RFC 4787): no

@@ -120,10 +120,11 @@ static __always_inline int ferry_ev_continue(struct xdp_md *ctx, __u32 nf)
 	return ferry_ev_route(ctx);
 }
 
-/* The hybrid NFs' slow path: ferry_to_slow_path, naming the NF. */
-static __always_inline int ferry_ev_to_slow_path(struct xdp_md *ctx, __u32 nf)
+/* The hybrid NFs' slow path: ferry_to_slow_path, naming the NF; `unbound`
+ * is what happens while no socket is bound (see there). */
+static __always_inline int ferry_ev_to_slow_path(struct xdp_md *ctx, __u32 nf, __u64 unbound)
 {
-	return ferry_to_slow_path(ctx, &ferry_ev_xsks, FERRY_SLOW_NO_RULE, 0, nf, 0);
+	return ferry_to_slow_path(ctx, &ferry_ev_xsks, FERRY_SLOW_NO_RULE, 0, nf, 0, unbound);
 }
 
 #endif

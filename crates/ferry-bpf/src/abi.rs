@@ -50,7 +50,7 @@ pub struct GenConfig {
     /// Frames to send in all (0: no limit).
     pub limit: u64,
     /// Bytes of `headers` written back into every frame before it goes
-    /// out: 0, [`GEN_HEADERS_IP`] or [`GEN_HEADERS_UDP`].
+    /// out: 0, [`GEN_HEADERS_IP`], [`GEN_HEADERS_UDP`] or [`GEN_HEADERS_TCP`].
     pub headers_len: u32,
     pub _pad: u32,
     pub headers: [u8; GEN_HEADERS_MAX],
@@ -61,6 +61,7 @@ const _: () = assert!(std::mem::size_of::<GenConfig>() == 104);
 pub const GEN_HEADERS_MAX: usize = 64;
 pub const GEN_HEADERS_IP: u32 = 34;
 pub const GEN_HEADERS_UDP: u32 = 42;
+pub const GEN_HEADERS_TCP: u32 = 54;
 
 impl Default for GenConfig {
     fn default() -> Self {
@@ -82,11 +83,11 @@ impl Default for GenConfig {
 }
 
 impl GenConfig {
-    /// Writes the first `len` bytes of `template` ([`GEN_HEADERS_IP`] or
-    /// [`GEN_HEADERS_UDP`]) back into every frame.
+    /// Writes the first `len` bytes of `template` ([`GEN_HEADERS_IP`],
+    /// [`GEN_HEADERS_UDP`] or [`GEN_HEADERS_TCP`]) back into every frame.
     pub fn with_headers(mut self, template: &[u8], len: u32) -> GenConfig {
         let n = len as usize;
-        if (len == GEN_HEADERS_IP || len == GEN_HEADERS_UDP) && template.len() >= n {
+        if [GEN_HEADERS_IP, GEN_HEADERS_UDP, GEN_HEADERS_TCP].contains(&len) && template.len() >= n {
             self.headers[..n].copy_from_slice(&template[..n]);
             self.headers_len = len;
         }

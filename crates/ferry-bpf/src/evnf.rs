@@ -1,6 +1,6 @@
 //! The fast paths of the hybrid NFs (`bpf/evnf.bpf.c`): typed mirrors of
 //! the map layouts in `ferry_abi.h`, and [`Evnf`], the loaded object with
-//! its four programs (eFW, eLB, eLB reply, eDPI). A chain of them is the
+//! its six programs (eFW, eLB, eLB reply, eDPI, eNAT, eNAT reply). A chain of them is the
 //! next-NF table, changed with map updates; the control planes that fill
 //! the tables are in `crates/ferry-evnf`.
 
@@ -197,6 +197,8 @@ pub struct DpiBypass {
 /// `FERRY_NAT_OUT`, `FERRY_NAT_IN`: which endpoint a NAT key holds.
 pub const NAT_OUT: u8 = 0;
 pub const NAT_IN: u8 = 1;
+/// `FERRY_NAT_MAP_ENTRIES`: both halves of every port of both protocols.
+pub const NAT_MAP_ENTRIES: u32 = 4 * 65536;
 
 /// `struct ferry_nat_key`: an endpoint, network order.
 #[repr(C)]
@@ -257,7 +259,7 @@ unsafe impl aya::Pod for DpiBypass {}
 unsafe impl aya::Pod for NatKey {}
 unsafe impl aya::Pod for NatEntry {}
 
-/// The loaded eVNF object: all four programs, one set of maps. Whoever
+/// The loaded eVNF object: all six programs, one set of maps. Whoever
 /// loads it holds the programs, the chaining table and the socket map;
 /// the control maps ([`EvnfMaps`]) can be handed on as fds.
 pub struct Evnf {

@@ -30,7 +30,7 @@ const CONTROL_MAPS: [(&str, MapType); 11] = [
     ("ferry_lb_replies", MapType::LruHash),
     ("ferry_lb_backend_stats", MapType::PerCpuArray),
     ("ferry_dpi_bypass", MapType::LruHash),
-    ("ferry_nat_map", MapType::LruHash),
+    ("ferry_nat_map", MapType::Hash),
 ];
 
 /// The per-NF counters, which every control plane holds.

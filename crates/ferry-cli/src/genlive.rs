@@ -57,16 +57,23 @@ const FLAT_OUT_BATCH: u32 = 256;
 const CALL_SECONDS: f64 = 0.5;
 
 /// How much of `template` the program writes back into every frame: the
-/// Ethernet and IPv4 headers, and the UDP header of a UDP frame (a device
-/// under test that rewrites them would otherwise get its own output back
-/// from the recycled page).
+/// Ethernet and IPv4 headers, and the UDP or TCP header after them (a
+/// device under test that rewrites them would otherwise get its own output
+/// back from the recycled page). A template the generator cannot restore
+/// (VLAN, IP options) is said so once.
 fn headers_len(template: &[u8]) -> u32 {
-    use ferry_bpf::abi::{GEN_HEADERS_IP, GEN_HEADERS_UDP};
-    match ferry_wire::flow::parse(template) {
-        Ok(f) if f.is_ipv4 && f.l4_offset == Some(GEN_HEADERS_IP as usize) && f.proto == 17 => GEN_HEADERS_UDP,
-        Ok(f) if f.is_ipv4 && f.l4_offset == Some(GEN_HEADERS_IP as usize) => GEN_HEADERS_IP,
+    use ferry_bpf::abi::{GEN_HEADERS_IP, GEN_HEADERS_TCP, GEN_HEADERS_UDP};
+    let plain = |f: &ferry_wire::flow::Flow| f.is_ipv4 && f.l4_offset == Some(GEN_HEADERS_IP as usize);
+    let len = match ferry_wire::flow::parse(template) {
+        Ok(f) if plain(&f) && f.proto == 17 => GEN_HEADERS_UDP,
+        Ok(f) if plain(&f) && f.proto == 6 && template.len() >= GEN_HEADERS_TCP as usize => GEN_HEADERS_TCP,
+        Ok(f) if plain(&f) => GEN_HEADERS_IP,
         _ => 0,
+    };
+    if len == 0 {
+        eprintln!("ferry: gen live: this template's headers are not written back into each frame");
     }
+    len
 }
 
 pub fn run(opts: &LiveGenOptions) -> Result<LiveGenReport> {

@@ -66,9 +66,17 @@ fn enat_maps_and_filters_independently_of_the_endpoint() {
     let b1_web = Nginx::start(&tb, "b1", "10.10.2.11:80".parse().unwrap(), "b1", NginxOpts::default()).expect("nginx");
     let dir = TempDir::new("enat");
     let config = dir.path("nat.yaml");
-    std::fs::write(&config, "nat:\n  public_ip: 10.10.2.1\n  ports: 20000-20099\n  idle_timeout_s: 2\n").unwrap();
+    // Mappings expire 10 s after their last outbound frame: long enough
+    // that no stall of a loaded machine ends one the test still uses.
+    std::fs::write(&config, "nat:\n  public_ip: 10.10.2.1\n  ports: 20000-20099\n  idle_timeout_s: 10\n").unwrap();
     let (mut rc, _) = start(&dir, &chain(tb.ns_name("dut"), &config.display().to_string()));
-    let st = rc.wait_connected(HANG_GUARD).unwrap();
+    rc.wait_connected(HANG_GUARD).unwrap();
+    // The slow path's socket takes frames once the NF's thread has filled
+    // its fill ring (in its first loop).
+    let st = wait_for("the eNAT's thread receiving", || {
+        let s = rc.status().ok()?;
+        s.nfs.iter().all(|n| n.rings.iter().all(|r| r.loops >= 2)).then_some(s)
+    });
     let pid = pid_of(&st, "nat");
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let cap = status.lines().find(|l| l.starts_with("CapEff:")).unwrap();

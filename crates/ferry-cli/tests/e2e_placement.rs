@@ -357,11 +357,12 @@ fn bench_offload_smoke() {
     let out = std::process::Command::new(FERRY).args(args).output().expect("run ferry bench offload");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("firewall") && stdout.contains("nat") && stdout.contains("ratio"), "{stdout}");
+    assert!(stdout.contains("firewall") && stdout.contains("ratio"), "{stdout}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let variants: Vec<&str> = v["samples"].as_array().unwrap().iter().map(|s| s["variant"].as_str().unwrap()).collect();
     assert_eq!(variants, ["software", "placed", "software", "placed"], "{v}");
-    assert_eq!(v["rows"].as_array().unwrap().len(), 2, "{v}");
+    let rows: Vec<&str> = v["rows"].as_array().unwrap().iter().map(|r| r["scenario"].as_str().unwrap()).collect();
+    assert_eq!(rows, ["firewall", "nat"], "{v}");
     // Frames went through every variant (the sink saw stamped ones).
     for s in v["samples"].as_array().unwrap() {
         assert!(s["p50_us"].is_number(), "{s}");

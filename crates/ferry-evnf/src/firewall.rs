@@ -92,6 +92,8 @@ fn declared_tables(ruleset: &str) -> Vec<String> {
         .filter_map(|l| {
             let mut w = l.split_whitespace();
             match (w.next(), w.next(), w.next()) {
+                // `table NAME {` leaves out the family, which is then ip.
+                (Some("table"), Some(name), None | Some("{")) => Some(format!("ip {}", name.trim_end_matches('{'))),
                 (Some("table"), Some(family), Some(name)) => {
                     Some(format!("{family} {}", name.trim_end_matches('{').trim()))
                 }
@@ -186,7 +188,11 @@ mod tests {
 
     #[test]
     fn finds_declared_tables() {
-        let rs = "table inet ferry_fw {\n  chain input { }\n}\ntable ip nat_x{\n}\n  # table bogus\n";
-        assert_eq!(declared_tables(rs), vec!["inet ferry_fw".to_string(), "ip nat_x".to_string()]);
+        let rs =
+            "table inet ferry_fw {\n  chain input { }\n}\ntable ip nat_x{\n}\n  # table bogus\ntable filter {\n}\n";
+        assert_eq!(
+            declared_tables(rs),
+            vec!["inet ferry_fw".to_string(), "ip nat_x".to_string(), "ip filter".to_string()]
+        );
     }
 }

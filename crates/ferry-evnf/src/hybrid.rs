@@ -94,6 +94,11 @@ impl<K: Pod + Eq + Hash + Send + 'static, V: Stamped + Send + 'static> FastTable
         Ok(self.table.remove(key, Update::Blocking)?)
     }
 
+    /// One entry as the data path holds it now.
+    pub fn get(&self, key: &K) -> Result<Option<V>, EvnfError> {
+        Ok(self.table.get_in_kernel(key)?)
+    }
+
     /// What the data path holds now, with its statistics.
     pub fn entries(&self) -> Vec<(K, V)> {
         self.table.entries_in_kernel()

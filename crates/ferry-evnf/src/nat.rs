@@ -47,6 +47,8 @@ pub struct Nat {
     made: u64,
     expired: u64,
     exhausted: u64,
+    /// Mappings the fast path's table would not take.
+    errors: u64,
     refused: u64,
 }
 
@@ -78,17 +80,40 @@ impl Nat {
             made: 0,
             expired: 0,
             exhausted: 0,
+            errors: 0,
             refused: 0,
         };
-        // A restarted control plane takes over the mappings the fast path
-        // still holds, so it never hands out a port that is in use.
-        for (k, v) in nat.table.entries() {
-            if let Some((t, inside, port)) = outbound(&k, &v) {
-                nat.public_of.insert((t, inside), port);
-                nat.inside_of.insert((t, port), inside);
+        nat.adopt()?;
+        Ok(nat)
+    }
+
+    /// Takes over the mappings the fast path holds (a restarted control
+    /// plane), so it never hands out a port in use. A mapping that does not
+    /// fit the configuration now (another public address, a port out of
+    /// the range) or lacks a half is removed, both halves.
+    fn adopt(&mut self) -> Result<(), EvnfError> {
+        let entries = self.table.entries();
+        let (first, last) = self.ports;
+        let mut kept: Vec<NatKey> = Vec::new();
+        for (k, v) in &entries {
+            let Some((t, inside, port)) = outbound(k, v) else { continue };
+            let public = Ipv4Addr::from(v.addr.to_ne_bytes());
+            let back = in_key(t, public, port);
+            let whole = self.table.get(&back)?.is_some_and(|b| {
+                Ipv4Addr::from(b.addr.to_ne_bytes()) == inside.ip && u16::from_be(b.port) == inside.port
+            });
+            if whole && public == self.spec.public_ip && (first..=last).contains(&port) {
+                self.public_of.insert((t, inside), port);
+                self.inside_of.insert((t, port), inside);
+                kept.extend([*k, back]);
             }
         }
-        Ok(nat)
+        for (k, _) in entries {
+            if !kept.contains(&k) {
+                self.table.remove(&k)?;
+            }
+        }
+        Ok(())
     }
 
     /// A free public port of `t`, searched from the cursor on.
@@ -122,7 +147,7 @@ impl Nat {
         if let Err(e) = installed {
             tracing::warn!("eNAT: mapping {inside:?} -> {port}: {e}");
             let _ = self.table.remove(&in_key(t, public_ip, port));
-            self.exhausted += 1;
+            self.errors += 1;
             return None;
         }
         if known.is_none() {
@@ -190,14 +215,19 @@ impl HybridNf for Nat {
             .filter_map(|(k, v)| outbound(&k, &v))
             .collect();
         for (t, inside, port) in stale {
-            self.end(t, inside, port)?;
+            // Traffic may have refreshed it since the snapshot.
+            let now_seen = self.table.get(&out_key(t, inside))?.map_or(0, |v| v.last_seen_ns);
+            if now_ns.saturating_sub(now_seen) > idle {
+                self.end(t, inside, port)?;
+            }
         }
         Ok(())
     }
 
-    /// `mappings`, `mappings_made`, `mappings_expired`, `ports_exhausted`.
+    /// `mappings`, `mappings_made`, `mappings_expired`, `ports_exhausted`,
+    /// `mapping_errors`.
     fn control_counters(&self) -> Vec<u64> {
-        vec![self.public_of.len() as u64, self.made, self.expired, self.exhausted]
+        vec![self.public_of.len() as u64, self.made, self.expired, self.exhausted, self.errors]
     }
 
     fn report(&self, fast: &EvnfMaps) -> serde_json::Value {
@@ -210,6 +240,7 @@ impl HybridNf for Nat {
             "made": self.made,
             "expired": self.expired,
             "ports_exhausted": self.exhausted,
+            "mapping_errors": self.errors,
             "refused": self.refused,
         })
     }

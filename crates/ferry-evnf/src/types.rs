@@ -89,7 +89,7 @@ pub const TYPES: [HybridType; 4] = [
             Element { name: "ip-classifier", offload: Offload::Full },
             Element { name: "ip-rewriter", offload: Offload::Partial },
         ],
-        control_counters: &["mappings", "mappings_made", "mappings_expired", "ports_exhausted"],
+        control_counters: &["mappings", "mappings_made", "mappings_expired", "ports_exhausted", "mapping_errors"],
         args: &[
             CONFIG,
             ArgSpec {

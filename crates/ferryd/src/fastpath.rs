@@ -108,8 +108,9 @@ pub fn flow_statuses(entries: Vec<(FlowKey, PlCount)>) -> (u64, Vec<FlowStatus>)
     let mut by_flow: BTreeMap<(u32, u32, u16, u16, u8), PlCount> = BTreeMap::new();
     for (k, c) in entries {
         let sum = by_flow.entry((k.saddr, k.daddr, k.sport, k.dport, k.proto)).or_default();
-        sum.packets += c.packets;
-        sum.bytes += c.bytes;
+        // A process NF wrote these: sums must not overflow.
+        sum.packets = sum.packets.saturating_add(c.packets);
+        sum.bytes = sum.bytes.saturating_add(c.bytes);
     }
     let mut flows: Vec<FlowStatus> = by_flow
         .into_iter()

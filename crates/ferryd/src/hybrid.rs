@@ -130,17 +130,31 @@ fn fast_path(kind: &str) -> Result<EvNf> {
 }
 
 /// ferryd applies an eFW's nftables ruleset as root: its file must be
-/// root's, and writable by nobody else.
+/// root's and writable by no one else, not a symlink, and in a directory
+/// only root can change (so nobody swaps the file between this check and
+/// the read).
 fn trusted_by_root(file: &std::path::Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(file).with_context(|| format!("{}", file.display()))?;
-    if m.uid() != 0 || m.mode() & 0o022 != 0 {
+    let m = std::fs::symlink_metadata(file).with_context(|| format!("{}", file.display()))?;
+    if m.file_type().is_symlink() || m.uid() != 0 || m.mode() & 0o022 != 0 {
         bail!(
-            "{}: ferryd applies its nftables ruleset as root, so the file must be root's and writable by no one else \
-             (owner uid {}, mode {:o})",
+            "{}: ferryd applies its nftables ruleset as root, so the file must be root's, writable by no one else \
+             and not a symlink (owner uid {}, mode {:o})",
             file.display(),
             m.uid(),
             m.mode() & 0o7777
+        );
+    }
+    let dir = file.parent().unwrap_or(std::path::Path::new("/"));
+    let d = std::fs::metadata(dir).with_context(|| format!("{}", dir.display()))?;
+    if d.uid() != 0 || d.mode() & 0o022 != 0 {
+        bail!(
+            "{}: ferryd applies its nftables ruleset as root, so its directory {} must be root's and writable by no \
+             one else (owner uid {}, mode {:o})",
+            file.display(),
+            dir.display(),
+            d.uid(),
+            d.mode() & 0o7777
         );
     }
     Ok(())
@@ -171,13 +185,23 @@ mod tests {
         if unsafe { libc::geteuid() } != 0 {
             return;
         }
-        let file = std::env::temp_dir().join(format!("ferryd-trust-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("ferryd-trust-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let file = dir.join("fw.yaml");
         std::fs::write(&file, "firewall: {}\n").unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(trusted_by_root(&file).is_ok());
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o664)).unwrap();
         let e = trusted_by_root(&file).unwrap_err().to_string();
         assert!(e.contains("writable by no one else") && e.contains("mode 664"), "{e}");
-        std::fs::remove_file(&file).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let link = dir.join("link.yaml");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert!(trusted_by_root(&link).unwrap_err().to_string().contains("not a symlink"));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = trusted_by_root(&file).unwrap_err().to_string();
+        assert!(e.contains("its directory") && e.contains("mode 777"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
