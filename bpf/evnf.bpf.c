@@ -265,9 +265,7 @@ int ferry_elb(struct xdp_md *ctx)
 	vk.proto = p.proto;
 	/* Fragments are not balanced (later pieces carry no ports); they go
 	 * on down the chain unchanged. (Katran drops them instead.) */
-	vip = (p.ip4 && p.l4 && !p.fragment && (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP))
-		  ? bpf_map_lookup_elem(&ferry_lb_vips, &vk)
-		  : NULL;
+	vip = (ferry_ev_has_ports(&p) && !p.fragment) ? bpf_map_lookup_elem(&ferry_lb_vips, &vk) : NULL;
 	if (!vip) {
 		ferry_ev_count(ctx, FERRY_EV_LB, FERRY_LB_C_NOT_VIP);
 		action = ferry_ev_continue(ctx, FERRY_EV_LB);
@@ -333,7 +331,7 @@ int ferry_elb_reply(struct xdp_md *ctx)
 		slot = FERRY_SLOT_MALFORMED;
 		goto out;
 	}
-	if (p.ip4 && p.l4 && (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP)) {
+	if (ferry_ev_has_ports(&p)) {
 		ferry_ev_flow_of(&p, &flow);
 		reply = bpf_map_lookup_elem(&ferry_lb_replies, &flow);
 	}
@@ -383,7 +381,7 @@ int ferry_edpi(struct xdp_md *ctx)
 		slot = FERRY_SLOT_MALFORMED;
 		goto out;
 	}
-	if (!p.ip4 || !p.l4 || (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)) {
+	if (!ferry_ev_has_ports(&p)) {
 		ferry_ev_count(ctx, FERRY_EV_DPI, FERRY_DPI_C_NOT_INSPECTED);
 		action = ferry_ev_continue(ctx, FERRY_EV_DPI);
 		goto counted;
@@ -421,12 +419,6 @@ struct {
 	__type(value, struct ferry_nat_entry);
 } ferry_nat_map SEC(".maps");
 
-/* IPv4 TCP or UDP, the frames a NAT translates. */
-static __always_inline int ferry_nat_translatable(const struct ferry_pkt *p)
-{
-	return p->ip4 && p->l4 && (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP);
-}
-
 /*
  * Outbound, on the inside port: a frame whose inside endpoint has a
  * mapping leaves with the public endpoint as its source; the first frame
@@ -454,7 +446,7 @@ int ferry_enat(struct xdp_md *ctx)
 		action = XDP_DROP;
 		goto counted;
 	}
-	if (!ferry_nat_translatable(&p)) {
+	if (!ferry_ev_has_ports(&p)) {
 		ferry_ev_count(ctx, FERRY_EV_NAT, FERRY_NAT_C_NOT_NATTED);
 		action = ferry_ev_continue(ctx, FERRY_EV_NAT);
 		goto counted;
@@ -504,7 +496,7 @@ int ferry_enat_reply(struct xdp_md *ctx)
 		slot = FERRY_SLOT_MALFORMED;
 		goto out;
 	}
-	if (ferry_nat_translatable(&p) && !p.fragment) {
+	if (ferry_ev_has_ports(&p) && !p.fragment) {
 		key.addr = p.daddr;
 		key.port = p.dport;
 		key.proto = p.proto;

@@ -69,6 +69,13 @@ static __always_inline int ferry_ev_parse(struct xdp_md *ctx, struct ferry_pkt *
 	return p->ok;
 }
 
+/* An IPv4 TCP or UDP frame with its L4 header: one with ports to match,
+ * balance, bypass or translate. */
+static __always_inline int ferry_ev_has_ports(const struct ferry_pkt *p)
+{
+	return p->ip4 && p->l4 && (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP);
+}
+
 /* The directional 5-tuple of a parsed IPv4 frame. */
 static __always_inline void ferry_ev_flow_of(const struct ferry_pkt *p, struct ferry_ev_flow *f)
 {

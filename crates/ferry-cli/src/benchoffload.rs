@@ -293,20 +293,10 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
     std::fs::write(dir.join("ips.rules"), IPS_RULES)?;
     std::fs::write(dir.join("nat.yaml"), format!("nat:\n  public_ip: {NAT_PUBLIC}\n  ports: 20000-29999\n"))?;
     if o.scenarios.iter().any(|s| s == "nat") {
-        let run_in_dut = |program: &str, args: &[&str]| -> Result<()> {
-            let out = tb.exec("dut", program, args).output().with_context(|| format!("running {program}"))?;
-            anyhow::ensure!(
-                out.status.success(),
-                "{program} {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Ok(())
-        };
         for args in NAT_ROUTING {
-            run_in_dut("ip", args)?;
+            crate::evnfproc::run_in(&tb, "dut", "ip", args)?;
         }
-        run_in_dut("sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+        crate::evnfproc::run_in(&tb, "dut", "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
     }
     let mut samples = Vec::new();
     let result = (|| -> Result<()> {

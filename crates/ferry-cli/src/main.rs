@@ -156,12 +156,8 @@ enum NfCmd {
         /// Stop after this long (default: until SIGINT/SIGTERM).
         #[arg(long, value_parser = parse_duration)]
         duration: Option<Duration>,
-        /// The measurement window opens this long after the first frame...
-        #[arg(long, value_parser = parse_duration, default_value = "0s")]
-        warmup: Duration,
-        /// ...and lasts this long (default: until the process stops).
-        #[arg(long, value_parser = parse_duration)]
-        window: Option<Duration>,
+        #[command(flatten)]
+        measure: WindowArgs,
         #[arg(long)]
         json: bool,
         /// NFs and their arguments; separate NFs with `--`.
@@ -261,19 +257,26 @@ enum XdpCmd {
         prog: String,
         #[arg(long, default_value = "driver")]
         mode: AttachMode,
-        /// The measurement window opens this long after the first frame...
-        #[arg(long, value_parser = parse_duration, default_value = "0s")]
-        warmup: Duration,
-        /// ...and lasts this long; then the program is detached and the
-        /// report printed (default: until SIGINT/SIGTERM).
-        #[arg(long, value_parser = parse_duration)]
-        window: Option<Duration>,
+        // After the window the program is detached and the report printed.
+        #[command(flatten)]
+        measure: WindowArgs,
         /// Give up (and report) after this long even without a window.
         #[arg(long, value_parser = parse_duration)]
         timeout: Option<Duration>,
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A measurement window: what a run reports is counted in it.
+#[derive(Args, Clone)]
+struct WindowArgs {
+    /// The measurement window opens this long after the first frame...
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    warmup: Duration,
+    /// ...and lasts this long (default: until the run ends).
+    #[arg(long, value_parser = parse_duration)]
+    window: Option<Duration>,
 }
 
 #[derive(Args, Clone)]
@@ -384,12 +387,8 @@ enum GenCmd {
         /// Stop after this long (default: until SIGINT/SIGTERM).
         #[arg(long = "run-for", value_parser = parse_duration)]
         run_for: Option<Duration>,
-        /// The measurement window opens this long after the first completion...
-        #[arg(long, value_parser = parse_duration, default_value = "0s")]
-        warmup: Duration,
-        /// ...and lasts this long (default: until the process stops).
-        #[arg(long, value_parser = parse_duration)]
-        window: Option<Duration>,
+        #[command(flatten)]
+        measure: WindowArgs,
         #[arg(long)]
         json: bool,
     },
@@ -744,7 +743,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Nf(NfCmd::Run { port, batch, duration, warmup, window, json, nfs }) => {
+        Cmd::Nf(NfCmd::Run { port, batch, duration, measure: WindowArgs { warmup, window }, json, nfs }) => {
             let mut built = Vec::new();
             for group in split_nf_args(&nfs) {
                 built.push(ferry_nf::by_name(group[0], &group[1..])?);
@@ -753,7 +752,7 @@ fn run(cli: Cli) -> Result<()> {
             let report = nfrun::run(&opts, built)?;
             emit(json, &report, pretty)
         }
-        Cmd::Xdp(XdpCmd::Run { dev, prog, mode, warmup, window, timeout, json }) => {
+        Cmd::Xdp(XdpCmd::Run { dev, prog, mode, measure: WindowArgs { warmup, window }, timeout, json }) => {
             let report = xdprun::run(&dev, &prog, mode, warmup, window, timeout)?;
             emit(json, &report, pretty)
         }
@@ -764,7 +763,7 @@ fn run(cli: Cli) -> Result<()> {
             let report = genlive::run(&opts)?;
             emit(json, &report, pretty)
         }
-        Cmd::Gen(GenCmd::Txonly { port, profile, batch, run_for, warmup, window, json }) => {
+        Cmd::Gen(GenCmd::Txonly { port, profile, batch, run_for, measure: WindowArgs { warmup, window }, json }) => {
             let p = profile.profile(&port.dev)?;
             let frame = txonly::frame_of(&p)?;
             let opts = txonly::TxOnlyOptions { port: port.spec(), frame, batch, duration: run_for, warmup, window };

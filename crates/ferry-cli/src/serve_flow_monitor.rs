@@ -8,8 +8,7 @@
 
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
@@ -70,14 +69,7 @@ fn count_flows(mut th: NfThread, mut table: FlowTable) {
     let mut nf =
         FlowMonitor::with_flows(mine.map(|(k, c)| (from_table(&k), FlowCount { packets: c.packets, bytes: c.bytes })));
     // Wake the thread when no frames come, so the last counts get out.
-    let stop = Arc::new(AtomicBool::new(false));
-    let (waker, flag) = (th.waker(), stop.clone());
-    let ticker = std::thread::spawn(move || {
-        while !flag.load(Ordering::Relaxed) {
-            std::thread::sleep(EXPORT_EVERY);
-            waker.wake();
-        }
-    });
+    let ticker = th.waker().every(EXPORT_EVERY);
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     let mut exported = Instant::now();
     while th.recv_burst(&mut burst, BURST).is_ok() {
@@ -96,8 +88,7 @@ fn count_flows(mut th: NfThread, mut table: FlowTable) {
         }
     }
     export(&mut nf, &mut table, config);
-    stop.store(true, Ordering::Relaxed);
-    let _ = ticker.join();
+    drop(ticker);
 }
 
 fn export(nf: &mut FlowMonitor, table: &mut FlowTable, config: u32) {

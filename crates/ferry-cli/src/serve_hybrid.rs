@@ -11,8 +11,6 @@
 //! send them on to their kernel hop.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
@@ -42,21 +40,14 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
 
 /// Serves timers until ferryd stops the NF.
 fn run(mut th: NfThread, t: &HybridType, control: &mut dyn HybridNf, maps: &mut EvnfMaps) -> Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (waker, flag) = (th.waker(), stop.clone());
-    let ticker = std::thread::spawn(move || {
-        while !flag.load(Ordering::Relaxed) {
-            std::thread::sleep(WAKE_EVERY);
-            waker.wake();
-        }
-    });
+    let _ticker = th.waker().every(WAKE_EVERY);
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     let mut next_tick = 0u64;
     // Only the slow path's socket feeds the thread.
     let meta = SlowMeta { reason: SLOW_NO_RULE, ..Default::default() };
-    let result = loop {
+    loop {
         if th.recv_burst(&mut burst, BURST).is_err() {
-            break Ok(());
+            return Ok(());
         }
         for mut pkt in burst.drain(..) {
             match control.on_slow_path(maps, pkt.data_mut(), meta) {
@@ -67,27 +58,23 @@ fn run(mut th: NfThread, t: &HybridType, control: &mut dyn HybridNf, maps: &mut 
         }
         let now = monotonic_ns();
         if now >= next_tick {
-            if let Err(e) = control.on_tick(maps, now) {
-                break Err(anyhow!("{}: {e}", control.name()));
-            }
+            control.on_tick(maps, now).map_err(|e| anyhow!("{}: {e}", control.name()))?;
             next_tick = now + control.tick_interval().as_nanos() as u64;
         }
+        // Once per burst (or wake-up), so the counters are current as soon
+        // as a burst is handled.
         publish(&th, t, control, maps);
-    };
-    stop.store(true, Ordering::Relaxed);
-    let _ = ticker.join();
-    result
+    }
 }
 
-/// The fast paths' counters (packets, summed over CPUs), then the control
-/// plane's, in the order the type declares them.
+/// The fast paths' counters (packets, summed over CPUs; 0 for a counter
+/// that could not be read), then the control plane's, in the order the
+/// type declares them.
 fn publish(th: &NfThread, t: &HybridType, control: &dyn HybridNf, maps: &EvnfMaps) {
     let mut values: Vec<u64> = Vec::new();
     for f in t.fast_paths {
         let counters = maps.counters(*f).unwrap_or_default();
-        values.extend(
-            f.counter_names().iter().map(|n| counters.iter().find(|(c, _)| c == n).map_or(0, |(_, v)| v.packets)),
-        );
+        values.extend((0..f.counter_names().len()).map(|i| counters.get(i).map_or(0, |(_, c)| c.packets)));
     }
     values.extend(control.control_counters());
     for (i, v) in values.into_iter().enumerate() {

@@ -78,9 +78,7 @@ fn enat_maps_and_filters_independently_of_the_endpoint() {
         s.nfs.iter().all(|n| n.rings.iter().all(|r| r.loops >= 2)).then_some(s)
     });
     let pid = pid_of(&st, "nat");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let cap = status.lines().find(|l| l.starts_with("CapEff:")).unwrap();
-    assert!(cap.ends_with("0000000000000000"), "the eNAT's process has no capability: {cap}");
+    assert_eq!(proc_status(pid, "CapEff:"), ["0000000000000000"], "the eNAT's process has no capability");
 
     let (client_ns, b1_ns, b2_ns) = (tb.ns_name("client"), tb.ns_name("b1"), tb.ns_name("b2"));
     let client = udp(client_ns, "10.10.1.2:5555");
@@ -110,7 +108,13 @@ fn enat_maps_and_filters_independently_of_the_endpoint() {
         assert_eq!((r.status, r.body.trim()), (200, "backend b1"));
     }
     let c = |s: &Status, name: &str| common::chain::c(s, "nat", name);
-    let s = rc.status().unwrap();
+    // The process publishes its counters after each burst it handled:
+    // wait for the one after the last slow-path frame.
+    let s = wait_for("the eNAT's counters published", || {
+        let s = rc.status().ok()?;
+        let done = c(&s, "mappings_made") >= 11 && c(&s, "to_slow_path") >= 11;
+        (done && c(&s, "rx_port") == c(&s, "to_kernel")).then_some(s)
+    });
     assert!(c(&s, "mappings_made") >= 11 && c(&s, "to_slow_path") >= 11, "{s:?}");
     // One datagram and at least three frames per connection after its
     // SYN, each way, translated in XDP.

@@ -32,8 +32,13 @@ const CONFIG: ArgSpec = ArgSpec {
     help: "an eVNF file (examples/evnf/*.yaml), absolute path; the NF reads its own section of it",
 };
 
-/// The argument that names an eLB's reply ports.
+/// The argument that names the ports where an NF's other direction
+/// arrives (the eLB's backends, the eNAT's outside).
 pub const REPLY_PORTS: &str = "reply_ports";
+
+const fn reply_ports(help: &'static str) -> ArgSpec {
+    ArgSpec { key: REPLY_PORTS, ty: ArgType::Text, default: None, help }
+}
 
 pub const TYPES: [HybridType; 4] = [
     HybridType {
@@ -57,13 +62,9 @@ pub const TYPES: [HybridType; 4] = [
         control_counters: &["conns_open", "conns_expired"],
         args: &[
             CONFIG,
-            ArgSpec {
-                key: REPLY_PORTS,
-                ty: ArgType::Text,
-                default: None,
-                help:
-                    "the chain's ports where backends' replies arrive, comma-separated (the reverse rewrite runs there)",
-            },
+            reply_ports(
+                "the chain's ports where backends' replies arrive, comma-separated (the reverse rewrite runs there)",
+            ),
         ],
         section: "balancer",
         slow_path: false,
@@ -90,15 +91,7 @@ pub const TYPES: [HybridType; 4] = [
             Element { name: "ip-rewriter", offload: Offload::Partial },
         ],
         control_counters: &["mappings", "mappings_made", "mappings_expired", "ports_exhausted", "mapping_errors"],
-        args: &[
-            CONFIG,
-            ArgSpec {
-                key: REPLY_PORTS,
-                ty: ArgType::Text,
-                default: None,
-                help: "the chain's outside ports, comma-separated (the inbound translation runs there)",
-            },
-        ],
+        args: &[CONFIG, reply_ports("the chain's outside ports, comma-separated (the inbound translation runs there)")],
         section: "nat",
         slow_path: true,
     },

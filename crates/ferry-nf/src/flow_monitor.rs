@@ -2,7 +2,7 @@
 //! fully offloadable: the XDP pipeline's flow-monitor element keeps the
 //! same table in a BPF hash map).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use ferry_wire::flow;
 
@@ -47,9 +47,12 @@ pub struct FlowCount {
 /// the flow new, passes uncounted (`pass_untracked`).
 #[derive(Debug, Default)]
 pub struct FlowMonitor {
-    flows: HashMap<FlowKey, FlowCount>,
-    /// Flows counted since the last [`FlowMonitor::take_changed`].
-    changed: HashSet<FlowKey>,
+    /// Per flow: its counts, and whether it is in `changed`.
+    flows: HashMap<FlowKey, (FlowCount, bool)>,
+    /// Flows counted since the last [`FlowMonitor::take_changed`]; a flow
+    /// is pushed once per period (its flag says so), so the per-packet
+    /// cost stays one lookup.
+    changed: Vec<FlowKey>,
     counters: [u64; 4],
 }
 
@@ -61,20 +64,26 @@ impl FlowMonitor {
     /// A monitor that goes on counting `flows` (a restarted NF taking
     /// over its table).
     pub fn with_flows(flows: impl IntoIterator<Item = (FlowKey, FlowCount)>) -> FlowMonitor {
-        let flows: HashMap<FlowKey, FlowCount> = flows.into_iter().take(MAX_FLOWS).collect();
+        let flows = flows.into_iter().take(MAX_FLOWS).map(|(k, c)| (k, (c, false))).collect();
         FlowMonitor { flows, ..FlowMonitor::default() }
     }
 
     /// The flows counted since the last call, with their counts now: what
     /// a copy of the table elsewhere needs to catch up.
     pub fn take_changed(&mut self) -> Vec<(FlowKey, FlowCount)> {
-        let keys: Vec<FlowKey> = self.changed.drain().collect();
-        keys.into_iter().filter_map(|k| self.flows.get(&k).map(|c| (k, *c))).collect()
+        let keys = std::mem::take(&mut self.changed);
+        keys.into_iter()
+            .filter_map(|k| {
+                let (count, listed) = self.flows.get_mut(&k)?;
+                *listed = false;
+                Some((k, *count))
+            })
+            .collect()
     }
 
     /// The flows seen so far, in key order.
     pub fn flows(&self) -> Vec<(FlowKey, FlowCount)> {
-        let mut v: Vec<_> = self.flows.iter().map(|(k, c)| (*k, *c)).collect();
+        let mut v: Vec<_> = self.flows.iter().map(|(k, (c, _))| (*k, *c)).collect();
         v.sort_by_key(|(k, _)| *k);
         v
     }
@@ -84,13 +93,19 @@ impl FlowMonitor {
         let key = FlowKey { src: f.src.into(), dst: f.dst.into(), sport: f.sport, dport: f.dport, proto: f.proto };
         let full = self.flows.len() >= MAX_FLOWS;
         match self.flows.get_mut(&key) {
-            Some(c) => *c = FlowCount { packets: c.packets + 1, bytes: c.bytes + frame.len() as u64 },
+            Some((c, listed)) => {
+                *c = FlowCount { packets: c.packets + 1, bytes: c.bytes + frame.len() as u64 };
+                if !*listed {
+                    *listed = true;
+                    self.changed.push(key);
+                }
+            }
             None if full => return (Verdict::Pass, UNTRACKED),
             None => {
-                self.flows.insert(key, FlowCount { packets: 1, bytes: frame.len() as u64 });
+                self.flows.insert(key, (FlowCount { packets: 1, bytes: frame.len() as u64 }, true));
+                self.changed.push(key);
             }
         }
-        self.changed.insert(key);
         (Verdict::Pass, PASS)
     }
 }
@@ -153,7 +168,7 @@ mod tests {
     fn a_full_table_passes_new_flows_uncounted() {
         let mut nf = FlowMonitor::new();
         for i in 0..MAX_FLOWS as u32 {
-            nf.flows.insert(FlowKey { src: i, dst: 0, sport: 0, dport: 0, proto: 0 }, FlowCount::default());
+            nf.flows.insert(FlowKey { src: i, dst: 0, sport: 0, dport: 0, proto: 0 }, (FlowCount::default(), false));
         }
         assert_eq!(nf.process(&mut frame(1000, 64)), Verdict::Pass);
         assert_eq!(nf.counters(), &[1, 0, 0, 1]);

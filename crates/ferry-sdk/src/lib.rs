@@ -45,4 +45,4 @@ pub use ferry_chain::flow_hash;
 /// The most counters an NF may declare when it connects.
 pub use ferry_chain::shm::MAX_NF_COUNTERS;
 pub use packet::Packet;
-pub use thread::{NfThread, Waker};
+pub use thread::{NfThread, Ticker, Waker};

@@ -110,6 +110,38 @@ impl Waker {
     }
 }
 
+impl Waker {
+    /// Wakes the thread every `period` until the [`Ticker`] is dropped:
+    /// for an NF with timers to run (expiry, exports) while no frames come.
+    pub fn every(self, period: Duration) -> Ticker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(period);
+                self.wake();
+            }
+        });
+        Ticker { stop, thread: Some(thread) }
+    }
+}
+
+/// A thread waking an NF thread periodically ([`Waker::every`]); stopped
+/// and joined on drop.
+pub struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl std::fmt::Debug for Waker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Waker").field("woken", &self.woken.load(Ordering::Relaxed)).finish()

@@ -87,3 +87,10 @@ pub fn http_get(addr: &str, path: &str) -> (String, String) {
     let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
     (head.lines().next().unwrap_or_default().to_string(), body.to_string())
 }
+
+/// A line of /proc/PID/status, its fields after the name.
+pub fn proc_status(pid: u32, key: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = text.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"));
+    line[key.len()..].split_whitespace().map(str::to_string).collect()
+}

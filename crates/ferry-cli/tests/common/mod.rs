@@ -392,3 +392,23 @@ pub fn inet_csum(data: &[u8]) -> u16 {
     }
     !(sum as u16)
 }
+
+/// eVNF SFC 2's traffic from namespace `client` to `server`: an elephant
+/// (port 5201) and a mouse (5301) iperf3 flow, each a fixed amount at a
+/// fixed pace (16 MiB at 40 Mbit/s, about 11,600 full-size segments over
+/// 3.4 s), so the packet counts of a test do not depend on how fast a
+/// loaded machine moves them. Both must have carried traffic.
+pub fn elephant_and_mouse(tb: &Testbed, server: std::net::Ipv4Addr) {
+    use ferry_testbed::apps::{self, IperfJob, IperfOpts};
+    const FLOW_BYTES: u64 = 16 << 20;
+    let opts = IperfOpts { bytes: Some(FLOW_BYTES), bitrate: Some(40_000_000), ..Default::default() };
+    let jobs =
+        [IperfJob { server, port: 5201, opts: opts.clone() }, IperfJob { server, port: 5301, opts: opts.clone() }];
+    let reports = apps::iperf3_clients(tb, "client", &jobs).expect("iperf3 flows through the chain");
+    // With a byte count, iperf3 ends the test once the sender has written
+    // it all, so the receiver's report may stop short of it.
+    assert!(
+        reports.iter().all(|r| r.bytes_sent >= FLOW_BYTES && r.bytes_received > 0),
+        "both flows carried traffic: {reports:?}"
+    );
+}
