@@ -104,9 +104,10 @@ fn efw_and_elb_in_a_chain_with_unprivileged_control_planes() {
     let b2 = Nginx::start(&tb, "b2", "10.10.3.12:80".parse().unwrap(), "b2", NginxOpts::default()).expect("nginx b2");
     let dir = TempDir::new("hybrid-chain");
     let config = dir.path("sfc1.yaml");
-    // Connections expire two seconds after their last packet, so that the
-    // control plane's expiry (map reads and deletes) shows within the test.
-    std::fs::write(&config, SFC1.replace("idle_timeout_s: 60", "idle_timeout_s: 2")).unwrap();
+    // Connections expire five seconds after their last packet: the
+    // control plane's expiry (map reads and deletes) shows within the
+    // test, and no stall of a loaded machine ends a connection in use.
+    std::fs::write(&config, SFC1.replace("idle_timeout_s: 60", "idle_timeout_s: 5")).unwrap();
     let (mut rc, _) = start(&dir, &chain(tb.ns_name("dut"), &config.display().to_string()));
     rc.wait_connected(HANG_GUARD).unwrap();
     let st = wait_running(&rc);
