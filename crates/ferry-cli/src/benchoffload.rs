@@ -5,12 +5,14 @@
 //! * `firewall`: in -> firewall -> out. Placed, it runs in XDP alone (the
 //!   pipeline redirects d0 to d1); in software it is one AF_XDP process.
 //! * `chain`: in -> firewall -> monitor -> IPS -> out. Placed, the firewall
-//!   and the monitor run in XDP and hand frames to the IPS process; in
-//!   software all three are processes. (P4SFC's chain is IPS -> monitor ->
-//!   firewall -> NAT, with the NFs after the IPS on the switch's egress;
-//!   Ferry has no hook after an AF_XDP socket's transmit, so NFs after the
-//!   first process stay processes, and there is no per-packet NAT NF yet:
-//!   the chain is reordered to the one Ferry can place.)
+//!   and the monitor run in XDP on d0 (pre-server) and hand frames to the
+//!   IPS process; in software all three are processes.
+//! * `p4sfc`: P4SFC's order without its NAT, in -> IPS -> monitor ->
+//!   firewall -> out. Placed, the IPS is the only process; the monitor and
+//!   the firewall run after it (post-server), in XDP on the loop device
+//!   ferryd puts in front of d1. (P4SFC's NAT after them is measured
+//!   apart, as `nat`: its split form is a hybrid NF, which does not join
+//!   a pipeline path yet.)
 //! * `nat`: the NAT, whole in a process (`parallel-nat`, one worker;
 //!   "software") against split as P4SFC splits it (`enat`: established
 //!   mappings rewritten in XDP, then routed by the FIB from XDP; each new
@@ -59,7 +61,7 @@ pub struct BenchOffloadOptions {
 impl Default for BenchOffloadOptions {
     fn default() -> Self {
         BenchOffloadOptions {
-            scenarios: vec!["firewall".into(), "chain".into()],
+            scenarios: vec!["firewall".into(), "chain".into(), "p4sfc".into()],
             sizes: vec![64, 512, 1500],
             runs: 3,
             window: Duration::from_secs(2),
@@ -178,19 +180,23 @@ fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str, cpu: Option<
     let nf = |name: &str, kind: &str, args: &str| {
         format!("  - {{ name: {name}, domain: main, kind: {kind}, args: [{args}], offload: {offload}{cpus} }}\n")
     };
+    let (fw, ips) = (format!("\"{}\"", fw.display()), format!("\"{}\"", ips.display()));
     let (nfs, links) = match scenario {
-        "firewall" => (nf("fw", "firewall", &format!("\"{}\"", fw.display())), "  - { from: fw, to: out }\n".into()),
+        "firewall" => (nf("fw", "firewall", &fw), "  - { from: in, to: fw }\n  - { from: fw, to: out }\n".into()),
+        "p4sfc" => (
+            nf("ips", "ips", &ips) + &nf("mon", "flow-monitor", "") + &nf("fw", "firewall", &fw),
+            "  - { from: in, to: ips }\n  - { from: ips, to: mon }\n  - { from: mon, to: fw }\n  - { from: fw, to: out }\n"
+                .to_string(),
+        ),
         _ => (
-            nf("fw", "firewall", &format!("\"{}\"", fw.display()))
-                + &nf("mon", "flow-monitor", "")
-                + &nf("ips", "ips", &format!("\"{}\"", ips.display())),
-            "  - { from: fw, to: mon }\n  - { from: mon, to: ips }\n  - { from: ips, to: out }\n".to_string(),
+            nf("fw", "firewall", &fw) + &nf("mon", "flow-monitor", "") + &nf("ips", "ips", &ips),
+            "  - { from: in, to: fw }\n  - { from: fw, to: mon }\n  - { from: mon, to: ips }\n  - { from: ips, to: out }\n"
+                .to_string(),
         ),
     };
     format!(
         "name: offload\ndomains: [ {{ name: main, frames: 8192 }} ]\nports:\n  - {{ name: in, netns: \"{dut}\", netdev: d0, \
-         xdp_mode: driver }}\n  - {{ name: out, netns: \"{dut}\", netdev: d1, xdp_mode: driver }}\nnfs:\n{nfs}links:\n  - \
-         {{ from: in, to: fw }}\n{links}"
+         xdp_mode: driver }}\n  - {{ name: out, netns: \"{dut}\", netdev: d1, xdp_mode: driver }}\nnfs:\n{nfs}links:\n{links}"
     )
 }
 

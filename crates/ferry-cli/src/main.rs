@@ -478,8 +478,8 @@ enum BenchCmd {
     /// P4SFC Fig. 5: the same chains placed by the orchestrator (NFs in XDP) vs all processes.
     Offload {
         /// Scenarios (comma separated): firewall (in -> fw -> out), chain (in -> fw -> monitor -> IPS -> out),
-        /// nat (the NAT whole in a process vs split: enat).
-        #[arg(long, value_delimiter = ',', default_value = "firewall,chain")]
+        /// p4sfc (in -> IPS -> monitor -> fw -> out), nat (the NAT whole in a process vs split: enat).
+        #[arg(long, value_delimiter = ',', default_value = "firewall,chain,p4sfc")]
         scenarios: Vec<String>,
         #[arg(long, value_delimiter = ',', default_value = "64,512,1500")]
         sizes: Vec<usize>,
@@ -810,8 +810,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench(BenchCmd::Offload { scenarios, sizes, runs, window, latency_pps, latency_frames, json }) => {
             for sc in &scenarios {
-                if !["firewall", "chain", "nat"].contains(&sc.as_str()) {
-                    return Err(anyhow!("unknown scenario {sc:?} (firewall, chain, nat)"));
+                if !["firewall", "chain", "p4sfc", "nat"].contains(&sc.as_str()) {
+                    return Err(anyhow!("unknown scenario {sc:?} (firewall, chain, p4sfc, nat)"));
                 }
             }
             let opts = benchoffload::BenchOffloadOptions {

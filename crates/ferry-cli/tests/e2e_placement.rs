@@ -5,7 +5,11 @@
 //! the IPS a process fed by the pipeline's AF_XDP hand-off). The same
 //! frames go in, allowed, denied, malformed, ARP, IPv6, fragments,
 //! a payload the IPS drops, and the same frames, in the same order, come
-//! out of both; both equal what the NFs decide in this process.
+//! out of both; both equal what the NFs decide in this process. So do
+//! in -> firewall -> monitor -> out (all in XDP when placed) and P4SFC's
+//! own order, in -> IPS -> monitor -> firewall -> out (the monitor and
+//! firewall after the IPS, post-server, on the loop device in front of
+//! out).
 
 mod common;
 
@@ -34,21 +38,29 @@ const IPS_RULES: &str = "drop tcp any any -> any 80 (msg:\"attack\"; content:\"a
 /// criterion (the counters decide).
 const HANG_GUARD: Duration = Duration::from_secs(20);
 
-/// The P4SFC chain, or (`with_ips` false) in -> fw -> mon -> out, which
-/// runs in XDP entirely when placed.
-fn chain(dut: &str, dir: &TempDir, offload: &str, with_ips: bool) -> String {
+/// The NFs of a chain, in path order from in to out.
+const FW_MON_IPS: &[&str] = &["fw", "mon", "ips"];
+/// In XDP entirely when placed.
+const FW_MON: &[&str] = &["fw", "mon"];
+/// P4SFC's own order: the IPS first, the monitor and firewall after the
+/// last process (post-server).
+const IPS_MON_FW: &[&str] = &["ips", "mon", "fw"];
+
+/// The chain in -> `order` -> out, every NF with `offload: {offload}`.
+fn chain(dut: &str, dir: &TempDir, offload: &str, order: &[&str]) -> String {
     let (fw, ips) = (dir.path("fw.rules"), dir.path("ips.rules"));
-    let (ips_nf, tail) = if with_ips {
-        (
-            format!(
-                "  - {{ name: ips, domain: main, kind: ips, args: [\"{}\"], offload: {offload} }}\n",
-                ips.display()
-            ),
-            "  - { from: mon, to: ips }\n  - { from: ips, to: out }\n",
-        )
-    } else {
-        (String::new(), "  - { from: mon, to: out }\n")
+    let nf = |name: &&str| match *name {
+        "fw" => format!(
+            "  - {{ name: fw, domain: main, kind: firewall, args: [\"{}\"], offload: {offload} }}\n",
+            fw.display()
+        ),
+        "mon" => format!("  - {{ name: mon, domain: main, kind: flow-monitor, offload: {offload} }}\n"),
+        _ => {
+            format!("  - {{ name: ips, domain: main, kind: ips, args: [\"{}\"], offload: {offload} }}\n", ips.display())
+        }
     };
+    let nodes: Vec<&str> = std::iter::once("in").chain(order.iter().copied()).chain(["out"]).collect();
+    let links: String = nodes.windows(2).map(|w| format!("  - {{ from: {}, to: {} }}\n", w[0], w[1])).collect();
     format!(
         r#"
 name: sfc
@@ -57,13 +69,9 @@ ports:
   - {{ name: in, netns: {dut}, netdev: d0 }}
   - {{ name: out, netns: {dut}, netdev: d1 }}
 nfs:
-  - {{ name: fw, domain: main, kind: firewall, args: ["{}"], offload: {offload} }}
-  - {{ name: mon, domain: main, kind: flow-monitor, offload: {offload} }}
-{ips_nf}links:
-  - {{ from: in, to: fw }}
-  - {{ from: fw, to: mon }}
-{tail}"#,
-        fw.display()
+{}links:
+{links}"#,
+        order.iter().map(nf).collect::<String>()
     )
 }
 
@@ -127,28 +135,26 @@ fn input() -> Vec<Vec<u8>> {
     v
 }
 
-/// What the NFs, run here one after the other, let through, and how
-/// many frames reach the last one.
-fn expected(input: &[Vec<u8>], with_ips: bool) -> (Vec<Vec<u8>>, u64) {
+/// What the NFs, run here in `order`, let through, and how many frames
+/// reach the last one.
+fn expected(input: &[Vec<u8>], order: &[&str]) -> (Vec<Vec<u8>>, u64) {
     let mut fw = Firewall::new(parse_fw_rules(FW_RULES).unwrap(), Lookup::BitVector);
     let mut mon = FlowMonitor::new();
     let mut ips = Ips::new(parse_rules(IPS_RULES).unwrap()).unwrap();
     let (mut out, mut last_rx) = (Vec::new(), 0);
-    for f in input {
+    'frames: for f in input {
         let mut f = f.clone();
-        if fw.process(&mut f) != Verdict::Pass {
-            continue;
-        }
-        if !with_ips {
-            last_rx += 1;
-        }
-        if mon.process(&mut f) != Verdict::Pass {
-            continue;
-        }
-        if with_ips {
-            last_rx += 1;
-            if ips.process(&mut f) != Verdict::Pass {
-                continue;
+        for (i, name) in order.iter().enumerate() {
+            if i + 1 == order.len() {
+                last_rx += 1;
+            }
+            let nf: &mut dyn PacketNf = match *name {
+                "fw" => &mut fw,
+                "mon" => &mut mon,
+                _ => &mut ips,
+            };
+            if nf.process(&mut f) != Verdict::Pass {
+                continue 'frames;
             }
         }
         out.push(f);
@@ -169,17 +175,19 @@ fn count(st: &Status, nf: &str, name: &str) -> u64 {
     c(st, nf, name) + xdp.filter(|(k, _)| k == name).map(|(_, v)| v).sum::<u64>()
 }
 
-/// Runs the chain with every NF's `offload:` set to `offload`, sends
-/// `input` into d0 and returns what leaves d1, in order, with the status
-/// once the chain's last NF has counted the `last_rx` frames it gets.
-fn run(offload: &str, with_ips: bool, input: &[Vec<u8>], want: usize, last_rx: u64) -> (Vec<Vec<u8>>, Status) {
+/// Runs the chain in -> `order` -> out with every NF's `offload:` set to
+/// `offload`, sends `input` into d0 and returns what leaves d1, in order,
+/// with the status once the chain's last NF has counted the `last_rx`
+/// frames it gets, and how many loop-device ends ferryd had made in d1's
+/// namespace (all gone once ferryd stopped).
+fn run(offload: &str, order: &[&str], input: &[Vec<u8>], want: usize, last_rx: u64) -> (Vec<Vec<u8>>, Status, usize) {
     let tb = testbed(PORTS_TESTBED, "e2e_placement/ports.yaml");
     let dut = tb.ns_name("dut").to_string();
     let (gen_ns, sink_ns) = (tb.ns_name("gen").to_string(), tb.ns_name("sink").to_string());
     let dir = TempDir::new("place");
     std::fs::write(dir.path("fw.rules"), FW_RULES).unwrap();
     std::fs::write(dir.path("ips.rules"), IPS_RULES).unwrap();
-    let (rc, _) = start(&dir, &chain(&dut, &dir, offload, with_ips));
+    let (rc, _) = start(&dir, &chain(&dut, &dir, offload, order));
     wait_until("every NF process receiving", || rc.status().is_ok_and(|s| receiving(&s)));
     let (ready_tx, ready_rx) = mpsc::channel();
     let got = std::thread::scope(|s| {
@@ -207,7 +215,7 @@ fn run(offload: &str, with_ips: bool, input: &[Vec<u8>], want: usize, last_rx: u
         listener.join().unwrap()
     });
     // The last NF counted every frame it was handed: nothing else can come.
-    let last = if with_ips { "ips" } else { "mon" };
+    let last = order.last().expect("an NF");
     let st = wait_for(&format!("{last} counted every frame it was handed"), || {
         let st = rc.status().ok()?;
         (count(&st, last, "rx") == last_rx).then_some(st)
@@ -236,9 +244,18 @@ fn run(offload: &str, with_ips: bool, input: &[Vec<u8>], want: usize, last_rx: u
         }
     }
     assert_conserved(&rc);
+    let loops = loop_devices(&tb).len();
     rc.shutdown().unwrap();
+    assert_eq!(loop_devices(&tb), Vec::<String>::new(), "ferryd removed its loop devices");
     down_and_check(tb);
-    (got, st)
+    (got, st, loops)
+}
+
+/// The devices ferryd made in the dut namespace for post-server parts.
+fn loop_devices(tb: &ferry_testbed::Testbed) -> Vec<String> {
+    let out = tb.exec("dut", "ip", ["-o", "link", "show"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().filter_map(|l| l.split(": ").nth(1)).filter(|n| n.starts_with("fyl")).map(str::to_string).collect()
 }
 
 #[test]
@@ -247,16 +264,16 @@ fn auto_placement_sends_out_the_same_frames_as_all_processes() {
         return;
     }
     let input = input();
-    let (want, ips_rx) = expected(&input, true);
+    let (want, ips_rx) = expected(&input, FW_MON_IPS);
     assert!(want.len() >= 10 && want.len() + 10 < input.len(), "the input exercises both ways: {}", want.len());
 
-    let (never, st) = run("never", true, &input, want.len(), ips_rx);
+    let (never, st, _) = run("never", FW_MON_IPS, &input, want.len(), ips_rx);
     assert_eq!(st.nfs.len(), 3, "three processes");
     assert!(st.offloaded.is_empty());
     assert_eq!(never, want, "all processes: the NFs' own decisions");
     let mut flows_never = st.nfs.iter().find(|n| n.name == "mon").unwrap().flows.clone();
 
-    let (auto, st) = run("auto", true, &input, want.len(), ips_rx);
+    let (auto, st, _) = run("auto", FW_MON_IPS, &input, want.len(), ips_rx);
     let processes: Vec<&str> = st.nfs.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(processes, ["ips"], "the firewall and the monitor run in XDP");
     let offloaded: Vec<&str> = st.offloaded.iter().map(|n| n.name.as_str()).collect();
@@ -291,16 +308,59 @@ fn an_all_xdp_path_sends_out_the_same_frames_as_processes() {
         return;
     }
     let input = input();
-    let (want, mon_rx) = expected(&input, false);
-    let (never, st) = run("never", false, &input, want.len(), mon_rx);
+    let (want, mon_rx) = expected(&input, FW_MON);
+    let (never, st, _) = run("never", FW_MON, &input, want.len(), mon_rx);
     assert_eq!(st.nfs.len(), 2);
     assert_eq!(never, want, "all processes: the NFs' own decisions");
-    let (auto, st) = run("auto", false, &input, want.len(), mon_rx);
+    let (auto, st, _) = run("auto", FW_MON, &input, want.len(), mon_rx);
     assert!(st.nfs.is_empty() && st.domains.is_empty(), "no process, no shared memory: {:?}", st.nfs);
     assert_eq!(st.offloaded.len(), 2);
     assert_eq!(auto, never, "in XDP: the same frames, in the same order");
     let redirected = st.ports.iter().find(|p| p.name == "in").unwrap().verdicts.iter().find(|v| v.0 == "redirect");
     assert_eq!(redirected.unwrap().1, want.len() as u64, "every frame out went by XDP redirect");
+}
+
+/// P4SFC's order, in -> ips -> mon -> fw -> out: placed, the IPS is the
+/// only process and the monitor and firewall run after it, in XDP on the
+/// loop device ferryd puts in front of d1 (post-server). The same frames
+/// leave d1, in the same order, as from three processes, and the monitor
+/// counts the same flows.
+#[test]
+fn post_server_nfs_send_out_the_same_frames_as_processes() {
+    if !privileged("placement_post_server") {
+        return;
+    }
+    let input = input();
+    let (want, fw_rx) = expected(&input, IPS_MON_FW);
+    let (never, st, loops) = run("never", IPS_MON_FW, &input, want.len(), fw_rx);
+    assert_eq!((st.nfs.len(), loops), (3, 0));
+    assert_eq!(never, want, "all processes: the NFs' own decisions");
+    let mut flows_never = st.nfs.iter().find(|n| n.name == "mon").unwrap().flows.clone();
+    let ips_passed = |st: &Status| ["pass", "pass_alerted", "pass_not_inspected"].map(|k| c(st, "ips", k)).iter().sum();
+    let ips_pass: u64 = ips_passed(&st);
+
+    let (auto, st, loops) = run("auto", IPS_MON_FW, &input, want.len(), fw_rx);
+    assert_eq!(loops, 2, "one loop device (two veth ends), in front of out");
+    let processes: Vec<&str> = st.nfs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(processes, ["ips"], "the monitor and the firewall run in XDP");
+    let offloaded: Vec<(&str, &str)> = st.offloaded.iter().map(|n| (n.name.as_str(), n.port.as_str())).collect();
+    assert_eq!(offloaded, [("mon", "out"), ("fw", "out")], "in front of port out");
+    assert_eq!(auto, never, "post-server in XDP: the same frames, in the same order");
+    assert_eq!(ips_passed(&st), ips_pass, "the IPS passed as many");
+    // What the IPS sends reaches the monitor's element unless it is
+    // malformed; every frame out of d1 went by the pipeline's redirect.
+    let verdicts = &st.ports.iter().find(|p| p.name == "out").expect("out's pipeline verdicts").verdicts;
+    let verdict = |k: &str| verdicts.iter().find(|v| v.0 == k).map_or(0, |v| v.1);
+    assert_eq!(count(&st, "mon", "rx") + verdict("malformed"), ips_pass);
+    assert_eq!(count(&st, "fw", "rx"), count(&st, "mon", "rx"), "the monitor passes what it counts");
+    assert_eq!(verdict("malformed"), 1, "the 802.1ad frame the IPS does not inspect");
+    assert_eq!(verdict("redirect"), want.len() as u64);
+    let mut flows_auto = st.offloaded[0].flows.clone();
+    let by_flow = |f: &ferry_chain::proto::FlowStatus| (f.src.clone(), f.dst.clone(), f.sport, f.dport, f.proto);
+    flows_never.sort_by_key(by_flow);
+    flows_auto.sort_by_key(by_flow);
+    assert!(!flows_auto.is_empty());
+    assert_eq!(flows_never, flows_auto, "one flow table, before or after the process");
 }
 
 /// `ferry chain check --explain` says where each NF goes and why.
@@ -310,7 +370,7 @@ fn check_explain_prints_each_nfs_place_and_reason() {
     std::fs::write(dir.path("fw.rules"), FW_RULES).unwrap();
     std::fs::write(dir.path("ips.rules"), IPS_RULES).unwrap();
     let file = dir.path("sfc.yaml");
-    std::fs::write(&file, chain("dut", &dir, "auto", true)).unwrap();
+    std::fs::write(&file, chain("dut", &dir, "auto", FW_MON_IPS)).unwrap();
     let out = explain(&file);
     let line = |nf: &str| out.lines().find(|l| l.starts_with(nf)).unwrap_or_else(|| panic!("no line for {nf}: {out}"));
     assert!(line("fw ").contains("xdp") && line("fw ").contains("pre-server"), "{out}");
@@ -391,7 +451,7 @@ fn placed_chains_deploy_and_remove_without_disturbing_the_others() {
     let (rc, _) = start(&dir, running);
     wait_until("traffic in chain a", || rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > 1000));
     let placed = dir.path("sfc.yaml");
-    std::fs::write(&placed, chain(&dut, &dir, "auto", false)).unwrap();
+    std::fs::write(&placed, chain(&dut, &dir, "auto", FW_MON)).unwrap();
     let frames: Vec<Vec<u8>> = (0..20u16).map(|i| frame(tuple(1, L4Proto::Udp, 4000 + i, 9), 64, b"")).collect();
     for round in 1..=5 {
         let deployed = chainctl::deploy(&rc.admin, &placed).expect("deploy the placed chain");

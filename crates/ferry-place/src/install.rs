@@ -6,7 +6,7 @@ use ferry_bpf::pipeline::{Element, ElementKind, Forward, Pipeline, FWD_REDIRECT,
 use ferry_bpf::BpfError;
 
 use crate::lower::Step;
-use crate::XdpPath;
+use crate::OffloadedNf;
 
 /// Where the path's last element sends a frame that survives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,21 +50,22 @@ fn next(c: &mut u32) -> u32 {
     *c
 }
 
-/// Writes `path`'s element configs and deploys them as chain `chain` for
-/// frames arriving on `ifindex`; `ids[i]` is the NF id of `path.nfs[i]`.
+/// Writes the element configs of `path` (a pre- or post-server path's
+/// NFs, in order) and deploys them as chain `chain` for frames arriving
+/// on `ifindex`; `ids[i]` is the NF id of `path[i]`.
 pub fn install(
     p: &mut Pipeline,
     chain: u32,
     ifindex: u32,
-    path: &XdpPath,
+    path: &[OffloadedNf],
     ids: &[u32],
     target: Target,
 ) -> Result<Installed, BpfError> {
-    assert!(!ids.is_empty() && ids.len() == path.nfs.len(), "one id per offloaded NF");
+    assert!(!ids.is_empty() && ids.len() == path.len(), "one id per offloaded NF");
     let mut configs = Configs::default();
     let mut elements = Vec::new();
     let mut nfs = Vec::new();
-    for (nf, &id) in path.nfs.iter().zip(ids) {
+    for (nf, &id) in path.iter().zip(ids) {
         let mut installed =
             InstalledNf { name: nf.name.clone(), kind: nf.kind.clone(), id, counters: Vec::new(), flow_monitor: None };
         for step in nf.lowering.steps() {

@@ -15,9 +15,12 @@
 //! - A path whose NFs all move and that ends at a port of the same
 //!   namespace runs in XDP entirely: the pipeline redirects what passes
 //!   out of that port, and no process is started for it.
-//! - **post_server**: not built. Frames an AF_XDP socket transmits do not
-//!   pass through XDP on the egress device, so there is no hook to run
-//!   elements on after the last server NF; such NFs stay processes.
+//! - **post_server**: to each port that only sends, the trailing run of
+//!   such NFs after the last server NF runs as pipeline elements too. A
+//!   frame an AF_XDP socket transmits skips XDP and TC on its device, so
+//!   ferryd puts a veth pair (the *loop device*) in front of the port: the
+//!   server NF sends into one end, the pipeline runs on the other end's
+//!   receive side and redirects what survives out of the port.
 //!
 //! - **hybrid** ([`hybrid`]): an eVNF NF (`efw`, `elb`, `edpi`, `enat`)
 //!   runs its fast path in XDP on its path's port and its control plane as
@@ -90,13 +93,28 @@ pub struct XdpPath {
     pub then: Then,
 }
 
+/// The post_server part of one port that only sends: the NFs after the
+/// chain's last process on the way to it, in path order. They run on a
+/// loop device in front of the port, which redirects what they pass out
+/// of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostPath {
+    /// The egress port's name.
+    pub port: String,
+    /// The server NF that sends into the loop device.
+    pub after: String,
+    pub nfs: Vec<OffloadedNf>,
+}
+
 /// A chain, placed.
 #[derive(Debug, Clone)]
 pub struct Placement {
     /// What ferryd runs as processes: the chain without its offloaded NFs,
-    /// each port linked to the NF its XDP part hands frames to.
+    /// each port linked to the NF its XDP part hands frames to, and the
+    /// last process before a post-server part linked to its port.
     pub server: ChainSpec,
     pub xdp: Vec<XdpPath>,
+    pub post: Vec<PostPath>,
     /// The hybrid NFs, by the port their path starts at.
     pub hybrid: Vec<HybridPath>,
     /// Every NF of the chain file, in file order.
@@ -258,7 +276,8 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
             then,
         });
     }
-    let decisions = decide(spec, &offloaded, &hybrid, why_server);
+    let post = post_paths(spec, &mut offloaded, &mut why_server);
+    let decisions = decide(spec, &offloaded, &post, &hybrid, why_server);
     if let Some((i, d)) = decisions
         .iter()
         .enumerate()
@@ -269,13 +288,73 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
             message: format!("{}: offload: force, but {}", d.nf, d.why),
         });
     }
-    Ok(Placement { server: server_part(spec, &paths, &hybrid, &offloaded), xdp: paths, hybrid, decisions })
+    Ok(Placement { server: server_part(spec, &paths, &post, &hybrid, &offloaded), xdp: paths, post, hybrid, decisions })
+}
+
+/// The post_server parts: from each port that only sends, back to the
+/// last process before it, the NFs that can move into XDP. A path that
+/// reaches a port, an NF already in XDP or a hybrid NF is a pre-server
+/// path's or a hybrid path's, not this.
+fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut [Option<String>]) -> Vec<PostPath> {
+    let into = |name: &str| spec.links.iter().filter(|l| l.to == name).collect::<Vec<_>>();
+    let mut post = Vec::new();
+    for port in &spec.ports {
+        // A port that also receives would need its NF's sockets on two
+        // devices (the chain parser gives a port's sockets to one NF, so
+        // such an NF has two in-links and stays a process anyway).
+        let ins = into(&port.name);
+        if ins.len() != 1 || spec.links.iter().any(|l| l.from == port.name) {
+            continue;
+        }
+        let mut nfs: Vec<(usize, Lowering)> = Vec::new();
+        let mut at = ins[0].from.as_str();
+        let after = loop {
+            let Some(Node::Nf(i)) = spec.node(at) else { break None };
+            if offloaded.contains(&i) || hybrid::is_hybrid(spec, i) {
+                break None;
+            }
+            if why_server[i].is_some() {
+                break Some(i);
+            }
+            let ins = into(at);
+            match offloadable(spec, i, ins.len()) {
+                Ok(l) => {
+                    nfs.push((i, l));
+                    at = &ins[0].from;
+                }
+                Err(why) => {
+                    why_server[i] = Some(why);
+                    break Some(i);
+                }
+            }
+        };
+        let Some(after) = after else { continue };
+        if nfs.is_empty() {
+            continue;
+        }
+        nfs.reverse();
+        offloaded.extend(nfs.iter().map(|(i, _)| *i));
+        post.push(PostPath {
+            port: port.name.clone(),
+            after: spec.nfs[after].name.clone(),
+            nfs: nfs
+                .into_iter()
+                .map(|(i, lowering)| OffloadedNf {
+                    name: spec.nfs[i].name.clone(),
+                    kind: spec.nfs[i].kind.clone().unwrap_or_default(),
+                    lowering,
+                })
+                .collect(),
+        });
+    }
+    post
 }
 
 /// The reason of every NF, in file order.
 fn decide(
     spec: &ChainSpec,
     offloaded: &HashSet<usize>,
+    post: &[PostPath],
     hybrid: &[HybridPath],
     why_server: Vec<Option<String>>,
 ) -> Vec<Decision> {
@@ -293,14 +372,22 @@ fn decide(
                 );
                 return Decision { nf: nf.name.clone(), kind, place: Place::Hybrid, why };
             }
+            if let Some(p) = post.iter().find(|p| p.nfs.iter().any(|n| n.name == nf.name)) {
+                let why = format!(
+                    "fully offloadable, after the last process {} on the path to port {} (post-server): on the \
+                     loop device in front of the port",
+                    p.after, p.port
+                );
+                return Decision { nf: nf.name.clone(), kind, place: Place::Xdp, why };
+            }
             if offloaded.contains(&i) {
                 let why = "fully offloadable, on the path from a port before any process (pre-server)".into();
                 return Decision { nf: nf.name.clone(), kind, place: Place::Xdp, why };
             }
             let why = why.unwrap_or_else(|| match offloadable(spec, i, 1) {
                 Err(why) => why,
-                Ok(_) => "after the first process (post-server): frames an AF_XDP socket sends skip XDP, so \
-                          there is no hook to run it on"
+                Ok(_) => "between processes: only the NFs before the first process and after the last one on a \
+                          path to a port that only sends run in XDP"
                     .into(),
             });
             Decision { nf: nf.name.clone(), kind, place: Place::Server, why }
@@ -310,11 +397,18 @@ fn decide(
 
 /// The chain without its offloaded NFs; each XDP path's port links to
 /// the NF the path hands frames to, where the port's link was (a path
-/// that ends at a port leaves no link). Domains no process uses go too.
+/// that ends at a port leaves no link), and the process before a
+/// post-server part links to its port. Domains no process uses go too.
 /// Hybrid NFs stay as their control planes' processes, unlinked, but for
 /// a slow path's: the port links to it (its threads own the port's
 /// sockets) and its link to the kernel hop stays.
-fn server_part(spec: &ChainSpec, paths: &[XdpPath], hybrid: &[HybridPath], offloaded: &HashSet<usize>) -> ChainSpec {
+fn server_part(
+    spec: &ChainSpec,
+    paths: &[XdpPath],
+    post: &[PostPath],
+    hybrid: &[HybridPath],
+    offloaded: &HashSet<usize>,
+) -> ChainSpec {
     let gone: HashSet<&str> = offloaded.iter().map(|&i| spec.nfs[i].name.as_str()).collect();
     let hybrids: HashSet<&str> =
         (0..spec.nfs.len()).filter(|&i| hybrid::is_hybrid(spec, i)).map(|i| spec.nfs[i].name.as_str()).collect();
@@ -329,6 +423,9 @@ fn server_part(spec: &ChainSpec, paths: &[XdpPath], hybrid: &[HybridPath], offlo
         .filter_map(|l| {
             if let Some(h) = hybrid.iter().find(|h| h.port == l.from) {
                 return slow(h).map(|to| LinkSpec { from: l.from.clone(), to, mode: l.mode });
+            }
+            if let Some(p) = post.iter().find(|p| p.port == l.to) {
+                return Some(LinkSpec { from: p.after.clone(), to: p.port.clone(), mode: l.mode });
             }
             match paths.iter().find(|p| p.port == l.from) {
                 Some(XdpPath { then: Then::Nf(to), .. }) => {
@@ -366,6 +463,19 @@ impl Placement {
                 Then::Port(port) => format!("redirected out of port {port}"),
             };
             out += &format!("xdp path on port {}: {} -> {then}\n", p.port, names.join(" -> "));
+            for n in &p.nfs {
+                out += &format!("  {}: {}\n", n.name, n.lowering.elements());
+            }
+        }
+        for p in &self.post {
+            let names: Vec<&str> = p.nfs.iter().map(|n| n.name.as_str()).collect();
+            out += &format!(
+                "xdp path after {} to port {}: {} -> redirected out of port {} (by the loop device in front of it)\n",
+                p.after,
+                p.port,
+                names.join(" -> "),
+                p.port
+            );
             for n in &p.nfs {
                 out += &format!("  {}: {}\n", n.name, n.lowering.elements());
             }

@@ -83,8 +83,55 @@ fn never_keeps_an_nf_and_everything_after_it_in_processes() {
     assert_eq!(places(&p), [("fw", Place::Server), ("mon", Place::Server), ("ips", Place::Server)]);
     assert!(p.xdp.is_empty());
     assert_eq!(p.decisions[0].why, "offload: never");
-    assert!(p.decisions[1].why.contains("post-server"), "{}", p.decisions[1].why);
+    assert!(p.decisions[1].why.starts_with("between processes"), "{}", p.decisions[1].why);
     assert_eq!(p.server.links.len(), 4);
+}
+
+/// P4SFC's own order: in -> ips -> mon -> fw -> out.
+fn ips_first(text: &str) -> String {
+    text.replace(
+        "  - { from: in, to: fw }\n  - { from: fw, to: mon }\n  - { from: mon, to: ips }\n  - { from: ips, to: out }\n",
+        "  - { from: in, to: ips }\n  - { from: ips, to: mon }\n  - { from: mon, to: fw }\n  - { from: fw, to: out }\n",
+    )
+}
+
+#[test]
+fn nfs_after_the_last_process_run_in_xdp_in_front_of_their_port() {
+    let f = Files::new("post", 3);
+    let (_, p) = load_str(&ips_first(&f.chain(&[])), "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Xdp), ("mon", Place::Xdp), ("ips", Place::Server)]);
+    assert!(p.xdp.is_empty(), "nothing before the IPS: {:?}", p.xdp);
+    assert_eq!(p.post.len(), 1);
+    let post = &p.post[0];
+    assert_eq!((post.port.as_str(), post.after.as_str()), ("out", "ips"));
+    assert_eq!(post.nfs.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["mon", "fw"]);
+    // The server part: the IPS alone, sending to the port (ferryd puts
+    // the loop device in between).
+    let names: Vec<&str> = p.server.nfs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["ips"]);
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "ips"), ("ips", "out")]);
+    assert!(p.decisions[0].why.contains("after the last process ips on the path to port out (post-server)"));
+    let text = p.explain();
+    assert!(
+        text.contains("xdp path after ips to port out: mon -> fw -> redirected out of port out (by the loop device"),
+        "{text}"
+    );
+    assert!(text.contains("  fw: counter rx, acl (3 rules), counter pass\n"), "{text}");
+}
+
+#[test]
+fn post_server_stops_at_the_last_nf_that_cannot_move() {
+    let f = Files::new("post-never", 3);
+    let (_, p) = load_str(&ips_first(&f.chain(&[("fw", "offload: never")])), "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Server), ("mon", Place::Server), ("ips", Place::Server)]);
+    assert!(p.post.is_empty());
+    assert!(p.decisions[1].why.starts_with("between processes"), "{}", p.decisions[1].why);
+    let (_, p) = load_str(&ips_first(&f.chain(&[("mon", "offload: never")])), "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Xdp), ("mon", Place::Server), ("ips", Place::Server)]);
+    assert_eq!(p.post[0].after, "mon");
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "ips"), ("ips", "mon"), ("mon", "out")]);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use ferry_bpf::test_run;
 use ferry_nf::firewall_rules::parse_fw_rules;
 use ferry_nf::flow_monitor::FlowKey;
 use ferry_nf::{Firewall, FlowMonitor, Lookup, PacketNf, Verdict};
-use ferry_place::{install, lower, OffloadedNf, Target, Then, XdpPath};
+use ferry_place::{install, lower, OffloadedNf, Target};
 use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
@@ -54,11 +54,7 @@ fn placed(rule_file: &std::path::Path) -> (Pipeline, ferry_place::Installed) {
         kind: kind.into(),
         lowering: lower(kind, args).unwrap(),
     };
-    let path = XdpPath {
-        port: "in".into(),
-        nfs: vec![nf("fw", "firewall", &[rule_file.display().to_string()]), nf("mon", "flow-monitor", &[])],
-        then: Then::Nf("next".into()),
-    };
+    let path = [nf("fw", "firewall", &[rule_file.display().to_string()]), nf("mon", "flow-monitor", &[])];
     let mut p = Pipeline::load().expect("load the pipeline (verifier)");
     let installed = install(&mut p, 7, LO, &path, &[11, 12], Target::Xsk { nf: 13 }).unwrap();
     (p, installed)

@@ -17,7 +17,7 @@ use ferry_chain::proto::{
 };
 use ferry_chain::shm::{self, COUNTERS};
 use ferry_nf::flow_monitor::MAX_FLOWS;
-use ferry_place::{HybridPath, Then, XdpPath};
+use ferry_place::{HybridPath, PostPath, Then, XdpPath};
 use ferry_xsk::XskSocket;
 
 use crate::bridge;
@@ -25,7 +25,7 @@ use crate::domain::Domain;
 use crate::fastpath::{FastPathEnd, FastPathIds};
 use crate::hybrid::Hybrids;
 use crate::keys::NfKey;
-use crate::ports::{Port, XSK_RINGS};
+use crate::ports::{Port, PortParts, XSK_RINGS};
 use crate::process::{log, signalled};
 use crate::spawn;
 use crate::tap::Tap;
@@ -94,6 +94,8 @@ pub struct ChainSetup {
     pub uids: UidRange,
     /// The orchestrator's XDP parts, by port name, with their NFs' ids.
     pub xdp: Vec<(XdpPath, Vec<u32>)>,
+    /// Its post-server parts, likewise.
+    pub post: Vec<(PostPath, Vec<u32>)>,
     /// The orchestrator's hybrid paths.
     pub hybrid: Vec<HybridPath>,
     /// `Placement::explain`.
@@ -104,7 +106,7 @@ impl Chain {
     /// Creates the chain's domains, ports, kernel hops, uids and keys;
     /// starts nothing yet.
     pub fn setup(c: ChainSetup) -> Result<Chain> {
-        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids, xdp, hybrid, placement } = c;
+        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids, xdp, post, hybrid, placement } = c;
         let (creds, leases) = users::resolve(&plan, uids)?;
         for (d, dom) in plan.domains.iter().enumerate() {
             let runs_as: Vec<&str> =
@@ -126,19 +128,27 @@ impl Chain {
                             FastPathEnd::Device(Port::ifindex(out).with_context(|| format!("port {}", out.name))?)
                         }
                     };
-                    Some((path, FastPathIds { chain: id, nfs: ids, then }))
+                    Some((path.nfs.as_slice(), FastPathIds { chain: id, nfs: ids, then }))
                 }
                 None => None,
             };
-            let hybrid_port = hybrid.iter().any(|h| h.port == p.name);
-            ports.push(match (p.nf, fast) {
-                (None, None) => None,
-                (_, fast) => {
-                    Some(Mutex::new(Port::open(p, fast, hybrid_port).with_context(|| format!("port {}", p.name))?))
+            let post = match post.iter().find(|(path, _)| path.port == p.name) {
+                Some((path, ids)) => {
+                    let out = Port::ifindex(p).with_context(|| format!("port {}", p.name))?;
+                    Some((path.nfs.as_slice(), FastPathIds { chain: id, nfs: ids, then: FastPathEnd::Device(out) }))
                 }
+                None => None,
+            };
+            let hybrid = hybrid.iter().any(|h| h.port == p.name);
+            ports.push(match (p.nf, &fast) {
+                (None, None) => None,
+                _ => Some(Mutex::new(
+                    Port::open(p, PortParts { fast, post, hybrid }).with_context(|| format!("port {}", p.name))?,
+                )),
             });
         }
-        let offloaded = xdp.iter().map(|(path, _)| path.nfs.len()).sum();
+        let offloaded = xdp.iter().map(|(path, _)| path.nfs.len()).sum::<usize>()
+            + post.iter().map(|(p, _)| p.nfs.len()).sum::<usize>();
         let hybrids = Mutex::new(Hybrids::setup(&plan, &hybrid).context("hybrid NFs")?);
         let mut flow_tables = Vec::new();
         for nf in &plan.nfs {
@@ -263,7 +273,7 @@ impl Chain {
         // The XDP programs leave the devices now, not when the last thread
         // holding the chain lets go of it: a redeploy may attach at once.
         for port in self.ports.iter().flatten() {
-            port.lock().expect("port lock").xdp = None;
+            port.lock().expect("port lock").detach();
         }
         *self.hybrids.lock().expect("hybrids lock") = None;
     }

@@ -1,6 +1,8 @@
-//! A port's XDP part (the orchestrator's pre-server NFs): the stage
-//! pipeline on the port's device, with the offloaded NFs installed as its
-//! elements, handing what survives to the server NF's AF_XDP sockets.
+//! A port's XDP part: the stage pipeline with the offloaded NFs installed
+//! as its elements. The pre-server NFs run on the port's device and hand
+//! what survives to the server NF's AF_XDP sockets (or redirect it out of
+//! another port); the post-server NFs run on the port's loop device
+//! ([`crate::loopdev`]) and redirect what survives out of the port.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -12,7 +14,7 @@ use ferry_bpf::pipeline::{FlowKey, Pipeline, PlCount};
 use ferry_bpf::AttachMode;
 use ferry_chain::plan::PortPlan;
 use ferry_chain::proto::{FlowStatus, OffloadedStatus};
-use ferry_place::{install, Installed, Target, XdpPath};
+use ferry_place::{install, Installed, OffloadedNf, Target};
 
 /// Flows of a flow monitor a status carries: the busiest ones (a full
 /// table would not fit in one admin message).
@@ -41,10 +43,16 @@ pub enum FastPathEnd {
 }
 
 impl FastPath {
-    /// Loads a pipeline, installs `path` in it and attaches it to the
-    /// port's device (in the port's namespace): configs first, so the
-    /// first frame already meets every element.
-    pub fn open(plan: &PortPlan, ifindex: u32, mode: AttachMode, path: &XdpPath, ids: FastPathIds) -> Result<FastPath> {
+    /// Loads a pipeline, installs `path` (NFs in order) in it and attaches
+    /// it to device `ifindex` in the port's namespace: configs first, so
+    /// the first frame already meets every element.
+    pub fn open(
+        plan: &PortPlan,
+        ifindex: u32,
+        mode: AttachMode,
+        path: &[OffloadedNf],
+        ids: FastPathIds,
+    ) -> Result<FastPath> {
         let mut pipeline = Pipeline::load().context("loading the stage pipeline")?;
         let target = match ids.then {
             FastPathEnd::Nf(nf) => Target::Xsk { nf },

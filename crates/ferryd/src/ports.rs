@@ -1,6 +1,7 @@
 //! AF_XDP ports: the XDP program on each receiving netdev (the redirect
-//! program, or the stage pipeline when NFs were placed in XDP there), and
-//! the sockets ferryd creates (in the port's namespace) for an NF thread.
+//! program, or the stage pipeline when NFs were placed in XDP there), the
+//! loop device in front of a sending port with post-server NFs, and the
+//! sockets ferryd creates (in the port's namespace) for an NF thread.
 
 use std::sync::Arc;
 
@@ -10,10 +11,11 @@ use ferry_bpf::{AttachMode, LoadedXdp, Object};
 use ferry_chain::plan::PortPlan;
 use ferry_chain::proto::OffloadedStatus;
 use ferry_chain::spec::XdpMode;
-use ferry_place::XdpPath;
+use ferry_place::OffloadedNf;
 use ferry_xsk::{BindMode, RingSizes, SocketConfig, Umem, XskSocket};
 
 use crate::fastpath::{FastPath, FastPathIds};
+use crate::loopdev::LoopDevice;
 
 /// Ring sizes of every chain socket (rx, tx, fill, completion).
 pub const XSK_RINGS: RingSizes = RingSizes { rx: 512, tx: 512, fill: 512, comp: 512 };
@@ -28,9 +30,30 @@ pub enum Steering {
 
 pub struct Port {
     pub plan: PortPlan,
+    /// The device the port's sockets are bound to: the port's own, or its
+    /// loop device's sending end.
     pub ifindex: u32,
     /// The steering program, when the port delivers to an NF.
     pub xdp: Option<Steering>,
+    /// The post-server NFs in front of a port that only sends.
+    post: Option<PostServer>,
+}
+
+/// The pipeline on a loop device, and the device. Fields drop in order:
+/// the program leaves before the device goes.
+struct PostServer {
+    fast: FastPath,
+    dev: LoopDevice,
+}
+
+/// What a port's XDP parts are opened from.
+pub struct PortParts<'a> {
+    /// The pre-server NFs on the port's device.
+    pub fast: Option<(&'a [OffloadedNf], FastPathIds<'a>)>,
+    /// The post-server NFs in front of it (on its loop device).
+    pub post: Option<(&'a [OffloadedNf], FastPathIds<'a>)>,
+    /// A hybrid path starts at the port.
+    pub hybrid: bool,
 }
 
 fn ifindex_in(ns: Option<&str>, dev: &str) -> Result<u32> {
@@ -44,32 +67,50 @@ impl Port {
         ifindex_in(plan.netns.as_deref(), &plan.netdev)
     }
 
-    /// Opens the port; `fast` is its XDP part, if NFs were placed there.
-    /// A hybrid path's port (`hybrid`) gets no program here: the chain's
-    /// eVNF object holds its hook, and its slow-path sockets are
-    /// registered there ([`crate::hybrid::Hybrids`]).
-    pub fn open(plan: &PortPlan, fast: Option<(&XdpPath, FastPathIds)>, hybrid: bool) -> Result<Port> {
+    /// Opens the port with its XDP parts. A hybrid path's port gets no
+    /// program here: the chain's eVNF object holds its hook, and its
+    /// slow-path sockets are registered there ([`crate::hybrid::Hybrids`]).
+    pub fn open(plan: &PortPlan, parts: PortParts) -> Result<Port> {
         let ns = plan.netns.as_deref();
-        let ifindex = Port::ifindex(plan)?;
+        let device = Port::ifindex(plan)?;
         let mode = match plan.xdp_mode {
             XdpMode::Generic => AttachMode::Generic,
             XdpMode::Driver => AttachMode::Driver,
         };
+        let post = match parts.post {
+            Some((path, ids)) => {
+                let dev = LoopDevice::create(ns, ids.chain, &plan.name, &plan.netdev, plan.queues)?;
+                // The port's attach mode: in driver mode a veth sends a
+                // redirected frame only when its peer runs XDP (or GRO) too.
+                let fast = FastPath::open(plan, dev.receive_ifindex, mode, path, ids)
+                    .with_context(|| format!("post-server XDP part on {} ({})", dev.receive_end, plan.name))?;
+                Some(PostServer { fast, dev })
+            }
+            None => None,
+        };
+        let (fast, hybrid) = (parts.fast, parts.hybrid);
         let xdp = match fast {
             Some((path, ids)) => Some(Steering::Pipeline(
-                FastPath::open(plan, ifindex, mode, path, ids)
+                FastPath::open(plan, device, mode, path, ids)
                     .with_context(|| format!("XDP part on {} ({})", plan.netdev, plan.name))?,
             )),
             None if !plan.rx || hybrid => None,
             None => {
                 let prog = ferry_testbed::in_netns(ns, || {
-                    LoadedXdp::attach(Object::XskRedirect, "ferry_xsk_redirect", ifindex, mode)
+                    LoadedXdp::attach(Object::XskRedirect, "ferry_xsk_redirect", device, mode)
                 })?
                 .with_context(|| format!("attaching XDP to {} ({})", plan.netdev, plan.name))?;
                 Some(Steering::Redirect(prog))
             }
         };
-        Ok(Port { plan: plan.clone(), ifindex, xdp })
+        let ifindex = post.as_ref().map_or(device, |p| p.dev.send_ifindex);
+        Ok(Port { plan: plan.clone(), ifindex, xdp, post })
+    }
+
+    /// Takes the port's XDP programs and its loop device away.
+    pub fn detach(&mut self) {
+        self.xdp = None;
+        self.post = None;
     }
 
     /// A socket on `queue` over `umem`, steered to by the XDP program when
@@ -93,20 +134,24 @@ impl Port {
         Ok(sock)
     }
 
-    /// The steering program's verdict counters.
+    /// The steering program's verdict counters, or those of the
+    /// post-server pipeline of a port that only sends.
     pub fn verdicts(&self) -> Option<Verdicts> {
-        match &self.xdp {
-            Some(Steering::Redirect(xdp)) => xdp.verdicts().ok(),
-            Some(Steering::Pipeline(fast)) => fast.verdicts(),
-            None => None,
+        match (&self.xdp, &self.post) {
+            (Some(Steering::Redirect(xdp)), _) => xdp.verdicts().ok(),
+            (Some(Steering::Pipeline(fast)), _) => fast.verdicts(),
+            (None, Some(post)) => post.fast.verdicts(),
+            (None, None) => None,
         }
     }
 
-    /// The NFs placed in XDP on this port.
+    /// The NFs placed in XDP on this port and in front of it.
     pub fn offloaded(&self) -> Vec<OffloadedStatus> {
-        match &self.xdp {
+        let mut nfs = match &self.xdp {
             Some(Steering::Pipeline(fast)) => fast.status(),
             _ => Vec::new(),
-        }
+        };
+        nfs.extend(self.post.iter().flat_map(|p| p.fast.status()));
+        nfs
     }
 }

@@ -218,6 +218,7 @@ impl Daemon {
         let new_id = || self.next_nf.fetch_add(1, Ordering::Relaxed);
         let nf_ids = plan.nfs.iter().map(|_| new_id()).collect();
         let xdp = placement.xdp.iter().map(|p| (p.clone(), p.nfs.iter().map(|_| new_id()).collect())).collect();
+        let post = placement.post.iter().map(|p| (p.clone(), p.nfs.iter().map(|_| new_id()).collect())).collect();
         let setup = ChainSetup {
             id,
             nf_ids,
@@ -227,6 +228,7 @@ impl Daemon {
             spawn: self.spawn,
             uids: self.uids,
             xdp,
+            post,
             hybrid: placement.hybrid.clone(),
             placement: placement.explain(),
         };

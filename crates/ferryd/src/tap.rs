@@ -3,26 +3,15 @@
 //! had arrived on the TAP device). The device lives as long as ferryd's fd.
 
 use std::os::fd::OwnedFd;
-use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use ferry_chain::spec::KernelSpec;
 use ferry_xsk::tun::{open_tun, TunKind};
 
+use crate::iproute::{ip, sysctl};
+
 pub struct Tap {
     pub fd: OwnedFd,
-}
-
-fn ip(ns: Option<&str>, args: &[&str]) -> Result<()> {
-    let mut cmd = Command::new("ip");
-    if let Some(ns) = ns {
-        cmd.args(["-n", ns]);
-    }
-    let out = cmd.args(args).output().context("running ip")?;
-    if !out.status.success() {
-        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
 }
 
 impl Tap {
@@ -41,12 +30,8 @@ impl Tap {
         // What an NF hands the stack may carry this host's own address as
         // its source (a NAT's public address) and comes from no route's
         // device: accept both, as if the NF were part of the host.
-        let dev = spec.dev.clone();
-        ferry_testbed::in_netns(ns, move || -> std::io::Result<()> {
-            std::fs::write(format!("/proc/sys/net/ipv4/conf/{dev}/accept_local"), "1")?;
-            std::fs::write(format!("/proc/sys/net/ipv4/conf/{dev}/rp_filter"), "0")
-        })?
-        .with_context(|| format!("sysctls of {}", spec.dev))?;
+        sysctl(ns, &format!("net/ipv4/conf/{}/accept_local", spec.dev), "1")?;
+        sysctl(ns, &format!("net/ipv4/conf/{}/rp_filter", spec.dev), "0")?;
         ip(ns, &["link", "set", "dev", &spec.dev, "up"])?;
         Ok(Tap { fd })
     }

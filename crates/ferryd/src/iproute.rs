@@ -1,0 +1,30 @@
+//! Running iproute2's `ip` in a port's namespace, for the devices ferryd
+//! makes itself (kernel hops, loop devices).
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// `ip [-n NS] ARGS...`; a failure carries the command and ip's stderr.
+pub fn ip(ns: Option<&str>, args: &[&str]) -> Result<()> {
+    let mut cmd = Command::new("ip");
+    if let Some(ns) = ns {
+        cmd.args(["-n", ns]);
+    }
+    let out = cmd.args(args).output().context("running ip")?;
+    if !out.status.success() {
+        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+/// Writes `value` to the sysctl `/proc/sys/{key}` as namespace `ns` sees it.
+pub fn sysctl(ns: Option<&str>, key: &str, value: &str) -> Result<()> {
+    let path = format!("/proc/sys/{key}");
+    let v = value.to_string();
+    ferry_testbed::in_netns(ns, {
+        let path = path.clone();
+        move || std::fs::write(path, v)
+    })?
+    .with_context(|| format!("writing {value} to {path}"))
+}

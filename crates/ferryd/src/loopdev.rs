@@ -1,0 +1,109 @@
+//! The loop device in front of a port with a post-server part: a veth
+//! pair in the port's namespace. A frame an AF_XDP socket transmits goes
+//! straight to its device's driver, past XDP and TC, so there is no hook
+//! on the port itself for NFs after the last process. The process sends
+//! into one end instead; the other end receives the frame, its XDP
+//! program (the stage pipeline) runs the post-server NFs and redirects
+//! what survives out of the port. The price: one more veth crossing, in
+//! which the kernel copies the frame once more.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::process::Command;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::iproute::{ip, sysctl};
+
+pub struct LoopDevice {
+    ns: Option<String>,
+    /// The end the server NF's sockets send into.
+    pub send_end: String,
+    pub send_ifindex: u32,
+    /// The end whose receive side runs the pipeline.
+    pub receive_end: String,
+    pub receive_ifindex: u32,
+}
+
+/// Names for the two ends (at most 15 bytes): unique to this ferryd, its
+/// chain and port, so ferryd instances sharing a namespace never clash.
+fn names(chain: u32, port: &str) -> (String, String) {
+    let mut h = DefaultHasher::new();
+    (std::process::id(), chain, port).hash(&mut h);
+    let tag = h.finish() as u32;
+    (format!("fyl{tag:08x}s"), format!("fyl{tag:08x}r"))
+}
+
+/// The MTU of `dev` in namespace `ns`.
+fn mtu(ns: Option<&str>, dev: &str) -> Result<u32> {
+    let mut cmd = Command::new("ip");
+    if let Some(ns) = ns {
+        cmd.args(["-n", ns]);
+    }
+    let out = cmd.args(["-o", "link", "show", "dev", dev]).output().context("running ip")?;
+    if !out.status.success() {
+        bail!("ip link show dev {dev}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    words.by_ref().find(|w| *w == "mtu");
+    words.next().and_then(|m| m.parse().ok()).ok_or_else(|| anyhow!("no mtu in {text:?}"))
+}
+
+impl LoopDevice {
+    /// Creates the pair for port `port` of chain `chain`, whose device is
+    /// `dev` in `ns`, with `queues` queues (thread i sends on queue i) and
+    /// the port's MTU, so every frame the NF may send fits.
+    pub fn create(ns: Option<&str>, chain: u32, port: &str, dev: &str, queues: u32) -> Result<LoopDevice> {
+        let (send_end, receive_end) = names(chain, port);
+        let (q, mtu) = (queues.to_string(), mtu(ns, dev)?.to_string());
+        ip(
+            ns,
+            &[
+                "link",
+                "add",
+                &send_end,
+                "mtu",
+                &mtu,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &receive_end,
+                "mtu",
+                &mtu,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+            ],
+        )
+        .with_context(|| format!("creating the loop device in front of port {port}"))?;
+        let mut dev =
+            LoopDevice { ns: ns.map(str::to_string), send_end, send_ifindex: 0, receive_end, receive_ifindex: 0 };
+        for end in [&dev.send_end, &dev.receive_end] {
+            // Nothing but the NF's frames may cross it: no IPv6 of the
+            // kernel's own (router solicitations, MLD) leaving by the port.
+            sysctl(ns, &format!("net/ipv6/conf/{end}/disable_ipv6"), "1")?;
+            ip(ns, &["link", "set", "dev", end, "up"])?;
+        }
+        let ifindex = |name: &str| -> Result<u32> {
+            let name = name.to_string();
+            ferry_testbed::in_netns(ns, move || ferry_xsk::ifindex(&name))?
+                .ok_or_else(|| anyhow!("the loop device vanished"))
+        };
+        dev.send_ifindex = ifindex(&dev.send_end)?;
+        dev.receive_ifindex = ifindex(&dev.receive_end)?;
+        Ok(dev)
+    }
+}
+
+impl Drop for LoopDevice {
+    /// Deleting one end deletes both, and the XDP program on it.
+    fn drop(&mut self) {
+        let _ = ip(self.ns.as_deref(), &["link", "del", "dev", &self.send_end]);
+    }
+}
