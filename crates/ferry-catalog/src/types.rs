@@ -88,7 +88,7 @@ fn serve_types() -> Vec<NfType> {
             "sink",
             "count frames, check stamps, publish latency percentiles, free them",
             vec![],
-            vec!["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"],
+            vec!["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns", "lat_p999_ns"],
             &[],
         ),
     ]

@@ -10,6 +10,8 @@
 //! * `table1`: a 4-NF chain whose third NF is slow, with and without
 //!   backpressure: per-NF CPU and end-to-end rate.
 //! * `idle`: CPU of a 4-NF chain with no traffic.
+//! * `load`: latency against offered load, memory and veth mode
+//!   ([`crate::benchload`]).
 //!
 //! Mode: Ferry and in-process runs use the in-memory source and sink NFs
 //! (frames made and consumed inside the chain's domain), so they measure
@@ -37,16 +39,19 @@ pub struct BenchChainOptions {
     pub warmup: Duration,
     pub window: Duration,
     pub kernel: bool,
+    /// Chain lengths for `load`.
+    pub load_nfs: Vec<usize>,
 }
 
 impl Default for BenchChainOptions {
     fn default() -> Self {
         BenchChainOptions {
-            scenarios: ["fig10", "fig11", "table1", "idle"].map(String::from).to_vec(),
+            scenarios: ["fig10", "fig11", "table1", "idle", "load"].map(String::from).to_vec(),
             nfs: vec![1, 2, 4, 8],
             warmup: Duration::from_millis(700),
             window: Duration::from_secs(2),
             kernel: true,
+            load_nfs: vec![1, 4, 8],
         }
     }
 }
@@ -60,8 +65,11 @@ pub struct Row {
     /// `memory` (in-chain source/sink) or `veth`.
     pub mode: String,
     pub mpps: f64,
+    /// The paced load offered, frames per second (`load`; None: flat out).
+    pub offered_pps: Option<u64>,
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
+    pub p999_us: Option<f64>,
     /// CPU use per NF (percent of one CPU), chain order.
     pub cpu_percent: BTreeMap<String, f64>,
     /// Other facts (ratios, counters).
@@ -74,7 +82,7 @@ pub struct BenchChainReport {
     pub rows: Vec<Row>,
 }
 
-fn cpu_ticks(pid: u32) -> u64 {
+pub(crate) fn cpu_ticks(pid: u32) -> u64 {
     let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
     let Some((_, rest)) = s.rsplit_once(')') else { return 0 };
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -83,7 +91,7 @@ fn cpu_ticks(pid: u32) -> u64 {
         + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
-fn ticks_per_sec() -> f64 {
+pub(crate) fn ticks_per_sec() -> f64 {
     // SAFETY: plain sysconf.
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
 }
@@ -117,17 +125,24 @@ fn chain_yaml(name: &str, domains: &[String], nfs: &[NfLine]) -> String {
 
 /// Options of the chains a scenario builds.
 #[derive(Clone, Copy)]
-struct ChainShape<'a> {
-    fwds: usize,
-    copy: bool,
-    batch: u32,
+pub(crate) struct ChainShape<'a> {
+    pub fwds: usize,
+    pub copy: bool,
+    pub batch: u32,
     /// (index among the fwds, work ns) of a slow NF.
-    slow: Option<(usize, u64)>,
-    backpressure: &'a str,
-    source: bool,
+    pub slow: Option<(usize, u64)>,
+    pub backpressure: &'a str,
+    pub source: bool,
+    /// The source's pace, frames per second; None: flat out.
+    pub source_rate: Option<u64>,
 }
 
-fn build_chain(name: &str, s: ChainShape) -> String {
+/// One domain, source -> one `fwd` -> sink, batches of 32, blocking
+/// backpressure, flat out.
+pub(crate) const ZERO_COPY: ChainShape<'static> =
+    ChainShape { fwds: 1, copy: false, batch: 32, slow: None, backpressure: "block", source: true, source_rate: None };
+
+pub(crate) fn build_chain(name: &str, s: ChainShape) -> String {
     let extra = format!(", batch: {}, backpressure: {{ mode: {} }}", s.batch, s.backpressure);
     let mut nfs = Vec::new();
     let dom = |i: usize| if s.copy { format!("d{i}") } else { "main".to_string() };
@@ -136,7 +151,7 @@ fn build_chain(name: &str, s: ChainShape) -> String {
             name: "src".into(),
             domain: dom(0),
             kind: "source".into(),
-            args: vec![],
+            args: s.source_rate.map(|r| format!("rate={r}")).into_iter().collect(),
             extra: extra.clone(),
         });
     }
@@ -162,12 +177,22 @@ fn build_chain(name: &str, s: ChainShape) -> String {
 }
 
 /// Runs one chain file under ferryd and measures it over the window.
-fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOptions) -> Result<(Row, Status)> {
+pub(crate) fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOptions) -> Result<(Row, Status)> {
     let chain = dir.join(format!("{name}.yaml"));
     std::fs::write(&chain, yaml)?;
     let socket = dir.join(format!("{name}.sock"));
     let rc = chainctl::start(&chain, &socket, true).with_context(|| format!("chain {name}"))?;
     std::thread::sleep(o.warmup);
+    // The sink publishes its percentiles once per 500 ms window: wait for
+    // the first, so that a short warm-up still yields them.
+    let has_sink = yaml.contains("kind: sink");
+    let published = std::time::Instant::now();
+    while has_sink && counter(&rc.status()?, "snk", "lat_p50_ns") == 0 {
+        if published.elapsed() > Duration::from_secs(60) {
+            anyhow::bail!("chain {name}: the sink published no latency in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let s1 = rc.status()?;
     let pids: Vec<(String, u32)> = s1.nfs.iter().filter_map(|n| n.pid.map(|p| (n.name.clone(), p))).collect();
     let ferryd_pid = rc.child.id();
@@ -184,6 +209,7 @@ fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOptions) -> R
     if p50 > 0 {
         row.p50_us = Some(p50 as f64 / 1e3);
         row.p99_us = Some(counter(&s2, "snk", "lat_p99_ns") as f64 / 1e3);
+        row.p999_us = Some(counter(&s2, "snk", "lat_p999_ns") as f64 / 1e3);
     }
     let hz = ticks_per_sec();
     for ((n, p), t) in pids.iter().zip(t1) {
@@ -223,7 +249,7 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
     std::fs::create_dir_all(&dir)?;
     let mut rows = Vec::new();
     let want = |s: &str| o.scenarios.iter().any(|x| x == s);
-    let zc = ChainShape { fwds: 1, copy: false, batch: 32, slow: None, backpressure: "block", source: true };
+    let zc = ZERO_COPY;
     if want("fig10") {
         for &n in &o.nfs {
             for (variant, copy) in [("ferry-zero-copy", false), ("ferry-copy", true)] {
@@ -291,6 +317,9 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
         row.mpps = 0.0;
         rows.push(row);
     }
+    if want("load") {
+        rows.extend(crate::benchload::rows(&dir, o)?);
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(BenchChainReport { machine: crate::bench::machine_summary(), rows })
 }
@@ -302,7 +331,7 @@ pub fn table(r: &BenchChainReport) -> String {
         "scenario", "variant", "nfs", "mode", "Mpps", "p50 us", "p99 us", "CPU % per NF / notes"
     );
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
-    for row in &r.rows {
+    for row in r.rows.iter().filter(|x| x.scenario != "load") {
         let cpu: Vec<String> = row.cpu_percent.iter().map(|(k, v)| format!("{k}={v:.0}")).collect();
         let notes: Vec<String> = row.notes.iter().map(|(k, v)| format!("{k}={v}")).collect();
         out += &format!(
@@ -332,6 +361,10 @@ pub fn table(r: &BenchChainReport) -> String {
                 );
             }
         }
+    }
+    let load: Vec<Row> = r.rows.iter().filter(|x| x.scenario == "load").cloned().collect();
+    if !load.is_empty() {
+        out += &crate::benchload::table(&load);
     }
     out
 }

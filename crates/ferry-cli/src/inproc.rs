@@ -53,7 +53,7 @@ use ferry_wire::{build_frame, has_stamp_room, stamp_offset, FiveTuple, FrameSpec
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::util::monotonic_ns;
+use crate::util::{frame_pacer, monotonic_ns, pace_wait};
 
 /// Size of one UMEM frame (the AF_XDP default chunk size).
 pub const FRAME_SIZE: usize = 2048;
@@ -92,6 +92,9 @@ pub struct InprocOptions {
     /// Frames in the UMEM; `None` sizes it so the source never finds the
     /// pool empty: every ring full plus every thread's cache and buffers.
     pub umem_frames: Option<u32>,
+    /// Offered load, frames per second, paced frame by frame as the
+    /// chain's `source` NF paces; None: flat out.
+    pub rate_pps: Option<u64>,
 }
 
 impl Default for InprocOptions {
@@ -106,6 +109,7 @@ impl Default for InprocOptions {
             busy_poll_us: 0,
             ring_size: 1024,
             umem_frames: None,
+            rate_pps: None,
         }
     }
 }
@@ -178,6 +182,7 @@ pub struct InprocResult {
     /// Latency source to sink of the frames received in the window, µs.
     pub latency_p50_us: f64,
     pub latency_p99_us: f64,
+    pub latency_p999_us: f64,
     pub latency_max_us: f64,
     /// Frames the source sent into the chain over the whole run.
     pub sent: u64,
@@ -429,21 +434,34 @@ impl RingWiring {
     }
 }
 
-/// Sends stamped frames into ring 0 until `end_ns`.
-fn run_source(sh: &Shared<'_>, mut out: Output, template: &[u8], end_ns: u64) -> Result<StageStats> {
+/// Sends stamped frames into ring 0 until `end_ns`, at `rate_pps` if set.
+fn run_source(
+    sh: &Shared<'_>,
+    mut out: Output,
+    template: &[u8],
+    end_ns: u64,
+    rate_pps: Option<u64>,
+) -> Result<StageStats> {
     let mut st = StageStats { name: "source".into(), ..StageStats::default() };
     let mut guard = FinishGuard { done: &sh.done[0], abort: sh.abort, data: out.data.clone(), completed: false };
     let mut cache = PoolCache::with_batch(sh.pool.clone(), POOL_CACHE_BATCH)?;
     let stamp_at = stamp_offset(L4Proto::Udp);
     let len = template.len();
     let mut seq = 0u32;
+    let mut pacer = frame_pacer(rate_pps, out.batch);
     loop {
         let now = monotonic_ns();
         if now >= end_ns || sh.abort.load(Ordering::Relaxed) {
             break;
         }
-        while out.pending.len() < out.batch {
+        let due = pacer.allowance(now).min(out.batch as u64) as usize;
+        if due == 0 {
+            pace_wait(&pacer, now);
+            continue;
+        }
+        while out.pending.len() < due {
             let Some(addr) = cache.alloc() else { break };
+            pacer.consume(1);
             // SAFETY: the frame just came out of the pool: it is ours.
             let f = unsafe { sh.umem.frame(addr, len) }.ok_or_else(|| anyhow!("pool gave a bad frame {addr:#x}"))?;
             f.copy_from_slice(template);
@@ -625,7 +643,7 @@ pub fn run_inproc_chain(o: &InprocOptions) -> Result<InprocResult> {
         }
         let source = std::thread::Builder::new()
             .name("inproc-source".into())
-            .spawn_scoped(s, move || run_source(sh, source_out, template, win_end))
+            .spawn_scoped(s, move || run_source(sh, source_out, template, win_end, o.rate_pps))
             .map_err(spawn_err)?;
         Ok((joined(source.join()), nfs.into_iter().map(|h| joined(h.join())).collect::<Vec<_>>(), joined(sink.join())))
     })?;
@@ -658,6 +676,7 @@ pub fn run_inproc_chain(o: &InprocOptions) -> Result<InprocResult> {
         mpps: sink.measured as f64 / window_s / 1e6,
         latency_p50_us: us(0.5),
         latency_p99_us: us(0.99),
+        latency_p999_us: us(0.999),
         latency_max_us: if sink.measured == 0 { 0.0 } else { sink.hist.max() as f64 / 1e3 },
         sent,
         received,

@@ -170,6 +170,7 @@ pub struct KernelChainResult {
     /// Latency generator to sink, from the stamps (None without samples).
     pub latency_p50_us: Option<f64>,
     pub latency_p99_us: Option<f64>,
+    pub latency_p999_us: Option<f64>,
     pub hops: Vec<NfHop>,
     /// The `fy??????` prefix the testbed's namespaces had (all deleted by
     /// the time the result is returned).
@@ -252,6 +253,7 @@ pub fn run_kernel_chain(o: &KernelChainOptions) -> Result<KernelChainResult> {
         loss_ratio: if sent > 0 { lost as f64 / sent as f64 } else { 0.0 },
         latency_p50_us: latency_us("/latency/p50_ns"),
         latency_p99_us: latency_us("/latency/p99_ns"),
+        latency_p999_us: latency_us("/latency/p999_ns"),
         hops,
         testbed_instance,
         generator: result_gen,

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod benchchain;
 pub mod benchevnf;
 pub mod benchfirewall;
+pub mod benchload;
 pub mod benchoffload;
 pub mod benchparallel;
 pub mod benchpipeline;

@@ -561,12 +561,15 @@ enum BenchCmd {
     },
     /// FLASH's chaining experiments (Fig. 10, Fig. 11, Table 1, idle CPU).
     Chain {
-        /// Scenarios (comma separated): fig10, fig11, table1, idle.
-        #[arg(long, value_delimiter = ',', default_value = "fig10,fig11,table1,idle")]
+        /// Scenarios (comma separated): fig10, fig11, table1, idle, load (latency against offered load).
+        #[arg(long, value_delimiter = ',', default_value = "fig10,fig11,table1,idle,load")]
         scenarios: Vec<String>,
         /// Chain lengths for fig10.
         #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
         nfs: Vec<usize>,
+        /// Chain lengths for load.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
+        load_nfs: Vec<usize>,
         #[arg(long, value_parser = parse_duration, default_value = "700ms")]
         warmup: Duration,
         #[arg(long, value_parser = parse_duration, default_value = "2s")]
@@ -802,8 +805,8 @@ fn run(cli: Cli) -> Result<()> {
             print!("{}", bench::table(&report));
             write_json(json.as_deref(), &report)
         }
-        Cmd::Bench(BenchCmd::Chain { scenarios, nfs, warmup, window, no_kernel, json }) => {
-            let opts = benchchain::BenchChainOptions { scenarios, nfs, warmup, window, kernel: !no_kernel };
+        Cmd::Bench(BenchCmd::Chain { scenarios, nfs, load_nfs, warmup, window, no_kernel, json }) => {
+            let opts = benchchain::BenchChainOptions { scenarios, nfs, load_nfs, warmup, window, kernel: !no_kernel };
             let report = benchchain::run(&opts)?;
             print!("{}", benchchain::table(&report));
             write_json(json.as_deref(), &report)

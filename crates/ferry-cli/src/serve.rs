@@ -31,7 +31,7 @@ use ferry_sdk::{Nf, NfThread, Packet};
 use ferry_wire::{build_frame, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp};
 use hdrhistogram::Histogram;
 
-use crate::util::monotonic_ns;
+use crate::util::{frame_pacer, monotonic_ns, pace_wait};
 
 /// Exit status when ferryd closed the control socket.
 pub const EXIT_STOPPED: i32 = 0;
@@ -65,7 +65,14 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
         }
         "flow-monitor" => crate::serve_flow_monitor::serve()?,
         "sink" => {
-            let nf = Nf::connect_from_env_with(&["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"])?;
+            let nf = Nf::connect_from_env_with(&[
+                "sunk",
+                "stamped",
+                "lat_p50_ns",
+                "lat_p99_ns",
+                "lat_max_ns",
+                "lat_p999_ns",
+            ])?;
             nf.run(sink)?;
         }
         "fwd" | "split" | "slow" => {
@@ -216,25 +223,27 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64) {
     }
     let stream = th.index() as u16;
     let (mut seq, mut made) = (0u32, 0u64);
-    let start = Instant::now();
+    // Frame by frame: a frame goes when it is due, not when a burst of
+    // them is, so that latency at a paced load is not queueing behind the
+    // source's own burst.
+    let mut pacer = frame_pacer((rate > 0).then_some(rate), BURST);
     while th.service().is_ok() {
         if count > 0 && made >= count {
             std::thread::sleep(Duration::from_millis(1));
             continue;
         }
-        if rate > 0 {
-            let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
-            if made >= due {
-                std::thread::sleep(Duration::from_micros(50));
-                continue;
-            }
-        }
         let now = monotonic_ns();
-        for _ in 0..BURST {
+        let due = pacer.allowance(now).min(BURST as u64);
+        if due == 0 {
+            pace_wait(&pacer, now);
+            continue;
+        }
+        for _ in 0..due {
             if count > 0 && made >= count {
                 break;
             }
             let Some(mut pkt) = th.alloc(spec.frame_len) else { break };
+            pacer.consume(1);
             let t = &templates[(seq as u64 % flows) as usize];
             let d = pkt.data_mut();
             d.copy_from_slice(t);
@@ -271,6 +280,7 @@ fn sink(mut th: NfThread) {
             th.set_nf_counter(2, hist.value_at_quantile(0.5));
             th.set_nf_counter(3, hist.value_at_quantile(0.99));
             th.set_nf_counter(4, hist.max());
+            th.set_nf_counter(5, hist.value_at_quantile(0.999));
             hist.reset();
             window = Instant::now();
         }

@@ -49,6 +49,24 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// A pacer for a sender of `batch`-frame bursts at `rate` frames per
+/// second (None: flat out). Its bucket holds 100 µs of traffic (at least
+/// one burst): a sleep overshoots by tens of µs, and a smaller bucket
+/// would drop what came due meanwhile and offer less than `rate`.
+pub fn frame_pacer(rate: Option<u64>, batch: usize) -> ferry_traffic::Pacer {
+    let bucket = rate.map_or(0, |r| r / 10_000).max(batch as u64);
+    ferry_traffic::Pacer::new(rate, bucket)
+}
+
+/// How long a paced sender with nothing due waits before it looks again:
+/// until its next frame is due, at most 50 µs (a sleep overshoots by tens
+/// of µs, and whatever came due meanwhile goes back to back, at most the
+/// pacer's burst).
+pub fn pace_wait(pacer: &ferry_traffic::Pacer, now_ns: u64) {
+    let wait = pacer.next_token_ns(now_ns).saturating_sub(now_ns).clamp(1_000, 50_000);
+    std::thread::sleep(Duration::from_nanos(wait));
+}
+
 /// Index of a device in this process's network namespace.
 pub fn ifindex(dev: &str) -> Result<u32> {
     ferry_xsk::ifindex(dev).ok_or_else(|| anyhow!("no such device {dev:?} in this network namespace"))

@@ -327,6 +327,40 @@ fn bench_chain_smoke() {
     }
 }
 
+/// The load scenario offers the same loads to both columns of each mode,
+/// from 10 kpps to saturation, and measures latency at each.
+#[test]
+fn bench_chain_load_smoke() {
+    if !privileged("bench_chain_load_smoke") {
+        return;
+    }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench-load");
+    let out = dir.path("load.json");
+    let args = ["bench", "chain", "--scenarios", "load", "--load-nfs", "1", "--warmup", "200ms", "--window", "300ms"];
+    let done =
+        Ferry::spawn_here(&[&args[..], &["--json", out.to_str().unwrap()]].concat()).finish(Duration::from_secs(300));
+    assert!(done.status.success(), "bench chain load failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    for (mode, variants) in
+        [("memory", ["ferry-zero-copy", "one-process-threads"]), ("veth", ["ferry-veth", "kernel-xdp-redirect"])]
+    {
+        let of = |v: &str| -> Vec<serde_json::Value> {
+            rows.iter().filter(|x| x["mode"] == mode && x["variant"] == v).map(|x| x["offered_pps"].clone()).collect()
+        };
+        let (a, b) = (of(variants[0]), of(variants[1]));
+        assert_eq!(a, b, "{mode}: the same loads for both: {r:#}");
+        assert_eq!(a.first().and_then(|v| v.as_u64()), Some(10_000), "{mode}: from 10 kpps: {r:#}");
+        assert!(a.last().is_some_and(|v| v.is_null()), "{mode}: to saturation: {r:#}");
+    }
+    // Latency comes from the stamps of the frames that arrived.
+    for row in rows {
+        assert!(row["p50_us"].is_number() && row["p999_us"].is_number(), "{row:#}");
+    }
+    assert!(done.stdout.contains("latency against offered load"), "{}", done.stdout);
+}
+
 #[test]
 fn bench_pipeline_smoke() {
     if !privileged("bench_pipeline_smoke") {
