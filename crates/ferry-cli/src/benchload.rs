@@ -232,10 +232,22 @@ pub fn rows(dir: &Path, o: &BenchChainOptions) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// The CPU of a row's processes (NFs, or the one process), percent of
+/// one CPU; "-" where none was measured (the kernel chain runs in softirq).
+fn cpu(row: &Row) -> String {
+    let total: f64 = row.cpu_percent.iter().filter(|(k, _)| k.as_str() != "ferryd").map(|(_, v)| v).sum();
+    if row.cpu_percent.is_empty() {
+        "-".into()
+    } else {
+        format!("{total:.0}%")
+    }
+}
+
 /// Per row pair at one load, the Ferry p50 over its comparison's p50.
 pub fn table(rows: &[Row]) -> String {
-    let mut out =
-        String::from("latency against offered load (p50 / p99 / p99.9 us; ratio = Ferry p50 / comparison p50)\n");
+    let mut out = String::from(
+        "latency against offered load (p50 / p99 / p99.9 us; CPU of the NF processes; ratio = Ferry p50 / comparison p50)\n",
+    );
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     for pair in rows.chunks(2) {
         let [a, b] = pair else { continue };
@@ -247,7 +259,7 @@ pub fn table(rows: &[Row]) -> String {
             _ => "-".into(),
         };
         out += &format!(
-            "{:<6} nfs={} {:<11} {:<19} {:>7.3} Mpps {:>7}/{:>7}/{:>8}  vs {:<19} {:>7.3} Mpps {:>7}/{:>7}/{:>8}  ratio {ratio}\n",
+            "{:<6} nfs={} {:<11} {:<15} {:>6.3} Mpps {:>7}/{:>7}/{:>8} {:>5}  vs {:<19} {:>6.3} Mpps {:>7}/{:>7}/{:>8} {:>5}  ratio {ratio}\n",
             a.mode,
             a.nfs,
             load_label(a.offered_pps),
@@ -256,11 +268,13 @@ pub fn table(rows: &[Row]) -> String {
             f(a.p50_us),
             f(a.p99_us),
             f(a.p999_us),
+            cpu(a),
             b.variant,
             b.mpps,
             f(b.p50_us),
             f(b.p99_us),
             f(b.p999_us),
+            cpu(b),
         );
     }
     out
