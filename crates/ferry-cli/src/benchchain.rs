@@ -105,10 +105,11 @@ struct NfLine {
     extra: String,
 }
 
-fn chain_yaml(name: &str, domains: &[String], nfs: &[NfLine]) -> String {
+fn chain_yaml(name: &str, domains: &[String], nfs: &[NfLine], user: Option<&str>) -> String {
     let mut y = format!("name: {name}\ndomains:\n");
+    let user = user.map_or(String::new(), |u| format!(", user: {u}"));
     for d in domains {
-        y += &format!("  - {{ name: {d}, frames: 8192 }}\n");
+        y += &format!("  - {{ name: {d}, frames: 8192{user} }}\n");
     }
     y += "nfs:\n";
     for n in nfs {
@@ -135,15 +136,30 @@ pub(crate) struct ChainShape<'a> {
     pub source: bool,
     /// The source's pace, frames per second; None: flat out.
     pub source_rate: Option<u64>,
+    /// Every NF a thread of one `ferry nf host` process (run as
+    /// [`HOST_USER`]) instead of a process of its own.
+    pub hosted: bool,
 }
+
+/// The user the one-process SDK bound runs as: NFs never run as root.
+pub(crate) const HOST_USER: &str = "nobody";
 
 /// One domain, source -> one `fwd` -> sink, batches of 32, blocking
 /// backpressure, flat out.
-pub(crate) const ZERO_COPY: ChainShape<'static> =
-    ChainShape { fwds: 1, copy: false, batch: 32, slow: None, backpressure: "block", source: true, source_rate: None };
+pub(crate) const ZERO_COPY: ChainShape<'static> = ChainShape {
+    fwds: 1,
+    copy: false,
+    batch: 32,
+    slow: None,
+    backpressure: "block",
+    source: true,
+    source_rate: None,
+    hosted: false,
+};
 
 pub(crate) fn build_chain(name: &str, s: ChainShape) -> String {
-    let extra = format!(", batch: {}, backpressure: {{ mode: {} }}", s.batch, s.backpressure);
+    let spawn = if s.hosted { ", spawn: false" } else { "" };
+    let extra = format!(", batch: {}, backpressure: {{ mode: {} }}{spawn}", s.batch, s.backpressure);
     let mut nfs = Vec::new();
     let dom = |i: usize| if s.copy { format!("d{i}") } else { "main".to_string() };
     if s.source {
@@ -173,7 +189,37 @@ pub(crate) fn build_chain(name: &str, s: ChainShape) -> String {
     }
     let mut domains: Vec<String> = nfs.iter().map(|n| n.domain.clone()).collect();
     domains.dedup();
-    chain_yaml(name, &domains, &nfs)
+    chain_yaml(name, &domains, &nfs, s.hosted.then_some(HOST_USER))
+}
+
+/// Starts `ferry nf host` for every NF of chain file `chain` (all
+/// `spawn: false`), as [`HOST_USER`].
+fn start_host(chain: &Path, socket: &Path) -> Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let spec = ferry_catalog::parse_chain(chain)?;
+    let nfs: Vec<String> = spec
+        .nfs
+        .iter()
+        .map(|n| format!("{}={}:{}", n.name, n.kind.as_deref().unwrap_or_default(), n.args.join(",")))
+        .collect();
+    let user = std::ffi::CString::new(HOST_USER)?;
+    // SAFETY: getpwnam with a valid C string; the entry is read at once.
+    let pw = unsafe { libc::getpwnam(user.as_ptr()) };
+    if pw.is_null() {
+        anyhow::bail!("no user {HOST_USER:?} to run the one-process bound as");
+    }
+    // SAFETY: checked non-null above.
+    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    std::process::Command::new(crate::chainctl::ferry_bin()?)
+        .args(["nf", "host", "--socket"])
+        .arg(socket)
+        .args(&nfs)
+        .env(ferry_chain::proto::ENV_CHAIN, spec.name())
+        .uid(uid)
+        .gid(gid)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting ferry nf host")
 }
 
 /// Runs one chain file under ferryd and measures it over the window.
@@ -181,7 +227,15 @@ pub(crate) fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOp
     let chain = dir.join(format!("{name}.yaml"));
     std::fs::write(&chain, yaml)?;
     let socket = dir.join(format!("{name}.sock"));
-    let rc = chainctl::start(&chain, &socket, true).with_context(|| format!("chain {name}"))?;
+    let hosted = yaml.contains("spawn: false");
+    let (rc, mut host) = if hosted {
+        let mut rc = chainctl::launch(&chain, &socket, true).with_context(|| format!("chain {name}"))?;
+        let host = start_host(&chain, &socket)?;
+        rc.wait_connected(Duration::from_secs(60))?;
+        (rc, Some(host))
+    } else {
+        (chainctl::start(&chain, &socket, true).with_context(|| format!("chain {name}"))?, None)
+    };
     std::thread::sleep(o.warmup);
     // The sink publishes its percentiles once per 500 ms window: wait for
     // the first, so that a short warm-up still yields them.
@@ -194,7 +248,10 @@ pub(crate) fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOp
         std::thread::sleep(Duration::from_millis(20));
     }
     let s1 = rc.status()?;
-    let pids: Vec<(String, u32)> = s1.nfs.iter().filter_map(|n| n.pid.map(|p| (n.name.clone(), p))).collect();
+    let pids: Vec<(String, u32)> = match &host {
+        Some(h) => vec![("process".to_string(), h.id())],
+        None => s1.nfs.iter().filter_map(|n| n.pid.map(|p| (n.name.clone(), p))).collect(),
+    };
     let ferryd_pid = rc.child.id();
     let t1: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
     let d1 = cpu_ticks(ferryd_pid);
@@ -219,6 +276,10 @@ pub(crate) fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOp
     let audit = rc.audit()?;
     row.notes.insert("conserved".into(), audit.iter().all(|a| a.conserved()) as u8 as f64);
     rc.shutdown()?;
+    if let Some(h) = host.as_mut() {
+        // ferryd gone, its NFs stop (status 0); reap the process.
+        h.wait()?;
+    }
     Ok((row, s2))
 }
 
@@ -261,6 +322,12 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
                 rows.push(row);
             }
             rows.push(inproc_row("fig10", "one-process-threads", n, 32, o)?);
+            let yaml = build_chain(&format!("f10-sdk-{n}"), ChainShape { fwds: n, hosted: true, ..zc });
+            let (mut row, _) = measure_chain(&dir, &format!("f10-{n}-sdk"), &yaml, o)?;
+            row.scenario = "fig10".into();
+            row.variant = "one-process-sdk".into();
+            row.nfs = n;
+            rows.push(row);
             if o.kernel {
                 let r = run_kernel_chain(&KernelChainOptions {
                     nfs: n,
@@ -347,18 +414,16 @@ pub fn table(r: &BenchChainReport) -> String {
             notes.join(" ")
         );
     }
-    // Ratios against the one-process upper bound, per chain length.
+    // Ratios against the one-process bounds, per chain length: the SDK's
+    // own code as threads of one process, and the hand-written threads.
     for row in r.rows.iter().filter(|x| x.scenario == "fig10" && x.variant.starts_with("ferry")) {
-        if let Some(ub) =
-            r.rows.iter().find(|x| x.scenario == "fig10" && x.variant == "one-process-threads" && x.nfs == row.nfs)
+        for (bound, what) in
+            [("one-process-sdk", "one-process SDK bound"), ("one-process-threads", "hand-written one-process bound")]
         {
-            if ub.mpps > 0.0 {
-                out += &format!(
-                    "ratio fig10 {} nfs={}: {:.2} of the one-process upper bound\n",
-                    row.variant,
-                    row.nfs,
-                    row.mpps / ub.mpps
-                );
+            let ub = r.rows.iter().find(|x| x.scenario == "fig10" && x.variant == bound && x.nfs == row.nfs);
+            if let Some(ub) = ub.filter(|ub| ub.mpps > 0.0) {
+                out +=
+                    &format!("ratio fig10 {} nfs={}: {:.2} of the {what}\n", row.variant, row.nfs, row.mpps / ub.mpps);
             }
         }
     }

@@ -3,8 +3,10 @@
 //! comparison run side by side, one after the other:
 //!
 //! * memory mode: Ferry zero-copy (ferryd, the in-domain `source` paced at
-//!   the load, N `fwd` NFs, `sink`) against the one-process bound (the same
-//!   chain as threads of this process, its source paced the same way);
+//!   the load, N `fwd` NFs, `sink`) against two one-process bounds: the
+//!   same NFs on the SDK as threads of one `ferry nf host` process (the
+//!   same code, rings and pool; only the processes differ), and the
+//!   hand-written threads of `inproc.rs`, its source paced the same way;
 //! * veth mode: Ferry on the demo testbed (`gen live` paced into d0, N
 //!   `fwd` NFs, out of d1 into the AF_XDP sink) against the kernel chain
 //!   (each NF a namespace, veth pairs, XDP redirect).
@@ -63,22 +65,23 @@ fn own_cpu_s() -> f64 {
 }
 
 fn memory_rows(dir: &Path, n: usize, o: &BenchChainOptions, rows: &mut Vec<Row>) -> Result<()> {
-    let zero_copy = |rate: Option<u64>| -> Result<Row> {
-        let name = format!("load-{n}-{}", rate.unwrap_or(0));
-        let shape = ChainShape { fwds: n, source_rate: rate, ..ZERO_COPY };
+    let chain = |rate: Option<u64>, hosted: bool| -> Result<Row> {
+        let name = format!("load-{n}-{}-{hosted}", rate.unwrap_or(0));
+        let shape = ChainShape { fwds: n, source_rate: rate, hosted, ..ZERO_COPY };
         let (mut row, _) = measure_chain(dir, &name, &build_chain(&name, shape), o)?;
         row.scenario = "load".into();
-        row.variant = "ferry-zero-copy".into();
+        row.variant = if hosted { "one-process-sdk" } else { "ferry-zero-copy" }.into();
         row.nfs = n;
         row.offered_pps = rate;
         Ok(row)
     };
-    let flat = zero_copy(None)?;
+    let flat = chain(None, false)?;
     for rate in loads(flat.mpps * 1e6) {
         rows.push(match rate {
             None => flat.clone(),
-            Some(_) => zero_copy(rate)?,
+            Some(_) => chain(rate, false)?,
         });
+        rows.push(chain(rate, true)?);
         let cpu0 = own_cpu_s();
         let r = run_inproc_chain(&InprocOptions {
             nfs: n,
@@ -243,38 +246,34 @@ fn cpu(row: &Row) -> String {
     }
 }
 
-/// Per row pair at one load, the Ferry p50 over its comparison's p50.
+/// Each Ferry row, then its comparisons at the same load, each with the
+/// Ferry p50 over its own.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "latency against offered load (p50 / p99 / p99.9 us; CPU of the NF processes; ratio = Ferry p50 / comparison p50)\n",
+        "latency against offered load (p50 / p99 / p99.9 us; CPU of the NF processes; ratio = Ferry p50 / this p50)\n",
     );
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
-    for pair in rows.chunks(2) {
-        let [a, b] = pair else { continue };
-        if a.nfs != b.nfs || a.offered_pps != b.offered_pps {
-            continue;
+    let mut ferry: Option<&Row> = None;
+    for row in rows {
+        let is_ferry = row.variant.starts_with("ferry");
+        if is_ferry {
+            ferry = Some(row);
         }
-        let ratio = match (a.p50_us, b.p50_us) {
-            (Some(x), Some(y)) if y > 0.0 => format!("{:.2}", x / y),
-            _ => "-".into(),
+        let ratio = match (ferry.and_then(|x| x.p50_us), row.p50_us) {
+            (Some(x), Some(y)) if !is_ferry && y > 0.0 => format!("{:.2}", x / y),
+            _ => String::new(),
         };
         out += &format!(
-            "{:<6} nfs={} {:<11} {:<15} {:>6.3} Mpps {:>7}/{:>7}/{:>8} {:>5}  vs {:<19} {:>6.3} Mpps {:>7}/{:>7}/{:>8} {:>5}  ratio {ratio}\n",
-            a.mode,
-            a.nfs,
-            load_label(a.offered_pps),
-            a.variant,
-            a.mpps,
-            f(a.p50_us),
-            f(a.p99_us),
-            f(a.p999_us),
-            cpu(a),
-            b.variant,
-            b.mpps,
-            f(b.p50_us),
-            f(b.p99_us),
-            f(b.p999_us),
-            cpu(b),
+            "{:<6} nfs={} {:<11} {:<21} {:>6.3} Mpps {:>7}/{:>7}/{:>8} {:>5}  {ratio}\n",
+            row.mode,
+            row.nfs,
+            load_label(row.offered_pps),
+            row.variant,
+            row.mpps,
+            f(row.p50_us),
+            f(row.p99_us),
+            f(row.p999_us),
+            cpu(row),
         );
     }
     out

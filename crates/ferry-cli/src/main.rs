@@ -178,6 +178,16 @@ enum NfCmd {
         #[arg(long = "arg", allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Several `spawn: false` NFs of one chain as threads of this process
+    /// (source, sink, fwd, split, slow), each `NAME=KIND[:ARG,ARG...]`;
+    /// set FERRY_CHAIN to the chain's name (each NF's key is read from
+    /// the file ferryd wrote for it).
+    Host {
+        /// ferryd's NF socket.
+        #[arg(long)]
+        socket: PathBuf,
+        nfs: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -668,6 +678,10 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Nf(NfCmd::Serve { kind, args }) => {
             ferry_cli::serve::serve(&kind, &args)?;
+            std::process::exit(ferry_cli::serve::EXIT_STOPPED);
+        }
+        Cmd::Nf(NfCmd::Host { socket, nfs }) => {
+            ferry_cli::serve::host(&socket, &nfs)?;
             std::process::exit(ferry_cli::serve::EXIT_STOPPED);
         }
         Cmd::Chain(ChainCmd::Up { file, socket }) => {

@@ -22,6 +22,7 @@
 //! * `efw`, `elb`, `edpi`, `enat`: a hybrid NF's control plane, see
 //!   [`crate::serve_hybrid`].
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -48,14 +49,10 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
     if ferry_evnf::types::find(kind).is_some() {
         return crate::serve_hybrid::serve(kind, args);
     }
+    if THREADED.contains(&kind) {
+        return run_threaded(kind, args, &Hello::Env);
+    }
     match kind {
-        "source" => {
-            let v = ferry_catalog::Values::of(kind, args)?;
-            let nf = Nf::connect_from_env_with(&["made"])?;
-            let (size, rate, flows) = (v.u64("size")? as usize, v.u64("rate")?, v.u64("flows")?);
-            let count = v.u64("count")?;
-            nf.run(|th| source(th, size, rate, flows, count))?;
-        }
         "maglev" => {
             let v = ferry_catalog::Values::of(kind, args)?;
             let table_size = u32::try_from(v.u64("table_size")?)?;
@@ -64,28 +61,6 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
             nf.run(|th| maglev(th, &table))?;
         }
         "flow-monitor" => crate::serve_flow_monitor::serve()?,
-        "sink" => {
-            let nf = Nf::connect_from_env_with(&[
-                "sunk",
-                "stamped",
-                "lat_p50_ns",
-                "lat_p99_ns",
-                "lat_max_ns",
-                "lat_p999_ns",
-            ])?;
-            nf.run(sink)?;
-        }
-        "fwd" | "split" | "slow" => {
-            let v = ferry_catalog::Values::of(kind, args)?;
-            let work_ns = if kind == "slow" { v.u64("work_ns")? } else { 0 };
-            let nf = Nf::connect_from_env()?;
-            let route = match kind {
-                "split" => Route::FlowHash,
-                "fwd" if v.u64("by_port")? == 1 => Route::ByPort,
-                _ => Route::First,
-            };
-            nf.run(|th| forward(th, route, work_ns))?;
-        }
         _ => {
             let build = || build_packet_nf(kind, args);
             let first = build()?;
@@ -99,6 +74,83 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The kinds [`run_threaded`] runs: the framework's own threaded NFs.
+pub const THREADED: [&str; 5] = ["source", "sink", "fwd", "split", "slow"];
+
+/// How an NF says hello to ferryd: as its environment says (`nf serve`,
+/// one NF per process), or by name on a given socket (`nf host`, several
+/// NFs as threads of one process).
+pub enum Hello<'a> {
+    Env,
+    Named { socket: &'a Path, name: &'a str },
+}
+
+impl Hello<'_> {
+    fn connect(&self, counters: &[&str]) -> Result<Nf> {
+        Ok(match self {
+            Hello::Env => Nf::connect_from_env_with(counters)?,
+            Hello::Named { socket, name } => Nf::connect(socket, name, counters)?,
+        })
+    }
+}
+
+/// Runs one of the [`THREADED`] kinds until ferryd stops it.
+pub fn run_threaded(kind: &str, args: &[String], hello: &Hello) -> Result<()> {
+    ferry_catalog::check(kind, args)?;
+    let v = ferry_catalog::Values::of(kind, args)?;
+    match kind {
+        "source" => {
+            let nf = hello.connect(&["made"])?;
+            let (size, rate, flows) = (v.u64("size")? as usize, v.u64("rate")?, v.u64("flows")?);
+            let count = v.u64("count")?;
+            nf.run(|th| source(th, size, rate, flows, count))?;
+        }
+        "sink" => {
+            let nf = hello.connect(&["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns", "lat_p999_ns"])?;
+            nf.run(sink)?;
+        }
+        "fwd" | "split" | "slow" => {
+            let work_ns = if kind == "slow" { v.u64("work_ns")? } else { 0 };
+            let nf = hello.connect(&[])?;
+            let route = match kind {
+                "split" => Route::FlowHash,
+                "fwd" if v.u64("by_port")? == 1 => Route::ByPort,
+                _ => Route::First,
+            };
+            nf.run(|th| forward(th, route, work_ns))?;
+        }
+        _ => bail!("{kind} is not a threaded NF kind ({})", THREADED.join(", ")),
+    }
+    Ok(())
+}
+
+/// `nf host`: NFs given as `NAME=KIND[:ARG,ARG...]`, each connecting to
+/// ferryd at `socket` as NF NAME and running as threads of this process.
+/// The one-process bound of `bench chain` on the SDK's own code: the same
+/// NF code, rings and frame pool as `nf serve`, without the processes.
+pub fn host(socket: &Path, nfs: &[String]) -> Result<()> {
+    let parsed = nfs
+        .iter()
+        .map(|spec| {
+            let (name, rest) = spec.split_once('=').ok_or_else(|| anyhow::anyhow!("{spec:?}: NAME=KIND[:ARGS]"))?;
+            let (kind, args) = rest.split_once(':').unwrap_or((rest, ""));
+            let args: Vec<String> = args.split(',').filter(|a| !a.is_empty()).map(str::to_string).collect();
+            Ok((name.to_string(), kind.to_string(), args))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = parsed
+            .iter()
+            .map(|(name, kind, args)| {
+                s.spawn(move || {
+                    run_threaded(kind, args, &Hello::Named { socket, name }).map_err(|e| e.context(name.clone()))
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("an NF thread panicked"))?)
+    })
 }
 
 fn build_packet_nf(kind: &str, args: &[String]) -> Result<Box<dyn PacketNf>> {
@@ -238,6 +290,7 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64) {
             pace_wait(&pacer, now);
             continue;
         }
+        let before = made;
         for _ in 0..due {
             if count > 0 && made >= count {
                 break;
@@ -253,6 +306,11 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64) {
             th.send(pkt, 0);
         }
         th.set_nf_counter(0, made);
+        if made == before && (count == 0 || made < count) {
+            // The pool is empty: every frame is downstream. Let the NFs
+            // that hold them run rather than spin.
+            std::thread::sleep(Duration::from_micros(50));
+        }
     }
 }
 

@@ -50,11 +50,12 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// A pacer for a sender of `batch`-frame bursts at `rate` frames per
-/// second (None: flat out). Its bucket holds 100 µs of traffic (at least
-/// one burst): a sleep overshoots by tens of µs, and a smaller bucket
-/// would drop what came due meanwhile and offer less than `rate`.
+/// second (None: flat out). Its bucket holds 1 ms of traffic, and at
+/// least one burst: a sleep overshoots by tens of µs and a sender may be
+/// off its CPU for a while, and a smaller bucket would drop what came due
+/// meanwhile and offer less than `rate`. It starts full.
 pub fn frame_pacer(rate: Option<u64>, batch: usize) -> ferry_traffic::Pacer {
-    let bucket = rate.map_or(0, |r| r / 10_000).max(batch as u64);
+    let bucket = rate.map_or(0, |r| r / 1_000).max(batch as u64);
     ferry_traffic::Pacer::new(rate, bucket)
 }
 

@@ -316,7 +316,15 @@ fn bench_chain_smoke() {
     assert!(done.status.success(), "bench chain failed: {}", done.stderr);
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let rows = r["rows"].as_array().unwrap();
-    for variant in ["ferry-zero-copy", "ferry-copy", "one-process-threads", "ferry-batch-1", "backpressure-none"] {
+    let variants = [
+        "ferry-zero-copy",
+        "ferry-copy",
+        "one-process-threads",
+        "one-process-sdk",
+        "ferry-batch-1",
+        "backpressure-none",
+    ];
+    for variant in variants {
         let row = rows.iter().find(|x| x["variant"] == variant).unwrap_or_else(|| panic!("no {variant} row: {r:#}"));
         assert!(row["mpps"].as_f64().unwrap() > 0.0, "{row:#}");
         assert_eq!(row["notes"]["conserved"], 1.0, "{row:#}");
@@ -343,16 +351,20 @@ fn bench_chain_load_smoke() {
     assert!(done.status.success(), "bench chain load failed: {}", done.stderr);
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let rows = r["rows"].as_array().unwrap();
-    for (mode, variants) in
-        [("memory", ["ferry-zero-copy", "one-process-threads"]), ("veth", ["ferry-veth", "kernel-xdp-redirect"])]
-    {
+    let modes: [(&str, &[&str]); 2] = [
+        ("memory", &["ferry-zero-copy", "one-process-sdk", "one-process-threads"]),
+        ("veth", &["ferry-veth", "kernel-xdp-redirect"]),
+    ];
+    for (mode, variants) in modes {
         let of = |v: &str| -> Vec<serde_json::Value> {
             rows.iter().filter(|x| x["mode"] == mode && x["variant"] == v).map(|x| x["offered_pps"].clone()).collect()
         };
-        let (a, b) = (of(variants[0]), of(variants[1]));
-        assert_eq!(a, b, "{mode}: the same loads for both: {r:#}");
-        assert_eq!(a.first().and_then(|v| v.as_u64()), Some(10_000), "{mode}: from 10 kpps: {r:#}");
-        assert!(a.last().is_some_and(|v| v.is_null()), "{mode}: to saturation: {r:#}");
+        let first = of(variants[0]);
+        for v in &variants[1..] {
+            assert_eq!(of(v), first, "{mode}: the same loads for {v}: {r:#}");
+        }
+        assert_eq!(first.first().and_then(|v| v.as_u64()), Some(10_000), "{mode}: from 10 kpps: {r:#}");
+        assert!(first.last().is_some_and(|v| v.is_null()), "{mode}: to saturation: {r:#}");
     }
     // Latency comes from the stamps of the frames that arrived.
     for row in rows {

@@ -179,7 +179,7 @@ fn count(st: &Status, nf: &str, name: &str) -> u64 {
 /// `offload`, sends `input` into d0 and returns what leaves d1, in order,
 /// with the status once the chain's last NF has counted the `last_rx`
 /// frames it gets, and how many loop-device ends ferryd had made in d1's
-/// namespace (all gone once ferryd stopped).
+/// namespace (all gone once the chain is removed).
 fn run(offload: &str, order: &[&str], input: &[Vec<u8>], want: usize, last_rx: u64) -> (Vec<Vec<u8>>, Status, usize) {
     let tb = testbed(PORTS_TESTBED, "e2e_placement/ports.yaml");
     let dut = tb.ns_name("dut").to_string();
@@ -245,8 +245,10 @@ fn run(offload: &str, order: &[&str], input: &[Vec<u8>], want: usize, last_rx: u
     }
     assert_conserved(&rc);
     let loops = loop_devices(&tb).len();
+    // Removing a chain returns once its ports are detached.
+    chainctl::remove(&rc.admin, "sfc").expect("remove the chain");
+    assert_eq!(loop_devices(&tb), Vec::<String>::new(), "removing the chain removed its loop devices");
     rc.shutdown().unwrap();
-    assert_eq!(loop_devices(&tb), Vec::<String>::new(), "ferryd removed its loop devices");
     down_and_check(tb);
     (got, st, loops)
 }

@@ -332,6 +332,19 @@ fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut
         if nfs.is_empty() {
             continue;
         }
+        // The last process's thread i sends on the port's queue i (of the
+        // loop device in front of it, which has the port's queues).
+        let (threads, queues) = (spec.nfs[after].threads, port.queues);
+        if threads > queues {
+            for (i, _) in &nfs {
+                why_server[*i] = Some(format!(
+                    "after the last process {}, which has {threads} threads for port {}'s {queues} queues: it could \
+                     not send to the loop device in front of the port",
+                    spec.nfs[after].name, port.name
+                ));
+            }
+            continue;
+        }
         nfs.reverse();
         offloaded.extend(nfs.iter().map(|(i, _)| *i));
         post.push(PostPath {
@@ -424,7 +437,10 @@ fn server_part(
             if let Some(h) = hybrid.iter().find(|h| h.port == l.from) {
                 return slow(h).map(|to| LinkSpec { from: l.from.clone(), to, mode: l.mode });
             }
-            if let Some(p) = post.iter().find(|p| p.port == l.to) {
+            // The last process's link to the first post-server NF becomes
+            // its link to the port, in the same place: an NF's out-links
+            // are numbered in file order.
+            if let Some(p) = post.iter().find(|p| p.after == l.from && p.nfs[0].name == l.to) {
                 return Some(LinkSpec { from: p.after.clone(), to: p.port.clone(), mode: l.mode });
             }
             match paths.iter().find(|p| p.port == l.from) {

@@ -121,6 +121,51 @@ fn nfs_after_the_last_process_run_in_xdp_in_front_of_their_port() {
 }
 
 #[test]
+fn the_last_process_keeps_its_out_links_in_order() {
+    let f = Files::new("post-order", 3);
+    let d = f.0.display();
+    let text = format!(
+        "name: sfc
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: in, netdev: a0 }}
+  - {{ name: out, netdev: b0 }}
+  - {{ name: out2, netdev: c0 }}
+nfs:
+  - {{ name: ips, domain: main, kind: ips, args: [\"{d}/ips.rules\"] }}
+  - {{ name: sp, domain: main, kind: split }}
+  - {{ name: mon, domain: main, kind: flow-monitor }}
+  - {{ name: ips2, domain: main, kind: ips, args: [\"{d}/ips.rules\"] }}
+links:
+  - {{ from: in, to: ips }}
+  - {{ from: ips, to: sp }}
+  - {{ from: sp, to: mon }}
+  - {{ from: sp, to: ips2 }}
+  - {{ from: mon, to: out }}
+  - {{ from: ips2, to: out2 }}
+"
+    );
+    let (_, p) = load_str(&text, "sfc.yaml").unwrap();
+    assert_eq!(p.post.len(), 1);
+    assert_eq!((p.post[0].after.as_str(), p.post[0].port.as_str()), ("sp", "out"));
+    // sp's out-link 0 still leads (through the loop device) to what mon
+    // fed, out-link 1 to ips2.
+    let outs: Vec<&str> = p.server.links.iter().filter(|l| l.from == "sp").map(|l| l.to.as_str()).collect();
+    assert_eq!(outs, ["out", "ips2"]);
+}
+
+#[test]
+fn a_last_process_with_more_threads_than_the_port_has_queues_keeps_the_nfs_after_it() {
+    let f = Files::new("post-threads", 3);
+    let text = ips_first(&f.chain(&[("ips", "threads: 2")]))
+        .replace("{ name: in, netdev: a0 }", "{ name: in, netdev: a0, queues: 2 }");
+    let (_, p) = load_str(&text, "sfc.yaml").unwrap();
+    assert!(p.post.is_empty());
+    assert_eq!(places(&p), [("fw", Place::Server), ("mon", Place::Server), ("ips", Place::Server)]);
+    assert!(p.decisions[0].why.contains("ips, which has 2 threads for port out's 1 queues"), "{}", p.decisions[0].why);
+}
+
+#[test]
 fn post_server_stops_at_the_last_nf_that_cannot_move() {
     let f = Files::new("post-never", 3);
     let (_, p) = load_str(&ips_first(&f.chain(&[("fw", "offload: never")])), "sfc.yaml").unwrap();

@@ -132,13 +132,10 @@ impl Chain {
                 }
                 None => None,
             };
-            let post = match post.iter().find(|(path, _)| path.port == p.name) {
-                Some((path, ids)) => {
-                    let out = Port::ifindex(p).with_context(|| format!("port {}", p.name))?;
-                    Some((path.nfs.as_slice(), FastPathIds { chain: id, nfs: ids, then: FastPathEnd::Device(out) }))
-                }
-                None => None,
-            };
+            let post = post
+                .iter()
+                .find(|(path, _)| path.port == p.name)
+                .map(|(path, ids)| (path.nfs.as_slice(), id, &ids[..]));
             let hybrid = hybrid.iter().any(|h| h.port == p.name);
             ports.push(match (p.nf, &fast) {
                 (None, None) => None,

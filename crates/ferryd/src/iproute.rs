@@ -3,10 +3,15 @@
 
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 /// `ip [-n NS] ARGS...`; a failure carries the command and ip's stderr.
 pub fn ip(ns: Option<&str>, args: &[&str]) -> Result<()> {
+    ip_output(ns, args).map(drop)
+}
+
+/// As [`ip`], returning what it printed.
+pub fn ip_output(ns: Option<&str>, args: &[&str]) -> Result<String> {
     let mut cmd = Command::new("ip");
     if let Some(ns) = ns {
         cmd.args(["-n", ns]);
@@ -15,7 +20,14 @@ pub fn ip(ns: Option<&str>, args: &[&str]) -> Result<()> {
     if !out.status.success() {
         bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The ifindex of device `dev` as namespace `ns` sees it.
+pub fn ifindex_in(ns: Option<&str>, dev: &str) -> Result<u32> {
+    let name = dev.to_string();
+    ferry_testbed::in_netns(ns, move || ferry_xsk::ifindex(&name))?
+        .ok_or_else(|| anyhow!("no device {dev:?} in namespace {}", ns.unwrap_or("(root)")))
 }
 
 /// Writes `value` to the sysctl `/proc/sys/{key}` as namespace `ns` sees it.

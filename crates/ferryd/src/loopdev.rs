@@ -8,11 +8,10 @@
 //! which the kernel copies the frame once more.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::process::Command;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 
-use crate::iproute::{ip, sysctl};
+use crate::iproute::{ifindex_in, ip, ip_output, sysctl};
 
 pub struct LoopDevice {
     ns: Option<String>,
@@ -35,15 +34,7 @@ fn names(chain: u32, port: &str) -> (String, String) {
 
 /// The MTU of `dev` in namespace `ns`.
 fn mtu(ns: Option<&str>, dev: &str) -> Result<u32> {
-    let mut cmd = Command::new("ip");
-    if let Some(ns) = ns {
-        cmd.args(["-n", ns]);
-    }
-    let out = cmd.args(["-o", "link", "show", "dev", dev]).output().context("running ip")?;
-    if !out.status.success() {
-        bail!("ip link show dev {dev}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = ip_output(ns, &["-o", "link", "show", "dev", dev])?;
     let mut words = text.split_whitespace();
     words.by_ref().find(|w| *w == "mtu");
     words.next().and_then(|m| m.parse().ok()).ok_or_else(|| anyhow!("no mtu in {text:?}"))
@@ -84,19 +75,18 @@ impl LoopDevice {
         .with_context(|| format!("creating the loop device in front of port {port}"))?;
         let mut dev =
             LoopDevice { ns: ns.map(str::to_string), send_end, send_ifindex: 0, receive_end, receive_ifindex: 0 };
+        let ipv6 = std::path::Path::new("/proc/sys/net/ipv6").exists();
         for end in [&dev.send_end, &dev.receive_end] {
             // Nothing but the NF's frames may cross it: no IPv6 of the
             // kernel's own (router solicitations, MLD) leaving by the port.
-            sysctl(ns, &format!("net/ipv6/conf/{end}/disable_ipv6"), "1")?;
+            // (A kernel without IPv6 sends none.)
+            if ipv6 {
+                sysctl(ns, &format!("net/ipv6/conf/{end}/disable_ipv6"), "1")?;
+            }
             ip(ns, &["link", "set", "dev", end, "up"])?;
         }
-        let ifindex = |name: &str| -> Result<u32> {
-            let name = name.to_string();
-            ferry_testbed::in_netns(ns, move || ferry_xsk::ifindex(&name))?
-                .ok_or_else(|| anyhow!("the loop device vanished"))
-        };
-        dev.send_ifindex = ifindex(&dev.send_end)?;
-        dev.receive_ifindex = ifindex(&dev.receive_end)?;
+        dev.send_ifindex = ifindex_in(ns, &dev.send_end)?;
+        dev.receive_ifindex = ifindex_in(ns, &dev.receive_end)?;
         Ok(dev)
     }
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use ferry_bpf::abi::Verdicts;
 use ferry_bpf::{AttachMode, LoadedXdp, Object};
 use ferry_chain::plan::PortPlan;
@@ -14,7 +14,8 @@ use ferry_chain::spec::XdpMode;
 use ferry_place::OffloadedNf;
 use ferry_xsk::{BindMode, RingSizes, SocketConfig, Umem, XskSocket};
 
-use crate::fastpath::{FastPath, FastPathIds};
+use crate::fastpath::{FastPath, FastPathEnd, FastPathIds};
+use crate::iproute::ifindex_in;
 use crate::loopdev::LoopDevice;
 
 /// Ring sizes of every chain socket (rx, tx, fill, completion).
@@ -50,15 +51,11 @@ struct PostServer {
 pub struct PortParts<'a> {
     /// The pre-server NFs on the port's device.
     pub fast: Option<(&'a [OffloadedNf], FastPathIds<'a>)>,
-    /// The post-server NFs in front of it (on its loop device).
-    pub post: Option<(&'a [OffloadedNf], FastPathIds<'a>)>,
+    /// The post-server NFs in front of it (on its loop device), the chain
+    /// id and their NF ids.
+    pub post: Option<(&'a [OffloadedNf], u32, &'a [u32])>,
     /// A hybrid path starts at the port.
     pub hybrid: bool,
-}
-
-fn ifindex_in(ns: Option<&str>, dev: &str) -> Result<u32> {
-    ferry_testbed::in_netns(ns, || ferry_xsk::ifindex(dev))?
-        .ok_or_else(|| anyhow!("no device {dev:?} in namespace {}", ns.unwrap_or("(root)")))
 }
 
 impl Port {
@@ -78,8 +75,9 @@ impl Port {
             XdpMode::Driver => AttachMode::Driver,
         };
         let post = match parts.post {
-            Some((path, ids)) => {
-                let dev = LoopDevice::create(ns, ids.chain, &plan.name, &plan.netdev, plan.queues)?;
+            Some((path, chain, nfs)) => {
+                let dev = LoopDevice::create(ns, chain, &plan.name, &plan.netdev, plan.queues)?;
+                let ids = FastPathIds { chain, nfs, then: FastPathEnd::Device(device) };
                 // The port's attach mode: in driver mode a veth sends a
                 // redirected frame only when its peer runs XDP (or GRO) too.
                 let fast = FastPath::open(plan, dev.receive_ifindex, mode, path, ids)
