@@ -131,15 +131,7 @@ pub fn run_threaded(kind: &str, args: &[String], hello: &Hello) -> Result<()> {
 /// The one-process bound of `bench chain` on the SDK's own code: the same
 /// NF code, rings and frame pool as `nf serve`, without the processes.
 pub fn host(socket: &Path, nfs: &[String]) -> Result<()> {
-    let parsed = nfs
-        .iter()
-        .map(|spec| {
-            let (name, rest) = spec.split_once('=').ok_or_else(|| anyhow::anyhow!("{spec:?}: NAME=KIND[:ARGS]"))?;
-            let (kind, args) = rest.split_once(':').unwrap_or((rest, ""));
-            let args: Vec<String> = args.split(',').filter(|a| !a.is_empty()).map(str::to_string).collect();
-            Ok((name.to_string(), kind.to_string(), args))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let parsed = nfs.iter().map(|spec| hosted_nf(spec)).collect::<Result<Vec<_>>>()?;
     std::thread::scope(|s| {
         let handles: Vec<_> = parsed
             .iter()
@@ -151,6 +143,17 @@ pub fn host(socket: &Path, nfs: &[String]) -> Result<()> {
             .collect();
         handles.into_iter().try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("an NF thread panicked"))?)
     })
+}
+
+/// `NAME=KIND[:ARG,ARG...]` as (name, kind, arguments).
+fn hosted_nf(spec: &str) -> Result<(String, String, Vec<String>)> {
+    let (name, rest) = spec.split_once('=').ok_or_else(|| anyhow::anyhow!("{spec:?}: NAME=KIND[:ARG,ARG...]"))?;
+    if name.is_empty() || rest.is_empty() {
+        bail!("{spec:?}: NAME=KIND[:ARG,ARG...]");
+    }
+    let (kind, args) = rest.split_once(':').unwrap_or((rest, ""));
+    let args = args.split(',').filter(|a| !a.is_empty()).map(str::to_string).collect();
+    Ok((name.to_string(), kind.to_string(), args))
 }
 
 fn build_packet_nf(kind: &str, args: &[String]) -> Result<Box<dyn PacketNf>> {
@@ -344,6 +347,25 @@ fn sink(mut th: NfThread) {
         }
         if r.is_err() {
             return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosted_nfs_are_name_kind_and_arguments() {
+        let nf = |spec: &str| hosted_nf(spec).unwrap();
+        assert_eq!(
+            nf("src=source:rate=1000,size=64"),
+            ("src".into(), "source".into(), vec!["rate=1000".into(), "size=64".into()])
+        );
+        assert_eq!(nf("nf1=fwd"), ("nf1".into(), "fwd".into(), vec![]));
+        assert_eq!(nf("nf1=fwd:"), ("nf1".into(), "fwd".into(), vec![]));
+        for bad in ["fwd", "=fwd", "nf1="] {
+            assert!(hosted_nf(bad).is_err(), "{bad}");
         }
     }
 }

@@ -165,6 +165,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn frame_pacer_holds_a_millisecond_or_a_burst() {
+        // 1 Mpps: 1000 frames may go back to back after a stall.
+        let mut p = frame_pacer(Some(1_000_000), 32);
+        assert_eq!(p.allowance(0), 1000);
+        // 10 kpps: one burst at least.
+        let mut p = frame_pacer(Some(10_000), 32);
+        assert_eq!(p.allowance(0), 32);
+        p.consume(32);
+        // 100 µs later, one more frame is due.
+        assert_eq!(p.allowance(100_000), 1);
+        assert_eq!(frame_pacer(None, 32).allowance(0), u64::MAX);
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
