@@ -47,6 +47,9 @@ impl LoopDevice {
     pub fn create(ns: Option<&str>, chain: u32, port: &str, dev: &str, queues: u32) -> Result<LoopDevice> {
         let (send_end, receive_end) = names(chain, port);
         let (q, mtu) = (queues.to_string(), mtu(ns, dev)?.to_string());
+        // Only a ferryd that was killed before it could clean up can have
+        // left a device of this name: one whose pid this ferryd now has.
+        let _ = ip(ns, &["link", "del", "dev", &send_end]);
         ip(
             ns,
             &[
