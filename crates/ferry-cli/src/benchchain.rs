@@ -82,7 +82,7 @@ pub struct BenchChainReport {
     pub rows: Vec<Row>,
 }
 
-pub(crate) fn cpu_ticks(pid: u32) -> u64 {
+fn cpu_ticks(pid: u32) -> u64 {
     let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
     let Some((_, rest)) = s.rsplit_once(')') else { return 0 };
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -91,9 +91,32 @@ pub(crate) fn cpu_ticks(pid: u32) -> u64 {
         + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
-pub(crate) fn ticks_per_sec() -> f64 {
+fn ticks_per_sec() -> f64 {
     // SAFETY: plain sysconf.
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+}
+
+/// CPU time of some processes from a starting point.
+pub(crate) struct CpuSample {
+    start: std::time::Instant,
+    ticks: Vec<(String, u32, u64)>,
+}
+
+impl CpuSample {
+    /// Starts counting for `pids` (name, pid).
+    pub(crate) fn start(pids: Vec<(String, u32)>) -> CpuSample {
+        let ticks = pids.into_iter().map(|(name, pid)| (name, pid, cpu_ticks(pid))).collect();
+        CpuSample { start: std::time::Instant::now(), ticks }
+    }
+
+    /// Each process's CPU since the start, percent of one CPU.
+    pub(crate) fn percent(&self) -> BTreeMap<String, f64> {
+        let (hz, secs) = (ticks_per_sec(), self.start.elapsed().as_secs_f64());
+        self.ticks
+            .iter()
+            .map(|(name, pid, t)| (name.clone(), (cpu_ticks(*pid) - t) as f64 / hz / secs * 100.0))
+            .collect()
+    }
 }
 
 /// An NF line of a generated chain file.
@@ -157,7 +180,7 @@ pub(crate) const ZERO_COPY: ChainShape<'static> = ChainShape {
     hosted: false,
 };
 
-pub(crate) fn build_chain(name: &str, s: ChainShape) -> String {
+fn build_chain(name: &str, s: ChainShape) -> String {
     let spawn = if s.hosted { ", spawn: false" } else { "" };
     let extra = format!(", batch: {}, backpressure: {{ mode: {} }}{spawn}", s.batch, s.backpressure);
     let mut nfs = Vec::new();
@@ -202,14 +225,8 @@ fn start_host(chain: &Path, socket: &Path) -> Result<std::process::Child> {
         .iter()
         .map(|n| format!("{}={}:{}", n.name, n.kind.as_deref().unwrap_or_default(), n.args.join(",")))
         .collect();
-    let user = std::ffi::CString::new(HOST_USER)?;
-    // SAFETY: getpwnam with a valid C string; the entry is read at once.
-    let pw = unsafe { libc::getpwnam(user.as_ptr()) };
-    if pw.is_null() {
-        anyhow::bail!("no user {HOST_USER:?} to run the one-process bound as");
-    }
-    // SAFETY: checked non-null above.
-    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    let (uid, gid) = ferry_testbed::lookup_user(HOST_USER)
+        .ok_or_else(|| anyhow::anyhow!("no user {HOST_USER:?} to run the one-process bound as"))?;
     std::process::Command::new(crate::chainctl::ferry_bin()?)
         .args(["nf", "host", "--socket"])
         .arg(socket)
@@ -222,13 +239,13 @@ fn start_host(chain: &Path, socket: &Path) -> Result<std::process::Child> {
         .context("starting ferry nf host")
 }
 
-/// Runs one chain file under ferryd and measures it over the window.
-pub(crate) fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOptions) -> Result<(Row, Status)> {
+/// Runs chain `shape` (named `name`) under ferryd and measures it over
+/// the window.
+pub(crate) fn measure_chain(dir: &Path, name: &str, shape: ChainShape, o: &BenchChainOptions) -> Result<(Row, Status)> {
     let chain = dir.join(format!("{name}.yaml"));
-    std::fs::write(&chain, yaml)?;
+    std::fs::write(&chain, build_chain(name, shape))?;
     let socket = dir.join(format!("{name}.sock"));
-    let hosted = yaml.contains("spawn: false");
-    let (rc, mut host) = if hosted {
+    let (rc, mut host) = if shape.hosted {
         let mut rc = chainctl::launch(&chain, &socket, true).with_context(|| format!("chain {name}"))?;
         let host = start_host(&chain, &socket)?;
         rc.wait_connected(Duration::from_secs(60))?;
@@ -239,27 +256,25 @@ pub(crate) fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOp
     std::thread::sleep(o.warmup);
     // The sink publishes its percentiles once per 500 ms window: wait for
     // the first, so that a short warm-up still yields them.
-    let has_sink = yaml.contains("kind: sink");
     let published = std::time::Instant::now();
-    while has_sink && counter(&rc.status()?, "snk", "lat_p50_ns") == 0 {
+    while shape.source && counter(&rc.status()?, "snk", "lat_p50_ns") == 0 {
         if published.elapsed() > Duration::from_secs(60) {
             anyhow::bail!("chain {name}: the sink published no latency in 60 s");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let s1 = rc.status()?;
-    let pids: Vec<(String, u32)> = match &host {
+    let mut pids: Vec<(String, u32)> = match &host {
         Some(h) => vec![("process".to_string(), h.id())],
         None => s1.nfs.iter().filter_map(|n| n.pid.map(|p| (n.name.clone(), p))).collect(),
     };
-    let ferryd_pid = rc.child.id();
-    let t1: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
-    let d1 = cpu_ticks(ferryd_pid);
+    pids.push(("ferryd".into(), rc.child.id()));
+    let cpu = CpuSample::start(pids);
     let start = Instant::now();
     std::thread::sleep(o.window);
     let s2 = rc.status()?;
     let secs = start.elapsed().as_secs_f64();
-    let mut row = Row { mode: "memory".into(), ..Default::default() };
+    let mut row = Row { mode: "memory".into(), cpu_percent: cpu.percent(), ..Default::default() };
     let sunk = counter(&s2, "snk", "sunk").saturating_sub(counter(&s1, "snk", "sunk"));
     row.mpps = sunk as f64 / secs / 1e6;
     let p50 = counter(&s2, "snk", "lat_p50_ns");
@@ -268,11 +283,6 @@ pub(crate) fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOp
         row.p99_us = Some(counter(&s2, "snk", "lat_p99_ns") as f64 / 1e3);
         row.p999_us = Some(counter(&s2, "snk", "lat_p999_ns") as f64 / 1e3);
     }
-    let hz = ticks_per_sec();
-    for ((n, p), t) in pids.iter().zip(t1) {
-        row.cpu_percent.insert(n.clone(), (cpu_ticks(*p) - t) as f64 / hz / secs * 100.0);
-    }
-    row.cpu_percent.insert("ferryd".into(), (cpu_ticks(ferryd_pid) - d1) as f64 / hz / secs * 100.0);
     let audit = rc.audit()?;
     row.notes.insert("conserved".into(), audit.iter().all(|a| a.conserved()) as u8 as f64);
     rc.shutdown()?;
@@ -283,26 +293,43 @@ pub(crate) fn measure_chain(dir: &Path, name: &str, yaml: &str, o: &BenchChainOp
     Ok((row, s2))
 }
 
-fn inproc_row(scenario: &str, variant: &str, nfs: usize, batch: usize, o: &BenchChainOptions) -> Result<Row> {
-    let r = run_inproc_chain(&InprocOptions {
-        nfs,
-        batch,
-        duration: o.window + o.warmup,
-        warmup: o.warmup,
-        ..Default::default()
-    })?;
-    let mut row = Row {
+/// This process's CPU time (user + system), seconds.
+fn own_cpu_s() -> f64 {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given.
+    let u = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr());
+        u.assume_init()
+    };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+/// The hand-written one-process chain `opts` as a row, with this process's
+/// CPU over the run.
+pub(crate) fn inproc_row(scenario: &str, variant: &str, opts: &InprocOptions) -> Result<Row> {
+    let cpu0 = own_cpu_s();
+    let r = run_inproc_chain(opts)?;
+    let cpu = (own_cpu_s() - cpu0) / (opts.duration + opts.warmup).as_secs_f64() * 100.0;
+    Ok(Row {
         scenario: scenario.into(),
         variant: variant.into(),
-        nfs,
+        nfs: opts.nfs,
         mode: "memory".into(),
         mpps: r.mpps,
+        offered_pps: opts.rate_pps,
         p50_us: Some(r.latency_p50_us),
         p99_us: Some(r.latency_p99_us),
-        ..Default::default()
-    };
-    row.notes.insert("conserved".into(), r.conserved as u8 as f64);
-    Ok(row)
+        p999_us: Some(r.latency_p999_us),
+        cpu_percent: BTreeMap::from([("process".to_string(), cpu)]),
+        notes: BTreeMap::from([("conserved".to_string(), r.conserved as u8 as f64)]),
+    })
+}
+
+/// The one-process chain of fig10 and fig11: `nfs` NFs, batch `batch`,
+/// flat out over warm-up plus window.
+fn inproc_opts(nfs: usize, batch: usize, o: &BenchChainOptions) -> InprocOptions {
+    InprocOptions { nfs, batch, duration: o.window + o.warmup, warmup: o.warmup, ..Default::default() }
 }
 
 pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
@@ -314,16 +341,16 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
     if want("fig10") {
         for &n in &o.nfs {
             for (variant, copy) in [("ferry-zero-copy", false), ("ferry-copy", true)] {
-                let yaml = build_chain(&format!("f10-{variant}-{n}"), ChainShape { fwds: n, copy, ..zc });
-                let (mut row, _) = measure_chain(&dir, &format!("f10-{n}-{copy}"), &yaml, o)?;
+                let shape = ChainShape { fwds: n, copy, ..zc };
+                let (mut row, _) = measure_chain(&dir, &format!("f10-{variant}-{n}"), shape, o)?;
                 row.scenario = "fig10".into();
                 row.variant = variant.into();
                 row.nfs = n;
                 rows.push(row);
             }
-            rows.push(inproc_row("fig10", "one-process-threads", n, 32, o)?);
-            let yaml = build_chain(&format!("f10-sdk-{n}"), ChainShape { fwds: n, hosted: true, ..zc });
-            let (mut row, _) = measure_chain(&dir, &format!("f10-{n}-sdk"), &yaml, o)?;
+            rows.push(inproc_row("fig10", "one-process-threads", &inproc_opts(n, 32, o))?);
+            let shape = ChainShape { fwds: n, hosted: true, ..zc };
+            let (mut row, _) = measure_chain(&dir, &format!("f10-sdk-{n}"), shape, o)?;
             row.scenario = "fig10".into();
             row.variant = "one-process-sdk".into();
             row.nfs = n;
@@ -352,20 +379,18 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
     if want("fig11") {
         let n = 4;
         for batch in [32u32, 1] {
-            let yaml = build_chain(&format!("f11-{batch}"), ChainShape { fwds: n, batch, ..zc });
-            let (mut row, _) = measure_chain(&dir, &format!("f11-{batch}"), &yaml, o)?;
+            let (mut row, _) = measure_chain(&dir, &format!("f11-{batch}"), ChainShape { fwds: n, batch, ..zc }, o)?;
             row.scenario = "fig11".into();
             row.variant = format!("ferry-batch-{batch}");
             row.nfs = n;
             rows.push(row);
-            rows.push(inproc_row("fig11", &format!("one-process-batch-{batch}"), n, batch as usize, o)?);
+            rows.push(inproc_row("fig11", &format!("one-process-batch-{batch}"), &inproc_opts(n, batch as usize, o))?);
         }
     }
     if want("table1") {
         for bp in ["block", "sleep", "none"] {
             let shape = ChainShape { fwds: 4, slow: Some((2, 2000)), backpressure: bp, ..zc };
-            let yaml = build_chain(&format!("t1-{bp}"), shape);
-            let (mut row, st) = measure_chain(&dir, &format!("t1-{bp}"), &yaml, o)?;
+            let (mut row, st) = measure_chain(&dir, &format!("t1-{bp}"), shape, o)?;
             row.scenario = "table1".into();
             row.variant = format!("backpressure-{bp}");
             row.nfs = 4;
@@ -376,8 +401,7 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
     }
     if want("idle") {
         let shape = ChainShape { fwds: 4, source: false, ..zc };
-        let yaml = build_chain("idle", shape);
-        let (mut row, _) = measure_chain(&dir, "idle", &yaml, o)?;
+        let (mut row, _) = measure_chain(&dir, "idle", shape, o)?;
         row.scenario = "idle".into();
         row.variant = "ferry-4-nfs-no-traffic".into();
         row.nfs = 4;

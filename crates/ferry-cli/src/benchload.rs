@@ -24,10 +24,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::benchchain::{build_chain, measure_chain, BenchChainOptions, ChainShape, Row, ZERO_COPY};
+use crate::benchchain::{inproc_row, measure_chain, BenchChainOptions, ChainShape, CpuSample, Row, ZERO_COPY};
 use crate::chainctl;
 use crate::demo::{DEMO_TESTBED, IN_MAC};
-use crate::inproc::{run_inproc_chain, InprocOptions};
+use crate::inproc::InprocOptions;
 use crate::kchain::{run_kernel_chain, KernelChainMode, KernelChainOptions};
 use crate::proc::{self, num, wait_for_xdp};
 
@@ -52,23 +52,11 @@ fn load_label(rate: Option<u64>) -> String {
     rate.map_or("saturation".into(), |r| format!("{} kpps", r / 1000))
 }
 
-/// This process's CPU time (user + system), seconds.
-fn own_cpu_s() -> f64 {
-    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given.
-    let u = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr());
-        u.assume_init()
-    };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
-}
-
 fn memory_rows(dir: &Path, n: usize, o: &BenchChainOptions, rows: &mut Vec<Row>) -> Result<()> {
     let chain = |rate: Option<u64>, hosted: bool| -> Result<Row> {
         let name = format!("load-{n}-{}-{hosted}", rate.unwrap_or(0));
         let shape = ChainShape { fwds: n, source_rate: rate, hosted, ..ZERO_COPY };
-        let (mut row, _) = measure_chain(dir, &name, &build_chain(&name, shape), o)?;
+        let (mut row, _) = measure_chain(dir, &name, shape, o)?;
         row.scenario = "load".into();
         row.variant = if hosted { "one-process-sdk" } else { "ferry-zero-copy" }.into();
         row.nfs = n;
@@ -82,28 +70,8 @@ fn memory_rows(dir: &Path, n: usize, o: &BenchChainOptions, rows: &mut Vec<Row>)
             Some(_) => chain(rate, false)?,
         });
         rows.push(chain(rate, true)?);
-        let cpu0 = own_cpu_s();
-        let r = run_inproc_chain(&InprocOptions {
-            nfs: n,
-            duration: o.window,
-            warmup: o.warmup,
-            rate_pps: rate,
-            ..Default::default()
-        })?;
-        let cpu = (own_cpu_s() - cpu0) / (o.window + o.warmup).as_secs_f64() * 100.0;
-        rows.push(Row {
-            scenario: "load".into(),
-            variant: "one-process-threads".into(),
-            nfs: n,
-            mode: "memory".into(),
-            mpps: r.mpps,
-            offered_pps: rate,
-            p50_us: Some(r.latency_p50_us),
-            p99_us: Some(r.latency_p99_us),
-            p999_us: Some(r.latency_p999_us),
-            cpu_percent: BTreeMap::from([("process".to_string(), cpu)]),
-            notes: BTreeMap::from([("conserved".to_string(), r.conserved as u8 as f64)]),
-        });
+        let opts = InprocOptions { nfs: n, duration: o.window, warmup: o.warmup, rate_pps: rate, ..Default::default() };
+        rows.push(inproc_row("load", "one-process-threads", &opts)?);
     }
     Ok(())
 }
@@ -151,18 +119,10 @@ fn ferry_veth(
     let sink = proc::spawn(sink_ns, &owned(&sink_args), Some(CHAIN_CPU))?;
     wait_for_xdp(sink_ns, "s0", Duration::from_secs(60))?;
     let st = rc.status()?;
-    let pids: Vec<(String, u32)> = st.nfs.iter().filter_map(|n| n.pid.map(|p| (n.name.clone(), p))).collect();
-    let t0: Vec<u64> = pids.iter().map(|(_, p)| crate::benchchain::cpu_ticks(*p)).collect();
-    let start = std::time::Instant::now();
+    let cpu = CpuSample::start(st.nfs.iter().filter_map(|n| n.pid.map(|p| (n.name.clone(), p))).collect());
     let gen = proc::spawn(gen_ns, &owned(&gen_args), Some(GEN_CPU))?.wait(o.window + Duration::from_secs(60))?;
-    let secs = start.elapsed().as_secs_f64();
     let sink: Value = sink.finish(Duration::from_secs(10)).context("sink")?;
-    let hz = crate::benchchain::ticks_per_sec();
-    let cpu_percent = pids
-        .iter()
-        .zip(t0)
-        .map(|((name, p), t)| (name.clone(), (crate::benchchain::cpu_ticks(*p) - t) as f64 / hz / secs * 100.0))
-        .collect();
+    let cpu_percent = cpu.percent();
     rc.shutdown()?;
     let us = |p: &str| sink.pointer(p).and_then(Value::as_f64).map(|ns| ns / 1e3);
     let sent = num(&gen, "/sent");

@@ -146,11 +146,9 @@ impl LiveGenOptions {
     /// ICMP templates are sent unchanged (no stamp: their checksums would
     /// need rewriting per packet).
     pub fn from_profile(dev: &str, p: &ferry_traffic::TrafficProfile, stream: u16, cpu: Option<usize>) -> Result<Self> {
-        use ferry_wire::{build_frame, stamp_offset, L4Proto};
+        use ferry_wire::{stamp_offset, L4Proto};
         let proto: L4Proto = p.proto.into();
-        let tuple = p.first_tuple();
-        let mut template = vec![0u8; p.frame_len];
-        build_frame(&p.frame_spec(), &tuple, None, &mut template)?;
+        let template = p.first_frame()?;
         let udp = proto == L4Proto::Udp;
         let stamp_at = stamp_offset(proto);
         let stamp_offset = (udp && stamp_at + ferry_wire::STAMP_LEN <= p.frame_len).then_some(stamp_at as u16);

@@ -459,9 +459,9 @@ fn run_source(
             pace_wait(&pacer, now);
             continue;
         }
+        let before = out.pending.len();
         while out.pending.len() < due {
             let Some(addr) = cache.alloc() else { break };
-            pacer.consume(1);
             // SAFETY: the frame just came out of the pool: it is ours.
             let f = unsafe { sh.umem.frame(addr, len) }.ok_or_else(|| anyhow!("pool gave a bad frame {addr:#x}"))?;
             f.copy_from_slice(template);
@@ -470,6 +470,7 @@ fn run_source(
             out.pending.push(Desc::new(addr, len as u32));
             st.rx += 1;
         }
+        pacer.consume((out.pending.len() - before) as u64);
         if out.pending.is_empty() {
             // Cannot happen with the automatic UMEM size; with a small one,
             // wait for the sink to free frames.

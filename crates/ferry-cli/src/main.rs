@@ -782,7 +782,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Gen(GenCmd::Txonly { port, profile, batch, run_for, measure: WindowArgs { warmup, window }, json }) => {
             let p = profile.profile(&port.dev)?;
-            let frame = txonly::frame_of(&p)?;
+            let frame = p.first_frame()?;
             let opts = txonly::TxOnlyOptions { port: port.spec(), frame, batch, duration: run_for, warmup, window };
             let report = txonly::run(&opts)?;
             emit(json, &report, pretty)

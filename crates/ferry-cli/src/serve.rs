@@ -299,7 +299,6 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64) {
                 break;
             }
             let Some(mut pkt) = th.alloc(spec.frame_len) else { break };
-            pacer.consume(1);
             let t = &templates[(seq as u64 % flows) as usize];
             let d = pkt.data_mut();
             d.copy_from_slice(t);
@@ -308,6 +307,7 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64) {
             made += 1;
             th.send(pkt, 0);
         }
+        pacer.consume(made - before);
         th.set_nf_counter(0, made);
         if made == before && (count == 0 || made < count) {
             // The pool is empty: every frame is downstream. Let the NFs

@@ -37,14 +37,6 @@ pub struct TxOnlyReport {
     pub window_tx: u64,
 }
 
-/// The frame of the profile's first flow.
-pub fn frame_of(p: &ferry_traffic::TrafficProfile) -> Result<Vec<u8>> {
-    let mut frame = vec![0u8; p.frame_len];
-    let n = ferry_wire::build_frame(&p.frame_spec(), &p.first_tuple(), None, &mut frame)?;
-    frame.truncate(n);
-    Ok(frame)
-}
-
 fn completed(io: &xskport::XskPorts) -> u64 {
     io.ports.iter().map(|p| p.counters.tx_completed).sum()
 }

@@ -263,18 +263,7 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
             }
         }
         offloaded.extend(nfs.iter().map(|(i, _)| *i));
-        paths.push(XdpPath {
-            port: port.name.clone(),
-            nfs: nfs
-                .into_iter()
-                .map(|(i, lowering)| OffloadedNf {
-                    name: spec.nfs[i].name.clone(),
-                    kind: spec.nfs[i].kind.clone().unwrap_or_default(),
-                    lowering,
-                })
-                .collect(),
-            then,
-        });
+        paths.push(XdpPath { port: port.name.clone(), nfs: offloaded_nfs(spec, nfs), then });
     }
     let post = post_paths(spec, &mut offloaded, &mut why_server);
     let decisions = decide(spec, &offloaded, &post, &hybrid, why_server);
@@ -289,6 +278,17 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
         });
     }
     Ok(Placement { server: server_part(spec, &paths, &post, &hybrid, &offloaded), xdp: paths, post, hybrid, decisions })
+}
+
+/// NFs `nfs` (index and XDP form), in order, as they run in XDP.
+fn offloaded_nfs(spec: &ChainSpec, nfs: Vec<(usize, Lowering)>) -> Vec<OffloadedNf> {
+    nfs.into_iter()
+        .map(|(i, lowering)| OffloadedNf {
+            name: spec.nfs[i].name.clone(),
+            kind: spec.nfs[i].kind.clone().unwrap_or_default(),
+            lowering,
+        })
+        .collect()
 }
 
 /// The post_server parts: from each port that only sends, back to the
@@ -350,14 +350,7 @@ fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut
         post.push(PostPath {
             port: port.name.clone(),
             after: spec.nfs[after].name.clone(),
-            nfs: nfs
-                .into_iter()
-                .map(|(i, lowering)| OffloadedNf {
-                    name: spec.nfs[i].name.clone(),
-                    kind: spec.nfs[i].kind.clone().unwrap_or_default(),
-                    lowering,
-                })
-                .collect(),
+            nfs: offloaded_nfs(spec, nfs),
         });
     }
     post

@@ -36,6 +36,7 @@ mod spec;
 mod state;
 mod testbed;
 mod types;
+mod users;
 pub mod yamlloc;
 
 pub use cmd::preflight;
@@ -45,3 +46,4 @@ pub use spec::{parse, EndpointSpec, LinkSpec, NamespaceSpec, RouteSpec, TestbedS
 pub use state::{sweep_stale, STATE_DIR};
 pub use testbed::{down_by_name, down_file, find_running, up, up_detached, RunningTestbed, Testbed, TestbedNames};
 pub use types::{IfName, IpCidr, MacAddr, Mtu, NsName, QueueCount, RouteDest, SpecName, SysctlKey};
+pub use users::lookup_user;

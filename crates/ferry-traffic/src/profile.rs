@@ -170,6 +170,14 @@ impl TrafficProfile {
         }
     }
 
+    /// The frame of the profile's first flow, without a stamp.
+    pub fn first_frame(&self) -> crate::Result<Vec<u8>> {
+        let mut frame = vec![0u8; self.frame_len];
+        let n = ferry_wire::build_frame(&self.frame_spec(), &self.first_tuple(), None, &mut frame)?;
+        frame.truncate(n);
+        Ok(frame)
+    }
+
     /// The Ethernet-level part of the frame, for `ferry_wire::build_frame`.
     pub fn frame_spec(&self) -> FrameSpec {
         FrameSpec { src_mac: self.src_mac.0, dst_mac: self.dst_mac.0, frame_len: self.frame_len }

@@ -33,10 +33,5 @@ pub fn ifindex_in(ns: Option<&str>, dev: &str) -> Result<u32> {
 /// Writes `value` to the sysctl `/proc/sys/{key}` as namespace `ns` sees it.
 pub fn sysctl(ns: Option<&str>, key: &str, value: &str) -> Result<()> {
     let path = format!("/proc/sys/{key}");
-    let v = value.to_string();
-    ferry_testbed::in_netns(ns, {
-        let path = path.clone();
-        move || std::fs::write(path, v)
-    })?
-    .with_context(|| format!("writing {value} to {path}"))
+    ferry_testbed::in_netns(ns, || std::fs::write(&path, value))?.with_context(|| format!("writing {value} to {path}"))
 }

@@ -50,32 +50,11 @@ impl LoopDevice {
         // Only a ferryd that was killed before it could clean up can have
         // left a device of this name: one whose pid this ferryd now has.
         let _ = ip(ns, &["link", "del", "dev", &send_end]);
-        ip(
-            ns,
-            &[
-                "link",
-                "add",
-                &send_end,
-                "mtu",
-                &mtu,
-                "numtxqueues",
-                &q,
-                "numrxqueues",
-                &q,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &receive_end,
-                "mtu",
-                &mtu,
-                "numtxqueues",
-                &q,
-                "numrxqueues",
-                &q,
-            ],
-        )
-        .with_context(|| format!("creating the loop device in front of port {port}"))?;
+        // Both ends: the port's MTU, and a queue per sending thread.
+        let end = |name| [name, "mtu", &mtu, "numtxqueues", &q, "numrxqueues", &q];
+        let (send, receive) = (end(&send_end), end(&receive_end));
+        ip(ns, &[&["link", "add"][..], &send, &["type", "veth", "peer", "name"], &receive].concat())
+            .with_context(|| format!("creating the loop device in front of port {port}"))?;
         let mut dev =
             LoopDevice { ns: ns.map(str::to_string), send_end, send_ifindex: 0, receive_end, receive_ifindex: 0 };
         let ipv6 = std::path::Path::new("/proc/sys/net/ipv6").exists();

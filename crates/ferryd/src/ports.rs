@@ -67,14 +67,14 @@ impl Port {
     /// Opens the port with its XDP parts. A hybrid path's port gets no
     /// program here: the chain's eVNF object holds its hook, and its
     /// slow-path sockets are registered there ([`crate::hybrid::Hybrids`]).
-    pub fn open(plan: &PortPlan, parts: PortParts) -> Result<Port> {
+    pub fn open(plan: &PortPlan, PortParts { fast, post, hybrid }: PortParts) -> Result<Port> {
         let ns = plan.netns.as_deref();
         let device = Port::ifindex(plan)?;
         let mode = match plan.xdp_mode {
             XdpMode::Generic => AttachMode::Generic,
             XdpMode::Driver => AttachMode::Driver,
         };
-        let post = match parts.post {
+        let post = match post {
             Some((path, chain, nfs)) => {
                 let dev = LoopDevice::create(ns, chain, &plan.name, &plan.netdev, plan.queues)?;
                 let ids = FastPathIds { chain, nfs, then: FastPathEnd::Device(device) };
@@ -86,7 +86,6 @@ impl Port {
             }
             None => None,
         };
-        let (fast, hybrid) = (parts.fast, parts.hybrid);
         let xdp = match fast {
             Some((path, ids)) => Some(Steering::Pipeline(
                 FastPath::open(plan, device, mode, path, ids)

@@ -7,13 +7,13 @@
 //! two domains, and a killed ferryd's leases end with it.
 
 use std::collections::HashSet;
-use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ferry_chain::plan::ChainPlan;
+pub use ferry_testbed::lookup_user;
 
 /// Where leases live: root's alone.
 pub const LEASE_DIR: &str = "/run/ferry/uids";
@@ -95,16 +95,6 @@ pub fn resolve(plan: &ChainPlan, range: UidRange) -> Result<(Vec<Creds>, Vec<Lea
         });
     }
     Ok((creds, leases.into_values().collect()))
-}
-
-/// uid and gid of a user name.
-pub fn lookup_user(name: &str) -> Option<(u32, u32)> {
-    let c = CString::new(name).ok()?;
-    // SAFETY: getpwnam returns NULL or a pointer to static storage, read at
-    // once (ferryd looks users up while it sets up, from one thread).
-    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
-    // SAFETY: non-null result of getpwnam.
-    (!pw.is_null()).then(|| unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
 }
 
 /// The first uid of `range` that no account or group names, no process
