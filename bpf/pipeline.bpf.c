@@ -17,9 +17,14 @@
  *
  * A (chain, NF) with no entry at its stage is a slow-path case: the frame
  * goes to the AF_XDP socket of its queue with metadata saying why and
- * where (or to the kernel when no socket is registered).
+ * where (or to the kernel when no socket is registered). So does a frame
+ * a hybrid NF's table misses: its server part decides.
+ *
+ * The hybrid NFs (eFW, eLB, eDPI, eNAT) are elements here like the
+ * others, so one way of chaining, one slow path and one rewrite serve
+ * every fast path.
  */
-#include "ferry_elements.h"
+#include "ferry_hybrid.h"
 
 /* The element-control tables, one per stage. */
 struct {
@@ -116,6 +121,20 @@ static __always_inline int run_element(struct xdp_md *ctx, struct ferry_pl_ctl *
 		return ferry_el_policer(ctl->config);
 	case FERRY_EL_FORWARD:
 		return ferry_el_forward(ctx, ctl->config, ifindex);
+	case FERRY_EL_EFW:
+		return ferry_el_efw(f);
+	case FERRY_EL_ELB:
+		return ferry_el_elb(ctx, f);
+	case FERRY_EL_ELB_REPLY:
+		return ferry_el_elb_reply(ctx, f);
+	case FERRY_EL_EDPI:
+		return ferry_el_edpi(f);
+	case FERRY_EL_ENAT:
+		return ferry_el_enat(ctx, f);
+	case FERRY_EL_ENAT_REPLY:
+		return ferry_el_enat_reply(ctx, f);
+	case FERRY_EL_ROUTE:
+		return ferry_el_route(ctx, f, ifindex);
 	}
 	return XDP_ABORTED;
 }
@@ -201,6 +220,17 @@ int ferry_pipeline(struct xdp_md *ctx)
 	case SLOW_FORWARD:
 		action = ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_FORWARDED, st->chain, st->nf, st->stage,
 					    XDP_PASS);
+		break;
+	case SLOW_MISS_PASS:
+		action =
+		    ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_MISS, st->chain, st->nf, st->stage, XDP_PASS);
+		break;
+	case SLOW_MISS_DROP:
+		action =
+		    ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_MISS, st->chain, st->nf, st->stage, XDP_DROP);
+		break;
+	case ROUTE:
+		action = bpf_redirect(ifindex_out, 0);
 		break;
 	case REDIRECT:
 		action = bpf_redirect_map(&ferry_pl_devs, ifindex_out, XDP_DROP);

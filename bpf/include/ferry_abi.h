@@ -88,6 +88,16 @@ enum ferry_pl_element {
 	FERRY_EL_REWRITE = 4,
 	FERRY_EL_POLICER = 5,
 	FERRY_EL_FORWARD = 6,
+	/* The hybrid NFs' fast paths (bpf/include/ferry_hybrid.h): their
+	 * config is unused, their tables are one per pipeline object. */
+	FERRY_EL_EFW = 7,
+	FERRY_EL_ELB = 8,
+	FERRY_EL_ELB_REPLY = 9,
+	FERRY_EL_EDPI = 10,
+	FERRY_EL_ENAT = 11,
+	FERRY_EL_ENAT_REPLY = 12,
+	/* The end of a hybrid path: out by the kernel's FIB, else to the stack. */
+	FERRY_EL_ROUTE = 13,
 };
 
 /* Where a packet arriving on an ifindex starts: stage-control table. */
@@ -192,12 +202,13 @@ struct ferry_pl_forward {
 
 /*
  * Written in front of every frame an XDP program hands to an AF_XDP slow
- * path (XDP metadata), by the stage pipeline and the hybrid NFs alike
- * (ferry_to_slow_path in ferry_common.h): why, and which chain, NF and
- * stage sent it. The hybrid NFs have no chains or stages: 0.
+ * path (XDP metadata), by the stage pipeline (ferry_to_slow_path in
+ * ferry_common.h): why, and which chain, NF and stage sent it.
  */
 #define FERRY_SLOW_NO_RULE 1
 #define FERRY_SLOW_FORWARDED 2
+/* A hybrid NF's table missed: its server part decides and installs. */
+#define FERRY_SLOW_MISS 3
 struct ferry_slow_meta {
 	__u32 reason;
 	__u32 chain;
@@ -235,9 +246,11 @@ struct ferry_pl_state {
 };
 
 /*
- * eVNF hybrid NFs (bpf/evnf.bpf.c): eFW, eLB (forward and reply halves),
- * eDPI and eNAT (outbound and inbound halves), each its own XDP program, chained by tail calls through
- * ferry_ev_progs in the order ferry_ev_next says. Mirrored in
+ * eVNF hybrid NFs (bpf/include/ferry_hybrid.h): eFW, eLB (forward and
+ * reply halves), eDPI and eNAT (outbound and inbound halves), elements of
+ * the stage pipeline like any other, chained by its stage tables. The
+ * numbers below are their rows in ferry_ev_stats and their NF ids in a
+ * pipeline that runs hybrid NFs alone. Mirrored in
  * crates/ferry-bpf/src/evnf.rs.
  */
 #define FERRY_EV_FW 0
@@ -247,8 +260,6 @@ struct ferry_pl_state {
 #define FERRY_EV_NAT 4
 #define FERRY_EV_NAT_REPLY 5
 #define FERRY_EV_NFS 6
-/* ferry_ev_next value: no next NF, the frame goes to the kernel stack. */
-#define FERRY_EV_END 0xffffffff
 /* Counter slots per NF in ferry_ev_stats (index nf * FERRY_EV_COUNTERS + slot). */
 #define FERRY_EV_COUNTERS 8
 

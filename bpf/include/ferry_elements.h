@@ -68,11 +68,14 @@ struct {
  * packet pointers the verifier has invalidated.
  */
 enum verdict {
-	CONTINUE = -1,	   /* run the next stage */
-	RECIRCULATE = -2,  /* tail-call self at st->stage */
-	SLOW_NO_RULE = -3, /* no element-control entry: slow path */
-	SLOW_FORWARD = -4, /* a forward element chose the slow path */
-	REDIRECT = -5,	   /* out of the device the forward element named */
+	CONTINUE = -1,	     /* run the next stage */
+	RECIRCULATE = -2,    /* tail-call self at st->stage */
+	SLOW_NO_RULE = -3,   /* no element-control entry: slow path */
+	SLOW_FORWARD = -4,   /* a forward element chose the slow path */
+	REDIRECT = -5,	     /* out of the device the forward element named */
+	SLOW_MISS_PASS = -6, /* a hybrid NF's table missed: its server part; the stack while it has no socket */
+	SLOW_MISS_DROP = -7, /* the same, but dropped while it has no socket */
+	ROUTE = -8,	     /* out of the device the kernel's FIB named (bpf_redirect) */
 };
 
 /*
@@ -91,6 +94,10 @@ struct ferry_pl_fields {
 	__u8 is_ip4;
 	__u8 has_ports;
 	__u8 later_fragment;
+	__u8 is_ip6;
+	/* An IPv4 fragment, the first included. */
+	__u8 fragment;
+	__u16 _pad;
 	__u32 l3_off;
 	__u32 l4_off;
 	__u32 bytes;
@@ -199,10 +206,16 @@ __attribute__((noinline)) int ferry_el_flowmon(__u32 config, struct ferry_pl_fie
 #define MAX_L3_OFF 18
 #define MAX_L4_OFF (MAX_L3_OFF + 60)
 
-__attribute__((noinline)) int ferry_el_rewrite(struct xdp_md *ctx, __u32 config, struct ferry_pl_fields *f)
+/*
+ * The one header rewrite of every fast path (the rewrite element, the
+ * eLB's and eNAT's translations): the fields `rw` names, with the IP and
+ * L4 checksums fixed incrementally, and `f` updated so later elements see
+ * the new values. XDP_DROP when a header it must change is out of bounds.
+ */
+__attribute__((noinline)) int ferry_apply_rewrite(struct xdp_md *ctx, const struct ferry_pl_rewrite *rw,
+						  struct ferry_pl_fields *f)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
-	struct ferry_pl_rewrite *rw = bpf_map_lookup_elem(&ferry_pl_rewrites, &config);
 	struct ethhdr *eth = data;
 	struct iphdr *ip;
 	__sum16 *l4 = NULL;
@@ -253,6 +266,15 @@ __attribute__((noinline)) int ferry_el_rewrite(struct xdp_md *ctx, __u32 config,
 	if (f->proto == IPPROTO_UDP)
 		ferry_udp_csum_fixup(l4);
 	return CONTINUE;
+}
+
+__attribute__((noinline)) int ferry_el_rewrite(struct xdp_md *ctx, __u32 config, struct ferry_pl_fields *f)
+{
+	struct ferry_pl_rewrite *rw = bpf_map_lookup_elem(&ferry_pl_rewrites, &config);
+
+	if (!rw)
+		return XDP_DROP;
+	return ferry_apply_rewrite(ctx, rw, f);
 }
 
 __attribute__((noinline)) int ferry_el_policer(__u32 config)
@@ -312,6 +334,8 @@ static __always_inline void ferry_pl_fields_of(struct xdp_md *ctx, struct ferry_
 	f->dport = p->dport;
 	f->proto = p->proto;
 	f->is_ip4 = p->ip4 != NULL;
+	f->is_ip6 = p->ip6 != NULL;
+	f->fragment = p->fragment;
 	f->later_fragment = p->later_fragment;
 	f->has_ports = (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && p->l4;
 	if (p->ip4)

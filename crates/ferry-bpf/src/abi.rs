@@ -106,9 +106,9 @@ pub struct GenState {
 }
 const _: () = assert!(std::mem::size_of::<GenState>() == 24);
 
-/// `struct ferry_slow_meta`: what precedes every frame a fast path (the
-/// stage pipeline or a hybrid NF) hands to an AF_XDP slow path; read it
-/// from the XDP metadata area. The hybrid NFs set no chain or stage (0).
+/// `struct ferry_slow_meta`: what precedes every frame the stage pipeline
+/// (every fast path, hybrid NFs' included) hands to an AF_XDP slow path;
+/// read it from the XDP metadata area.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlowMeta {
@@ -120,6 +120,8 @@ pub struct SlowMeta {
 const _: () = assert!(std::mem::size_of::<SlowMeta>() == 16);
 pub const SLOW_NO_RULE: u32 = 1;
 pub const SLOW_FORWARDED: u32 = 2;
+/// A hybrid NF's table missed: its server part decides (`FERRY_SLOW_MISS`).
+pub const SLOW_MISS: u32 = 3;
 
 impl SlowMeta {
     /// Reads one from the metadata bytes in front of a frame.

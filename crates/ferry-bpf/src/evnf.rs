@@ -1,21 +1,20 @@
-//! The fast paths of the hybrid NFs (`bpf/evnf.bpf.c`): typed mirrors of
-//! the map layouts in `ferry_abi.h`, and [`Evnf`], the loaded object with
-//! its six programs (eFW, eLB, eLB reply, eDPI, eNAT, eNAT reply). A chain of them is the
-//! next-NF table, changed with map updates; the control planes that fill
-//! the tables are in `crates/ferry-evnf`.
+//! The fast paths of the hybrid NFs (`bpf/include/ferry_hybrid.h`):
+//! typed mirrors of the map layouts in `ferry_abi.h`, and [`Evnf`], the
+//! stage pipeline with hybrid NFs (eFW, eLB, eLB reply, eDPI, eNAT, eNAT
+//! reply) deployed as its elements. They chain the way every pipeline
+//! element does, by the stage tables; the control planes that fill their
+//! tables are in `crates/ferry-evnf`.
 
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 
-use aya::maps::{Array, MapData, PerCpuArray, ProgramArray, XskMap};
-use aya::programs::Xdp;
-use aya::Ebpf;
-
-use crate::attach::{load_object, xdp_mut};
 pub use crate::evnf_maps::EvnfMaps;
-use crate::{AttachMode, BpfError, Object, Verdicts};
+use crate::pipeline::{Element, ElementKind, Pipeline, PlKey};
+use crate::{AttachMode, BpfError, Verdicts};
 
-/// The hybrid NFs' fast-path programs (`FERRY_EV_*`).
+/// The hybrid NFs' fast paths (`FERRY_EV_*`): their pipeline elements, and
+/// their NF ids and counter rows when they run alone in a pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum EvNf {
@@ -31,14 +30,15 @@ impl EvNf {
     pub const ALL: [EvNf; 6] =
         [EvNf::Firewall, EvNf::Balancer, EvNf::BalancerReply, EvNf::Dpi, EvNf::Nat, EvNf::NatReply];
 
-    pub fn program(self) -> &'static str {
+    /// Its element in the stage pipeline.
+    pub fn element(self) -> ElementKind {
         match self {
-            EvNf::Firewall => "ferry_efw",
-            EvNf::Balancer => "ferry_elb",
-            EvNf::BalancerReply => "ferry_elb_reply",
-            EvNf::Dpi => "ferry_edpi",
-            EvNf::Nat => "ferry_enat",
-            EvNf::NatReply => "ferry_enat_reply",
+            EvNf::Firewall => ElementKind::Efw,
+            EvNf::Balancer => ElementKind::Elb,
+            EvNf::BalancerReply => ElementKind::ElbReply,
+            EvNf::Dpi => ElementKind::Edpi,
+            EvNf::Nat => ElementKind::Enat,
+            EvNf::NatReply => ElementKind::EnatReply,
         }
     }
 
@@ -57,11 +57,10 @@ impl EvNf {
 
 /// Slots per NF in `ferry_ev_stats`.
 pub const COUNTERS: u32 = 8;
-/// Row of the chain's end in `ferry_ev_stats`, and its slot names.
+/// Row of the route element (a hybrid path's end) in `ferry_ev_stats`,
+/// and its slot names.
 pub const ROUTE_ROW: u32 = 6;
 pub const ROUTE_COUNTER_NAMES: [&str; 2] = ["routed", "to_kernel"];
-/// `FERRY_EV_END`.
-pub const END: u32 = u32::MAX;
 
 pub const FW_ALLOW: u32 = 0;
 pub const FW_DENY: u32 = 1;
@@ -259,69 +258,63 @@ unsafe impl aya::Pod for DpiBypass {}
 unsafe impl aya::Pod for NatKey {}
 unsafe impl aya::Pod for NatEntry {}
 
-/// The loaded eVNF object: all six programs, one set of maps. Whoever
-/// loads it holds the programs, the chaining table and the socket map;
-/// the control maps ([`EvnfMaps`]) can be handed on as fds.
+/// The hybrid NFs' fast paths, loaded: a stage pipeline (the one XDP
+/// program of every fast path) whose hybrid tables ([`EvnfMaps`]) are
+/// taken out to be filled by the control planes or handed on as fds.
+/// Whoever holds it deploys paths of hybrid NFs as pipeline elements and
+/// attaches the pipeline to devices.
 pub struct Evnf {
-    ebpf: Ebpf,
+    pipeline: Pipeline,
     maps: EvnfMaps,
+    /// What each device enters: its chain id and path.
+    entered: HashMap<u32, (u32, Vec<EvNf>)>,
 }
 
 impl Evnf {
-    /// Loads the object and its programs, fills the program array and
-    /// makes every NF the last of its chain.
+    /// Loads the pipeline and takes its hybrid tables.
     pub fn load() -> Result<Evnf, BpfError> {
-        let mut ebpf = load_object(Object::Evnf)?;
-        let mut fds = Vec::new();
-        for nf in EvNf::ALL {
-            let prog = xdp_mut(&mut ebpf, Object::Evnf, nf.program())?;
-            prog.load().map_err(|source| BpfError::Program { name: nf.program().into(), source })?;
-            let fd = prog
-                .fd()
-                .map_err(|source| BpfError::Program { name: nf.program().into(), source })?
-                .try_clone()
-                .map_err(|e| BpfError::Syscall { what: "dup program fd", source: std::io::Error::other(e) })?;
-            fds.push((nf, fd));
-        }
-        const PROGS: &str = "ferry_ev_progs";
-        let mut progs: ProgramArray<&mut MapData> =
-            ProgramArray::try_from(ebpf.map_mut(PROGS).ok_or(BpfError::NoMap { name: PROGS })?)
-                .map_err(|source| BpfError::Map { name: PROGS, source })?;
-        for (nf, fd) in &fds {
-            progs.set(*nf as u32, fd, 0).map_err(|source| BpfError::Map { name: PROGS, source })?;
-        }
-        let maps = EvnfMaps::take(&mut ebpf)?;
-        let mut evnf = Evnf { ebpf, maps };
-        for nf in EvNf::ALL {
-            evnf.set_next(nf, None)?;
-        }
-        Ok(evnf)
+        let mut pipeline = Pipeline::load()?;
+        let maps = EvnfMaps::take(pipeline.ebpf_mut())?;
+        Ok(Evnf { pipeline, maps, entered: HashMap::new() })
     }
 
-    /// Attaches `nf`'s program to a device (in the calling thread's
-    /// namespace): frames arriving there start their chain at `nf`.
-    pub fn attach(&mut self, nf: EvNf, ifindex: u32, mode: AttachMode) -> Result<(), BpfError> {
-        let prog = xdp_mut(&mut self.ebpf, Object::Evnf, nf.program())?;
-        prog.attach_to_if_index(ifindex, mode.flags())
-            .map_err(|source| BpfError::Program { name: nf.program().into(), source })?;
+    /// Frames arriving on device `ifindex` run the hybrid NFs of `path` in
+    /// order, as NFs of chain `chain` (each NF's id is its [`EvNf`] number),
+    /// and are then routed out (the route element). Map updates only. A
+    /// device enters one path: another path for it is refused (two ports
+    /// in different namespaces can share an ifindex) until [`Self::remove`].
+    pub fn deploy(&mut self, chain: u32, ifindex: u32, path: &[EvNf]) -> Result<(), BpfError> {
+        if let Some((c, p)) = self.entered.get(&ifindex) {
+            if *c == chain && p == path {
+                return Ok(());
+            }
+            return Err(BpfError::Config(format!(
+                "device ifindex {ifindex} already enters chain {c} at {p:?}: one pipeline serves each ifindex once                  (ports in different namespaces may share an ifindex)"
+            )));
+        }
+        let Some(last) = path.last() else { return Ok(()) };
+        let mut elements: Vec<Element> =
+            path.iter().map(|nf| Element { kind: nf.element(), config: 0, nf: *nf as u32 }).collect();
+        elements.push(Element { kind: ElementKind::Route, config: 0, nf: *last as u32 });
+        self.pipeline.deploy(chain, ifindex, &elements)?;
+        self.entered.insert(ifindex, (chain, path.to_vec()));
         Ok(())
     }
 
-    /// What runs after `nf` (None: the frame is routed out).
-    pub fn set_next(&mut self, nf: EvNf, next: Option<EvNf>) -> Result<(), BpfError> {
-        const NAME: &str = "ferry_ev_next";
-        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
-        let mut arr: Array<&mut MapData, u32> =
-            Array::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        arr.set(nf as u32, next.map_or(END, |n| n as u32), 0).map_err(|source| BpfError::Map { name: NAME, source })
-    }
-
-    /// Chains `nfs` in order; the last routes frames out.
-    pub fn set_chain(&mut self, nfs: &[EvNf]) -> Result<(), BpfError> {
-        for (i, nf) in nfs.iter().enumerate() {
-            self.set_next(*nf, nfs.get(i + 1).copied())?;
+    /// Removes what [`Self::deploy`] wrote for device `ifindex`.
+    pub fn remove(&mut self, ifindex: u32) -> Result<(), BpfError> {
+        let Some((chain, path)) = self.entered.remove(&ifindex) else { return Ok(()) };
+        self.pipeline.remove_entry(ifindex)?;
+        for (i, nf) in path.iter().enumerate() {
+            self.pipeline.remove_ctl(i as u32 % crate::pipeline::STAGES, PlKey { chain, nf: *nf as u32 })?;
         }
         Ok(())
+    }
+
+    /// Attaches the pipeline to a device (in the calling thread's
+    /// namespace); frames arriving there run the path deployed for it.
+    pub fn attach(&mut self, ifindex: u32, mode: AttachMode) -> Result<(), BpfError> {
+        self.pipeline.attach(ifindex, mode)
     }
 
     /// The control maps (rules, connections, counters).
@@ -333,35 +326,21 @@ impl Evnf {
         &mut self.maps
     }
 
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
     /// The program's fd, for BPF_PROG_RUN.
-    pub fn program_fd(&self, nf: EvNf) -> Result<BorrowedFd<'_>, BpfError> {
-        let prog: &Xdp = self
-            .ebpf
-            .program(nf.program())
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| BpfError::NoProgram { object: Object::Evnf, name: nf.program().into() })?;
-        let fd = prog.fd().map_err(|source| BpfError::Program { name: nf.program().into(), source })?;
-        Ok(fd.as_fd())
+    pub fn program_fd(&self) -> Result<BorrowedFd<'_>, BpfError> {
+        self.pipeline.program().program_fd()
     }
 
     pub fn verdicts(&self) -> Result<Verdicts, BpfError> {
-        const NAME: &str = "ferry_verdicts";
-        let map = self.ebpf.map(NAME).ok_or(BpfError::NoMap { name: NAME })?;
-        let arr: PerCpuArray<&MapData, Verdicts> =
-            PerCpuArray::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let mut sum = Verdicts::default();
-        for v in arr.get(&0, 0).map_err(|source| BpfError::Map { name: NAME, source })?.iter() {
-            sum.add(v);
-        }
-        Ok(sum)
+        self.pipeline.program().verdicts()
     }
 
     /// The slow-path AF_XDP socket of receive queue `queue`.
     pub fn register_xsk(&mut self, queue: u32, socket: &impl AsRawFd) -> Result<(), BpfError> {
-        const NAME: &str = "ferry_ev_xsks";
-        let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
-        let mut xsks: XskMap<&mut MapData> =
-            XskMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        xsks.set(queue, socket.as_raw_fd(), 0).map_err(|source| BpfError::Map { name: NAME, source })
+        self.pipeline.register_xsk(queue, socket)
     }
 }

@@ -34,8 +34,6 @@ pub enum Object {
     Pipeline,
     /// `elements.bpf.c`: each pipeline element as a dedicated program.
     Elements,
-    /// `evnf.bpf.c`: the fast paths of the hybrid NFs (eFW, eLB, eDPI).
-    Evnf,
 }
 
 /// ELF parsing needs the bytes 8-byte aligned; `include_bytes!` alone only
@@ -51,7 +49,6 @@ static BASIC: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("O
 static GEN: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_gen.bpf.o")) };
 static PIPELINE: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/pipeline.bpf.o")) };
 static ELEMENTS: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/elements.bpf.o")) };
-static EVNF: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/evnf.bpf.o")) };
 static REDIRECT: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.bpf.o")) };
 
 impl Object {
@@ -64,7 +61,6 @@ impl Object {
             Object::Redirect => &REDIRECT.bytes,
             Object::Pipeline => &PIPELINE.bytes,
             Object::Elements => &ELEMENTS.bytes,
-            Object::Evnf => &EVNF.bytes,
         }
     }
 }

@@ -34,6 +34,15 @@ pub enum ElementKind {
     Rewrite = 4,
     Policer = 5,
     Forward = 6,
+    /// The hybrid NFs' fast paths (`crate::evnf`); their config is unused.
+    Efw = 7,
+    Elb = 8,
+    ElbReply = 9,
+    Edpi = 10,
+    Enat = 11,
+    EnatReply = 12,
+    /// A hybrid path's end: out by the kernel's FIB, else to the stack.
+    Route = 13,
 }
 
 /// `struct ferry_pl_entry`.
@@ -176,7 +185,7 @@ pub struct Forward {
     pub ifindex: u32,
 }
 
-pub use crate::abi::{SlowMeta, SLOW_FORWARDED, SLOW_NO_RULE};
+pub use crate::abi::{SlowMeta, SLOW_FORWARDED, SLOW_MISS, SLOW_NO_RULE};
 
 const _: () = assert!(std::mem::size_of::<PlEntry>() == 16);
 const _: () = assert!(std::mem::size_of::<PlKey>() == 8);
@@ -268,6 +277,10 @@ impl Pipeline {
 
     pub fn program(&self) -> &LoadedXdp {
         &self.xdp
+    }
+
+    pub(crate) fn ebpf_mut(&mut self) -> &mut aya::Ebpf {
+        self.xdp.ebpf_mut()
     }
 
     fn hash<K: aya::Pod, V: aya::Pod>(&mut self, name: &'static str) -> Result<HashMap<&mut MapData, K, V>, BpfError> {

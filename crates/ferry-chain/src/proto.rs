@@ -157,7 +157,7 @@ pub enum FdRole {
     },
     /// The TAP device of kernel hop `i`.
     Tap(usize),
-    /// A hybrid NF's fast-path map, by its name in `bpf/evnf.bpf.c`: its
+    /// A hybrid NF's fast-path map, by its name in `bpf/include/ferry_hybrid_maps.h`: its
     /// control plane reads and writes the map through this fd, with no
     /// capability of its own.
     Map(String),

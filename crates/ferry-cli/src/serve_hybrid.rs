@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use ferry_bpf::abi::{SlowMeta, SLOW_NO_RULE};
+use ferry_bpf::abi::{SlowMeta, SLOW_MISS};
 use ferry_bpf::evnf::EvnfMaps;
 use ferry_evnf::hybrid::{monotonic_ns, HybridNf, SlowVerdict};
 use ferry_evnf::types::HybridType;
@@ -44,7 +44,7 @@ fn run(mut th: NfThread, t: &HybridType, control: &mut dyn HybridNf, maps: &mut 
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     let mut next_tick = 0u64;
     // Only the slow path's socket feeds the thread.
-    let meta = SlowMeta { reason: SLOW_NO_RULE, ..Default::default() };
+    let meta = SlowMeta { reason: SLOW_MISS, ..Default::default() };
     loop {
         if th.recv_burst(&mut burst, BURST).is_err() {
             return Ok(());

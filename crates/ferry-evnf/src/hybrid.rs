@@ -1,5 +1,5 @@
 //! The hybrid-NF framework (eVNF §III). An NF declares its fast-path
-//! tables (BPF maps of `bpf/evnf.bpf.c`, reached through the state
+//! tables (BPF maps of `bpf/include/ferry_hybrid_maps.h`, reached through the state
 //! library) and a slow-path handler, and runs in one of three modes:
 //!
 //! * **Proactive**: the NF installs its rules ahead of traffic; every frame

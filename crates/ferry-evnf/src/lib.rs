@@ -1,5 +1,6 @@
-//! Hybrid NFs (eVNF): each NF has a fast path in XDP (`bpf/evnf.bpf.c`,
-//! loaded by `ferry_bpf::evnf`) and a control plane / slow path here.
+//! Hybrid NFs (eVNF): each NF has a fast path in XDP (an element of the
+//! stage pipeline, `bpf/include/ferry_hybrid.h`, deployed by
+//! `ferry_bpf::evnf`) and a control plane / slow path here.
 //!
 //! * [`hybrid`]: the framework: modes, fast-path tables with idle expiry,
 //!   the AF_XDP slow path, the [`hybrid::HybridNf`] trait.

@@ -84,8 +84,11 @@ impl Runner {
         if let Some(d) = dpi.as_mut() {
             d.install(evnf.maps_mut())?;
         }
-        for (nf, next) in spec.successors() {
-            evnf.set_next(nf.fast_path(), next.map(NfName::fast_path))?;
+        // One chain id per port: paths of two ports may share NFs, and an
+        // NF's place in the stage tables is per chain.
+        for (chain, p) in spec.ports.iter().enumerate() {
+            let path: Vec<_> = p.chain.iter().map(|nf| nf.fast_path()).collect();
+            evnf.deploy(chain as u32, ifindex(&p.dev)?, &path)?;
         }
         let (mut slow, mut tun) = (Vec::new(), None);
         if let Some(d) = &spec.dpi.as_ref().filter(|_| dpi.is_some()) {
@@ -102,7 +105,7 @@ impl Runner {
             }
         }
         for p in &spec.ports {
-            evnf.attach(p.chain[0].fast_path(), ifindex(&p.dev)?, mode)?;
+            evnf.attach(ifindex(&p.dev)?, mode)?;
         }
         Ok(Runner {
             spec,

@@ -1,9 +1,9 @@
-//! Hybrid NFs (eVNF): an NF whose fast path is an XDP program of
-//! `bpf/evnf.bpf.c` and whose control plane is a process. ferryd loads
-//! one eVNF object per chain, chains the hybrid NFs of each port's path
-//! with the object's next-NF table, attaches the first to the port's
-//! device, and starts each control plane as an unprivileged NF process
-//! that receives the fast path's map fds.
+//! Hybrid NFs (eVNF): an NF whose fast path is an element of the stage
+//! pipeline (`bpf/include/ferry_hybrid.h`) and whose control plane is a
+//! process. ferryd loads one pipeline per chain for them, deploys each
+//! port's path of hybrid NFs in its stage tables, attaches it to the
+//! port's device, and starts each control plane as an unprivileged NF
+//! process that receives the fast path's map fds.
 //!
 //! A hybrid path is straight: from a port, through hybrid NFs only, and
 //! it ends where eVNF's chains end, in the kernel's routing (a FIB lookup
@@ -11,8 +11,8 @@
 //! NF has no out-link, but for one with a slow path (the eDPI), which ends
 //! the path: its one out-link is the kernel hop it reinjects inspected
 //! frames into, and its process owns the port's AF_XDP sockets, which
-//! ferryd registers in the eVNF object's socket map. Each hybrid type
-//! appears at most once per chain: the object's tables are one per type.
+//! ferryd registers in the pipeline's socket map. Each hybrid type
+//! appears at most once per chain: the pipeline's tables are one per type.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -87,7 +87,7 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
                 return fail(
                     "domain",
                     format!(
-                        "{runner}, but hybrid NF {other} runs in {r}: a chain's hybrid NFs share one eVNF object \
+                        "{runner}, but hybrid NF {other} runs in {r}: a chain's hybrid NFs share one pipeline \
                          (its counters), so they run as one tenant or domain, as one user"
                     ),
                 )

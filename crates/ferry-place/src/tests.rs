@@ -308,7 +308,7 @@ fn misplaced_hybrid_nfs_are_refused_with_their_field() {
     let text = hybrid_chain(&f, "", "").replace("[ { name: main } ]", "[ { name: main }, { name: other } ]");
     let e = load_str(&text.replace("name: lb, domain: main", "name: lb, domain: other"), "edge.yaml").unwrap_err();
     assert_eq!(e.field, "nfs[1].domain");
-    assert!(e.message.contains("share one eVNF object"), "{e}");
+    assert!(e.message.contains("share one pipeline"), "{e}");
     let e = bad(", offload: never", "");
     assert_eq!((e.line, e.field.as_str()), (Some(7), "nfs[0].offload"));
     let text = hybrid_chain(&f, ", threads: 2", "").replace("netdev: d0 }", "netdev: d0, queues: 2 }");

@@ -146,7 +146,7 @@ impl Chain {
         }
         let offloaded = xdp.iter().map(|(path, _)| path.nfs.len()).sum::<usize>()
             + post.iter().map(|(p, _)| p.nfs.len()).sum::<usize>();
-        let hybrids = Mutex::new(Hybrids::setup(&plan, &hybrid).context("hybrid NFs")?);
+        let hybrids = Mutex::new(Hybrids::setup(id, &plan, &hybrid).context("hybrid NFs")?);
         let mut flow_tables = Vec::new();
         for nf in &plan.nfs {
             flow_tables.push(match nf.kind.as_deref() {

@@ -1,9 +1,9 @@
 //! A chain's hybrid NFs (eFW, eLB, eDPI, eNAT): the privileged half.
-//! ferryd loads one eVNF object for the chain, writes the initial rules of
-//! the NFs that install theirs ahead (eFW, eLB), chains each port's
-//! hybrid NFs with the object's next-NF table, applies the firewall's
-//! nftables ruleset in the port's namespace, and only then attaches the
-//! programs (reply halves first), so no frame meets an empty table. NFs
+//! ferryd loads one stage pipeline for the chain's hybrid NFs, writes the
+//! initial rules of the NFs that install theirs ahead (eFW, eLB), applies
+//! the firewall's nftables ruleset in the port's namespace, and only then
+//! deploys each port's path in the stage tables and attaches the pipeline
+//! there (reply halves first), so no frame meets an empty table. NFs
 //! with a slow path (eDPI, eNAT) make their rules in their own process. Each NF's
 //! control plane is an NF process like any other (unprivileged, started,
 //! admitted and restarted by the chain) that receives the maps of its
@@ -45,17 +45,16 @@ fn mode(p: &PortPlan) -> AttachMode {
 impl Hybrids {
     /// Loads, configures and attaches the chain's hybrid paths; None if
     /// it has none.
-    pub fn setup(plan: &ChainPlan, paths: &[HybridPath]) -> Result<Option<Hybrids>> {
+    pub fn setup(chain: u32, plan: &ChainPlan, paths: &[HybridPath]) -> Result<Option<Hybrids>> {
         if paths.is_empty() {
             return Ok(None);
         }
         let port = |name: &str| plan.ports.iter().find(|p| p.name == name).ok_or_else(|| anyhow!("no port {name}"));
-        let mut evnf = Evnf::load().context("loading the hybrid NFs' fast paths (evnf.bpf.c)")?;
-        let (mut nfs, mut nft) = (Vec::new(), KernelHalves::default());
+        let mut evnf = Evnf::load().context("loading the stage pipeline for the hybrid NFs")?;
+        let (mut nfs, mut nft, mut fast_paths) = (Vec::new(), KernelHalves::default(), Vec::new());
         for path in paths {
             let ns = port(&path.port)?.netns.clone();
-            let fast: Vec<EvNf> = path.nfs.iter().map(|n| fast_path(&n.kind)).collect::<Result<_>>()?;
-            evnf.set_chain(&fast).context("chaining the hybrid NFs")?;
+            fast_paths.push(path.nfs.iter().map(|n| fast_path(&n.kind)).collect::<Result<Vec<EvNf>>>()?);
             for n in &path.nfs {
                 let t = ferry_evnf::types::find(&n.kind).ok_or_else(|| anyhow!("{}: not a hybrid type", n.kind))?;
                 let spec =
@@ -93,12 +92,12 @@ impl Hybrids {
                     continue;
                 };
                 for reply in &n.reply_ports {
-                    attach(&mut evnf, reply_path, port(reply)?)?;
+                    attach(&mut evnf, chain, &[reply_path], port(reply)?)?;
                 }
             }
         }
-        for path in paths {
-            attach(&mut evnf, fast_path(&path.nfs[0].kind)?, port(&path.port)?)?;
+        for (path, fast) in paths.iter().zip(&fast_paths) {
+            attach(&mut evnf, chain, fast, port(&path.port)?)?;
         }
         Ok(Some(Hybrids { evnf, nfs, _nft: nft }))
     }
@@ -160,10 +159,13 @@ fn trusted_by_root(file: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn attach(evnf: &mut Evnf, nf: EvNf, p: &PortPlan) -> Result<()> {
+/// Deploys `path` for the frames arriving on port `p`, then attaches the
+/// pipeline there.
+fn attach(evnf: &mut Evnf, chain: u32, path: &[EvNf], p: &PortPlan) -> Result<()> {
     let ifindex = Port::ifindex(p)?;
-    ferry_testbed::in_netns(p.netns.as_deref(), || evnf.attach(nf, ifindex, mode(p)))?
-        .with_context(|| format!("attaching {} to {} ({})", nf.program(), p.netdev, p.name))
+    evnf.deploy(chain, ifindex, path).with_context(|| format!("deploying {path:?} for port {}", p.name))?;
+    ferry_testbed::in_netns(p.netns.as_deref(), || evnf.attach(ifindex, mode(p)))?
+        .with_context(|| format!("attaching the hybrid path {path:?} to {} ({})", p.netdev, p.name))
 }
 
 impl Drop for KernelHalves {

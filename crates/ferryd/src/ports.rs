@@ -65,7 +65,7 @@ impl Port {
     }
 
     /// Opens the port with its XDP parts. A hybrid path's port gets no
-    /// program here: the chain's eVNF object holds its hook, and its
+    /// program here: the pipeline of the chain's hybrid NFs holds its hook, and its
     /// slow-path sockets are registered there ([`crate::hybrid::Hybrids`]).
     pub fn open(plan: &PortPlan, PortParts { fast, post, hybrid }: PortParts) -> Result<Port> {
         let ns = plan.netns.as_deref();
