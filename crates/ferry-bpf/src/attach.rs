@@ -51,7 +51,12 @@ pub struct LoadedXdp {
 impl LoadedXdp {
     /// Loads `object` and the XDP program `program` in it, without attaching.
     pub fn load(object: Object, program: &str) -> Result<Self, BpfError> {
-        let mut ebpf = load_object(object)?;
+        Self::load_sized(object, program, &[])
+    }
+
+    /// As [`LoadedXdp::load`], with maps `sizes` (name, entries) resized.
+    pub fn load_sized(object: Object, program: &str, sizes: &[(&str, u32)]) -> Result<Self, BpfError> {
+        let mut ebpf = load_object_sized(object, sizes)?;
         let prog = xdp_mut(&mut ebpf, object, program)?;
         prog.load().map_err(|source| BpfError::Program { name: program.to_string(), source })?;
         Ok(LoadedXdp { ebpf, object, program: program.to_string() })
@@ -161,10 +166,15 @@ pub(crate) fn dup_map(map: &aya::maps::Map, name: &'static str) -> Result<aya::m
     })
 }
 
-/// Loads an embedded object's maps (no program yet).
-pub(crate) fn load_object(object: Object) -> Result<Ebpf, BpfError> {
+/// Loads an embedded object's maps (no program yet), with maps `sizes`
+/// (name, entries) resized.
+pub(crate) fn load_object_sized(object: Object, sizes: &[(&str, u32)]) -> Result<Ebpf, BpfError> {
     raise_memlock_limit();
-    Ebpf::load(object.bytes()).map_err(|source| match &source {
+    let mut loader = aya::EbpfLoader::new();
+    for (name, entries) in sizes {
+        loader.set_max_entries(name, *entries);
+    }
+    loader.load(object.bytes()).map_err(|source| match &source {
         aya::EbpfError::MapError(aya::maps::MapError::CreateError { io_error, .. })
             if io_error.raw_os_error() == Some(libc::EPERM) =>
         {

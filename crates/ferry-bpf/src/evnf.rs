@@ -273,7 +273,13 @@ pub struct Evnf {
 impl Evnf {
     /// Loads the pipeline and takes its hybrid tables.
     pub fn load() -> Result<Evnf, BpfError> {
-        let mut pipeline = Pipeline::load()?;
+        Self::load_with(true)
+    }
+
+    /// As [`Evnf::load`]; with `full_tables` false the hybrid NFs' large
+    /// tables are tiny, for a pipeline that runs none of them.
+    pub fn load_with(full_tables: bool) -> Result<Evnf, BpfError> {
+        let mut pipeline = if full_tables { Pipeline::load_sized(&[])? } else { Pipeline::load()? };
         let maps = EvnfMaps::take(pipeline.ebpf_mut())?;
         Ok(Evnf { pipeline, maps, entered: HashMap::new() })
     }
@@ -328,6 +334,10 @@ impl Evnf {
 
     pub fn pipeline(&self) -> &Pipeline {
         &self.pipeline
+    }
+
+    pub fn pipeline_mut(&mut self) -> &mut Pipeline {
+        &mut self.pipeline
     }
 
     /// The program's fd, for BPF_PROG_RUN.

@@ -224,6 +224,11 @@ pub struct Element {
 
 const PROGRAM: &str = "ferry_pipeline";
 
+/// The hybrid NFs' large tables, shrunk in a pipeline that runs none
+/// (the NAT's alone preallocates some 20 MiB at full size).
+const HYBRID_TABLES_UNUSED: &[(&str, u32)] =
+    &[("ferry_nat_map", 64), ("ferry_lb_conns", 64), ("ferry_lb_replies", 64), ("ferry_dpi_bypass", 64)];
+
 fn stage_map(stage: u32) -> &'static str {
     ["ferry_pl_stage0", "ferry_pl_stage1", "ferry_pl_stage2", "ferry_pl_stage3"][stage as usize % 4]
 }
@@ -235,8 +240,14 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Loads the program and installs it as its own recirculation target.
+    /// The hybrid NFs' tables are left tiny: a pipeline that runs hybrid
+    /// NFs is loaded by `crate::evnf::Evnf::load`.
     pub fn load() -> Result<Pipeline, BpfError> {
-        let mut xdp = LoadedXdp::load(Object::Pipeline, PROGRAM)?;
+        Self::load_sized(HYBRID_TABLES_UNUSED)
+    }
+
+    pub(crate) fn load_sized(sizes: &[(&str, u32)]) -> Result<Pipeline, BpfError> {
+        let mut xdp = LoadedXdp::load_sized(Object::Pipeline, PROGRAM, sizes)?;
         let ebpf = xdp.ebpf_mut();
         let fd = {
             let prog: &Xdp = ebpf

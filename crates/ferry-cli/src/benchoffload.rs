@@ -7,12 +7,13 @@
 //! * `chain`: in -> firewall -> monitor -> IPS -> out. Placed, the firewall
 //!   and the monitor run in XDP on d0 (pre-server) and hand frames to the
 //!   IPS process; in software all three are processes.
-//! * `p4sfc`: P4SFC's order without its NAT, in -> IPS -> monitor ->
-//!   firewall -> out. Placed, the IPS is the only process; the monitor and
-//!   the firewall run after it (post-server), in XDP on the loop device
-//!   ferryd puts in front of d1. (P4SFC's NAT after them is measured
-//!   apart, as `nat`: its split form is a hybrid NF, which does not join
-//!   a pipeline path yet.)
+//! * `p4sfc`: P4SFC's chain, in -> IPS -> monitor -> firewall -> NAT ->
+//!   out (the NAT an `enat`). Placed, the IPS is one process; the monitor,
+//!   the firewall and the NAT's stateless part run after it
+//!   (post-server), in XDP on the loop device ferryd puts in front of d1,
+//!   and the NAT's process makes the mappings (each new inside endpoint's
+//!   first frame); in software all four are processes, the NAT whole. The
+//!   generator's frames come from 64 source ports, as in `nat`.
 //! * `nat`: the NAT, whole in a process (`parallel-nat`, one worker;
 //!   "software") against split as P4SFC splits it (`enat`: established
 //!   mappings rewritten in XDP, then routed by the FIB from XDP; each new
@@ -184,8 +185,12 @@ fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str, cpu: Option<
     let (nfs, links) = match scenario {
         "firewall" => (nf("fw", "firewall", &fw), "  - { from: in, to: fw }\n  - { from: fw, to: out }\n".into()),
         "p4sfc" => (
-            nf("ips", "ips", &ips) + &nf("mon", "flow-monitor", "") + &nf("fw", "firewall", &fw),
-            "  - { from: in, to: ips }\n  - { from: ips, to: mon }\n  - { from: mon, to: fw }\n  - { from: fw, to: out }\n"
+            nf("ips", "ips", &ips)
+                + &nf("mon", "flow-monitor", "")
+                + &nf("fw", "firewall", &fw)
+                + &nf("nat", "enat", &format!("\"config={}\"", dir.join("nat.yaml").display())),
+            "  - { from: in, to: ips }\n  - { from: ips, to: mon }\n  - { from: mon, to: fw }\n  - { from: fw, to: nat }\n  \
+             - { from: nat, to: out }\n"
                 .to_string(),
         ),
         _ => (
@@ -245,7 +250,7 @@ fn measure(
         ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--duration", &window]
             .map(String::from)
             .to_vec();
-    if scenario == "nat" {
+    if scenario == "nat" || scenario == "p4sfc" {
         gen_args.extend(["--set".to_string(), NAT_SOURCE_PORTS.to_string()]);
     }
     let meter = CpuMeter::start(&[]).context("CPU meter")?;
@@ -265,7 +270,7 @@ fn measure(
         ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--rate", &rate, "--count", &count]
             .map(String::from)
             .to_vec();
-    if scenario == "nat" {
+    if scenario == "nat" || scenario == "p4sfc" {
         gen_args.extend(["--set".to_string(), NAT_SOURCE_PORTS.to_string()]);
     }
     let gen_report =

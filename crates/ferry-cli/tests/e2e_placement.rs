@@ -24,6 +24,7 @@ use ferry_cli::chainctl;
 use ferry_nf::firewall_rules::parse_fw_rules;
 use ferry_nf::ips_rules::parse_rules;
 use ferry_nf::{Firewall, FlowMonitor, Ips, Lookup, PacketNf, Verdict};
+use ferry_wire::nat::{Endpoint, Headers, Side, Transport};
 use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
 
 const FW_RULES: &str = "deny proto udp dport 53
@@ -45,6 +46,13 @@ const FW_MON: &[&str] = &["fw", "mon"];
 /// P4SFC's own order: the IPS first, the monitor and firewall after the
 /// last process (post-server).
 const IPS_MON_FW: &[&str] = &["ips", "mon", "fw"];
+/// P4SFC's whole chain: its NAT last, split (its mappings rewritten in
+/// XDP with the monitor and firewall, its misses to its process).
+const IPS_MON_FW_NAT: &[&str] = &["ips", "mon", "fw", "nat"];
+/// The NAT's public address and first port (`nat.yaml`).
+const NAT_PUBLIC: [u8; 4] = [10, 9, 0, 254];
+const NAT_FIRST_PORT: u16 = 20000;
+const NAT_CONFIG: &str = "nat:\n  public_ip: 10.9.0.254\n  ports: 20000-29999\n  idle_timeout_s: 300\n";
 
 /// The chain in -> `order` -> out, every NF with `offload: {offload}`.
 fn chain(dut: &str, dir: &TempDir, offload: &str, order: &[&str]) -> String {
@@ -55,6 +63,10 @@ fn chain(dut: &str, dir: &TempDir, offload: &str, order: &[&str]) -> String {
             fw.display()
         ),
         "mon" => format!("  - {{ name: mon, domain: main, kind: flow-monitor, offload: {offload} }}\n"),
+        "nat" => format!(
+            "  - {{ name: nat, domain: main, kind: enat, args: [\"config={}\"], offload: {offload} }}\n",
+            dir.path("nat.yaml").display()
+        ),
         _ => {
             format!("  - {{ name: ips, domain: main, kind: ips, args: [\"{}\"], offload: {offload} }}\n", ips.display())
         }
@@ -141,12 +153,19 @@ fn expected(input: &[Vec<u8>], order: &[&str]) -> (Vec<Vec<u8>>, u64) {
     let mut fw = Firewall::new(parse_fw_rules(FW_RULES).unwrap(), Lookup::BitVector);
     let mut mon = FlowMonitor::new();
     let mut ips = Ips::new(parse_rules(IPS_RULES).unwrap()).unwrap();
+    let mut nat = NatModel::default();
     let (mut out, mut last_rx) = (Vec::new(), 0);
     'frames: for f in input {
         let mut f = f.clone();
         for (i, name) in order.iter().enumerate() {
             if i + 1 == order.len() {
                 last_rx += 1;
+            }
+            if *name == "nat" {
+                if !nat.process(&mut f) {
+                    continue 'frames;
+                }
+                continue;
             }
             let nf: &mut dyn PacketNf = match *name {
                 "fw" => &mut fw,
@@ -160,6 +179,33 @@ fn expected(input: &[Vec<u8>], order: &[&str]) -> (Vec<Vec<u8>>, u64) {
         out.push(f);
     }
     (out, last_rx)
+}
+
+/// What the NAT does, by RFC 4787's endpoint-independent mapping: each
+/// inside endpoint of a protocol gets the next public port, in the order
+/// endpoints first appear; frames that are not IPv4 TCP/UDP go on
+/// unchanged, fragments are dropped. False: dropped.
+#[derive(Default)]
+struct NatModel {
+    ports: std::collections::HashMap<(Transport, Endpoint), u16>,
+    next: std::collections::HashMap<Transport, u16>,
+}
+
+impl NatModel {
+    fn process(&mut self, f: &mut [u8]) -> bool {
+        let Ok(flow) = ferry_wire::flow::parse(f) else { return false };
+        if !(flow.is_ipv4 && [6, 17].contains(&flow.proto)) {
+            return true;
+        }
+        let Ok(h) = Headers::parse(f) else { return false };
+        let next = self.next.entry(h.transport).or_insert(NAT_FIRST_PORT);
+        let port = *self.ports.entry((h.transport, h.src)).or_insert_with(|| {
+            *next += 1;
+            *next - 1
+        });
+        h.rewrite(f, Side::Source, Endpoint { ip: NAT_PUBLIC.into(), port });
+        true
+    }
 }
 
 /// Every NF process can take frames: connected (its sockets registered)
@@ -187,6 +233,7 @@ fn run(offload: &str, order: &[&str], input: &[Vec<u8>], want: usize, last_rx: u
     let dir = TempDir::new("place");
     std::fs::write(dir.path("fw.rules"), FW_RULES).unwrap();
     std::fs::write(dir.path("ips.rules"), IPS_RULES).unwrap();
+    std::fs::write(dir.path("nat.yaml"), NAT_CONFIG).unwrap();
     let (rc, _) = start(&dir, &chain(&dut, &dir, offload, order));
     wait_until("every NF process receiving", || rc.status().is_ok_and(|s| receiving(&s)));
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -215,7 +262,8 @@ fn run(offload: &str, order: &[&str], input: &[Vec<u8>], want: usize, last_rx: u
         listener.join().unwrap()
     });
     // The last NF counted every frame it was handed: nothing else can come.
-    let last = order.last().expect("an NF");
+    // (A NAT counts no `rx`: the NF before it.)
+    let last = order.iter().rev().find(|n| **n != "nat").expect("an NF");
     let st = wait_for(&format!("{last} counted every frame it was handed"), || {
         let st = rc.status().ok()?;
         (count(&st, last, "rx") == last_rx).then_some(st)
@@ -363,6 +411,46 @@ fn post_server_nfs_send_out_the_same_frames_as_processes() {
     flows_auto.sort_by_key(by_flow);
     assert!(!flows_auto.is_empty());
     assert_eq!(flows_never, flows_auto, "one flow table, before or after the process");
+}
+
+/// P4SFC's whole chain, its NAT split: established mappings rewritten in
+/// XDP on the loop device after the monitor and firewall, the first frame
+/// of each inside endpoint handled by the NAT's process, which gets it on
+/// the loop device's receiving end and sends it back through it. The same
+/// frames leave as when every NF (the NAT included) is a process, and as
+/// the NFs decide here; a frame the process handled may leave after a
+/// later one the fast path rewrote, so the frames are compared as sets.
+#[test]
+fn a_split_nat_last_in_the_chain_sends_out_what_a_nat_process_does() {
+    if !privileged("placement_split_nat") {
+        return;
+    }
+    let input = input();
+    let (_, fw_rx) = expected(&input, IPS_MON_FW);
+    let (mut want, _) = expected(&input, IPS_MON_FW_NAT);
+    let translated = want.iter().filter(|f| f.len() > 30 && f[26..30] == NAT_PUBLIC).count();
+    assert!(translated > 10, "the input has frames to translate: {translated}");
+    want.sort();
+    let (mut never, st, loops) = run("never", IPS_MON_FW_NAT, &input, want.len(), fw_rx);
+    assert_eq!((st.nfs.len(), loops), (4, 0));
+    never.sort();
+    assert_eq!(never, want, "all processes: the NFs' own decisions");
+    let made = c(&st, "nat", "mappings_made");
+
+    let (mut auto, st, loops) = run("auto", IPS_MON_FW_NAT, &input, want.len(), fw_rx);
+    assert_eq!(loops, 2, "one loop device in front of out");
+    let processes: Vec<&str> = st.nfs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(processes, ["ips", "nat"], "the NAT keeps its process");
+    let offloaded: Vec<&str> = st.offloaded.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(offloaded, ["mon", "fw"]);
+    auto.sort();
+    assert_eq!(auto, want, "split: the same frames");
+    assert_eq!(c(&st, "nat", "mappings_made"), made, "as many mappings");
+    // Every translated frame was rewritten in XDP or went to the process
+    // first; the process made one mapping per inside endpoint.
+    let (rewritten, to_slow) = (c(&st, "nat", "rewritten"), c(&st, "nat", "to_slow_path"));
+    assert!(to_slow >= made && made > 0, "to_slow_path {to_slow}, mappings {made}");
+    assert_eq!(rewritten + to_slow, translated as u64, "each translated frame once");
 }
 
 /// `ferry chain check --explain` says where each NF goes and why.

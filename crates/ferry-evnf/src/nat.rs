@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use ferry_bpf::abi::SlowMeta;
 use ferry_bpf::evnf::{EvNf, EvnfMaps, NatEntry, NatKey, NAT_IN, NAT_OUT};
+use ferry_wire::ipv4::ip_proto;
 use ferry_wire::nat::{Endpoint, Headers, Side, Transport};
 use serde_json::json;
 
@@ -35,6 +36,9 @@ impl Stamped for NatEntry {
     }
 }
 
+/// How often a mapping seen in the process is written to the table again.
+const REINSTALL_NS: u64 = 1_000_000_000;
+
 pub struct Nat {
     spec: NatSpec,
     ports: (u16, u16),
@@ -44,12 +48,17 @@ pub struct Nat {
     inside_of: HashMap<(Transport, u16), Endpoint>,
     /// Where the search for a free port starts, per protocol.
     cursor: HashMap<Transport, u16>,
+    /// When each mapping was last written to the table.
+    installed_at: HashMap<(Transport, Endpoint), u64>,
     made: u64,
     expired: u64,
     exhausted: u64,
     /// Mappings the fast path's table would not take.
     errors: u64,
+    /// Frames the process dropped (malformed, fragments) or passed on
+    /// unchanged (not IPv4 TCP/UDP).
     refused: u64,
+    not_natted: u64,
 }
 
 fn out_key(t: Transport, inside: Endpoint) -> NatKey {
@@ -77,11 +86,13 @@ impl Nat {
             public_of: HashMap::new(),
             inside_of: HashMap::new(),
             cursor: HashMap::new(),
+            installed_at: HashMap::new(),
             made: 0,
             expired: 0,
             exhausted: 0,
             errors: 0,
             refused: 0,
+            not_natted: 0,
         };
         nat.adopt()?;
         Ok(nat)
@@ -129,11 +140,18 @@ impl Nat {
     }
 
     /// The public endpoint of `inside`, made now if it has none. A known
-    /// mapping is installed again: its frame came here because the fast
-    /// path lost it (its LRU table evicts).
+    /// mapping is installed again, at most every [`REINSTALL_NS`]: its
+    /// frame came here because the fast path lost it, or because there is
+    /// no fast path (the NAT runs whole as a process), and then the write
+    /// is the mapping's last-seen stamp, which its expiry reads.
     fn mapping(&mut self, t: Transport, inside: Endpoint, now: u64) -> Option<Endpoint> {
         let public_ip = self.spec.public_ip;
         let known = self.public_of.get(&(t, inside)).copied();
+        if let (Some(port), Some(at)) = (known, self.installed_at.get(&(t, inside))) {
+            if now.saturating_sub(*at) < REINSTALL_NS {
+                return Some(Endpoint { ip: public_ip, port });
+            }
+        }
         let Some(port) = known.or_else(|| self.free_port(t)) else {
             self.exhausted += 1;
             return None;
@@ -155,6 +173,7 @@ impl Nat {
             self.inside_of.insert((t, port), inside);
             self.made += 1;
         }
+        self.installed_at.insert((t, inside), now);
         Some(Endpoint { ip: public_ip, port })
     }
 
@@ -163,6 +182,7 @@ impl Nat {
     fn end(&mut self, t: Transport, inside: Endpoint, port: u16) -> Result<(), EvnfError> {
         self.public_of.remove(&(t, inside));
         self.inside_of.remove(&(t, port));
+        self.installed_at.remove(&(t, inside));
         self.table.remove(&out_key(t, inside))?;
         self.table.remove(&in_key(t, self.spec.public_ip, port))?;
         self.expired += 1;
@@ -190,7 +210,23 @@ impl HybridNf for Nat {
         Ok(())
     }
 
+    /// The fast path's decision table (`ferry_el_enat`), for what reaches
+    /// the process: every frame when the NAT runs whole as a process, its
+    /// misses (IPv4 TCP/UDP without a mapping) when it is split. Frames
+    /// that are not IPv4 TCP/UDP go on unchanged; fragments and malformed
+    /// frames are dropped.
     fn on_slow_path(&mut self, _fast: &mut EvnfMaps, frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
+        let translatable = match ferry_wire::flow::parse(frame) {
+            Ok(f) => f.is_ipv4 && [ip_proto::TCP, ip_proto::UDP].contains(&f.proto),
+            Err(_) => {
+                self.refused += 1;
+                return SlowVerdict::Drop;
+            }
+        };
+        if !translatable {
+            self.not_natted += 1;
+            return SlowVerdict::Reinject;
+        }
         let Ok(headers) = Headers::parse(frame) else {
             self.refused += 1;
             return SlowVerdict::Drop;
@@ -225,9 +261,17 @@ impl HybridNf for Nat {
     }
 
     /// `mappings`, `mappings_made`, `mappings_expired`, `ports_exhausted`,
-    /// `mapping_errors`.
+    /// `mapping_errors`, `process_not_natted`, `process_refused`.
     fn control_counters(&self) -> Vec<u64> {
-        vec![self.public_of.len() as u64, self.made, self.expired, self.exhausted, self.errors]
+        vec![
+            self.public_of.len() as u64,
+            self.made,
+            self.expired,
+            self.exhausted,
+            self.errors,
+            self.not_natted,
+            self.refused,
+        ]
     }
 
     fn report(&self, fast: &EvnfMaps) -> serde_json::Value {

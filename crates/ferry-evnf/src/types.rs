@@ -90,8 +90,25 @@ pub const TYPES: [HybridType; 4] = [
             Element { name: "ip-classifier", offload: Offload::Full },
             Element { name: "ip-rewriter", offload: Offload::Partial },
         ],
-        control_counters: &["mappings", "mappings_made", "mappings_expired", "ports_exhausted", "mapping_errors"],
-        args: &[CONFIG, reply_ports("the chain's outside ports, comma-separated (the inbound translation runs there)")],
+        control_counters: &[
+            "mappings",
+            "mappings_made",
+            "mappings_expired",
+            "ports_exhausted",
+            "mapping_errors",
+            "process_not_natted",
+            "process_refused",
+        ],
+        args: &[
+            CONFIG,
+            ArgSpec {
+                key: REPLY_PORTS,
+                ty: ArgType::Text,
+                default: Some(""),
+                help: "the chain's outside ports, comma-separated (the inbound translation runs there); required \
+                       where the NAT starts a hybrid path, refused inside a chain",
+            },
+        ],
         section: "nat",
         slow_path: true,
     },

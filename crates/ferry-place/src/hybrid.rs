@@ -57,6 +57,47 @@ pub fn is_hybrid(spec: &ChainSpec, i: usize) -> bool {
     hybrid_type(spec, i).is_some()
 }
 
+/// NF `i` is an eNAT inside a chain: linked from an NF that is not a
+/// hybrid one, to a port. It is
+/// on no hybrid path: it runs after the chain's last process, its
+/// mappings rewritten in XDP with the post-server NFs and its misses
+/// handled by its process (P4SFC's split of a NAT at the end of its
+/// chain), or whole as a process with `offload: never`.
+pub fn is_chain_nat(spec: &ChainSpec, i: usize) -> bool {
+    if hybrid_type(spec, i).map(|t| t.fast_paths.first()) != Some(Some(&ferry_bpf::evnf::EvNf::Nat)) {
+        return false;
+    }
+    let name = &spec.nfs[i].name;
+    let ins: Vec<&str> = spec.links.iter().filter(|l| &l.to == name).map(|l| l.from.as_str()).collect();
+    let outs: Vec<&str> = spec.links.iter().filter(|l| &l.from == name).map(|l| l.to.as_str()).collect();
+    matches!((&ins[..], &outs[..]), ([from], [to])
+        if matches!(spec.node(from), Some(Node::Nf(j)) if !is_hybrid(spec, j))
+            && matches!(spec.node(to), Some(Node::Port(_))))
+}
+
+/// What a NAT inside a chain may not have: more than one thread (its
+/// mappings are one table), or reply ports (replies are not its chain's
+/// traffic: an eNAT that starts a hybrid path translates them).
+pub fn check_chain_nat(spec: &ChainSpec, i: usize) -> Result<(), PlaceError> {
+    use Seg::{Index, Key};
+    let nf = &spec.nfs[i];
+    if nf.threads != 1 {
+        return Err(PlaceError {
+            at: vec![Key("nfs"), Index(i), Key("threads")],
+            message: format!("{}: a NAT inside a chain is one thread (its mappings are one table)", nf.threads),
+        });
+    }
+    let (replies, at) = reply_ports(spec, i);
+    if !replies.is_empty() {
+        return Err(PlaceError {
+            at: vec![Key("nfs"), Index(i), Key("args"), Index(at)],
+            message: "not supported: a NAT inside a chain translates its chain's direction only; replies are                       translated back by an eNAT that starts a hybrid path (leave out reply_ports)"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
 /// NF `i`'s arguments (the chain parser checked them against its type).
 fn values(spec: &ChainSpec, i: usize) -> Option<ferry_catalog::Values> {
     ferry_catalog::Values::of(spec.nfs[i].kind.as_deref()?, &spec.nfs[i].args).ok()
@@ -69,6 +110,19 @@ fn reply_ports(spec: &ChainSpec, i: usize) -> (Vec<String>, usize) {
     (text.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_string).collect(), at)
 }
 
+/// Hybrid NF `i`, as placed.
+pub fn hybrid_nf(spec: &ChainSpec, i: usize) -> HybridNf {
+    let t = hybrid_type(spec, i).expect("a hybrid NF");
+    let config = values(spec, i).and_then(|v| v.text("config").map(PathBuf::from)).unwrap_or_default();
+    HybridNf {
+        name: spec.nfs[i].name.clone(),
+        kind: t.kind.to_string(),
+        config,
+        reply_ports: reply_ports(spec, i).0,
+        slow_path: t.slow_path,
+    }
+}
+
 /// The chain's hybrid paths, checked.
 pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
     use Seg::{Index, Key};
@@ -77,6 +131,10 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
     let mut first_runner: Option<(String, &str)> = None;
     let mut replies_taken: HashSet<String> = HashSet::new();
     for i in (0..spec.nfs.len()).filter(|&i| is_hybrid(spec, i)) {
+        if is_chain_nat(spec, i) {
+            check_chain_nat(spec, i)?;
+            continue;
+        }
         let (nf, t) = (&spec.nfs[i], hybrid_type(spec, i).expect("a hybrid NF"));
         let fail = |field, message: String| Err(PlaceError { at: nf_at(i, field), message });
         // Their control planes all hold the object's counter map: only
@@ -146,14 +204,7 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
             let Some(t) = hybrid_type(spec, i) else { break };
             reached.insert(i);
             let nf = &spec.nfs[i];
-            let config = values(spec, i).and_then(|v| v.text("config").map(PathBuf::from)).unwrap_or_default();
-            nfs.push(HybridNf {
-                name: nf.name.clone(),
-                kind: t.kind.to_string(),
-                config,
-                reply_ports: reply_ports(spec, i).0,
-                slow_path: t.slow_path,
-            });
+            nfs.push(hybrid_nf(spec, i));
             if t.slow_path {
                 check_slow_path_port(spec, i, port)?;
                 break;
@@ -164,7 +215,9 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
             out.push(HybridPath { port: port.name.clone(), nfs });
         }
     }
-    if let Some(i) = (0..spec.nfs.len()).find(|&i| is_hybrid(spec, i) && !reached.contains(&i)) {
+    if let Some(i) =
+        (0..spec.nfs.len()).find(|&i| is_hybrid(spec, i) && !is_chain_nat(spec, i) && !reached.contains(&i))
+    {
         return Err(PlaceError { at: nf_at(i, "name"), message: NO_PORT.into() });
     }
     Ok(out)

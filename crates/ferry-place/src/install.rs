@@ -85,6 +85,8 @@ pub fn install(
                     installed.flow_monitor = Some(config);
                     (ElementKind::FlowMonitor, config)
                 }
+                // Its tables are the pipeline's, filled by its process.
+                Step::Split(nf) => (nf.element(), 0),
             };
             elements.push(Element { kind, config, nf: id });
         }

@@ -29,6 +29,13 @@
 //!   offloadable NF: the eNAT's and eLB's stateless parts run in XDP, the
 //!   eNAT's misses go to its process, which installs the mapping.
 //!
+//! - **split** (a NAT inside a chain, [`hybrid::is_chain_nat`]): an `enat`
+//!   right before a port that only sends, after the last process, ends
+//!   the post-server part with its stateless element; its misses go to
+//!   its process on the loop device's receiving end (the *miss port*),
+//!   which sends what it handled back through the loop device and out.
+//!   With `offload: never` it runs whole as a process.
+//!
 //! Partially offloadable process NFs (`parallel-nat`, `maglev`) run whole
 //! as processes; their split forms are the hybrid types.
 
@@ -104,6 +111,26 @@ pub struct PostPath {
     /// The server NF that sends into the loop device.
     pub after: String,
     pub nfs: Vec<OffloadedNf>,
+    /// The partially offloadable NF that ends `nfs` (a NAT), if any: its
+    /// stateless part runs there, its misses go to its process, which
+    /// receives them on port [`PostPath::miss_port`] and sends back the
+    /// same way.
+    pub split: Option<String>,
+}
+
+impl PostPath {
+    /// The port through which the split NF's process gets its misses (the
+    /// loop device's receiving end) and sends them on (to its sending
+    /// end, whose pipeline entry redirects out of the port).
+    pub fn miss_port(&self) -> Option<String> {
+        self.split.as_ref().map(|nf| miss_port_name(&self.port, nf))
+    }
+}
+
+/// The name of the port through which NF `nf`'s process gets the misses
+/// of its fast path in front of port `port`.
+pub fn miss_port_name(port: &str, nf: &str) -> String {
+    format!("{port}~{nf}")
 }
 
 /// A chain, placed.
@@ -117,6 +144,10 @@ pub struct Placement {
     pub post: Vec<PostPath>,
     /// The hybrid NFs, by the port their path starts at.
     pub hybrid: Vec<HybridPath>,
+    /// Hybrid NFs that run whole as processes (a NAT inside a chain that
+    /// is not split): their processes keep their state in the hybrid
+    /// tables all the same.
+    pub whole: Vec<HybridNf>,
     /// Every NF of the chain file, in file order.
     pub decisions: Vec<Decision>,
 }
@@ -277,7 +308,12 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
             message: format!("{}: offload: force, but {}", d.nf, d.why),
         });
     }
-    Ok(Placement { server: server_part(spec, &paths, &post, &hybrid, &offloaded), xdp: paths, post, hybrid, decisions })
+    let whole = (0..spec.nfs.len())
+        .filter(|&i| hybrid::is_chain_nat(spec, i) && !post.iter().any(|p| p.split.as_ref() == Some(&spec.nfs[i].name)))
+        .map(|i| hybrid::hybrid_nf(spec, i))
+        .collect();
+    let server = server_part(spec, &paths, &post, &hybrid, &offloaded);
+    Ok(Placement { server, xdp: paths, post, hybrid, whole, decisions })
 }
 
 /// NFs `nfs` (index and XDP form), in order, as they run in XDP.
@@ -307,9 +343,24 @@ fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut
             continue;
         }
         let mut nfs: Vec<(usize, Lowering)> = Vec::new();
+        let mut split = None;
         let mut at = ins[0].from.as_str();
         let after = loop {
             let Some(Node::Nf(i)) = spec.node(at) else { break None };
+            if nfs.is_empty() && hybrid::is_chain_nat(spec, i) {
+                match split_nat(spec, i, port) {
+                    Ok(l) => {
+                        nfs.push((i, l));
+                        split = Some(i);
+                        at = into(at)[0].from.as_str();
+                        continue;
+                    }
+                    Err(why) => {
+                        why_server[i] = Some(why);
+                        break Some(i);
+                    }
+                }
+            }
             if offloaded.contains(&i) || hybrid::is_hybrid(spec, i) {
                 break None;
             }
@@ -346,14 +397,32 @@ fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut
             continue;
         }
         nfs.reverse();
-        offloaded.extend(nfs.iter().map(|(i, _)| *i));
+        // A split NF keeps its process.
+        offloaded.extend(nfs.iter().map(|(i, _)| *i).filter(|&i| Some(i) != split));
         post.push(PostPath {
             port: port.name.clone(),
             after: spec.nfs[after].name.clone(),
             nfs: offloaded_nfs(spec, nfs),
+            split: split.map(|i| spec.nfs[i].name.clone()),
         });
     }
     post
+}
+
+/// A NAT inside a chain, right before port `port`, split: its mappings
+/// rewritten in XDP on the loop device, its misses to its process; or
+/// why it runs whole as a process.
+fn split_nat(spec: &ChainSpec, i: usize, port: &ferry_chain::spec::PortSpec) -> Result<Lowering, String> {
+    if spec.nfs[i].offload == OffloadPolicy::Never {
+        return Err("offload: never: the whole NAT runs as a process, mappings and rewrites".into());
+    }
+    if port.queues != 1 {
+        return Err(format!(
+            "port {} has {} queues: its misses would reach its one thread's socket on one queue only",
+            port.name, port.queues
+        ));
+    }
+    Ok(Lowering::Split(ferry_bpf::evnf::EvNf::Nat))
 }
 
 /// The reason of every NF, in file order.
@@ -375,6 +444,15 @@ fn decide(
                     "hybrid: its fast path runs in XDP on port {}'s device, its control plane as an unprivileged \
                      process holding the fast path's maps",
                     h.port
+                );
+                return Decision { nf: nf.name.clone(), kind, place: Place::Hybrid, why };
+            }
+            if let Some(p) = post.iter().find(|p| p.split.as_ref() == Some(&nf.name)) {
+                let why = format!(
+                    "partially offloadable, after the last process {} on the path to port {}: established \
+                     mappings are rewritten in XDP on the loop device in front of the port, new ones made by its \
+                     process, which gets the misses",
+                    p.after, p.port
                 );
                 return Decision { nf: nf.name.clone(), kind, place: Place::Hybrid, why };
             }
@@ -416,8 +494,11 @@ fn server_part(
     offloaded: &HashSet<usize>,
 ) -> ChainSpec {
     let gone: HashSet<&str> = offloaded.iter().map(|&i| spec.nfs[i].name.as_str()).collect();
-    let hybrids: HashSet<&str> =
-        (0..spec.nfs.len()).filter(|&i| hybrid::is_hybrid(spec, i)).map(|i| spec.nfs[i].name.as_str()).collect();
+    // Hybrid NFs on hybrid paths; a NAT inside a chain keeps its links.
+    let hybrids: HashSet<&str> = (0..spec.nfs.len())
+        .filter(|&i| hybrid::is_hybrid(spec, i) && !hybrid::is_chain_nat(spec, i))
+        .map(|i| spec.nfs[i].name.as_str())
+        .collect();
     let slow = |path: &HybridPath| path.nfs.iter().find(|n| n.slow_path).map(|n| n.name.clone());
     let slow_nfs: Vec<String> = hybrid.iter().filter_map(slow).collect();
     let mut server = spec.clone();
@@ -436,6 +517,10 @@ fn server_part(
             if let Some(p) = post.iter().find(|p| p.after == l.from && p.nfs[0].name == l.to) {
                 return Some(LinkSpec { from: p.after.clone(), to: p.port.clone(), mode: l.mode });
             }
+            // A split NF sends what it handled back through its miss port.
+            if let Some(p) = post.iter().find(|p| p.split.as_ref() == Some(&l.from) && p.port == l.to) {
+                return p.miss_port().map(|to| LinkSpec { from: l.from.clone(), to, mode: l.mode });
+            }
             match paths.iter().find(|p| p.port == l.from) {
                 Some(XdpPath { then: Then::Nf(to), .. }) => {
                     Some(LinkSpec { from: l.from.clone(), to: to.clone(), mode: l.mode })
@@ -449,6 +534,12 @@ fn server_part(
             }
         })
         .collect();
+    for p in post {
+        let (Some(nf), Some(miss)) = (&p.split, p.miss_port()) else { continue };
+        let port = spec.ports.iter().find(|q| q.name == p.port).expect("a port of the chain");
+        server.ports.push(ferry_chain::spec::PortSpec { name: miss.clone(), ..port.clone() });
+        server.links.push(LinkSpec { from: miss, to: nf.clone(), mode: None });
+    }
     server
 }
 
@@ -487,6 +578,13 @@ impl Placement {
             );
             for n in &p.nfs {
                 out += &format!("  {}: {}\n", n.name, n.lowering.elements());
+            }
+            if let Some(nf) = &p.split {
+                out += &format!(
+                    "  {nf}: misses to its process, on the loop device's receiving end; it makes the mapping and \
+                     sends the frame out of port {}\n",
+                    p.port
+                );
             }
         }
         for h in &self.hybrid {

@@ -3,6 +3,7 @@
 //! process does are lowered; the differential and equivalence tests hold
 //! them to it.
 
+use ferry_bpf::evnf::EvNf;
 use ferry_bpf::pipeline::{AclRule, ACL_ALLOW, ACL_DENY, ACL_MAX_RULES};
 use ferry_nf::firewall_rules::{parse_fw_rules, FwAction, FwRule};
 
@@ -13,6 +14,9 @@ pub enum Lowering {
     Firewall { rules: Vec<AclRule>, default_action: u8 },
     /// A flow-monitor element.
     FlowMonitor,
+    /// A partially offloadable NF's stateless part: a hybrid NF's element,
+    /// whose misses go to the NF's process (its stateful part).
+    Split(EvNf),
 }
 
 /// One pipeline element of a lowered NF.
@@ -26,6 +30,8 @@ pub enum Step<'a> {
         default_action: u8,
     },
     FlowMonitor,
+    /// A hybrid NF's element.
+    Split(EvNf),
 }
 
 impl Lowering {
@@ -37,6 +43,7 @@ impl Lowering {
                 vec![Step::Counter("rx"), Step::Acl { rules, default_action: *default_action }, Step::Counter("pass")]
             }
             Lowering::FlowMonitor => vec![Step::Counter("rx"), Step::FlowMonitor],
+            Lowering::Split(nf) => vec![Step::Split(*nf)],
         }
     }
 
@@ -49,6 +56,9 @@ impl Lowering {
                 Step::Counter(name) => format!("counter {name}"),
                 Step::Acl { rules, .. } => format!("acl ({} rules)", rules.len()),
                 Step::FlowMonitor => "flow-monitor".into(),
+                Step::Split(nf) => {
+                    format!("{:?} (its table's hits; misses to its process)", nf.element()).to_lowercase()
+                }
             })
             .collect();
         words.join(", ")

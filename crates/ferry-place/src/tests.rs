@@ -120,6 +120,64 @@ fn nfs_after_the_last_process_run_in_xdp_in_front_of_their_port() {
     assert!(text.contains("  fw: counter rx, acl (3 rules), counter pass\n"), "{text}");
 }
 
+/// P4SFC's whole chain: in -> ips -> mon -> fw -> nat -> out, the NAT an
+/// eNAT with `extra` added to its line.
+fn with_nat(f: &Files, extra: &str) -> String {
+    let d = f.0.display();
+    std::fs::write(f.0.join("nat.yaml"), "nat:\n  public_ip: 10.0.0.1\n  ports: 20000-20099\n").unwrap();
+    ips_first(&f.chain(&[]))
+        .replace("  - { from: fw, to: out }\n", "  - { from: fw, to: nat }\n  - { from: nat, to: out }\n")
+        .replace(
+            "links:",
+            &format!("  - {{ name: nat, domain: main, kind: enat, args: [\"config={d}/nat.yaml\"]{extra} }}\nlinks:"),
+        )
+}
+
+#[test]
+fn a_nat_last_in_the_chain_is_split_over_the_loop_device_and_its_process() {
+    let f = Files::new("post-nat", 3);
+    let (_, p) = load_str(&with_nat(&f, ""), "sfc.yaml").unwrap();
+    let want = [("fw", Place::Xdp), ("mon", Place::Xdp), ("ips", Place::Server), ("nat", Place::Hybrid)];
+    assert_eq!(places(&p), want);
+    let post = &p.post[0];
+    let names: Vec<&str> = post.nfs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!((names, post.split.as_deref(), post.after.as_str()), (vec!["mon", "fw", "nat"], Some("nat"), "ips"));
+    assert_eq!(post.nfs[2].lowering, Lowering::Split(ferry_bpf::evnf::EvNf::Nat));
+    // The NAT keeps its process, which gets its misses on the miss port
+    // and sends back through it.
+    let nfs: Vec<&str> = p.server.nfs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(nfs, ["ips", "nat"]);
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "ips"), ("ips", "out"), ("nat", "out~nat"), ("out~nat", "nat")]);
+    let miss = p.server.ports.iter().find(|q| q.name == "out~nat").expect("the miss port");
+    assert_eq!(miss.netdev, "b0");
+    assert!(p.whole.is_empty());
+    assert!(
+        p.explain().contains("xdp path after ips to port out: mon -> fw -> nat -> redirected out"),
+        "{}",
+        p.explain()
+    );
+    assert!(p.explain().contains("  nat: misses to its process"), "{}", p.explain());
+    assert!(p.decisions[3].why.starts_with("partially offloadable"), "{}", p.decisions[3].why);
+
+    // offload: never: the whole NAT is a process, and so are the NFs
+    // between the two processes.
+    let (_, p) = load_str(&with_nat(&f, ", offload: never"), "sfc.yaml").unwrap();
+    let want = [("fw", Place::Server), ("mon", Place::Server), ("ips", Place::Server), ("nat", Place::Server)];
+    assert_eq!(places(&p), want);
+    assert!(p.post.is_empty());
+    assert_eq!(p.whole.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["nat"]);
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "ips"), ("ips", "mon"), ("mon", "fw"), ("fw", "nat"), ("nat", "out")]);
+    assert!(p.decisions[3].why.contains("offload: never"), "{}", p.decisions[3].why);
+
+    // Reply ports are for an eNAT that starts a hybrid path.
+    let e =
+        load_str(&with_nat(&f, "").replace("nat.yaml\"]", "nat.yaml\", \"reply_ports=in\"]"), "sfc.yaml").unwrap_err();
+    assert_eq!(e.field, "nfs[3].args[1]");
+    assert!(e.message.contains("translates its chain's direction only"), "{e}");
+}
+
 #[test]
 fn the_last_process_keeps_its_out_links_in_order() {
     let f = Files::new("post-order", 3);

@@ -17,7 +17,7 @@ use ferry_chain::proto::{
 };
 use ferry_chain::shm::{self, COUNTERS};
 use ferry_nf::flow_monitor::MAX_FLOWS;
-use ferry_place::{HybridPath, PostPath, Then, XdpPath};
+use ferry_place::{HybridNf, HybridPath, PostPath, Then, XdpPath};
 use ferry_xsk::XskSocket;
 
 use crate::bridge;
@@ -25,7 +25,7 @@ use crate::domain::Domain;
 use crate::fastpath::{FastPathEnd, FastPathIds};
 use crate::hybrid::Hybrids;
 use crate::keys::NfKey;
-use crate::ports::{Port, PortParts, XSK_RINGS};
+use crate::ports::{Port, PortParts, PostParts, XSK_RINGS};
 use crate::process::{log, signalled};
 use crate::spawn;
 use crate::tap::Tap;
@@ -76,10 +76,20 @@ pub struct Chain {
     offloaded: usize,
     /// The hybrid NFs' fast paths; None once the chain stops.
     hybrids: Mutex<Option<Hybrids>>,
+    /// NFs split over a post-server part and a process.
+    splits: Vec<Split>,
     /// Per NF: the flow table of a flow monitor running as a process.
     flow_tables: Vec<Option<FlowTable>>,
     /// Where each NF runs and why.
     placement: String,
+}
+
+/// A NF split over the post-server part in front of a port (its fast
+/// path) and a process that gets the misses on the miss port.
+struct Split {
+    nf: String,
+    port: usize,
+    miss: usize,
 }
 
 /// What a chain is set up from.
@@ -98,6 +108,8 @@ pub struct ChainSetup {
     pub post: Vec<(PostPath, Vec<u32>)>,
     /// The orchestrator's hybrid paths.
     pub hybrid: Vec<HybridPath>,
+    /// Hybrid NFs that run whole as processes.
+    pub whole: Vec<HybridNf>,
     /// `Placement::explain`.
     pub placement: String,
 }
@@ -106,7 +118,7 @@ impl Chain {
     /// Creates the chain's domains, ports, kernel hops, uids and keys;
     /// starts nothing yet.
     pub fn setup(c: ChainSetup) -> Result<Chain> {
-        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids, xdp, post, hybrid, placement } = c;
+        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids, xdp, post, hybrid, whole, placement } = c;
         let (creds, leases) = users::resolve(&plan, uids)?;
         for (d, dom) in plan.domains.iter().enumerate() {
             let runs_as: Vec<&str> =
@@ -114,8 +126,16 @@ impl Chain {
             log(format!("chain {}: domain {} runs as {runs_as:?}", plan.name, dom.name));
         }
         let domains = Arc::new(plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?);
-        let mut ports = Vec::new();
-        for p in &plan.ports {
+        // Split NFs: (name, its port, its miss port), by index.
+        let splits: Vec<Split> = post
+            .iter()
+            .filter_map(|(p, _)| {
+                let at = |name: &str| plan.ports.iter().position(|q| q.name == name);
+                Some(Split { nf: p.split.clone()?, port: at(&p.port)?, miss: at(&p.miss_port()?)? })
+            })
+            .collect();
+        let mut ports: Vec<Option<Mutex<Port>>> = Vec::new();
+        for (index, p) in plan.ports.iter().enumerate() {
             let fast = match xdp.iter().find(|(path, _)| path.port == p.name) {
                 Some((path, ids)) => {
                     let then = match &path.then {
@@ -132,11 +152,22 @@ impl Chain {
                 }
                 None => None,
             };
-            let post = post
-                .iter()
-                .find(|(path, _)| path.port == p.name)
-                .map(|(path, ids)| (path.nfs.as_slice(), id, &ids[..]));
+            let post = post.iter().find(|(path, _)| path.port == p.name).map(|(path, ids)| PostParts {
+                nfs: &path.nfs,
+                chain: id,
+                ids,
+                split: path.split.as_deref(),
+            });
             let hybrid = hybrid.iter().any(|h| h.port == p.name);
+            // A split NF's miss port: the loop device in front of its port,
+            // which is opened before it (the placement appends it).
+            if let Some(s) = splits.iter().find(|s| s.miss == index) {
+                let of = ports.get(s.port).and_then(Option::as_ref);
+                let of = of.ok_or_else(|| anyhow!("port {}: its loop device is not open", p.name))?;
+                let port = Port::open_miss(p, &of.lock().expect("port lock"))?;
+                ports.push(Some(Mutex::new(port)));
+                continue;
+            }
             ports.push(match (p.nf, &fast) {
                 (None, None) => None,
                 _ => Some(Mutex::new(
@@ -145,8 +176,9 @@ impl Chain {
             });
         }
         let offloaded = xdp.iter().map(|(path, _)| path.nfs.len()).sum::<usize>()
-            + post.iter().map(|(p, _)| p.nfs.len()).sum::<usize>();
-        let hybrids = Mutex::new(Hybrids::setup(id, &plan, &hybrid).context("hybrid NFs")?);
+            + post.iter().map(|(p, _)| p.nfs.len()).sum::<usize>()
+            - splits.len();
+        let hybrids = Mutex::new(Hybrids::setup(id, &plan, &hybrid, &whole).context("hybrid NFs")?);
         let mut flow_tables = Vec::new();
         for nf in &plan.nfs {
             flow_tables.push(match nf.kind.as_deref() {
@@ -194,6 +226,7 @@ impl Chain {
             stop: Arc::new(AtomicBool::new(false)),
             offloaded,
             hybrids,
+            splits,
             flow_tables,
             placement,
         })
@@ -439,6 +472,10 @@ impl Chain {
                 if let Some(h) = self.hybrids.lock().expect("hybrids lock").as_mut() {
                     h.register_slow_path(name, t.index, &sock)?;
                 }
+                if let Some(s) = self.splits.iter().find(|s| s.miss == p) {
+                    let of = self.ports[s.port].as_ref().ok_or_else(|| anyhow!("port {} not open", s.port))?;
+                    of.lock().expect("port lock").register_miss_socket(t.index, &sock)?;
+                }
                 sockets.push((FdRole::Xsk { thread: t.index, port: p }, sock));
             }
         }
@@ -461,10 +498,18 @@ impl Chain {
             }
         }
         // A hybrid NF's control plane: its fast path's maps.
-        let maps = match self.hybrids.lock().expect("hybrids lock").as_ref() {
-            Some(h) => h.map_fds(name)?,
-            None => Vec::new(),
-        };
+        let maps =
+            match (self.hybrids.lock().expect("hybrids lock").as_ref(), self.splits.iter().find(|s| s.nf == name)) {
+                (_, Some(s)) => {
+                    let port = self.ports[s.port].as_ref().ok_or_else(|| anyhow!("port {} not open", s.port))?;
+                    let kind = nf.kind.as_deref().unwrap_or_default();
+                    let t = ferry_evnf::types::find(kind).ok_or_else(|| anyhow!("{kind}: not a hybrid type"))?;
+                    let fds = port.lock().expect("port lock").split_map_fds(&ferry_evnf::types::control_maps(t))?;
+                    fds
+                }
+                (Some(h), None) => h.map_fds(name)?,
+                (None, None) => Vec::new(),
+            };
         for (map, fd) in &maps {
             roles.push(FdRole::Map(map.to_string()));
             fds.push(fd.as_raw_fd());

@@ -10,18 +10,20 @@ use std::os::fd::AsRawFd;
 
 use anyhow::{Context, Result};
 use ferry_bpf::abi::Verdicts;
-use ferry_bpf::pipeline::{FlowKey, Pipeline, PlCount};
+use ferry_bpf::evnf::Evnf;
+use ferry_bpf::pipeline::{FlowKey, PlCount};
 use ferry_bpf::AttachMode;
 use ferry_chain::plan::PortPlan;
 use ferry_chain::proto::{FlowStatus, OffloadedStatus};
-use ferry_place::{install, Installed, OffloadedNf, Target};
+use ferry_place::{install, Installed, Lowering, OffloadedNf, Target};
 
 /// Flows of a flow monitor a status carries: the busiest ones (a full
 /// table would not fit in one admin message).
 pub const FLOWS_IN_STATUS: usize = 1000;
 
 pub struct FastPath {
-    pipeline: Pipeline,
+    /// The stage pipeline, with the hybrid NFs' tables for a split NF.
+    pipeline: Evnf,
     installed: Installed,
     port: String,
 }
@@ -53,16 +55,17 @@ impl FastPath {
         path: &[OffloadedNf],
         ids: FastPathIds,
     ) -> Result<FastPath> {
-        let mut pipeline = Pipeline::load().context("loading the stage pipeline")?;
+        let split = path.iter().any(|n| matches!(n.lowering, Lowering::Split(_)));
+        let mut pipeline = Evnf::load_with(split).context("loading the stage pipeline")?;
         let target = match ids.then {
             FastPathEnd::Nf(nf) => Target::Xsk { nf },
             FastPathEnd::Device(ifindex) => Target::Redirect { ifindex },
         };
-        let installed =
-            install(&mut pipeline, ids.chain, ifindex, path, ids.nfs, target).context("installing the XDP part")?;
-        let pipeline = ferry_testbed::in_netns(plan.netns.as_deref(), move || -> Result<Pipeline> {
+        let installed = install(pipeline.pipeline_mut(), ids.chain, ifindex, path, ids.nfs, target)
+            .context("installing the XDP part")?;
+        let pipeline = ferry_testbed::in_netns(plan.netns.as_deref(), move || -> Result<Evnf> {
             if let Target::Redirect { ifindex: out } = target {
-                pipeline.add_device(out).context("adding the egress device to the pipeline's devmap")?;
+                pipeline.pipeline_mut().add_device(out).context("adding the egress device to the pipeline's devmap")?;
             }
             pipeline.attach(ifindex, mode).context("attaching the stage pipeline")?;
             Ok(pipeline)
@@ -77,12 +80,21 @@ impl FastPath {
     }
 
     pub fn verdicts(&self) -> Option<Verdicts> {
-        self.pipeline.program().verdicts().ok()
+        self.pipeline.verdicts().ok()
+    }
+
+    /// The pipeline, with the hybrid tables of a split NF it runs.
+    pub fn evnf(&self) -> &Evnf {
+        &self.pipeline
+    }
+
+    pub fn evnf_mut(&mut self) -> &mut Evnf {
+        &mut self.pipeline
     }
 
     /// The offloaded NFs' counters and flows.
     pub fn status(&self) -> Vec<OffloadedStatus> {
-        let counters = self.installed.counters(&self.pipeline).unwrap_or_default();
+        let counters = self.installed.counters(self.pipeline.pipeline()).unwrap_or_default();
         self.installed
             .nfs
             .iter()
@@ -105,7 +117,7 @@ impl FastPath {
     /// How many flows flow monitor `config` has, and the busiest
     /// [`FLOWS_IN_STATUS`] of them.
     fn flows(&self, config: u32) -> (u64, Vec<FlowStatus>) {
-        flow_statuses(self.pipeline.flows(config).unwrap_or_default())
+        flow_statuses(self.pipeline.pipeline().flows(config).unwrap_or_default())
     }
 }
 

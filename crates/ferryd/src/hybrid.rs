@@ -19,14 +19,16 @@ use ferry_chain::plan::{ChainPlan, PortPlan};
 use ferry_chain::spec::XdpMode;
 use ferry_evnf::firewall::Firewall;
 use ferry_evnf::types::HybridType;
-use ferry_place::HybridPath;
+use ferry_place::{HybridNf, HybridPath};
 
 use crate::ports::Port;
 
 pub struct Hybrids {
     evnf: Evnf,
-    /// Per hybrid NF: its name and type.
+    /// Per hybrid NF on a path: its name and type.
     nfs: Vec<(String, &'static HybridType)>,
+    /// Per hybrid NF that runs whole as a process: its name and type.
+    whole: Vec<(String, &'static HybridType)>,
     _nft: KernelHalves,
 }
 
@@ -44,14 +46,17 @@ fn mode(p: &PortPlan) -> AttachMode {
 
 impl Hybrids {
     /// Loads, configures and attaches the chain's hybrid paths; None if
-    /// it has none.
-    pub fn setup(chain: u32, plan: &ChainPlan, paths: &[HybridPath]) -> Result<Option<Hybrids>> {
-        if paths.is_empty() {
+    /// it has none. Hybrid NFs that run `whole` as processes get the
+    /// tables too, attached nowhere: their processes keep their state
+    /// there, as the split form's do.
+    pub fn setup(chain: u32, plan: &ChainPlan, paths: &[HybridPath], whole: &[HybridNf]) -> Result<Option<Hybrids>> {
+        if paths.is_empty() && whole.is_empty() {
             return Ok(None);
         }
         let port = |name: &str| plan.ports.iter().find(|p| p.name == name).ok_or_else(|| anyhow!("no port {name}"));
         let mut evnf = Evnf::load().context("loading the stage pipeline for the hybrid NFs")?;
         let (mut nfs, mut nft, mut fast_paths) = (Vec::new(), KernelHalves::default(), Vec::new());
+        let mut whole_nfs = Vec::new();
         for path in paths {
             let ns = port(&path.port)?.netns.clone();
             fast_paths.push(path.nfs.iter().map(|n| fast_path(&n.kind)).collect::<Result<Vec<EvNf>>>()?);
@@ -85,6 +90,10 @@ impl Hybrids {
                 nfs.push((n.name.clone(), t));
             }
         }
+        for n in whole {
+            let t = ferry_evnf::types::find(&n.kind).ok_or_else(|| anyhow!("{}: not a hybrid type", n.kind))?;
+            whole_nfs.push((n.name.clone(), t));
+        }
         // The reply halves first: no reply meets an untranslated way back.
         for path in paths {
             for n in path.nfs.iter() {
@@ -99,7 +108,7 @@ impl Hybrids {
         for (path, fast) in paths.iter().zip(&fast_paths) {
             attach(&mut evnf, chain, fast, port(&path.port)?)?;
         }
-        Ok(Some(Hybrids { evnf, nfs, _nft: nft }))
+        Ok(Some(Hybrids { evnf, nfs, whole: whole_nfs, _nft: nft }))
     }
 
     /// Registers `socket` (on receive queue `queue` of its path's port) as
@@ -117,7 +126,9 @@ impl Hybrids {
     /// New fds of the maps NF `nf`'s control plane works on (none if it is
     /// not a hybrid NF), by name.
     pub fn map_fds(&self, nf: &str) -> Result<Vec<(&'static str, OwnedFd)>> {
-        let Some((_, t)) = self.nfs.iter().find(|(name, _)| name == nf) else { return Ok(Vec::new()) };
+        let Some((_, t)) = self.nfs.iter().chain(&self.whole).find(|(name, _)| name == nf) else {
+            return Ok(Vec::new());
+        };
         Ok(self.evnf.maps().fds(&ferry_evnf::types::control_maps(t))?)
     }
 }

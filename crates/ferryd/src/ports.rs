@@ -45,17 +45,34 @@ pub struct Port {
 struct PostServer {
     fast: FastPath,
     dev: LoopDevice,
+    /// Its split NF's name (a NAT whose misses go to its process).
+    split: Option<String>,
 }
+
+/// The NF id of the sending end's entry: no NF of the chain (ferryd
+/// assigns ids from 1), so its element-control entry is its own.
+const SEND_END_ENTRY: u32 = u32::MAX;
+/// The forward config of that entry (the path's own forward is 1).
+const SEND_END_FORWARD: u32 = 2;
 
 /// What a port's XDP parts are opened from.
 pub struct PortParts<'a> {
     /// The pre-server NFs on the port's device.
     pub fast: Option<(&'a [OffloadedNf], FastPathIds<'a>)>,
-    /// The post-server NFs in front of it (on its loop device), the chain
-    /// id and their NF ids.
-    pub post: Option<(&'a [OffloadedNf], u32, &'a [u32])>,
+    /// The post-server NFs in front of it (on its loop device).
+    pub post: Option<PostParts<'a>>,
     /// A hybrid path starts at the port.
     pub hybrid: bool,
+}
+
+/// A port's post-server part, as it is opened.
+pub struct PostParts<'a> {
+    pub nfs: &'a [OffloadedNf],
+    pub chain: u32,
+    /// One per NF.
+    pub ids: &'a [u32],
+    /// The split NF among them (a NAT whose misses go to its process).
+    pub split: Option<&'a str>,
 }
 
 impl Port {
@@ -75,14 +92,17 @@ impl Port {
             XdpMode::Driver => AttachMode::Driver,
         };
         let post = match post {
-            Some((path, chain, nfs)) => {
+            Some(PostParts { nfs: path, chain, ids: nfs, split }) => {
                 let dev = LoopDevice::create(ns, chain, &plan.name, &plan.netdev, plan.queues)?;
                 let ids = FastPathIds { chain, nfs, then: FastPathEnd::Device(device) };
                 // The port's attach mode: in driver mode a veth sends a
                 // redirected frame only when its peer runs XDP (or GRO) too.
-                let fast = FastPath::open(plan, dev.receive_ifindex, mode, path, ids)
+                let mut fast = FastPath::open(plan, dev.receive_ifindex, mode, path, ids)
                     .with_context(|| format!("post-server XDP part on {} ({})", dev.receive_end, plan.name))?;
-                Some(PostServer { fast, dev })
+                if split.is_some() {
+                    send_end_entry(&mut fast, plan, chain, &dev, device, mode)?;
+                }
+                Some(PostServer { fast, dev, split: split.map(str::to_string) })
             }
             None => None,
         };
@@ -102,6 +122,29 @@ impl Port {
         };
         let ifindex = post.as_ref().map_or(device, |p| p.dev.send_ifindex);
         Ok(Port { plan: plan.clone(), ifindex, xdp, post })
+    }
+
+    /// The port through which a split NF's process gets the misses of
+    /// port `of`'s post-server part: sockets on the loop device's
+    /// receiving end, steered to by that pipeline
+    /// ([`Port::register_miss_socket`] of `of`).
+    pub fn open_miss(plan: &PortPlan, of: &Port) -> Result<Port> {
+        let post = of.post.as_ref().filter(|p| p.split.is_some());
+        let post = post.ok_or_else(|| anyhow::anyhow!("port {} has no split NF in front of it", of.plan.name))?;
+        Ok(Port { plan: plan.clone(), ifindex: post.dev.receive_ifindex, xdp: None, post: None })
+    }
+
+    /// Steers the misses of queue `queue` of the post-server part to
+    /// `socket` (of the split NF's thread on the miss port).
+    pub fn register_miss_socket(&mut self, queue: u32, socket: &impl std::os::fd::AsRawFd) -> Result<()> {
+        let post = self.post.as_mut().ok_or_else(|| anyhow::anyhow!("port {} has no loop device", self.plan.name))?;
+        post.fast.register_xsk(queue, socket).context("registering the split NF's socket in the loop pipeline")
+    }
+
+    /// New fds of the split NF's tables `names` (its control plane's).
+    pub fn split_map_fds(&self, names: &[&'static str]) -> Result<Vec<(&'static str, std::os::fd::OwnedFd)>> {
+        let post = self.post.as_ref().ok_or_else(|| anyhow::anyhow!("port {} has no loop device", self.plan.name))?;
+        Ok(post.fast.evnf().maps().fds(names)?)
     }
 
     /// Takes the port's XDP programs and its loop device away.
@@ -142,13 +185,37 @@ impl Port {
         }
     }
 
-    /// The NFs placed in XDP on this port and in front of it.
+    /// The NFs placed in XDP on this port and in front of it (a split
+    /// NF's fast path shows with its process).
     pub fn offloaded(&self) -> Vec<OffloadedStatus> {
         let mut nfs = match &self.xdp {
             Some(Steering::Pipeline(fast)) => fast.status(),
             _ => Vec::new(),
         };
-        nfs.extend(self.post.iter().flat_map(|p| p.fast.status()));
+        if let Some(p) = &self.post {
+            nfs.extend(p.fast.status().into_iter().filter(|n| Some(&n.name) != p.split.as_ref()));
+        }
         nfs
     }
+}
+
+/// A split NF's process sends what it handled back into the loop device's
+/// receiving end, so it arrives on the sending end: there the pipeline's
+/// own entry redirects it out of the port (the NFs before the split one
+/// ran already).
+fn send_end_entry(
+    fast: &mut FastPath,
+    plan: &PortPlan,
+    chain: u32,
+    dev: &LoopDevice,
+    device: u32,
+    mode: AttachMode,
+) -> Result<()> {
+    use ferry_bpf::pipeline::{Element, ElementKind, Forward, FWD_REDIRECT};
+    let p = fast.evnf_mut().pipeline_mut();
+    p.set_forward(SEND_END_FORWARD, Forward { action: FWD_REDIRECT, ifindex: device })?;
+    let forward = Element { kind: ElementKind::Forward, config: SEND_END_FORWARD, nf: SEND_END_ENTRY };
+    p.deploy(chain, dev.send_ifindex, &[forward])?;
+    ferry_testbed::in_netns(plan.netns.as_deref(), || fast.evnf_mut().attach(dev.send_ifindex, mode))?
+        .with_context(|| format!("attaching the loop pipeline to {} ({})", dev.send_end, plan.name))
 }

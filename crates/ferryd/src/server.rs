@@ -230,6 +230,7 @@ impl Daemon {
             xdp,
             post,
             hybrid: placement.hybrid.clone(),
+            whole: placement.whole.clone(),
             placement: placement.explain(),
         };
         let chain = Arc::new(Chain::setup(setup).with_context(|| format!("chain from {}", file.display()))?);
