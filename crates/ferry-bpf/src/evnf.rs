@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 pub use crate::evnf_maps::EvnfMaps;
-use crate::pipeline::{Element, ElementKind, Pipeline, PlKey};
+use crate::pipeline::{Element, ElementKind, Pipeline};
 use crate::{AttachMode, BpfError, Verdicts};
 
 /// The hybrid NFs' fast paths (`FERRY_EV_*`): their pipeline elements, and
@@ -266,8 +266,8 @@ unsafe impl aya::Pod for NatEntry {}
 pub struct Evnf {
     pipeline: Pipeline,
     maps: EvnfMaps,
-    /// What each device enters: its chain id and path.
-    entered: HashMap<u32, (u32, Vec<EvNf>)>,
+    /// What each device enters: its chain id and elements.
+    entered: HashMap<u32, (u32, Vec<Element>)>,
 }
 
 impl Evnf {
@@ -284,37 +284,36 @@ impl Evnf {
         Ok(Evnf { pipeline, maps, entered: HashMap::new() })
     }
 
-    /// Frames arriving on device `ifindex` run the hybrid NFs of `path` in
-    /// order, as NFs of chain `chain` (each NF's id is its [`EvNf`] number),
-    /// and are then routed out (the route element). Map updates only. A
-    /// device enters one path: another path for it is refused (two ports
-    /// in different namespaces can share an ifindex) until [`Self::remove`].
-    pub fn deploy(&mut self, chain: u32, ifindex: u32, path: &[EvNf]) -> Result<(), BpfError> {
-        if let Some((c, p)) = self.entered.get(&ifindex) {
-            if *c == chain && p == path {
+    /// Frames arriving on device `ifindex` run the elements `before`
+    /// (their configs written already), then the hybrid NFs of `path` in
+    /// order, as NFs of chain `chain` (each hybrid NF's id is its [`EvNf`]
+    /// number), and are then routed out (the route element). Map updates
+    /// only. A device enters one path: another path for it is refused (two
+    /// ports in different namespaces can share an ifindex) until
+    /// [`Self::remove`].
+    pub fn deploy(&mut self, chain: u32, ifindex: u32, before: &[Element], path: &[EvNf]) -> Result<(), BpfError> {
+        let Some(last) = path.last() else { return Ok(()) };
+        let mut elements = before.to_vec();
+        elements.extend(path.iter().map(|nf| Element { kind: nf.element(), config: 0, nf: *nf as u32 }));
+        elements.push(Element { kind: ElementKind::Route, config: 0, nf: *last as u32 });
+        if let Some((c, e)) = self.entered.get(&ifindex) {
+            if *c == chain && *e == elements {
                 return Ok(());
             }
             return Err(BpfError::Config(format!(
-                "device ifindex {ifindex} already enters chain {c} at {p:?}: one pipeline serves each ifindex once                  (ports in different namespaces may share an ifindex)"
+                "device ifindex {ifindex} already enters chain {c}: one pipeline serves each ifindex once (ports in \
+                 different namespaces may share an ifindex)"
             )));
         }
-        let Some(last) = path.last() else { return Ok(()) };
-        let mut elements: Vec<Element> =
-            path.iter().map(|nf| Element { kind: nf.element(), config: 0, nf: *nf as u32 }).collect();
-        elements.push(Element { kind: ElementKind::Route, config: 0, nf: *last as u32 });
         self.pipeline.deploy(chain, ifindex, &elements)?;
-        self.entered.insert(ifindex, (chain, path.to_vec()));
+        self.entered.insert(ifindex, (chain, elements));
         Ok(())
     }
 
     /// Removes what [`Self::deploy`] wrote for device `ifindex`.
     pub fn remove(&mut self, ifindex: u32) -> Result<(), BpfError> {
-        let Some((chain, path)) = self.entered.remove(&ifindex) else { return Ok(()) };
-        self.pipeline.remove_entry(ifindex)?;
-        for (i, nf) in path.iter().enumerate() {
-            self.pipeline.remove_ctl(i as u32 % crate::pipeline::STAGES, PlKey { chain, nf: *nf as u32 })?;
-        }
-        Ok(())
+        let Some((chain, elements)) = self.entered.remove(&ifindex) else { return Ok(()) };
+        self.pipeline.remove(chain, ifindex, &elements)
     }
 
     /// Attaches the pipeline to a device (in the calling thread's

@@ -111,7 +111,7 @@ fn run(ev: &mut Evnf, nf: EvNf, f: &[u8]) -> (u32, Vec<u8>) {
 /// Runs `f` through the hybrid path `path`, deployed as chain 0 for LO.
 fn run_path(ev: &mut Evnf, path: &[EvNf], f: &[u8]) -> (u32, Vec<u8>) {
     ev.remove(LO).unwrap();
-    ev.deploy(0, LO, path).unwrap();
+    ev.deploy(0, LO, &[], path).unwrap();
     let out = test_run(ev.program_fd().unwrap(), f, 1).unwrap();
     (out.action, out.data)
 }

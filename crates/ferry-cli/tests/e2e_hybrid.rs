@@ -1,6 +1,7 @@
 //! Hybrid NFs under ferryd, end to end on examples/testbeds/sfc.yaml. A
-//! chain file names eFW and eLB by kind; ferryd loads and attaches their
-//! fast paths and applies the firewall's nftables ruleset; their control
+//! chain file names eFW and eLB by kind, behind a flow monitor; ferryd
+//! runs the three as elements of one stage pipeline on the client's port
+//! and applies the firewall's nftables ruleset; the hybrid NFs' control
 //! planes run as unprivileged NF processes holding only the fast path's
 //! map fds. Real HTTP goes through eFW -> eLB to two nginx backends, and
 //! iperf3 through eFW -> eDPI, whose slow path ferryd hands to the eDPI's
@@ -27,10 +28,12 @@ ports:
   - {{ name: b1, netns: {dut}, netdev: d1 }}
   - {{ name: b2, netns: {dut}, netdev: d2 }}
 nfs:
+  - {{ name: mon, domain: main, kind: flow-monitor }}
   - {{ name: fw, domain: main, kind: efw, args: ["config={config}"] }}
   - {{ name: lb, domain: main, kind: elb, args: ["config={config}", "reply_ports=b1,b2"] }}
 links:
-  - {{ from: client, to: fw }}
+  - {{ from: client, to: mon }}
+  - {{ from: mon, to: fw }}
   - {{ from: fw, to: lb }}
 "#
     )
@@ -151,6 +154,14 @@ fn efw_and_elb_in_a_chain_with_unprivileged_control_planes() {
     });
     assert!(counter(&st, "fw", "deny") >= 1 && counter(&st, "fw", "allow") >= 20, "{st:?}");
     assert!(counter(&st, "lb", "new_conn") >= 20 && counter(&st, "lb", "reply_rewritten") >= 20, "{st:?}");
+    // The monitor ran ahead of them, in their pipeline: it saw every frame
+    // the firewall decided, and the flows of the GETs to the VIP.
+    let mon = st.offloaded.iter().find(|n| n.name == "mon").expect("the monitor in XDP");
+    assert_eq!(mon.port, "client");
+    let mon_rx = mon.counters.iter().find(|(k, _)| k == "rx").map_or(0, |(_, v)| *v);
+    let fw_decided: u64 = ["allow", "deny", "to_kernel", "not_ip"].iter().map(|k| counter(&st, "fw", k)).sum();
+    assert!(mon_rx >= fw_decided && fw_decided > 0, "monitor rx {mon_rx}, firewall decided {fw_decided}");
+    assert!(mon.flows.iter().any(|f| f.dst == VIP && f.dport == 80), "{:?}", mon.flows);
     assert_eq!((counter(&st, "fw", "malformed"), counter(&st, "lb", "malformed")), (0, 0));
 
     // The fast path does not need its control planes: with both stopped,

@@ -42,11 +42,14 @@ pub struct HybridNf {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HybridPath {
     pub port: String,
+    /// Fully offloadable NFs between the port and the first hybrid NF:
+    /// elements of the same pipeline, ahead of the hybrid ones.
+    pub before: Vec<crate::OffloadedNf>,
     pub nfs: Vec<HybridNf>,
 }
 
-const NO_PORT: &str = "no port leads to it through hybrid NFs only: a hybrid NF's fast path runs on the device of the \
-                       port its path starts at";
+const NO_PORT: &str = "no port leads to it through hybrid NFs, or NFs that run in XDP ahead of them, only: a hybrid \
+                       NF's fast path runs on the device of the port its path starts at";
 
 /// NF `i`'s hybrid type, if it is a hybrid NF.
 pub fn hybrid_type(spec: &ChainSpec, i: usize) -> Option<&'static HybridType> {
@@ -91,7 +94,8 @@ pub fn check_chain_nat(spec: &ChainSpec, i: usize) -> Result<(), PlaceError> {
     if !replies.is_empty() {
         return Err(PlaceError {
             at: vec![Key("nfs"), Index(i), Key("args"), Index(at)],
-            message: "not supported: a NAT inside a chain translates its chain's direction only; replies are                       translated back by an eNAT that starts a hybrid path (leave out reply_ports)"
+            message: "not supported: a NAT inside a chain translates its chain's direction only; replies are \
+                      translated back by an eNAT that starts a hybrid path (leave out reply_ports)"
                 .into(),
         });
     }
@@ -198,8 +202,19 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
     let mut reached: HashSet<usize> = HashSet::new();
     for port in &spec.ports {
         let Some(first) = spec.links.iter().find(|l| l.from == port.name) else { continue };
-        let mut nfs = Vec::new();
         let mut to = Some(first.to.as_str());
+        // NFs that can move ahead of the hybrid ones run in their pipeline.
+        let mut before = Vec::new();
+        while let Some(Node::Nf(i)) = to.and_then(|t| spec.node(t)) {
+            if is_hybrid(spec, i) {
+                break;
+            }
+            let in_links = spec.links.iter().filter(|l| l.to == spec.nfs[i].name).count();
+            let Ok(lowering) = crate::offloadable(spec, i, in_links) else { break };
+            before.push((i, lowering));
+            to = spec.links.iter().find(|l| l.from == spec.nfs[i].name).map(|l| l.to.as_str());
+        }
+        let mut nfs = Vec::new();
         while let Some(Node::Nf(i)) = to.and_then(|t| spec.node(t)) {
             let Some(t) = hybrid_type(spec, i) else { break };
             reached.insert(i);
@@ -212,7 +227,7 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
             to = spec.links.iter().find(|l| l.from == nf.name).map(|l| l.to.as_str());
         }
         if !nfs.is_empty() {
-            out.push(HybridPath { port: port.name.clone(), nfs });
+            out.push(HybridPath { port: port.name.clone(), before: crate::offloaded_nfs(spec, before), nfs });
         }
     }
     if let Some(i) =

@@ -36,10 +36,10 @@ pub struct Installed {
     pub nfs: Vec<InstalledNf>,
 }
 
-/// Config ids, one sequence per element table (each port has its own
-/// pipeline, so they start at 1).
+/// Config ids, one sequence per element table of one pipeline (they
+/// start at 1).
 #[derive(Default)]
-struct Configs {
+pub struct Configs {
     counter: u32,
     acl: u32,
     flow: u32,
@@ -62,7 +62,29 @@ pub fn install(
     target: Target,
 ) -> Result<Installed, BpfError> {
     assert!(!ids.is_empty() && ids.len() == path.len(), "one id per offloaded NF");
-    let mut configs = Configs::default();
+    let (mut elements, installed) = elements(p, path, ids, &mut Configs::default())?;
+    // The forward element belongs to the NF it hands frames to (its id
+    // is what the AF_XDP metadata names), or else to the last NF.
+    let (forward, nf) = match target {
+        Target::Xsk { nf } => (Forward { action: FWD_XSK, ifindex: 0 }, nf),
+        Target::Redirect { ifindex } => (Forward { action: FWD_REDIRECT, ifindex }, *ids.last().expect("an NF")),
+    };
+    p.set_forward(1, forward)?;
+    elements.push(Element { kind: ElementKind::Forward, config: 1, nf });
+    p.deploy(chain, ifindex, &elements)?;
+    Ok(installed)
+}
+
+/// Writes the element configs of `path` (NF i with id `ids[i]`), taking
+/// config ids from `configs`, and returns its elements in order: what
+/// [`install`] deploys, and a hybrid path's pipeline ahead of its hybrid
+/// NFs.
+pub fn elements(
+    p: &mut Pipeline,
+    path: &[OffloadedNf],
+    ids: &[u32],
+    configs: &mut Configs,
+) -> Result<(Vec<Element>, Installed), BpfError> {
     let mut elements = Vec::new();
     let mut nfs = Vec::new();
     for (nf, &id) in path.iter().zip(ids) {
@@ -92,16 +114,7 @@ pub fn install(
         }
         nfs.push(installed);
     }
-    // The forward element belongs to the NF it hands frames to (its id
-    // is what the AF_XDP metadata names), or else to the last NF.
-    let (forward, nf) = match target {
-        Target::Xsk { nf } => (Forward { action: FWD_XSK, ifindex: 0 }, nf),
-        Target::Redirect { ifindex } => (Forward { action: FWD_REDIRECT, ifindex }, *ids.last().expect("an NF")),
-    };
-    p.set_forward(1, forward)?;
-    elements.push(Element { kind: ElementKind::Forward, config: 1, nf });
-    p.deploy(chain, ifindex, &elements)?;
-    Ok(Installed { nfs })
+    Ok((elements, Installed { nfs }))
 }
 
 impl Installed {

@@ -51,7 +51,7 @@ use ferry_nf::model::{Element, Offload};
 use ferry_testbed::yamlloc::{locate, Seg, YamlError};
 
 pub use hybrid::{HybridNf, HybridPath};
-pub use install::{install, Installed, InstalledNf, Target};
+pub use install::{elements, install, Configs, Installed, InstalledNf, Target};
 pub use lower::{lower, Lowering, Step};
 
 /// Where one NF runs.
@@ -231,7 +231,10 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
     let hybrid = hybrid::paths(spec)?;
     let in_links = |name: &str| spec.links.iter().filter(|l| l.to == name).count();
     let mut why_server: Vec<Option<String>> = vec![None; spec.nfs.len()];
-    let mut offloaded: HashSet<usize> = HashSet::new();
+    // The NFs ahead of a hybrid path run in XDP with it.
+    let mut offloaded: HashSet<usize> = (0..spec.nfs.len())
+        .filter(|&i| hybrid.iter().any(|h| h.before.iter().any(|n| n.name == spec.nfs[i].name)))
+        .collect();
     let mut paths = Vec::new();
     for port in &spec.ports {
         let Some(first) = spec.links.iter().find(|l| l.from == port.name) else { continue };
@@ -447,6 +450,14 @@ fn decide(
                 );
                 return Decision { nf: nf.name.clone(), kind, place: Place::Hybrid, why };
             }
+            if let Some(h) = hybrid.iter().find(|h| h.before.iter().any(|n| n.name == nf.name)) {
+                let why = format!(
+                    "fully offloadable, before the hybrid NFs of port {}'s path: elements of their pipeline, ahead of \
+                     theirs",
+                    h.port
+                );
+                return Decision { nf: nf.name.clone(), kind, place: Place::Xdp, why };
+            }
             if let Some(p) = post.iter().find(|p| p.split.as_ref() == Some(&nf.name)) {
                 let why = format!(
                     "partially offloadable, after the last process {} on the path to port {}: established \
@@ -588,8 +599,12 @@ impl Placement {
             }
         }
         for h in &self.hybrid {
-            let names: Vec<&str> = h.nfs.iter().map(|n| n.name.as_str()).collect();
+            let names: Vec<&str> =
+                h.before.iter().map(|n| n.name.as_str()).chain(h.nfs.iter().map(|n| n.name.as_str())).collect();
             out += &format!("hybrid path on port {}: {} -> the kernel's routing\n", h.port, names.join(" -> "));
+            for n in &h.before {
+                out += &format!("  {}: {}\n", n.name, n.lowering.elements());
+            }
             if let Some(n) = h.nfs.iter().find(|n| n.slow_path) {
                 out +=
                     &format!("  {}: its slow path on port {}'s AF_XDP sockets, back into the kernel\n", n.name, h.port);

@@ -357,6 +357,44 @@ fn hybrid_nfs_run_on_their_ports_path_and_keep_their_control_planes() {
 }
 
 #[test]
+fn nfs_that_can_move_ahead_of_a_hybrid_path_join_its_pipeline() {
+    let f = Files::new("hybrid-ahead", 3);
+    let d = f.0.display();
+    let text = hybrid_chain(&f, "", "")
+        .replace(
+            "nfs:\n",
+            &format!(
+                "nfs:\n  - {{ name: acl, domain: main, kind: firewall, args: [\"{d}/fw.rules\"] }}\n  - {{ name: mon, \
+                 domain: main, kind: flow-monitor }}\n"
+            ),
+        )
+        .replace(
+            "  - { from: in, to: fw }\n",
+            "  - { from: in, to: acl }\n  - { from: acl, to: mon }\n  - { from: mon, to: fw }\n",
+        );
+    let (_, p) = load_str(&text, "edge.yaml").unwrap();
+    let chain = text;
+    assert_eq!(places(&p), [("acl", Place::Xdp), ("mon", Place::Xdp), ("fw", Place::Hybrid), ("lb", Place::Hybrid)]);
+    let h = &p.hybrid[0];
+    let ahead: Vec<&str> = h.before.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!((h.port.as_str(), ahead, h.nfs.len()), ("in", vec!["acl", "mon"], 2));
+    assert!(p.xdp.is_empty(), "no pre-server part of its own: {:?}", p.xdp);
+    let names: Vec<&str> = p.server.nfs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["fw", "lb"], "the two ahead leave no process");
+    assert!(p.server.links.is_empty(), "{:?}", p.server.links);
+    let text = p.explain();
+    assert!(text.contains("hybrid path on port in: acl -> mon -> fw -> lb -> the kernel's routing"), "{text}");
+    assert!(text.contains("  acl: counter rx, acl (3 rules), counter pass"), "{text}");
+    assert!(p.decisions[1].why.contains("before the hybrid NFs of port in's path"), "{}", p.decisions[1].why);
+    // One that cannot move ends the walk: the hybrid NFs after it have no
+    // port to start at.
+    let never = chain.replace("kind: flow-monitor }", "kind: flow-monitor, offload: never }");
+    let e = load_str(&never, "edge.yaml").unwrap_err();
+    assert_eq!(e.field, "nfs[2].name");
+    assert!(e.message.contains("NFs that run in XDP ahead of them"), "{e}");
+}
+
+#[test]
 fn misplaced_hybrid_nfs_are_refused_with_their_field() {
     let f = Files::new("hybrid-bad", 1);
     let bad = |extra: &str, tail: &str| load_str(&hybrid_chain(&f, extra, tail), "edge.yaml").unwrap_err();

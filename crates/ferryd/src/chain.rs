@@ -177,6 +177,7 @@ impl Chain {
         }
         let offloaded = xdp.iter().map(|(path, _)| path.nfs.len()).sum::<usize>()
             + post.iter().map(|(p, _)| p.nfs.len()).sum::<usize>()
+            + hybrid.iter().map(|h| h.before.len()).sum::<usize>()
             - splits.len();
         let hybrids = Mutex::new(Hybrids::setup(id, &plan, &hybrid, &whole).context("hybrid NFs")?);
         let mut flow_tables = Vec::new();
@@ -697,6 +698,9 @@ impl Chain {
                     .collect();
                 s.ports.push(PortStatus { name: port.plan.name.clone(), verdicts });
             }
+        }
+        if let Some(h) = self.hybrids.lock().expect("hybrids lock").as_ref() {
+            s.offloaded.extend(h.offloaded());
         }
         s
     }

@@ -14,12 +14,18 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_bpf::evnf::{EvNf, Evnf};
+use ferry_bpf::pipeline::Element;
 use ferry_bpf::AttachMode;
 use ferry_chain::plan::{ChainPlan, PortPlan};
+use ferry_chain::proto::OffloadedStatus;
 use ferry_chain::spec::XdpMode;
 use ferry_evnf::firewall::Firewall;
 use ferry_evnf::types::HybridType;
-use ferry_place::{HybridNf, HybridPath};
+use ferry_place::{Configs, HybridNf, HybridPath, InstalledNf};
+
+/// NF ids of the NFs ahead of hybrid NFs in their pipeline: past the
+/// hybrid NFs' own (their `EvNf` numbers), so element-control keys differ.
+const AHEAD_IDS: u32 = 16;
 
 use crate::ports::Port;
 
@@ -29,6 +35,8 @@ pub struct Hybrids {
     nfs: Vec<(String, &'static HybridType)>,
     /// Per hybrid NF that runs whole as a process: its name and type.
     whole: Vec<(String, &'static HybridType)>,
+    /// The NFs in XDP ahead of the hybrid NFs, by port.
+    ahead: Vec<(String, InstalledNf)>,
     _nft: KernelHalves,
 }
 
@@ -101,14 +109,49 @@ impl Hybrids {
                     continue;
                 };
                 for reply in &n.reply_ports {
-                    attach(&mut evnf, chain, &[reply_path], port(reply)?)?;
+                    attach(&mut evnf, chain, &[], &[reply_path], port(reply)?)?;
                 }
             }
         }
+        // The NFs ahead of a path's hybrid NFs: their configs, then the path.
+        let (mut configs, mut ahead) = (Configs::default(), Vec::new());
         for (path, fast) in paths.iter().zip(&fast_paths) {
-            attach(&mut evnf, chain, fast, port(&path.port)?)?;
+            let ids: Vec<u32> = (0..path.before.len() as u32).map(|i| AHEAD_IDS + ahead.len() as u32 + i).collect();
+            let (before, installed) = ferry_place::elements(evnf.pipeline_mut(), &path.before, &ids, &mut configs)
+                .with_context(|| format!("the NFs ahead of port {}'s hybrid path", path.port))?;
+            attach(&mut evnf, chain, &before, fast, port(&path.port)?)?;
+            ahead.extend(installed.nfs.into_iter().map(|nf| (path.port.clone(), nf)));
         }
-        Ok(Some(Hybrids { evnf, nfs, whole: whole_nfs, _nft: nft }))
+        Ok(Some(Hybrids { evnf, nfs, whole: whole_nfs, ahead, _nft: nft }))
+    }
+
+    /// The NFs running in XDP ahead of the hybrid NFs: their counters and
+    /// flows, as a port's XDP part reports its own.
+    pub fn offloaded(&self) -> Vec<OffloadedStatus> {
+        let p = self.evnf.pipeline();
+        self.ahead
+            .iter()
+            .map(|(port, nf)| {
+                let counters = nf
+                    .counters
+                    .iter()
+                    .map(|(name, config)| (name.to_string(), p.counter(*config).map_or(0, |c| c.packets)))
+                    .collect();
+                let (flows_total, flows) = nf
+                    .flow_monitor
+                    .map(|c| crate::fastpath::flow_statuses(p.flows(c).unwrap_or_default()))
+                    .unwrap_or_default();
+                OffloadedStatus {
+                    name: nf.name.clone(),
+                    id: nf.id,
+                    kind: nf.kind.clone(),
+                    port: port.clone(),
+                    counters,
+                    flows_total,
+                    flows,
+                }
+            })
+            .collect()
     }
 
     /// Registers `socket` (on receive queue `queue` of its path's port) as
@@ -170,11 +213,11 @@ fn trusted_by_root(file: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// Deploys `path` for the frames arriving on port `p`, then attaches the
-/// pipeline there.
-fn attach(evnf: &mut Evnf, chain: u32, path: &[EvNf], p: &PortPlan) -> Result<()> {
+/// Deploys `before`, then `path`, for the frames arriving on port `p`,
+/// then attaches the pipeline there.
+fn attach(evnf: &mut Evnf, chain: u32, before: &[Element], path: &[EvNf], p: &PortPlan) -> Result<()> {
     let ifindex = Port::ifindex(p)?;
-    evnf.deploy(chain, ifindex, path).with_context(|| format!("deploying {path:?} for port {}", p.name))?;
+    evnf.deploy(chain, ifindex, before, path).with_context(|| format!("deploying {path:?} for port {}", p.name))?;
     ferry_testbed::in_netns(p.netns.as_deref(), || evnf.attach(ifindex, mode(p)))?
         .with_context(|| format!("attaching the hybrid path {path:?} to {} ({})", p.netdev, p.name))
 }
