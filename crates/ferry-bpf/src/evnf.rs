@@ -10,7 +10,11 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 pub use crate::evnf_maps::EvnfMaps;
-use crate::pipeline::{Element, ElementKind, Pipeline};
+use crate::pipeline::{Element, ElementKind, Forward, Pipeline, PlKey, FWD_XSK};
+
+/// The forward config that hands a hybrid path's frames to the socket of
+/// their queue.
+const TO_SOCKET: u32 = 1;
 use crate::{AttachMode, BpfError, Verdicts};
 
 /// The hybrid NFs' fast paths (`FERRY_EV_*`): their pipeline elements, and
@@ -29,6 +33,13 @@ pub enum EvNf {
 impl EvNf {
     pub const ALL: [EvNf; 6] =
         [EvNf::Firewall, EvNf::Balancer, EvNf::BalancerReply, EvNf::Dpi, EvNf::Nat, EvNf::NatReply];
+
+    /// Its NF id in the pipeline's stage tables and slow-path metadata:
+    /// above the ids ferryd's allocator gives, so NFs of both kinds share
+    /// a pipeline without sharing keys.
+    pub fn id(self) -> u32 {
+        HYBRID_IDS + self as u32
+    }
 
     /// Its element in the stage pipeline.
     pub fn element(self) -> ElementKind {
@@ -54,6 +65,9 @@ impl EvNf {
         }
     }
 }
+
+/// The first of the hybrid NFs' ids ([`EvNf::id`]).
+pub const HYBRID_IDS: u32 = 0xffff_ff00;
 
 /// Slots per NF in `ferry_ev_stats`.
 pub const COUNTERS: u32 = 8;
@@ -287,15 +301,30 @@ impl Evnf {
     /// Frames arriving on device `ifindex` run the elements `before`
     /// (their configs written already), then the hybrid NFs of `path` in
     /// order, as NFs of chain `chain` (each hybrid NF's id is its [`EvNf`]
-    /// number), and are then routed out (the route element). Map updates
+    /// number), and then go to the AF_XDP socket of their queue, the
+    /// slow-path metadata naming NF `then` (the process after the path),
+    /// or, without one, are routed out (the route element). Map updates
     /// only. A device enters one path: another path for it is refused (two
     /// ports in different namespaces can share an ifindex) until
     /// [`Self::remove`].
-    pub fn deploy(&mut self, chain: u32, ifindex: u32, before: &[Element], path: &[EvNf]) -> Result<(), BpfError> {
+    pub fn deploy(
+        &mut self,
+        chain: u32,
+        ifindex: u32,
+        before: &[Element],
+        path: &[EvNf],
+        then: Option<u32>,
+    ) -> Result<(), BpfError> {
         let Some(last) = path.last() else { return Ok(()) };
         let mut elements = before.to_vec();
-        elements.extend(path.iter().map(|nf| Element { kind: nf.element(), config: 0, nf: *nf as u32 }));
-        elements.push(Element { kind: ElementKind::Route, config: 0, nf: *last as u32 });
+        elements.extend(path.iter().map(|nf| Element { kind: nf.element(), config: 0, nf: nf.id() }));
+        elements.push(match then {
+            Some(nf) => {
+                self.pipeline.set_forward(TO_SOCKET, Forward { action: FWD_XSK, ifindex: 0 })?;
+                Element { kind: ElementKind::Forward, config: TO_SOCKET, nf }
+            }
+            None => Element { kind: ElementKind::Route, config: 0, nf: last.id() },
+        });
         if let Some((c, e)) = self.entered.get(&ifindex) {
             if *c == chain && *e == elements {
                 return Ok(());
@@ -310,10 +339,26 @@ impl Evnf {
         Ok(())
     }
 
-    /// Removes what [`Self::deploy`] wrote for device `ifindex`.
+    /// Removes what [`Self::deploy`] wrote for device `ifindex`, but for
+    /// the element-control entries another device's path still uses (the
+    /// reply ports of one balancer share theirs).
     pub fn remove(&mut self, ifindex: u32) -> Result<(), BpfError> {
         let Some((chain, elements)) = self.entered.remove(&ifindex) else { return Ok(()) };
-        self.pipeline.remove(chain, ifindex, &elements)
+        self.pipeline.remove_entry(ifindex)?;
+        for (i, e) in elements.iter().enumerate() {
+            let stage = i as u32 % crate::pipeline::STAGES;
+            let shared = self.entered.values().any(|(c, others)| {
+                *c == chain
+                    && others
+                        .iter()
+                        .enumerate()
+                        .any(|(j, o)| o.nf == e.nf && j as u32 % crate::pipeline::STAGES == stage)
+            });
+            if !shared {
+                self.pipeline.remove_ctl(stage, PlKey { chain, nf: e.nf })?;
+            }
+        }
+        Ok(())
     }
 
     /// Attaches the pipeline to a device (in the calling thread's

@@ -111,7 +111,7 @@ fn run(ev: &mut Evnf, nf: EvNf, f: &[u8]) -> (u32, Vec<u8>) {
 /// Runs `f` through the hybrid path `path`, deployed as chain 0 for LO.
 fn run_path(ev: &mut Evnf, path: &[EvNf], f: &[u8]) -> (u32, Vec<u8>) {
     ev.remove(LO).unwrap();
-    ev.deploy(0, LO, &[], path).unwrap();
+    ev.deploy(0, LO, &[], path, None).unwrap();
     let out = test_run(ev.program_fd().unwrap(), f, 1).unwrap();
     (out.action, out.data)
 }
@@ -282,9 +282,9 @@ fn dpi_table() {
         let (action, out) = run(&mut ev, EvNf::Dpi, &f);
         assert_eq!(action, XDP_PASS, "no slow-path socket bound: the kernel gets it");
         // The one slow-path metadata of every fast path in front: reason
-        // 3 (a table missed), chain 0, NF 3 (eDPI), stage 0.
+        // 3 (a table missed), chain 0, the eDPI, stage 0.
         let meta = SlowMeta::from_bytes(&out).unwrap();
-        assert_eq!(meta, SlowMeta { reason: SLOW_MISS, chain: 0, nf: 3, stage: 0 });
+        assert_eq!(meta, SlowMeta { reason: SLOW_MISS, chain: 0, nf: EvNf::Dpi.id(), stage: 0 });
         assert_eq!(&out[16..], &f[..]);
 
         let mut bypass: HashMap<_, EvFlow, DpiBypass> =
@@ -341,7 +341,7 @@ fn nat_table() {
         let out_frame = frame(CLIENT, 40000, BACKEND, 80, L4Proto::Tcp);
         let (action, out) = run(&mut ev, EvNf::Nat, &out_frame);
         assert_eq!(action, XDP_DROP);
-        let meta = SlowMeta { reason: SLOW_MISS, chain: 0, nf: EvNf::Nat as u32, stage: 0 };
+        let meta = SlowMeta { reason: SLOW_MISS, chain: 0, nf: EvNf::Nat.id(), stage: 0 };
         assert_eq!((SlowMeta::from_bytes(&out), &out[16..]), (Some(meta), &out_frame[..]));
         // The mapping the slow path makes, both halves.
         nat.insert(NatKey::new(CLIENT.into(), 40000, 6, NAT_OUT), NatEntry::new(PUBLIC.into(), 20000, 0), 0).unwrap();

@@ -8,7 +8,9 @@
 //! NF thread wakes for the timers and answers ferryd's pauses; the eDPI's
 //! and eNAT's also receive their slow path's frames (on the port's AF_XDP socket
 //! ferryd registered in the fast path's socket map), handle them and
-//! send them on to their kernel hop.
+//! send them on out-link 0: their kernel hop, or a split NAT's miss port
+//! (back through the loop device), or, for a NAT that runs whole as a
+//! process, the next hop of its chain.
 
 use std::path::Path;
 use std::time::Duration;
@@ -51,7 +53,7 @@ fn run(mut th: NfThread, t: &HybridType, control: &mut dyn HybridNf, maps: &mut 
         }
         for mut pkt in burst.drain(..) {
             match control.on_slow_path(maps, pkt.data_mut(), meta) {
-                // Out-link 0: the kernel hop (placement requires it).
+                // Out-link 0 (placement gives it exactly one).
                 SlowVerdict::Reinject => th.send(pkt, 0),
                 SlowVerdict::Drop => th.drop_packet(pkt),
             }

@@ -49,6 +49,17 @@ const IPS_MON_FW: &[&str] = &["ips", "mon", "fw"];
 /// P4SFC's whole chain: its NAT last, split (its mappings rewritten in
 /// XDP with the monitor and firewall, its misses to its process).
 const IPS_MON_FW_NAT: &[&str] = &["ips", "mon", "fw", "nat"];
+/// A hybrid eFW, then the IPS process: the eFW's fast path in XDP on d0
+/// hands what it allows to the IPS's sockets.
+const EFW_IPS: &[&str] = &["efw", "ips"];
+/// The eFW's rules: a denied subnet, then TCP and UDP allowed; what no
+/// rule decides (ICMP, ARP, IPv6, fragments) goes to dut's stack.
+const EFW_CONFIG: &str = "firewall:
+  rules:
+    - { src: 10.0.0.4/30, action: deny }
+    - { proto: tcp, action: allow }
+    - { proto: udp, action: allow }
+";
 /// The NAT's public address and first port (`nat.yaml`).
 const NAT_PUBLIC: [u8; 4] = [10, 9, 0, 254];
 const NAT_FIRST_PORT: u16 = 20000;
@@ -63,6 +74,10 @@ fn chain(dut: &str, dir: &TempDir, offload: &str, order: &[&str]) -> String {
             fw.display()
         ),
         "mon" => format!("  - {{ name: mon, domain: main, kind: flow-monitor, offload: {offload} }}\n"),
+        "efw" => format!(
+            "  - {{ name: efw, domain: main, kind: efw, args: [\"config={}\"] }}\n",
+            dir.path("efw.yaml").display()
+        ),
         "nat" => format!(
             "  - {{ name: nat, domain: main, kind: enat, args: [\"config={}\"], offload: {offload} }}\n",
             dir.path("nat.yaml").display()
@@ -167,6 +182,12 @@ fn expected(input: &[Vec<u8>], order: &[&str]) -> (Vec<Vec<u8>>, u64) {
                 }
                 continue;
             }
+            if *name == "efw" {
+                if !efw_allows(&f) {
+                    continue 'frames;
+                }
+                continue;
+            }
             let nf: &mut dyn PacketNf = match *name {
                 "fw" => &mut fw,
                 "mon" => &mut mon,
@@ -179,6 +200,16 @@ fn expected(input: &[Vec<u8>], order: &[&str]) -> (Vec<Vec<u8>>, u64) {
         out.push(f);
     }
     (out, last_rx)
+}
+
+/// Whether the eFW (`EFW_CONFIG`) sends `f` on down the chain: a fast
+/// rule allows it. Malformed frames never reach it; what it denies is
+/// dropped, and what no rule decides goes to the stack.
+fn efw_allows(f: &[u8]) -> bool {
+    let Ok(flow) = ferry_wire::flow::parse(f) else { return false };
+    let fragment = flow.is_ipv4 && u16::from_be_bytes([f[14 + 6], f[14 + 7]]) & 0x3fff != 0;
+    let denied = flow.src.octets()[..3] == [10, 0, 0] && (4..8).contains(&flow.src.octets()[3]);
+    flow.is_ipv4 && !fragment && !denied && [6, 17].contains(&flow.proto)
 }
 
 /// What the NAT does, by RFC 4787's endpoint-independent mapping: each
@@ -234,6 +265,7 @@ fn run(offload: &str, order: &[&str], input: &[Vec<u8>], want: usize, last_rx: u
     std::fs::write(dir.path("fw.rules"), FW_RULES).unwrap();
     std::fs::write(dir.path("ips.rules"), IPS_RULES).unwrap();
     std::fs::write(dir.path("nat.yaml"), NAT_CONFIG).unwrap();
+    std::fs::write(dir.path("efw.yaml"), EFW_CONFIG).unwrap();
     let (rc, _) = start(&dir, &chain(&dut, &dir, offload, order));
     wait_until("every NF process receiving", || rc.status().is_ok_and(|s| receiving(&s)));
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -268,6 +300,38 @@ fn run(offload: &str, order: &[&str], input: &[Vec<u8>], want: usize, last_rx: u
         let st = rc.status().ok()?;
         (count(&st, last, "rx") == last_rx).then_some(st)
     });
+    // A NAT's process publishes its counters (its fast path's among them)
+    // on its own wake-ups: wait until they account for every frame the
+    // firewall before it passed, in XDP or in the process.
+    let st = match order.contains(&"nat") {
+        false => st,
+        true => wait_for("the NAT's counters account for every frame", || {
+            let st = rc.status().ok()?;
+            let sum = |names: &[&str]| names.iter().map(|n| c(&st, "nat", n)).sum::<u64>();
+            let xdp = sum(&["rewritten", "to_slow_path", "not_natted", "fragment", "malformed"]);
+            let process = sum(&["process_translated", "process_not_natted", "process_refused"]);
+            let done = match st.offloaded.iter().any(|n| n.name == "fw") {
+                // Split: the firewall's element passed what the NAT's saw,
+                // and the process handled every miss.
+                true => {
+                    xdp == count(&st, "fw", "pass")
+                        && c(&st, "nat", "process_translated") == c(&st, "nat", "to_slow_path")
+                }
+                // Whole: the process handled all the firewall sent it.
+                false => process == c(&st, "nat", "rx_ring") && c(&st, "nat", "rx_ring") == c(&st, "fw", "to_nf"),
+            };
+            done.then_some(st)
+        }),
+    };
+    // The eFW's control plane publishes its counters on its own wake-ups:
+    // wait until they account for every frame the NF after it got.
+    let st = match order.iter().position(|n| *n == "efw") {
+        None => st,
+        Some(i) => wait_for("the eFW's counters published", || {
+            let st = rc.status().ok()?;
+            (c(&st, "efw", "allow") == count(&st, order[i + 1], "rx")).then_some(st)
+        }),
+    };
     // A monitor process writes its flows to the table ferryd reads every
     // 100 ms: wait until they hold every frame it passed.
     let st = match st.nfs.iter().any(|n| n.name == "mon") {
@@ -451,6 +515,27 @@ fn a_split_nat_last_in_the_chain_sends_out_what_a_nat_process_does() {
     let (rewritten, to_slow) = (c(&st, "nat", "rewritten"), c(&st, "nat", "to_slow_path"));
     assert!(to_slow >= made && made > 0, "to_slow_path {to_slow}, mappings {made}");
     assert_eq!(rewritten + to_slow, translated as u64, "each translated frame once");
+}
+
+/// A hybrid NF's path goes on to an NF process: the eFW decides in XDP on
+/// d0 and hands what it allows to the IPS's AF_XDP sockets (no kernel, no
+/// copy in between). What leaves d1 is what the two decide here, in order.
+#[test]
+fn a_hybrid_path_hands_what_passes_to_the_process_after_it() {
+    if !privileged("placement_hybrid_then") {
+        return;
+    }
+    let input = input();
+    let (want, ips_rx) = expected(&input, EFW_IPS);
+    assert!(want.len() > 10 && ips_rx as usize > want.len(), "the input exercises both: {} {ips_rx}", want.len());
+    let (got, st, loops) = run("auto", EFW_IPS, &input, want.len(), ips_rx);
+    assert_eq!(loops, 0);
+    assert_eq!(got, want, "the eFW's and the IPS's decisions, in order");
+    assert_eq!(c(&st, "efw", "allow"), ips_rx, "every frame the eFW allowed reached the IPS");
+    let denied = input.iter().filter(|f| {
+        ferry_wire::flow::parse(f).is_ok_and(|fl| fl.is_ipv4 && fl.src.octets()[3] >= 4 && fl.src.octets()[3] < 8)
+    });
+    assert_eq!(c(&st, "efw", "deny"), denied.count() as u64, "the denied subnet, dropped in XDP");
 }
 
 /// `ferry chain check --explain` says where each NF goes and why.

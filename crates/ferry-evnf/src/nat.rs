@@ -59,6 +59,8 @@ pub struct Nat {
     /// unchanged (not IPv4 TCP/UDP).
     refused: u64,
     not_natted: u64,
+    /// Frames the process translated.
+    translated: u64,
 }
 
 fn out_key(t: Transport, inside: Endpoint) -> NatKey {
@@ -93,6 +95,7 @@ impl Nat {
             errors: 0,
             refused: 0,
             not_natted: 0,
+            translated: 0,
         };
         nat.adopt()?;
         Ok(nat)
@@ -234,6 +237,7 @@ impl HybridNf for Nat {
         match self.mapping(headers.transport, headers.src, monotonic_ns()) {
             Some(public) => {
                 headers.rewrite(frame, Side::Source, public);
+                self.translated += 1;
                 SlowVerdict::Reinject
             }
             None => SlowVerdict::Drop,
@@ -261,7 +265,8 @@ impl HybridNf for Nat {
     }
 
     /// `mappings`, `mappings_made`, `mappings_expired`, `ports_exhausted`,
-    /// `mapping_errors`, `process_not_natted`, `process_refused`.
+    /// `mapping_errors`, `process_translated`, `process_not_natted`,
+    /// `process_refused`.
     fn control_counters(&self) -> Vec<u64> {
         vec![
             self.public_of.len() as u64,
@@ -269,6 +274,7 @@ impl HybridNf for Nat {
             self.expired,
             self.exhausted,
             self.errors,
+            self.translated,
             self.not_natted,
             self.refused,
         ]

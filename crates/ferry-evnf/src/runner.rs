@@ -88,7 +88,7 @@ impl Runner {
         // NF's place in the stage tables is per chain.
         for (chain, p) in spec.ports.iter().enumerate() {
             let path: Vec<_> = p.chain.iter().map(|nf| nf.fast_path()).collect();
-            evnf.deploy(chain as u32, ifindex(&p.dev)?, &[], &path)?;
+            evnf.deploy(chain as u32, ifindex(&p.dev)?, &[], &path, None)?;
         }
         let (mut slow, mut tun) = (Vec::new(), None);
         if let Some(d) = &spec.dpi.as_ref().filter(|_| dpi.is_some()) {

@@ -11,7 +11,7 @@ pub struct HybridType {
     /// Its `kind:` in chain files.
     pub kind: &'static str,
     pub summary: &'static str,
-    /// Its XDP programs (a balancer has one per direction).
+    /// Its fast paths, pipeline elements (a balancer has one per direction).
     pub fast_paths: &'static [EvNf],
     pub elements: &'static [Element],
     /// Its control plane's own counters (after the fast paths' slots).
@@ -96,6 +96,7 @@ pub const TYPES: [HybridType; 4] = [
             "mappings_expired",
             "ports_exhausted",
             "mapping_errors",
+            "process_translated",
             "process_not_natted",
             "process_refused",
         ],

@@ -5,7 +5,9 @@
 //! port's device, and starts each control plane as an unprivileged NF
 //! process that receives the fast path's map fds.
 //!
-//! A hybrid path is straight: from a port, through hybrid NFs only, and
+//! A hybrid path is straight: from a port (through fully offloadable NFs,
+//! which run ahead of the hybrid ones in their pipeline), through hybrid
+//! NFs, and
 //! it ends where eVNF's chains end, in the kernel's routing (a FIB lookup
 //! in XDP, or the stack for what that cannot resolve). So the last hybrid
 //! NF has no out-link, but for one with a slow path (the eDPI), which ends
@@ -46,6 +48,9 @@ pub struct HybridPath {
     /// elements of the same pipeline, ahead of the hybrid ones.
     pub before: Vec<crate::OffloadedNf>,
     pub nfs: Vec<HybridNf>,
+    /// The NF process that gets what passes the hybrid NFs, on the port's
+    /// AF_XDP sockets; None: the path ends in the kernel's routing.
+    pub then: Option<String>,
 }
 
 const NO_PORT: &str = "no port leads to it through hybrid NFs, or NFs that run in XDP ahead of them, only: a hybrid \
@@ -217,6 +222,10 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
         let mut nfs = Vec::new();
         while let Some(Node::Nf(i)) = to.and_then(|t| spec.node(t)) {
             let Some(t) = hybrid_type(spec, i) else { break };
+            // A NAT inside a chain is no hybrid path's (post_paths places it).
+            if is_chain_nat(spec, i) {
+                break;
+            }
             reached.insert(i);
             let nf = &spec.nfs[i];
             nfs.push(hybrid_nf(spec, i));
@@ -226,9 +235,33 @@ pub fn paths(spec: &ChainSpec) -> Result<Vec<HybridPath>, PlaceError> {
             }
             to = spec.links.iter().find(|l| l.from == nf.name).map(|l| l.to.as_str());
         }
+        // An NF process after the last hybrid NF (not one with a slow path,
+        // which ends its path) gets what passes on the port's sockets.
+        let then = match to.and_then(|t| spec.node(t)) {
+            Some(Node::Nf(j)) if !nfs.is_empty() && !nfs.iter().any(|n| n.slow_path) => {
+                check_then(spec, j, port)?;
+                Some(spec.nfs[j].name.clone())
+            }
+            _ => None,
+        };
         if !nfs.is_empty() {
-            out.push(HybridPath { port: port.name.clone(), before: crate::offloaded_nfs(spec, before), nfs });
+            out.push(HybridPath { port: port.name.clone(), before: crate::offloaded_nfs(spec, before), nfs, then });
         }
+    }
+    // A chain's hybrid paths share one pipeline, whose socket map is keyed
+    // by receive queue: one of them may hand frames to sockets.
+    let to_sockets: Vec<&HybridPath> =
+        out.iter().filter(|h| h.then.is_some() || h.nfs.iter().any(|n| n.slow_path)).collect();
+    if let [_, second, ..] = to_sockets[..] {
+        let at = spec.ports.iter().position(|p| p.name == second.port).expect("a port of the chain");
+        return Err(PlaceError {
+            at: vec![Key("ports"), Index(at), Key("name")],
+            message: format!(
+                "a second hybrid path that hands frames to AF_XDP sockets (after {}): a chain's hybrid paths \
+                 share one pipeline, whose socket map has one socket per receive queue",
+                to_sockets[0].port
+            ),
+        });
     }
     if let Some(i) =
         (0..spec.nfs.len()).find(|&i| is_hybrid(spec, i) && !is_chain_nat(spec, i) && !reached.contains(&i))
@@ -259,7 +292,8 @@ fn check_out_links(spec: &ChainSpec, i: usize, t: &HybridType) -> Result<(), Pla
     for &l in &outs {
         let to = &spec.links[l].to;
         let fits = match spec.node(to) {
-            Some(Node::Nf(j)) => !t.slow_path && outs.len() == 1 && is_hybrid(spec, j),
+            // The next hybrid NF, or an NF process after the path.
+            Some(Node::Nf(_)) => !t.slow_path && outs.len() == 1,
             Some(Node::Kernel(_)) => t.slow_path,
             _ => false,
         };
@@ -267,7 +301,7 @@ fn check_out_links(spec: &ChainSpec, i: usize, t: &HybridType) -> Result<(), Pla
             let end = if t.slow_path {
                 "its one out-link goes to a kernel hop, into which it hands what its slow path handled"
             } else {
-                "its path goes on to hybrid NFs only, once, and ends in the kernel's routing (leave out its out-link)"
+                "its path goes on to one NF, or ends in the kernel's routing (leave out its out-link)"
             };
             return Err(PlaceError {
                 at: vec![Key("links"), Index(l), Key("to")],
@@ -276,6 +310,24 @@ fn check_out_links(spec: &ChainSpec, i: usize, t: &HybridType) -> Result<(), Pla
         }
     }
     Ok(())
+}
+
+/// The NF process after a hybrid path owns the port's sockets, thread i
+/// on queue i: one thread per queue.
+fn check_then(spec: &ChainSpec, j: usize, port: &ferry_chain::spec::PortSpec) -> Result<(), PlaceError> {
+    use Seg::{Index, Key};
+    let nf = &spec.nfs[j];
+    if nf.threads == port.queues {
+        return Ok(());
+    }
+    Err(PlaceError {
+        at: vec![Key("nfs"), Index(j), Key("threads")],
+        message: format!(
+            "{} threads after the hybrid path of port {}, which has {} queues: the process after a hybrid path \
+             owns the port's sockets, one thread per queue",
+            nf.threads, port.name, port.queues
+        ),
+    })
 }
 
 /// A slow path serves one receive queue (its one thread owns the port's

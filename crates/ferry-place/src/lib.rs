@@ -412,12 +412,14 @@ fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut
     post
 }
 
+const NAT_NEVER: &str = "offload: never: the whole NAT runs as a process, mappings and rewrites";
+
 /// A NAT inside a chain, right before port `port`, split: its mappings
 /// rewritten in XDP on the loop device, its misses to its process; or
 /// why it runs whole as a process.
 fn split_nat(spec: &ChainSpec, i: usize, port: &ferry_chain::spec::PortSpec) -> Result<Lowering, String> {
     if spec.nfs[i].offload == OffloadPolicy::Never {
-        return Err("offload: never: the whole NAT runs as a process, mappings and rewrites".into());
+        return Err(NAT_NEVER.into());
     }
     if port.queues != 1 {
         return Err(format!(
@@ -466,6 +468,15 @@ fn decide(
                     p.after, p.port
                 );
                 return Decision { nf: nf.name.clone(), kind, place: Place::Hybrid, why };
+            }
+            if hybrid::is_chain_nat(spec, i) {
+                let why = match nf.offload {
+                    OffloadPolicy::Never => NAT_NEVER.into(),
+                    _ => "a NAT inside a chain is split only right before a port, after the chain's last process: \
+                          here it runs whole as a process"
+                        .into(),
+                };
+                return Decision { nf: nf.name.clone(), kind, place: Place::Server, why };
             }
             if let Some(p) = post.iter().find(|p| p.nfs.iter().any(|n| n.name == nf.name)) {
                 let why = format!(
@@ -520,7 +531,7 @@ fn server_part(
         .iter()
         .filter_map(|l| {
             if let Some(h) = hybrid.iter().find(|h| h.port == l.from) {
-                return slow(h).map(|to| LinkSpec { from: l.from.clone(), to, mode: l.mode });
+                return slow(h).or(h.then.clone()).map(|to| LinkSpec { from: l.from.clone(), to, mode: l.mode });
             }
             // The last process's link to the first post-server NF becomes
             // its link to the port, in the same place: an NF's out-links
@@ -601,7 +612,8 @@ impl Placement {
         for h in &self.hybrid {
             let names: Vec<&str> =
                 h.before.iter().map(|n| n.name.as_str()).chain(h.nfs.iter().map(|n| n.name.as_str())).collect();
-            out += &format!("hybrid path on port {}: {} -> the kernel's routing\n", h.port, names.join(" -> "));
+            let end = h.then.as_ref().map_or("the kernel's routing".to_string(), |nf| format!("AF_XDP socket of {nf}"));
+            out += &format!("hybrid path on port {}: {} -> {end}\n", h.port, names.join(" -> "));
             for n in &h.before {
                 out += &format!("  {}: {}\n", n.name, n.lowering.elements());
             }

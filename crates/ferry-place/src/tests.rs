@@ -171,6 +171,24 @@ fn a_nat_last_in_the_chain_is_split_over_the_loop_device_and_its_process() {
     assert_eq!(links, [("in", "ips"), ("ips", "mon"), ("mon", "fw"), ("fw", "nat"), ("nat", "out")]);
     assert!(p.decisions[3].why.contains("offload: never"), "{}", p.decisions[3].why);
 
+    // No process before it: the firewall runs in XDP and hands frames to
+    // the whole NAT's process (not to a hybrid path of port in).
+    let text = with_nat(&f, "")
+        .replace(
+            "  - { from: in, to: ips }\n  - { from: ips, to: mon }\n  - { from: mon, to: fw }\n",
+            "  - { from: in, to: fw }\n",
+        )
+        .lines()
+        .filter(|l| !l.contains("name: ips") && !l.contains("name: mon"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (_, p) = load_str(&text, "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Xdp), ("nat", Place::Server)]);
+    assert!(p.hybrid.is_empty() && p.post.is_empty());
+    assert_eq!(p.xdp[0].then, Then::Nf("nat".into()));
+    assert_eq!(p.whole.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["nat"]);
+    assert!(p.decisions[1].why.contains("split only right before a port"), "{}", p.decisions[1].why);
+
     // Reply ports are for an eNAT that starts a hybrid path.
     let e =
         load_str(&with_nat(&f, "").replace("nat.yaml\"]", "nat.yaml\", \"reply_ports=in\"]"), "sfc.yaml").unwrap_err();
@@ -392,6 +410,27 @@ fn nfs_that_can_move_ahead_of_a_hybrid_path_join_its_pipeline() {
     let e = load_str(&never, "edge.yaml").unwrap_err();
     assert_eq!(e.field, "nfs[2].name");
     assert!(e.message.contains("NFs that run in XDP ahead of them"), "{e}");
+}
+
+#[test]
+fn a_process_after_a_hybrid_path_gets_what_passes_on_the_ports_sockets() {
+    let f = Files::new("hybrid-then", 3);
+    let d = f.0.display();
+    let text = hybrid_chain(&f, "", "  - { from: lb, to: ips }\n  - { from: ips, to: out }\n")
+        .replace("  - { name: b1, netdev: d1 }\n", "  - { name: b1, netdev: d1 }\n  - { name: out, netdev: d3 }\n")
+        .replace("links:", &format!("  - {{ name: ips, domain: main, kind: ips, args: [\"{d}/ips.rules\"] }}\nlinks:"));
+    let (_, p) = load_str(&text, "edge.yaml").unwrap();
+    assert_eq!(places(&p), [("fw", Place::Hybrid), ("lb", Place::Hybrid), ("ips", Place::Server)]);
+    assert_eq!(p.hybrid[0].then.as_deref(), Some("ips"));
+    // The port links to the process, which owns its sockets.
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "ips"), ("ips", "out")]);
+    assert!(p.explain().contains("hybrid path on port in: fw -> lb -> AF_XDP socket of ips"), "{}", p.explain());
+    // Thread i owns queue i.
+    let two = text.replace("ips.rules\"] }", "ips.rules\"], threads: 2 }").replace("d3 }", "d3, queues: 2 }");
+    let e = load_str(&two, "edge.yaml").unwrap_err();
+    assert_eq!(e.field, "nfs[2].threads");
+    assert!(e.message.contains("one thread per queue"), "{e}");
 }
 
 #[test]

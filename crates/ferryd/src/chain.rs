@@ -106,8 +106,10 @@ pub struct ChainSetup {
     pub xdp: Vec<(XdpPath, Vec<u32>)>,
     /// Its post-server parts, likewise.
     pub post: Vec<(PostPath, Vec<u32>)>,
-    /// The orchestrator's hybrid paths.
+    /// The orchestrator's hybrid paths, and per path the ids of the NFs
+    /// ahead of its hybrid NFs.
     pub hybrid: Vec<HybridPath>,
+    pub ahead_ids: Vec<Vec<u32>>,
     /// Hybrid NFs that run whole as processes.
     pub whole: Vec<HybridNf>,
     /// `Placement::explain`.
@@ -118,7 +120,8 @@ impl Chain {
     /// Creates the chain's domains, ports, kernel hops, uids and keys;
     /// starts nothing yet.
     pub fn setup(c: ChainSetup) -> Result<Chain> {
-        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids, xdp, post, hybrid, whole, placement } = c;
+        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids, xdp, post, hybrid, ahead_ids, whole, placement } =
+            c;
         let (creds, leases) = users::resolve(&plan, uids)?;
         for (d, dom) in plan.domains.iter().enumerate() {
             let runs_as: Vec<&str> =
@@ -179,7 +182,12 @@ impl Chain {
             + post.iter().map(|(p, _)| p.nfs.len()).sum::<usize>()
             + hybrid.iter().map(|h| h.before.len()).sum::<usize>()
             - splits.len();
-        let hybrids = Mutex::new(Hybrids::setup(id, &plan, &hybrid, &whole).context("hybrid NFs")?);
+        let hybrids = Mutex::new(
+            Hybrids::setup(id, &plan, (&hybrid, &ahead_ids), &whole, |name| {
+                plan.nfs.iter().position(|n| n.name == name).map(|i| nf_ids[i])
+            })
+            .context("hybrid NFs")?,
+        );
         let mut flow_tables = Vec::new();
         for nf in &plan.nfs {
             flow_tables.push(match nf.kind.as_deref() {
@@ -471,7 +479,7 @@ impl Chain {
                 let port = self.ports[p].as_ref().ok_or_else(|| anyhow!("port {p} not open"))?;
                 let sock = port.lock().expect("port lock").socket(&dom.umem, t.index)?;
                 if let Some(h) = self.hybrids.lock().expect("hybrids lock").as_mut() {
-                    h.register_slow_path(name, t.index, &sock)?;
+                    h.register_socket(name, &self.plan.ports[p].name, t.index, &sock)?;
                 }
                 if let Some(s) = self.splits.iter().find(|s| s.miss == p) {
                     let of = self.ports[s.port].as_ref().ok_or_else(|| anyhow!("port {} not open", s.port))?;

@@ -88,10 +88,6 @@ impl FastPath {
         &self.pipeline
     }
 
-    pub fn evnf_mut(&mut self) -> &mut Evnf {
-        &mut self.pipeline
-    }
-
     /// The offloaded NFs' counters and flows.
     pub fn status(&self) -> Vec<OffloadedStatus> {
         let counters = self.installed.counters(self.pipeline.pipeline()).unwrap_or_default();

@@ -23,10 +23,6 @@ use ferry_evnf::firewall::Firewall;
 use ferry_evnf::types::HybridType;
 use ferry_place::{Configs, HybridNf, HybridPath, InstalledNf};
 
-/// NF ids of the NFs ahead of hybrid NFs in their pipeline: past the
-/// hybrid NFs' own (their `EvNf` numbers), so element-control keys differ.
-const AHEAD_IDS: u32 = 16;
-
 use crate::ports::Port;
 
 pub struct Hybrids {
@@ -37,6 +33,9 @@ pub struct Hybrids {
     whole: Vec<(String, &'static HybridType)>,
     /// The NFs in XDP ahead of the hybrid NFs, by port.
     ahead: Vec<(String, InstalledNf)>,
+    /// Who gets a hybrid path's frames on its port's sockets: the NF with
+    /// a slow path, or the process after the path (NF, port).
+    to_sockets: Vec<(String, String)>,
     _nft: KernelHalves,
 }
 
@@ -57,7 +56,13 @@ impl Hybrids {
     /// it has none. Hybrid NFs that run `whole` as processes get the
     /// tables too, attached nowhere: their processes keep their state
     /// there, as the split form's do.
-    pub fn setup(chain: u32, plan: &ChainPlan, paths: &[HybridPath], whole: &[HybridNf]) -> Result<Option<Hybrids>> {
+    pub fn setup(
+        chain: u32,
+        plan: &ChainPlan,
+        (paths, ahead_ids): (&[HybridPath], &[Vec<u32>]),
+        whole: &[HybridNf],
+        nf_id: impl Fn(&str) -> Option<u32>,
+    ) -> Result<Option<Hybrids>> {
         if paths.is_empty() && whole.is_empty() {
             return Ok(None);
         }
@@ -109,20 +114,25 @@ impl Hybrids {
                     continue;
                 };
                 for reply in &n.reply_ports {
-                    attach(&mut evnf, chain, &[], &[reply_path], port(reply)?)?;
+                    attach(&mut evnf, chain, (&[], &[reply_path], None), port(reply)?)?;
                 }
             }
         }
         // The NFs ahead of a path's hybrid NFs: their configs, then the path.
-        let (mut configs, mut ahead) = (Configs::default(), Vec::new());
-        for (path, fast) in paths.iter().zip(&fast_paths) {
-            let ids: Vec<u32> = (0..path.before.len() as u32).map(|i| AHEAD_IDS + ahead.len() as u32 + i).collect();
-            let (before, installed) = ferry_place::elements(evnf.pipeline_mut(), &path.before, &ids, &mut configs)
+        let (mut configs, mut ahead, mut to_sockets) = (Configs::default(), Vec::new(), Vec::new());
+        for ((path, fast), ids) in paths.iter().zip(&fast_paths).zip(ahead_ids) {
+            let (before, installed) = ferry_place::elements(evnf.pipeline_mut(), &path.before, ids, &mut configs)
                 .with_context(|| format!("the NFs ahead of port {}'s hybrid path", path.port))?;
-            attach(&mut evnf, chain, &before, fast, port(&path.port)?)?;
+            let then = match &path.then {
+                Some(nf) => Some(nf_id(nf).ok_or_else(|| anyhow!("no NF {nf} after port {}'s path", path.port))?),
+                None => None,
+            };
+            attach(&mut evnf, chain, (&before, fast, then), port(&path.port)?)?;
+            let slow = path.nfs.iter().find(|n| n.slow_path).map(|n| n.name.clone());
+            to_sockets.extend(slow.or(path.then.clone()).map(|nf| (nf, path.port.clone())));
             ahead.extend(installed.nfs.into_iter().map(|nf| (path.port.clone(), nf)));
         }
-        Ok(Some(Hybrids { evnf, nfs, whole: whole_nfs, ahead, _nft: nft }))
+        Ok(Some(Hybrids { evnf, nfs, whole: whole_nfs, ahead, to_sockets, _nft: nft }))
     }
 
     /// The NFs running in XDP ahead of the hybrid NFs: their counters and
@@ -154,13 +164,14 @@ impl Hybrids {
             .collect()
     }
 
-    /// Registers `socket` (on receive queue `queue` of its path's port) as
-    /// the slow path of NF `nf`, if `nf` is the chain's hybrid NF with one.
+    /// Registers `socket` (NF `nf`'s, on receive queue `queue` of port
+    /// `port`) where a hybrid path hands frames, if `nf` gets them on that
+    /// port: the path's NF with a slow path, or the process after it.
     /// Until then the fast path hands such frames to the kernel stack;
     /// from then until the process has filled the socket's fill ring, the
     /// kernel drops them (counted in the socket's statistics).
-    pub fn register_slow_path(&mut self, nf: &str, queue: u32, socket: &impl AsRawFd) -> Result<()> {
-        if self.nfs.iter().any(|(name, t)| name == nf && t.slow_path) {
+    pub fn register_socket(&mut self, nf: &str, port: &str, queue: u32, socket: &impl AsRawFd) -> Result<()> {
+        if self.to_sockets.iter().any(|(n, p)| n == nf && p == port) {
             self.evnf.register_xsk(queue, socket).context("registering the slow path's socket")?;
         }
         Ok(())
@@ -215,9 +226,11 @@ fn trusted_by_root(file: &std::path::Path) -> Result<()> {
 
 /// Deploys `before`, then `path`, for the frames arriving on port `p`,
 /// then attaches the pipeline there.
-fn attach(evnf: &mut Evnf, chain: u32, before: &[Element], path: &[EvNf], p: &PortPlan) -> Result<()> {
+fn attach(evnf: &mut Evnf, chain: u32, elements: (&[Element], &[EvNf], Option<u32>), p: &PortPlan) -> Result<()> {
     let ifindex = Port::ifindex(p)?;
-    evnf.deploy(chain, ifindex, before, path).with_context(|| format!("deploying {path:?} for port {}", p.name))?;
+    let (before, path, then) = elements;
+    evnf.deploy(chain, ifindex, before, path, then)
+        .with_context(|| format!("deploying {path:?} for port {}", p.name))?;
     ferry_testbed::in_netns(p.netns.as_deref(), || evnf.attach(ifindex, mode(p)))?
         .with_context(|| format!("attaching the hybrid path {path:?} to {} ({})", p.netdev, p.name))
 }

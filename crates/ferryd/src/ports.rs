@@ -41,19 +41,15 @@ pub struct Port {
 }
 
 /// The pipeline on a loop device, and the device. Fields drop in order:
-/// the program leaves before the device goes.
+/// the programs leave before the device goes.
 struct PostServer {
     fast: FastPath,
+    /// A split NF's way out: the redirect on the sending end.
+    _send_end: Option<LoadedXdp>,
     dev: LoopDevice,
     /// Its split NF's name (a NAT whose misses go to its process).
     split: Option<String>,
 }
-
-/// The NF id of the sending end's entry: no NF of the chain (ferryd
-/// assigns ids from 1), so its element-control entry is its own.
-const SEND_END_ENTRY: u32 = u32::MAX;
-/// The forward config of that entry (the path's own forward is 1).
-const SEND_END_FORWARD: u32 = 2;
 
 /// What a port's XDP parts are opened from.
 pub struct PortParts<'a> {
@@ -97,12 +93,13 @@ impl Port {
                 let ids = FastPathIds { chain, nfs, then: FastPathEnd::Device(device) };
                 // The port's attach mode: in driver mode a veth sends a
                 // redirected frame only when its peer runs XDP (or GRO) too.
-                let mut fast = FastPath::open(plan, dev.receive_ifindex, mode, path, ids)
+                let fast = FastPath::open(plan, dev.receive_ifindex, mode, path, ids)
                     .with_context(|| format!("post-server XDP part on {} ({})", dev.receive_end, plan.name))?;
-                if split.is_some() {
-                    send_end_entry(&mut fast, plan, chain, &dev, device, mode)?;
-                }
-                Some(PostServer { fast, dev, split: split.map(str::to_string) })
+                let send_end = match split {
+                    Some(_) => Some(send_end_redirect(plan, &dev, device, mode)?),
+                    None => None,
+                };
+                Some(PostServer { fast, _send_end: send_end, dev, split: split.map(str::to_string) })
             }
             None => None,
         };
@@ -131,7 +128,9 @@ impl Port {
     pub fn open_miss(plan: &PortPlan, of: &Port) -> Result<Port> {
         let post = of.post.as_ref().filter(|p| p.split.is_some());
         let post = post.ok_or_else(|| anyhow::anyhow!("port {} has no split NF in front of it", of.plan.name))?;
-        Ok(Port { plan: plan.clone(), ifindex: post.dev.receive_ifindex, xdp: None, post: None })
+        // Its sockets are on the loop device's receiving end: errors name it.
+        let plan = PortPlan { netdev: post.dev.receive_end.clone(), ..plan.clone() };
+        Ok(Port { plan, ifindex: post.dev.receive_ifindex, xdp: None, post: None })
     }
 
     /// Steers the misses of queue `queue` of the post-server part to
@@ -200,22 +199,15 @@ impl Port {
 }
 
 /// A split NF's process sends what it handled back into the loop device's
-/// receiving end, so it arrives on the sending end: there the pipeline's
-/// own entry redirects it out of the port (the NFs before the split one
-/// ran already).
-fn send_end_entry(
-    fast: &mut FastPath,
-    plan: &PortPlan,
-    chain: u32,
-    dev: &LoopDevice,
-    device: u32,
-    mode: AttachMode,
-) -> Result<()> {
-    use ferry_bpf::pipeline::{Element, ElementKind, Forward, FWD_REDIRECT};
-    let p = fast.evnf_mut().pipeline_mut();
-    p.set_forward(SEND_END_FORWARD, Forward { action: FWD_REDIRECT, ifindex: device })?;
-    let forward = Element { kind: ElementKind::Forward, config: SEND_END_FORWARD, nf: SEND_END_ENTRY };
-    p.deploy(chain, dev.send_ifindex, &[forward])?;
-    ferry_testbed::in_netns(plan.netns.as_deref(), || fast.evnf_mut().attach(dev.send_ifindex, mode))?
-        .with_context(|| format!("attaching the loop pipeline to {} ({})", dev.send_end, plan.name))
+/// receiving end, so it arrives on the sending end: a redirect there sends
+/// it out of the port (the NFs before the split one ran already). A
+/// program of its own, so the port's verdicts (the pipeline's) count each
+/// frame once.
+fn send_end_redirect(plan: &PortPlan, dev: &LoopDevice, device: u32, mode: AttachMode) -> Result<LoadedXdp> {
+    ferry_testbed::in_netns(plan.netns.as_deref(), || -> Result<LoadedXdp> {
+        let mut prog = LoadedXdp::attach(Object::Redirect, "ferry_redirect", dev.send_ifindex, mode)?;
+        prog.set_redirect_target(device)?;
+        Ok(prog)
+    })?
+    .with_context(|| format!("the redirect out of {} on {} ({})", plan.netdev, dev.send_end, plan.name))
 }
