@@ -6,7 +6,8 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-ping iputils-arping tshark ethtool \
-  clang-format curl nginx-light wrk iperf3 haproxy nftables libndpi-dev python3-prometheus-client tmux
+  clang-format curl nginx-light wrk iperf3 haproxy nftables libndpi-dev python3-prometheus-client tmux \
+  protobuf-compiler
 FERRY_RELEASE := target/release/ferry
 FERRY_DEBUG := target/debug/ferry
 

@@ -58,6 +58,9 @@ enum Cmd {
     /// Hybrid NFs (eVNF): eFW, eLB, eDPI with XDP fast paths.
     #[command(subcommand)]
     Evnf(EvnfCmd),
+    /// Kubernetes: the kubelet device plugin for NF pods.
+    #[command(subcommand)]
+    K8s(K8sCmd),
     /// Traffic generators.
     #[command(subcommand)]
     Gen(GenCmd),
@@ -449,6 +452,30 @@ struct SinkArgs {
 }
 
 #[derive(Subcommand)]
+enum K8sCmd {
+    /// Serve the kubelet device plugin (API v1beta1) until Ctrl-C: it
+    /// advertises NF slots and gives each NF container ferryd's NF socket
+    /// and keys (deploy/kubernetes/).
+    DevicePlugin {
+        /// The extended resource NF pods ask for.
+        #[arg(long, default_value = ferry_k8s::DEFAULT_RESOURCE)]
+        resource: String,
+        /// NF pods this node takes.
+        #[arg(long, default_value_t = 16)]
+        slots: u32,
+        /// ferryd's NF socket on the host.
+        #[arg(long, default_value = "/run/ferry/ferryd.sock")]
+        ferryd_socket: PathBuf,
+        /// The kubelet's device-plugin directory.
+        #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
+        plugin_dir: PathBuf,
+        /// The plugin's socket name in it.
+        #[arg(long, default_value = "ferry-nf.sock")]
+        endpoint: String,
+    },
+}
+
+#[derive(Subcommand)]
 enum EvnfCmd {
     /// Runs the NFs of FILE (examples/evnf/*.yaml) in this network
     /// namespace until SIGINT/SIGTERM; SIGHUP reloads FILE.
@@ -752,6 +779,11 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Chain(ChainCmd::Down { admin }) => chainctl::shutdown(&admin),
         Cmd::Top { admin, interval, count, no_clear } => ferry_cli::top::run(&admin, interval, count, !no_clear),
+        Cmd::K8s(K8sCmd::DevicePlugin { resource, slots, ferryd_socket, plugin_dir, endpoint }) => {
+            install_stop_handler();
+            let cfg = ferry_k8s::PluginConfig { resource_name: resource, slots, ferryd_socket, plugin_dir, endpoint };
+            Ok(ferry_k8s::run(cfg, ferry_cli::util::stop_requested)?)
+        }
         Cmd::Nf(NfCmd::List { json }) => {
             if json {
                 println!("{}", ferry_catalog::json());

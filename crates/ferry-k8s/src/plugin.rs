@@ -1,0 +1,329 @@
+//! The device plugin: a gRPC server on a Unix socket in the kubelet's
+//! device-plugin directory, registered with the kubelet (its
+//! `kubelet.sock`). It advertises `slots` NF slots, all healthy; an
+//! allocation of slots to a container mounts ferryd's NF socket and its
+//! key directory there and sets `FERRY_SOCKET`. The kubelet deletes the
+//! plugins' sockets when it restarts: the plugin then serves a new one and
+//! registers again.
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_chain::proto::{keys_dir, ENV_SOCKET};
+use hyper_util::rt::TokioIo;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tokio_stream::Stream;
+use tonic::transport::{Endpoint, Server, Uri};
+use tonic::{Request, Response, Status};
+
+use crate::api::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use crate::api::registration_client::RegistrationClient;
+use crate::api::*;
+
+/// The API version the plugin speaks.
+pub const API_VERSION: &str = "v1beta1";
+/// The kubelet's registration socket, in the device-plugin directory.
+pub const KUBELET_SOCKET: &str = "kubelet.sock";
+/// The resource NF pods ask for (`resources.limits`).
+pub const DEFAULT_RESOURCE: &str = "ferry.io/nf";
+/// Where an NF container finds ferryd's NF socket.
+pub const CONTAINER_SOCKET: &str = "/run/ferry/ferryd.sock";
+/// The environment variable naming the slots a container got.
+pub const ENV_SLOTS: &str = "FERRY_SLOTS";
+/// How often the plugin checks that its socket is still there.
+const SOCKET_CHECK: Duration = Duration::from_millis(500);
+
+/// What the plugin advertises and hands out.
+#[derive(Debug, Clone)]
+pub struct PluginConfig {
+    /// The extended resource, `vendor-domain/name`.
+    pub resource_name: String,
+    /// How many NF pods the node takes.
+    pub slots: u32,
+    /// ferryd's NF socket on the host.
+    pub ferryd_socket: PathBuf,
+    /// The kubelet's device-plugin directory.
+    pub plugin_dir: PathBuf,
+    /// The plugin's socket name in it.
+    pub endpoint: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("device plugin: {field}: {message}")]
+    Config { field: &'static str, message: String },
+    #[error("device plugin: {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("device plugin: connecting to the kubelet at {path}: {source}")]
+    Kubelet {
+        path: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("device plugin: the kubelet refused the registration of {resource}: {status}")]
+    Refused { resource: String, status: Box<Status> },
+    #[error("device plugin: serving on {path}: {source}")]
+    Serve {
+        path: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+impl PluginConfig {
+    /// The slot ids, `nf-0` to `nf-<slots - 1>`.
+    pub fn slot_ids(&self) -> Vec<String> {
+        (0..self.slots).map(|i| format!("nf-{i}")).collect()
+    }
+
+    fn check(&self) -> Result<(), PluginError> {
+        let bad = |field, message: String| Err(PluginError::Config { field, message });
+        let (domain, name) = self.resource_name.split_once('/').unwrap_or_default();
+        if domain.is_empty() || name.is_empty() || !domain.contains('.') {
+            return bad("resource_name", format!("{:?} is not vendor-domain/name", self.resource_name));
+        }
+        if self.slots == 0 {
+            return bad("slots", "0: advertise at least one NF slot".into());
+        }
+        if !self.ferryd_socket.is_absolute() {
+            return bad("ferryd_socket", format!("{}: an absolute path on the host", self.ferryd_socket.display()));
+        }
+        if self.endpoint.is_empty() || self.endpoint.contains('/') || self.endpoint == KUBELET_SOCKET {
+            return bad("endpoint", format!("{:?}: a socket name in the plugin directory", self.endpoint));
+        }
+        Ok(())
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.plugin_dir.join(&self.endpoint)
+    }
+
+    /// What a container given `ids` gets: the socket, the keys (read-only;
+    /// each key is readable by its NF's uid alone), the environment.
+    fn allocation(&self, ids: &[String]) -> Result<ContainerAllocateResponse, String> {
+        let known = self.slot_ids();
+        if let Some(id) = ids.iter().find(|id| !known.contains(id)) {
+            return Err(format!("no NF slot {id:?} (this node has {})", self.slots));
+        }
+        let keys = keys_dir(&self.ferryd_socket);
+        let mount = |container: PathBuf, host: PathBuf, read_only| Mount {
+            container_path: container.display().to_string(),
+            host_path: host.display().to_string(),
+            read_only,
+        };
+        Ok(ContainerAllocateResponse {
+            envs: [(ENV_SOCKET.to_string(), CONTAINER_SOCKET.to_string()), (ENV_SLOTS.to_string(), ids.join(","))]
+                .into_iter()
+                .collect(),
+            mounts: vec![
+                mount(PathBuf::from(CONTAINER_SOCKET), self.ferryd_socket.clone(), false),
+                mount(keys_dir(Path::new(CONTAINER_SOCKET)), keys, true),
+            ],
+            ..Default::default()
+        })
+    }
+}
+
+struct NfSlots {
+    cfg: Arc<PluginConfig>,
+    stop: watch::Receiver<bool>,
+}
+
+type DeviceStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DevicePlugin for NfSlots {
+    type ListAndWatchStream = DeviceStream;
+
+    async fn get_device_plugin_options(&self, _: Request<Empty>) -> Result<Response<DevicePluginOptions>, Status> {
+        Ok(Response::new(DevicePluginOptions::default()))
+    }
+
+    /// The slots once, all healthy (they are sockets, not hardware); the
+    /// stream stays open until the plugin stops.
+    async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<DeviceStream>, Status> {
+        let devices =
+            self.cfg.slot_ids().into_iter().map(|id| Device { id, health: "Healthy".into(), topology: None }).collect();
+        let (tx, rx) = mpsc::channel(1);
+        let mut stop = self.stop.clone();
+        tokio::spawn(async move {
+            if tx.send(Ok(ListAndWatchResponse { devices })).await.is_ok() {
+                // Held until the plugin stops: the kubelet reads a closed
+                // stream as the plugin gone.
+                let _ = stop.wait_for(|s| *s).await;
+            }
+            drop(tx);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        _: Request<PreferredAllocationRequest>,
+    ) -> Result<Response<PreferredAllocationResponse>, Status> {
+        Err(Status::unimplemented("any NF slots do (get_preferred_allocation_available is false)"))
+    }
+
+    async fn allocate(&self, req: Request<AllocateRequest>) -> Result<Response<AllocateResponse>, Status> {
+        let container_responses = req
+            .into_inner()
+            .container_requests
+            .iter()
+            .map(|c| self.cfg.allocation(&c.devices_ids))
+            .collect::<Result<_, _>>()
+            .map_err(Status::invalid_argument)?;
+        Ok(Response::new(AllocateResponse { container_responses }))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: Request<PreStartContainerRequest>,
+    ) -> Result<Response<PreStartContainerResponse>, Status> {
+        Ok(Response::new(PreStartContainerResponse {}))
+    }
+}
+
+/// Registers the plugin with the kubelet at `kubelet` (its socket).
+async fn register(cfg: &PluginConfig, kubelet: &Path) -> Result<(), PluginError> {
+    let path = kubelet.to_path_buf();
+    let connector = tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+    });
+    // The URI is required and unused: the connector dials the socket.
+    let channel = Endpoint::from_static("http://[::]:0")
+        .connect_with_connector(connector)
+        .await
+        .map_err(|source| PluginError::Kubelet { path: kubelet.display().to_string(), source })?;
+    let request = RegisterRequest {
+        version: API_VERSION.into(),
+        endpoint: cfg.endpoint.clone(),
+        resource_name: cfg.resource_name.clone(),
+        options: Some(DevicePluginOptions::default()),
+    };
+    RegistrationClient::new(channel)
+        .register(request)
+        .await
+        .map_err(|status| PluginError::Refused { resource: cfg.resource_name.clone(), status: Box::new(status) })?;
+    Ok(())
+}
+
+/// Serves the plugin and registers it, again whenever its socket goes
+/// (a restarted kubelet removes them all), until `stop` turns true.
+pub async fn serve(cfg: PluginConfig, stop: watch::Receiver<bool>) -> Result<(), PluginError> {
+    cfg.check()?;
+    let cfg = Arc::new(cfg);
+    let socket = cfg.socket();
+    while !*stop.borrow() {
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket)
+            .map_err(|source| PluginError::Io { what: format!("binding {}", socket.display()), source })?;
+        let (gone_tx, gone_rx) = watch::channel(false);
+        let plugin = NfSlots { cfg: cfg.clone(), stop: gone_rx.clone() };
+        let mut until = stop.clone();
+        let mut socket_gone = gone_rx.clone();
+        let server = Server::builder().add_service(DevicePluginServer::new(plugin)).serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener),
+            async move {
+                tokio::select! {
+                    _ = until.wait_for(|s| *s) => {}
+                    _ = socket_gone.wait_for(|g| *g) => {}
+                }
+            },
+        );
+        let server = tokio::spawn(server);
+        register(&cfg, &cfg.plugin_dir.join(KUBELET_SOCKET)).await?;
+        tracing::info!("registered {} ({} slots) on {}", cfg.resource_name, cfg.slots, socket.display());
+        let mut until = stop.clone();
+        loop {
+            tokio::select! {
+                _ = until.wait_for(|s| *s) => break,
+                _ = tokio::time::sleep(SOCKET_CHECK) => {
+                    if !socket.exists() {
+                        tracing::info!("{} is gone (the kubelet restarted): serving and registering again", socket.display());
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = gone_tx.send(true);
+        server
+            .await
+            .map_err(|e| PluginError::Io { what: "the server task".into(), source: std::io::Error::other(e) })?
+            .map_err(|source| PluginError::Serve { path: socket.display().to_string(), source })?;
+    }
+    let _ = std::fs::remove_file(&socket);
+    Ok(())
+}
+
+/// Runs the plugin on a runtime of its own until `stopped()` says so.
+pub fn run(cfg: PluginConfig, stopped: impl Fn() -> bool + Send + 'static) -> Result<(), PluginError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| PluginError::Io { what: "starting the runtime".into(), source })?;
+    runtime.block_on(async move {
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            while !stopped() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = tx.send(true);
+        });
+        serve(cfg, rx).await
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> PluginConfig {
+        PluginConfig {
+            resource_name: DEFAULT_RESOURCE.into(),
+            slots: 2,
+            ferryd_socket: "/run/ferry/ferryd.sock".into(),
+            plugin_dir: "/var/lib/kubelet/device-plugins".into(),
+            endpoint: "ferry.sock".into(),
+        }
+    }
+
+    #[test]
+    fn bad_settings_name_their_field() {
+        let field = |c: PluginConfig| match c.check() {
+            Err(PluginError::Config { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(PluginConfig { resource_name: "nf".into(), ..cfg() }), "resource_name");
+        assert_eq!(field(PluginConfig { slots: 0, ..cfg() }), "slots");
+        assert_eq!(field(PluginConfig { ferryd_socket: "ferryd.sock".into(), ..cfg() }), "ferryd_socket");
+        assert_eq!(field(PluginConfig { endpoint: KUBELET_SOCKET.into(), ..cfg() }), "endpoint");
+        assert!(cfg().check().is_ok());
+    }
+
+    #[test]
+    fn an_allocation_mounts_the_socket_and_the_keys() {
+        let a = cfg().allocation(&["nf-1".into()]).unwrap();
+        assert_eq!(a.envs[ENV_SOCKET], CONTAINER_SOCKET);
+        assert_eq!(a.envs[ENV_SLOTS], "nf-1");
+        let mounts: Vec<(&str, &str, bool)> =
+            a.mounts.iter().map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.read_only)).collect();
+        assert_eq!(
+            mounts,
+            [
+                ("/run/ferry/ferryd.sock", "/run/ferry/ferryd.sock", false),
+                ("/run/ferry/ferryd.sock.keys", "/run/ferry/ferryd.sock.keys", true)
+            ]
+        );
+        assert!(a.devices.is_empty(), "no device node: nothing but a socket");
+        assert!(cfg().allocation(&["nf-2".into()]).unwrap_err().contains("no NF slot \"nf-2\""));
+    }
+}
