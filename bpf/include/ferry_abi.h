@@ -249,8 +249,8 @@ struct ferry_pl_state {
  * eVNF hybrid NFs (bpf/include/ferry_hybrid.h): eFW, eLB (forward and
  * reply halves), eDPI and eNAT (outbound and inbound halves), elements of
  * the stage pipeline like any other, chained by its stage tables. The
- * numbers below are their rows in ferry_ev_stats and their NF ids in a
- * pipeline that runs hybrid NFs alone. Mirrored in
+ * numbers below are their rows in ferry_ev_stats (their NF ids in the
+ * stage tables are these + 0xffffff00, EvNf::id). Mirrored in
  * crates/ferry-bpf/src/evnf.rs.
  */
 #define FERRY_EV_FW 0

@@ -300,8 +300,8 @@ impl Evnf {
 
     /// Frames arriving on device `ifindex` run the elements `before`
     /// (their configs written already), then the hybrid NFs of `path` in
-    /// order, as NFs of chain `chain` (each hybrid NF's id is its [`EvNf`]
-    /// number), and then go to the AF_XDP socket of their queue, the
+    /// order, as NFs of chain `chain` (each hybrid NF's id is
+    /// [`EvNf::id`]), and then go to the AF_XDP socket of their queue, the
     /// slow-path metadata naming NF `then` (the process after the path),
     /// or, without one, are routed out (the route element). Map updates
     /// only. A device enters one path: another path for it is refused (two

@@ -463,8 +463,9 @@ enum K8sCmd {
         /// NF pods this node takes.
         #[arg(long, default_value_t = 16)]
         slots: u32,
-        /// ferryd's NF socket on the host.
-        #[arg(long, default_value = "/run/ferry/ferryd.sock")]
+        /// ferryd's NF socket on the host, in a directory of its own (the
+        /// plugin mounts the directory: the socket and its keys).
+        #[arg(long, default_value = ferry_k8s::DEFAULT_FERRYD_SOCKET)]
         ferryd_socket: PathBuf,
         /// The kubelet's device-plugin directory.
         #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]

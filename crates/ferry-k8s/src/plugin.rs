@@ -1,10 +1,13 @@
 //! The device plugin: a gRPC server on a Unix socket in the kubelet's
 //! device-plugin directory, registered with the kubelet (its
 //! `kubelet.sock`). It advertises `slots` NF slots, all healthy; an
-//! allocation of slots to a container mounts ferryd's NF socket and its
-//! key directory there and sets `FERRY_SOCKET`. The kubelet deletes the
-//! plugins' sockets when it restarts: the plugin then serves a new one and
-//! registers again.
+//! allocation of slots to a container mounts the directory of ferryd's NF
+//! socket (the socket and its keys) there, read-only, at the same path,
+//! and sets `FERRY_SOCKET`. A directory, not the socket file: a bind mount
+//! of a file keeps the old socket after ferryd restarts, and a runtime
+//! that finds no file makes a directory in its place, which ferryd could
+//! then never bind. The kubelet deletes the plugins' sockets when it
+//! restarts: the plugin then serves a new one and registers again.
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -30,8 +33,12 @@ pub const API_VERSION: &str = "v1beta1";
 pub const KUBELET_SOCKET: &str = "kubelet.sock";
 /// The resource NF pods ask for (`resources.limits`).
 pub const DEFAULT_RESOURCE: &str = "ferry.io/nf";
-/// Where an NF container finds ferryd's NF socket.
-pub const CONTAINER_SOCKET: &str = "/run/ferry/ferryd.sock";
+/// ferryd's NF socket in a directory of its own (its keys beside it; its
+/// admin socket elsewhere, `ferryd --admin`): what the plugin mounts.
+pub const DEFAULT_FERRYD_SOCKET: &str = "/run/ferry/nf/ferryd.sock";
+/// How long the plugin waits before it registers again after a failure
+/// (the kubelet restarting, its socket not listening yet).
+const REGISTER_RETRY: Duration = Duration::from_secs(1);
 /// The environment variable naming the slots a container got.
 pub const ENV_SLOTS: &str = "FERRY_SLOTS";
 /// How often the plugin checks that its socket is still there.
@@ -93,8 +100,15 @@ impl PluginConfig {
         if self.slots == 0 {
             return bad("slots", "0: advertise at least one NF slot".into());
         }
-        if !self.ferryd_socket.is_absolute() {
-            return bad("ferryd_socket", format!("{}: an absolute path on the host", self.ferryd_socket.display()));
+        let dir = self.ferryd_socket.parent().filter(|d| d.parent().is_some());
+        if !self.ferryd_socket.is_absolute() || dir.is_none() {
+            return bad(
+                "ferryd_socket",
+                format!(
+                    "{}: an absolute path on the host, in a directory of its own (the plugin mounts the directory)",
+                    self.ferryd_socket.display()
+                ),
+            );
         }
         if self.endpoint.is_empty() || self.endpoint.contains('/') || self.endpoint == KUBELET_SOCKET {
             return bad("endpoint", format!("{:?}: a socket name in the plugin directory", self.endpoint));
@@ -113,20 +127,15 @@ impl PluginConfig {
         if let Some(id) = ids.iter().find(|id| !known.contains(id)) {
             return Err(format!("no NF slot {id:?} (this node has {})", self.slots));
         }
-        let keys = keys_dir(&self.ferryd_socket);
-        let mount = |container: PathBuf, host: PathBuf, read_only| Mount {
-            container_path: container.display().to_string(),
-            host_path: host.display().to_string(),
-            read_only,
-        };
+        // Connecting to a socket needs no write access to its mount; the
+        // keys beside it are readable by their NF's uid alone.
+        let dir = self.ferryd_socket.parent().expect("checked");
+        debug_assert!(keys_dir(&self.ferryd_socket).starts_with(dir));
+        let dir = dir.display().to_string();
+        let socket = self.ferryd_socket.display().to_string();
         Ok(ContainerAllocateResponse {
-            envs: [(ENV_SOCKET.to_string(), CONTAINER_SOCKET.to_string()), (ENV_SLOTS.to_string(), ids.join(","))]
-                .into_iter()
-                .collect(),
-            mounts: vec![
-                mount(PathBuf::from(CONTAINER_SOCKET), self.ferryd_socket.clone(), false),
-                mount(keys_dir(Path::new(CONTAINER_SOCKET)), keys, true),
-            ],
+            envs: [(ENV_SOCKET.to_string(), socket), (ENV_SLOTS.to_string(), ids.join(","))].into_iter().collect(),
+            mounts: vec![Mount { container_path: dir.clone(), host_path: dir, read_only: true }],
             ..Default::default()
         })
     }
@@ -156,11 +165,13 @@ impl DevicePlugin for NfSlots {
         let mut stop = self.stop.clone();
         tokio::spawn(async move {
             if tx.send(Ok(ListAndWatchResponse { devices })).await.is_ok() {
-                // Held until the plugin stops: the kubelet reads a closed
-                // stream as the plugin gone.
-                let _ = stop.wait_for(|s| *s).await;
+                // Held until the plugin stops (the kubelet reads a closed
+                // stream as the plugin gone) or the kubelet hangs up.
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => {}
+                    _ = tx.closed() => {}
+                }
             }
-            drop(tx);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -240,9 +251,23 @@ pub async fn serve(cfg: PluginConfig, stop: watch::Receiver<bool>) -> Result<(),
             },
         );
         let server = tokio::spawn(server);
-        register(&cfg, &cfg.plugin_dir.join(KUBELET_SOCKET)).await?;
-        tracing::info!("registered {} ({} slots) on {}", cfg.resource_name, cfg.slots, socket.display());
         let mut until = stop.clone();
+        // Serving first, then registered: the kubelet dials the plugin as
+        // it accepts the registration. Until a (restarted) kubelet listens,
+        // try again.
+        loop {
+            match register(&cfg, &cfg.plugin_dir.join(KUBELET_SOCKET)).await {
+                Ok(()) => {
+                    tracing::info!("registered {} ({} slots) on {}", cfg.resource_name, cfg.slots, socket.display());
+                    break;
+                }
+                Err(e) => tracing::warn!("{e}; again in {REGISTER_RETRY:?}"),
+            }
+            tokio::select! {
+                _ = until.wait_for(|s| *s) => break,
+                _ = tokio::time::sleep(REGISTER_RETRY) => {}
+            }
+        }
         loop {
             tokio::select! {
                 _ = until.wait_for(|s| *s) => break,
@@ -290,7 +315,7 @@ mod tests {
         PluginConfig {
             resource_name: DEFAULT_RESOURCE.into(),
             slots: 2,
-            ferryd_socket: "/run/ferry/ferryd.sock".into(),
+            ferryd_socket: DEFAULT_FERRYD_SOCKET.into(),
             plugin_dir: "/var/lib/kubelet/device-plugins".into(),
             endpoint: "ferry.sock".into(),
         }
@@ -305,24 +330,19 @@ mod tests {
         assert_eq!(field(PluginConfig { resource_name: "nf".into(), ..cfg() }), "resource_name");
         assert_eq!(field(PluginConfig { slots: 0, ..cfg() }), "slots");
         assert_eq!(field(PluginConfig { ferryd_socket: "ferryd.sock".into(), ..cfg() }), "ferryd_socket");
+        assert_eq!(field(PluginConfig { ferryd_socket: "/ferryd.sock".into(), ..cfg() }), "ferryd_socket");
         assert_eq!(field(PluginConfig { endpoint: KUBELET_SOCKET.into(), ..cfg() }), "endpoint");
         assert!(cfg().check().is_ok());
     }
 
     #[test]
-    fn an_allocation_mounts_the_socket_and_the_keys() {
+    fn an_allocation_mounts_the_sockets_directory_read_only() {
         let a = cfg().allocation(&["nf-1".into()]).unwrap();
-        assert_eq!(a.envs[ENV_SOCKET], CONTAINER_SOCKET);
+        assert_eq!(a.envs[ENV_SOCKET], DEFAULT_FERRYD_SOCKET);
         assert_eq!(a.envs[ENV_SLOTS], "nf-1");
         let mounts: Vec<(&str, &str, bool)> =
             a.mounts.iter().map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.read_only)).collect();
-        assert_eq!(
-            mounts,
-            [
-                ("/run/ferry/ferryd.sock", "/run/ferry/ferryd.sock", false),
-                ("/run/ferry/ferryd.sock.keys", "/run/ferry/ferryd.sock.keys", true)
-            ]
-        );
+        assert_eq!(mounts, [("/run/ferry/nf", "/run/ferry/nf", true)], "the socket and its keys, at the same path");
         assert!(a.devices.is_empty(), "no device node: nothing but a socket");
         assert!(cfg().allocation(&["nf-2".into()]).unwrap_err().contains("no NF slot \"nf-2\""));
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use ferry_k8s::api::device_plugin_client::DevicePluginClient;
 use ferry_k8s::api::registration_server::{Registration, RegistrationServer};
 use ferry_k8s::api::*;
-use ferry_k8s::{serve, PluginConfig, CONTAINER_SOCKET, DEFAULT_RESOURCE, KUBELET_SOCKET};
+use ferry_k8s::{serve, PluginConfig, DEFAULT_FERRYD_SOCKET, DEFAULT_RESOURCE, KUBELET_SOCKET};
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
@@ -21,13 +21,21 @@ use tonic::{Request, Response, Status};
 
 const HANG_GUARD: Duration = Duration::from_secs(30);
 
-/// The kubelet's registration service: hands each request to the test.
-struct KubeletStub(mpsc::Sender<RegisterRequest>);
+/// The kubelet's registration service: like the kubelet, it dials the
+/// plugin before it accepts (a plugin must serve before it registers),
+/// then hands the request to the test.
+struct KubeletStub {
+    dir: PathBuf,
+    requests: mpsc::Sender<RegisterRequest>,
+}
 
 #[tonic::async_trait]
 impl Registration for KubeletStub {
     async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
-        self.0.send(req.into_inner()).await.map_err(|_| Status::unavailable("test gone"))?;
+        let req = req.into_inner();
+        let mut plugin = DevicePluginClient::new(channel(&self.dir.join(&req.endpoint)).await);
+        plugin.get_device_plugin_options(Empty {}).await?;
+        self.requests.send(req).await.map_err(|_| Status::unavailable("test gone"))?;
         Ok(Response::new(Empty {}))
     }
 }
@@ -61,14 +69,14 @@ async fn the_plugin_registers_advertises_allocates_and_registers_again_after_a_k
     let kubelet = UnixListener::bind(dir.0.join(KUBELET_SOCKET)).unwrap();
     tokio::spawn(
         Server::builder()
-            .add_service(RegistrationServer::new(KubeletStub(reg_tx)))
+            .add_service(RegistrationServer::new(KubeletStub { dir: dir.0.clone(), requests: reg_tx }))
             .serve_with_incoming(UnixListenerStream::new(kubelet)),
     );
 
     let cfg = PluginConfig {
         resource_name: DEFAULT_RESOURCE.into(),
         slots: 4,
-        ferryd_socket: "/run/ferry/ferryd.sock".into(),
+        ferryd_socket: DEFAULT_FERRYD_SOCKET.into(),
         plugin_dir: dir.0.clone(),
         endpoint: "ferry.sock".into(),
     };
@@ -101,10 +109,13 @@ async fn the_plugin_registers_advertises_allocates_and_registers_again_after_a_k
     let answer = client.allocate(request).await.unwrap().into_inner();
     assert_eq!(answer.container_responses.len(), 2);
     let second = &answer.container_responses[1];
-    assert_eq!(second.envs["FERRY_SOCKET"], CONTAINER_SOCKET);
+    assert_eq!(second.envs["FERRY_SOCKET"], DEFAULT_FERRYD_SOCKET);
     assert_eq!(second.envs["FERRY_SLOTS"], "nf-2,nf-3");
-    assert_eq!(second.mounts[0].host_path, "/run/ferry/ferryd.sock");
-    assert!(second.mounts[1].read_only && second.mounts[1].container_path.ends_with(".keys"));
+    let m = &second.mounts[0];
+    assert_eq!(
+        (m.host_path.as_str(), m.container_path.as_str(), m.read_only),
+        ("/run/ferry/nf", "/run/ferry/nf", true)
+    );
     let unknown =
         AllocateRequest { container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["nf-4".into()] }] };
     assert_eq!(client.allocate(unknown).await.unwrap_err().code(), tonic::Code::InvalidArgument);

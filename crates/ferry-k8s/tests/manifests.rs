@@ -59,7 +59,11 @@ fn ferryd_alone_is_privileged_and_the_plugin_serves_what_the_pod_asks_for() {
     let d = container(spec, "ferryd");
     assert_eq!(d["securityContext"]["privileged"], Value::Bool(true));
     let ferryd_cmd = strs(&d["command"]);
-    let socket = &ferryd_cmd[ferryd_cmd.iter().position(|a| a == "--socket").unwrap() + 1];
+    let socket = &flag(&ferryd_cmd, "socket");
+    // The plugin mounts the socket's directory into NF pods: ferryd's
+    // admin socket must not be in it.
+    let dir = std::path::Path::new(socket).parent().unwrap();
+    assert!(!std::path::Path::new(&flag(&ferryd_cmd, "admin")).starts_with(dir), "{ferryd_cmd:?}");
 
     let plugin = container(spec, "device-plugin");
     unprivileged(plugin);

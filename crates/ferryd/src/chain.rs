@@ -109,6 +109,7 @@ pub struct ChainSetup {
     /// The orchestrator's hybrid paths, and per path the ids of the NFs
     /// ahead of its hybrid NFs.
     pub hybrid: Vec<HybridPath>,
+    /// Per hybrid path, the ids of the NFs ahead of its hybrid NFs.
     pub ahead_ids: Vec<Vec<u32>>,
     /// Hybrid NFs that run whole as processes.
     pub whole: Vec<HybridNf>,

@@ -172,7 +172,7 @@ impl Hybrids {
     /// kernel drops them (counted in the socket's statistics).
     pub fn register_socket(&mut self, nf: &str, port: &str, queue: u32, socket: &impl AsRawFd) -> Result<()> {
         if self.to_sockets.iter().any(|(n, p)| n == nf && p == port) {
-            self.evnf.register_xsk(queue, socket).context("registering the slow path's socket")?;
+            self.evnf.register_xsk(queue, socket).context("registering the socket a hybrid path hands frames to")?;
         }
         Ok(())
     }
