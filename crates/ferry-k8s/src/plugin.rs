@@ -43,6 +43,8 @@ const REGISTER_RETRY: Duration = Duration::from_secs(1);
 pub const ENV_SLOTS: &str = "FERRY_SLOTS";
 /// How often the plugin checks that its socket is still there.
 const SOCKET_CHECK: Duration = Duration::from_millis(500);
+/// How often a device stream checks that ferryd's NF socket is there.
+const HEALTH_CHECK: Duration = Duration::from_millis(500);
 
 /// What the plugin advertises and hands out.
 #[derive(Debug, Clone)]
@@ -120,6 +122,20 @@ impl PluginConfig {
         self.plugin_dir.join(&self.endpoint)
     }
 
+    /// ferryd's NF socket is there (a socket, not a leftover of another
+    /// kind).
+    fn ferryd_up(&self) -> bool {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::metadata(&self.ferryd_socket).is_ok_and(|m| m.file_type().is_socket())
+    }
+
+    fn devices(&self, up: bool) -> ListAndWatchResponse {
+        let health = if up { "Healthy" } else { "Unhealthy" };
+        let devices =
+            self.slot_ids().into_iter().map(|id| Device { id, health: health.into(), topology: None }).collect();
+        ListAndWatchResponse { devices }
+    }
+
     /// What a container given `ids` gets: the socket, the keys (read-only;
     /// each key is readable by its NF's uid alone), the environment.
     fn allocation(&self, ids: &[String]) -> Result<ContainerAllocateResponse, String> {
@@ -156,20 +172,27 @@ impl DevicePlugin for NfSlots {
         Ok(Response::new(DevicePluginOptions::default()))
     }
 
-    /// The slots once, all healthy (they are sockets, not hardware); the
-    /// stream stays open until the plugin stops.
+    /// The slots, healthy while ferryd's NF socket is there and unhealthy
+    /// while it is not (no pod is given a slot then), again whenever that
+    /// changes; the stream stays open until the plugin stops (the kubelet
+    /// reads a closed stream as the plugin gone) or the kubelet hangs up.
     async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<DeviceStream>, Status> {
-        let devices =
-            self.cfg.slot_ids().into_iter().map(|id| Device { id, health: "Healthy".into(), topology: None }).collect();
         let (tx, rx) = mpsc::channel(1);
-        let mut stop = self.stop.clone();
+        let (cfg, mut stop) = (self.cfg.clone(), self.stop.clone());
         tokio::spawn(async move {
-            if tx.send(Ok(ListAndWatchResponse { devices })).await.is_ok() {
-                // Held until the plugin stops (the kubelet reads a closed
-                // stream as the plugin gone) or the kubelet hangs up.
+            let mut sent = None;
+            loop {
+                let up = cfg.ferryd_up();
+                if sent != Some(up) {
+                    if tx.send(Ok(cfg.devices(up))).await.is_err() {
+                        return;
+                    }
+                    sent = Some(up);
+                }
                 tokio::select! {
-                    _ = stop.wait_for(|s| *s) => {}
-                    _ = tx.closed() => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(HEALTH_CHECK) => {}
                 }
             }
         });

@@ -1,8 +1,9 @@
 //! The device plugin against a kubelet stub: a Registration server on
 //! `kubelet.sock` in a directory of the test's own, as the kubelet serves
 //! it in /var/lib/kubelet/device-plugins. The test then calls the plugin
-//! as the kubelet does (options, ListAndWatch, Allocate), restarts the
-//! "kubelet" by removing the plugin's socket, and stops the plugin. Every
+//! as the kubelet does (options, ListAndWatch, Allocate), takes "ferryd"'s
+//! socket away and back, restarts the "kubelet" by removing the plugin's
+//! socket, and stops the plugin. Every
 //! wait is for an event; the timeouts only guard against a hang.
 
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use std::time::Duration;
 use ferry_k8s::api::device_plugin_client::DevicePluginClient;
 use ferry_k8s::api::registration_server::{Registration, RegistrationServer};
 use ferry_k8s::api::*;
-use ferry_k8s::{serve, PluginConfig, DEFAULT_FERRYD_SOCKET, DEFAULT_RESOURCE, KUBELET_SOCKET};
+use ferry_k8s::{serve, PluginConfig, DEFAULT_RESOURCE, KUBELET_SOCKET};
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
@@ -62,7 +63,7 @@ async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
 }
 
 #[tokio::test]
-async fn the_plugin_registers_advertises_allocates_and_registers_again_after_a_kubelet_restart() {
+async fn the_plugin_serves_the_kubelet_follows_ferryd_and_outlives_a_kubelet_restart() {
     let dir = Dir(std::env::temp_dir().join(format!("ferry-k8s-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
     let (reg_tx, mut registrations) = mpsc::channel(4);
@@ -73,10 +74,14 @@ async fn the_plugin_registers_advertises_allocates_and_registers_again_after_a_k
             .serve_with_incoming(UnixListenerStream::new(kubelet)),
     );
 
+    // "ferryd": a socket in a directory of its own.
+    std::fs::create_dir_all(dir.0.join("nf")).unwrap();
+    let ferryd_socket = dir.0.join("nf/ferryd.sock");
+    let ferryd = std::os::unix::net::UnixListener::bind(&ferryd_socket).unwrap();
     let cfg = PluginConfig {
         resource_name: DEFAULT_RESOURCE.into(),
         slots: 4,
-        ferryd_socket: DEFAULT_FERRYD_SOCKET.into(),
+        ferryd_socket: ferryd_socket.clone(),
         plugin_dir: dir.0.clone(),
         endpoint: "ferry.sock".into(),
     };
@@ -109,16 +114,24 @@ async fn the_plugin_registers_advertises_allocates_and_registers_again_after_a_k
     let answer = client.allocate(request).await.unwrap().into_inner();
     assert_eq!(answer.container_responses.len(), 2);
     let second = &answer.container_responses[1];
-    assert_eq!(second.envs["FERRY_SOCKET"], DEFAULT_FERRYD_SOCKET);
+    assert_eq!(second.envs["FERRY_SOCKET"], ferryd_socket.display().to_string());
     assert_eq!(second.envs["FERRY_SLOTS"], "nf-2,nf-3");
     let m = &second.mounts[0];
-    assert_eq!(
-        (m.host_path.as_str(), m.container_path.as_str(), m.read_only),
-        ("/run/ferry/nf", "/run/ferry/nf", true)
-    );
+    let nf_dir = dir.0.join("nf").display().to_string();
+    assert_eq!((&m.host_path, &m.container_path, m.read_only), (&nf_dir, &nf_dir, true));
     let unknown =
         AllocateRequest { container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["nf-4".into()] }] };
     assert_eq!(client.allocate(unknown).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+
+    // ferryd gone: the slots turn unhealthy (no pod is given one), and
+    // healthy again when it is back.
+    drop(ferryd);
+    std::fs::remove_file(&ferryd_socket).unwrap();
+    let down = within("the slots unhealthy", devices.message()).await.unwrap().expect("a device list");
+    assert!(down.devices.iter().all(|d| d.health == "Unhealthy"), "{down:?}");
+    let _ferryd = std::os::unix::net::UnixListener::bind(&ferryd_socket).unwrap();
+    let up = within("the slots healthy", devices.message()).await.unwrap().expect("a device list");
+    assert!(up.devices.iter().all(|d| d.health == "Healthy") && up.devices.len() == 4, "{up:?}");
 
     // A restarted kubelet removes every plugin socket: the plugin serves a
     // new one and registers again, and the old stream ends.

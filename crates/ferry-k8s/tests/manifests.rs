@@ -73,6 +73,10 @@ fn ferryd_alone_is_privileged_and_the_plugin_serves_what_the_pod_asks_for() {
     assert_eq!(flag(&args, "resource"), ferry_k8s::DEFAULT_RESOURCE);
     let mounts = plugin["volumeMounts"].as_sequence().unwrap();
     assert!(mounts.iter().any(|m| m["mountPath"].as_str() == Some(flag(&args, "plugin-dir").as_str())), "{mounts:?}");
+    // It sees the socket's directory, read-only, and nothing else of ferryd's.
+    let sees = mounts.iter().find(|m| m["mountPath"].as_str() == dir.to_str()).expect("the socket's directory");
+    assert_eq!(sees["readOnly"], Value::Bool(true));
+    assert!(!mounts.iter().any(|m| m["mountPath"] == "/run/ferry"), "{mounts:?}");
 
     let pod = of_kind(&pod_docs, "Pod")[0];
     assert!(pod["spec"]["hostNetwork"].is_null() && pod["spec"]["hostPID"].is_null());
