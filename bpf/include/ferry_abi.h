@@ -235,6 +235,27 @@ struct ferry_parse_result {
 };
 _Static_assert(sizeof(struct ferry_parse_result) == 20, "ferry_parse_result layout");
 
+/* What ferry_nsh_probe (elements.bpf.c) writes in front of a frame as XDP
+ * metadata: where ferry_parse_nsh found an NSH header and what it read,
+ * for the differential test that holds it to ferry-wire's NSH parser.
+ * SPI in host order. */
+#define FERRY_NSH_IN_ETHERNET 1
+#define FERRY_NSH_IN_VXLAN_GPE 2
+struct ferry_nsh_result {
+	__u8 ok;    /* a well-formed NSH header */
+	__u8 encap; /* FERRY_NSH_IN_*, 0: no NSH there */
+	__u8 md_type;
+	__u8 next_proto;
+	__u8 ttl;
+	__u8 si;
+	__u8 oam;
+	__u8 hdr_len; /* bytes */
+	__u32 spi;
+	__u16 nsh_off;
+	__u16 _pad;
+};
+_Static_assert(sizeof(struct ferry_nsh_result) == 16, "ferry_nsh_result layout");
+
 /* Per-CPU state carried across a recirculation (tail call). */
 struct ferry_pl_state {
 	__u32 chain;

@@ -251,6 +251,97 @@ static __always_inline void ferry_parse_l4(struct ferry_cursor *c, struct ferry_
 	p->ok = 1;
 }
 
+/*
+ * NSH (RFC 8300) and its UDP encapsulation between hosts, VXLAN-GPE (UDP
+ * port 4790). ferry-wire's nsh.rs and vxlan_gpe.rs are the same parsers
+ * in Rust; a differential test holds the two to the same answers.
+ */
+#define FERRY_ETH_P_NSH 0x894F
+#define FERRY_VXLAN_GPE_PORT 4790
+#define FERRY_VXLAN_GPE_NEXT_NSH 4
+#define FERRY_NSH_MIN_LEN 8
+#define FERRY_NSH_MD1_LEN 24
+/* The most MD type 2 TLVs a header holds: (63 words - 2) of 4 bytes. */
+#define FERRY_NSH_MAX_TLVS 61
+
+struct ferry_nshhdr {
+	__be16 ver_o_ttl_len; /* version 2 bits, O, U, TTL 6, length 6 (words) */
+	__u8 md_type;	      /* low nibble */
+	__u8 next_proto;
+	__be32 spi_si; /* SPI 24 bits, SI 8 */
+};
+
+struct ferry_vxlan_gpe_hdr {
+	__u8 flags; /* R R Ver(2) I P B O */
+	__u8 reserved[2];
+	__u8 next_proto;
+	__be32 vni_reserved;
+};
+
+/* A VXLAN-GPE header of version 0 with the P bit set (else its next
+ * protocol means nothing). */
+static __always_inline struct ferry_vxlan_gpe_hdr *ferry_parse_vxlan_gpe(struct ferry_cursor *c)
+{
+	struct ferry_vxlan_gpe_hdr *h = c->pos;
+
+	if ((void *)(h + 1) > c->end)
+		return NULL;
+	if ((h->flags >> 4) & 0x3 || !(h->flags & 0x04))
+		return NULL;
+	c->pos = h + 1;
+	return h;
+}
+
+/*
+ * An NSH header, the whole of it: version 0; a length (in 4-byte words)
+ * of at least 2, all of it in the frame; MD type 1 with 24 bytes, or MD
+ * type 2 whose context headers (TLVs, each 4 bytes plus its length padded
+ * to 4) fill the context exactly; a next protocol of 1-5. NULL (the
+ * caller counts and drops the frame) for anything else.
+ */
+static __always_inline struct ferry_nshhdr *ferry_parse_nsh(struct ferry_cursor *c)
+{
+	struct ferry_nshhdr *h = c->pos;
+	__u32 len, off;
+	__u16 word;
+
+	if ((void *)(h + 1) > c->end)
+		return NULL;
+	word = bpf_ntohs(h->ver_o_ttl_len);
+	if (word >> 14)
+		return NULL;
+	len = (word & 0x3f) * 4;
+	if (len < FERRY_NSH_MIN_LEN || (void *)h + len > c->end)
+		return NULL;
+	switch (h->md_type & 0x0f) {
+	case 1:
+		if (len != FERRY_NSH_MD1_LEN)
+			return NULL;
+		break;
+	case 2:
+		off = FERRY_NSH_MIN_LEN;
+		for (int i = 0; i < FERRY_NSH_MAX_TLVS && off < len; i++) {
+			__u8 *tlv;
+
+			if (off + 4 > len)
+				return NULL;
+			tlv = (void *)h + off;
+			if ((void *)(tlv + 4) > c->end)
+				return NULL;
+			off += 4 + ((__u32)(tlv[3] & 0x7f) + 3) / 4 * 4;
+		}
+		if (off != len)
+			return NULL;
+		break;
+	default:
+		return NULL;
+	}
+	if (h->next_proto < 1 || h->next_proto > 5)
+		return NULL;
+	c->pos = (void *)h + len;
+	return h;
+}
+
 static __always_inline void ferry_swap_macs(struct ethhdr *eth)
 {
 	__u8 tmp[ETH_ALEN];

@@ -172,6 +172,52 @@ impl ParseResult {
     }
 }
 
+/// `struct ferry_nsh_result`: what `ferry_nsh_probe` (elements.bpf.c)
+/// writes in front of a frame, `ferry_parse_nsh`'s answer, for the
+/// differential test against ferry-wire's NSH parser.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NshParseResult {
+    pub ok: u8,
+    /// `NSH_IN_*`, 0: no NSH header there.
+    pub encap: u8,
+    pub md_type: u8,
+    pub next_proto: u8,
+    pub ttl: u8,
+    pub si: u8,
+    pub oam: u8,
+    /// Bytes.
+    pub hdr_len: u8,
+    /// Host order.
+    pub spi: u32,
+    pub nsh_off: u16,
+    pub _pad: u16,
+}
+const _: () = assert!(std::mem::size_of::<NshParseResult>() == 16);
+/// `FERRY_NSH_IN_ETHERNET`, `FERRY_NSH_IN_VXLAN_GPE`.
+pub const NSH_IN_ETHERNET: u8 = 1;
+pub const NSH_IN_VXLAN_GPE: u8 = 2;
+
+impl NshParseResult {
+    /// Reads one from the first bytes of a test run's output.
+    pub fn from_bytes(b: &[u8]) -> Option<NshParseResult> {
+        let b: &[u8; 16] = b.get(..16)?.try_into().ok()?;
+        Some(NshParseResult {
+            ok: b[0],
+            encap: b[1],
+            md_type: b[2],
+            next_proto: b[3],
+            ttl: b[4],
+            si: b[5],
+            oam: b[6],
+            hdr_len: b[7],
+            spi: u32::from_ne_bytes([b[8], b[9], b[10], b[11]]),
+            nsh_off: u16::from_ne_bytes([b[12], b[13]]),
+            _pad: 0,
+        })
+    }
+}
+
 // SAFETY: plain-old-data, no padding, every bit pattern is valid.
 unsafe impl aya::Pod for Verdicts {}
 unsafe impl aya::Pod for GenConfig {}

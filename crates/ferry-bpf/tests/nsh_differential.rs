@@ -1,0 +1,176 @@
+//! The BPF NSH parser (`ferry_parse_nsh`, and `ferry_parse_vxlan_gpe`
+//! before it, run by `ferry_nsh_probe`) and ferry-wire's `NshPacket` /
+//! `VxlanGpePacket` are one parser written twice: an SFF in XDP and the
+//! tools in user space must agree on every frame. This holds the two to
+//! the same answer, field by field, on headers of every kind (MD type 1,
+//! MD type 2 with and without TLVs, over Ethernet and over VXLAN-GPE),
+//! on the malformed ones RFC 8300 says to drop, and on random mutations
+//! and truncations of them.
+
+mod common;
+
+use common::privileged;
+use ferry_bpf::abi::{NshParseResult, NSH_IN_ETHERNET, NSH_IN_VXLAN_GPE};
+use ferry_bpf::{test_run, LoadedXdp, Object};
+use ferry_wire::flow;
+use ferry_wire::nsh::{NshContext, NshPacket, NshRepr, ETHERTYPE_NSH};
+use ferry_wire::vxlan_gpe::{self, VxlanGpePacket};
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+
+const ETH: [u8; 12] = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+/// An inner IPv4/UDP packet for the NSH header to carry.
+const INNER: [u8; 28] =
+    [0x45, 0, 0, 28, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 1, 2, 0x03, 0xe8, 0x00, 0x35, 0x00, 0x08, 0, 0];
+
+fn nsh(context: NshContext, next: u8) -> Vec<u8> {
+    let repr = NshRepr { oam: false, ttl: 63, next_protocol: next, spi: 0x12_3456, si: 254, context };
+    let mut h = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut h);
+    h.extend_from_slice(&INNER);
+    h
+}
+
+fn over_ethernet(nsh: &[u8]) -> Vec<u8> {
+    [&ETH[..], &ETHERTYPE_NSH.to_be_bytes(), nsh].concat()
+}
+
+/// NSH in VXLAN-GPE in UDP (port 4790) in IPv4 in Ethernet.
+fn over_vxlan_gpe(nsh: &[u8]) -> Vec<u8> {
+    let mut gpe = [0u8; 8];
+    vxlan_gpe::emit(&mut gpe, 7, vxlan_gpe::next_proto::NSH);
+    let udp_len = (8 + gpe.len() + nsh.len()) as u16;
+    let total = 20 + udp_len;
+    let ip = [0x45, 0, (total >> 8) as u8, total as u8, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 2, 2];
+    let udp = [[0xc0, 0x00], vxlan_gpe::UDP_PORT.to_be_bytes(), udp_len.to_be_bytes(), [0, 0]].concat();
+    [&ETH[..], &[0x08, 0x00], &ip, &udp, &gpe, nsh].concat()
+}
+
+/// Well-formed headers of each kind, then the malformed ones RFC 8300
+/// drops (an unknown MD type, an unknown next protocol, a bad length,
+/// a TLV past the header).
+fn templates() -> Vec<Vec<u8>> {
+    let tlvs: Vec<u8> = vec![0x01, 0x02, 0x03, 0x05, 1, 2, 3, 4, 5, 0, 0, 0, 0x01, 0x02, 0x04, 0x00];
+    let md1 = nsh(NshContext::Md1([7; 16]), 1);
+    let md2 = nsh(NshContext::Md2(&tlvs), 1);
+    let empty_md2 = nsh(NshContext::Md2(&[]), 3);
+    let mut unknown_md = md1.clone();
+    unknown_md[2] = 3;
+    let mut unknown_next = md1.clone();
+    unknown_next[3] = 9;
+    let mut short_md1 = md1.clone();
+    short_md1[1] = (short_md1[1] & 0xc0) | 5;
+    let mut tlv_past_end = md2.clone();
+    tlv_past_end[8 + 3] = 0x0d;
+    vec![
+        over_ethernet(&md1),
+        over_ethernet(&md2),
+        over_ethernet(&empty_md2),
+        over_vxlan_gpe(&md1),
+        over_vxlan_gpe(&md2),
+        over_ethernet(&unknown_md),
+        over_ethernet(&unknown_next),
+        over_ethernet(&short_md1),
+        over_ethernet(&tlv_past_end),
+    ]
+}
+const WELL_FORMED: usize = 5;
+
+/// ferry-wire's answer: where the NSH header is (and how it came), if the
+/// frame carries one, and what the probe should report: `ok` 0 for a
+/// malformed header.
+fn rust_parse(frame: &[u8]) -> Option<NshParseResult> {
+    let f = flow::parse(frame).ok()?;
+    let (encap, at) = if f.ethertype == ETHERTYPE_NSH {
+        (NSH_IN_ETHERNET, 14)
+    } else if f.is_ipv4 && f.proto == 17 && f.dport == vxlan_gpe::UDP_PORT {
+        let at = f.l4_offset? + 8;
+        let gpe = VxlanGpePacket::new_checked(&frame[at..]).ok()?;
+        if gpe.next_protocol() != vxlan_gpe::next_proto::NSH {
+            return None;
+        }
+        (NSH_IN_VXLAN_GPE, at + vxlan_gpe::VXLAN_GPE_LEN)
+    } else {
+        return None;
+    };
+    let Ok(p) = NshPacket::new_checked(&frame[at..]) else {
+        return Some(NshParseResult { encap, ..Default::default() });
+    };
+    Some(NshParseResult {
+        ok: 1,
+        encap,
+        md_type: p.md_type(),
+        next_proto: p.next_protocol(),
+        ttl: p.ttl(),
+        si: p.si(),
+        oam: p.oam() as u8,
+        hdr_len: p.header_len() as u8,
+        spi: p.spi(),
+        nsh_off: at as u16,
+        _pad: 0,
+    })
+}
+
+fn bpf_parse(probe: &LoadedXdp, frame: &[u8]) -> NshParseResult {
+    let out = test_run(probe.program_fd().unwrap(), frame, 1).expect("test run");
+    assert_eq!(out.action, 2, "ferry_nsh_probe returns XDP_PASS");
+    NshParseResult::from_bytes(&out.data).expect("the probe's metadata")
+}
+
+fn agree(probe: &LoadedXdp, frame: &[u8]) -> Result<(), TestCaseError> {
+    if frame.len() < 14 {
+        return Ok(());
+    }
+    let want = rust_parse(frame).unwrap_or_default();
+    prop_assert_eq!(bpf_parse(probe, frame), want, "frame {:02x?}", frame);
+    Ok(())
+}
+
+fn probe() -> LoadedXdp {
+    LoadedXdp::load(Object::Elements, "ferry_nsh_probe").expect("load ferry_nsh_probe (verifier)")
+}
+
+#[test]
+fn every_template_agrees() {
+    if !privileged() {
+        return;
+    }
+    let probe = probe();
+    for (i, t) in templates().iter().enumerate() {
+        let r = bpf_parse(&probe, t);
+        assert_eq!(r.ok == 1, i < WELL_FORMED, "template {i}: {r:?}");
+        agree(&probe, t).unwrap_or_else(|e| panic!("template {i}: {e}"));
+    }
+    let r = bpf_parse(&probe, &templates()[1]);
+    assert_eq!((r.spi, r.si, r.ttl, r.md_type, r.hdr_len), (0x12_3456, 254, 63, 2, 24));
+}
+
+#[test]
+fn mutated_and_truncated_frames_agree() {
+    if !privileged() {
+        return;
+    }
+    let probe = probe();
+    let n = templates().len();
+    let frames = (
+        0usize..n,
+        proptest::collection::vec((0usize..110, any::<u8>(), any::<bool>()), 0..4),
+        proptest::option::of(0usize..110),
+    );
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(3000));
+    let result = runner.run(&frames, |(which, edits, cut)| {
+        let mut f = templates().swap_remove(which);
+        for (pos, byte, nudge) in edits {
+            if pos < f.len() {
+                f[pos] = if nudge { f[pos].wrapping_add(byte % 16).wrapping_sub(8) } else { byte };
+            }
+        }
+        if let Some(len) = cut {
+            f.truncate(len);
+        }
+        agree(&probe, &f)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
