@@ -59,6 +59,7 @@ pub mod flow;
 pub mod frame;
 pub mod icmpv4;
 pub mod ipv4;
+pub mod mica;
 pub mod nat;
 pub mod nsh;
 pub mod stamp;
