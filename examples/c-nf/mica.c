@@ -4,7 +4,7 @@
  * mica.rs describes the bytes): a UDP payload with a batch of GET and SET
  * requests, answered in place with a batch of responses (magic 0x79), the
  * frame turned around (MACs, addresses and ports swapped) and sent back
- * where it came from.
+ * where it came from, or, when the NF has an out-link, on out-link 0.
  *
  * The store, as MICA's: 16 partitions by key hash, each a lossy index (a
  * bucket of 8 tagged offsets per hash) over a circular log. A SET appends
@@ -333,6 +333,7 @@ static uint32_t serve(uint8_t *frame, uint32_t len, uint64_t *c,
 struct worker {
   ferry_nf *nf;
   int index;
+  int forward; /* the NF has an out-link */
   pthread_t tid;
   int failed;
 };
@@ -363,7 +364,12 @@ static void *run_worker(void *arg) {
         ferry_drop(th, p);
         continue;
       }
-      ferry_reply(th, p);
+      /* In a chain (FLASH's Fig. 15: on to l2fwd) the response goes on
+       * out-link 0; alone, back out where the request came in. */
+      if (w->forward)
+        ferry_send(th, p, 0);
+      else
+        ferry_reply(th, p);
     }
     for (int k = 0; k < N_COUNTERS; k++)
       ferry_set_counter(th, k, c[k]);
@@ -421,7 +427,8 @@ int main(void) {
   }
   int started = 0, failed = 0;
   for (int i = 0; i < threads; i++) {
-    workers[i] = (struct worker){.nf = nf, .index = i};
+    workers[i] = (struct worker){
+        .nf = nf, .index = i, .forward = ferry_nf_out_links(nf) > 0};
     if (pthread_create(&workers[i].tid, NULL, run_worker, &workers[i]) != 0) {
       failed = 1;
       break;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use ferry_cli::chainctl;
 use ferry_wire::mica::{self, operation, result, MicaBatch, MicaRequestRepr};
 
-const TEST: &str = "mica::a_mica_cache_in_c_answers_gets_and_sets_in_place";
+const TEST: &str = "mica::a_mica_cache_in_c_answers_gets_and_sets_in_place_and_on_its_out_link";
 const KEYS: u64 = 1000;
 const VALUE_SIZE: usize = 64;
 /// A hang guard only: every wait is for frames or counters.
@@ -152,48 +152,33 @@ namespaces:
     sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
   - name: dut
     sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: sink
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
 links:
   - a: { ns: client, dev: c0, mac: "02:00:00:00:0c:01" }
     b: { ns: dut, dev: d0, mac: "02:00:00:00:0c:02" }
+  - a: { ns: dut, dev: d1, mac: "02:00:00:00:0d:02" }
+    b: { ns: sink, dev: s0, mac: "02:00:00:00:0d:01" }
 "#;
 
-#[test]
-fn a_mica_cache_in_c_answers_gets_and_sets_in_place() {
-    // SAFETY: plain getter.
-    if unsafe { libc::geteuid() } != 0 && !skip("needs root (ferryd runs NFs as unprivileged uids)") {
-        return;
-    }
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    if !Command::new(&cc).arg("--version").output().is_ok_and(|o| o.status.success()) && !skip("no C compiler") {
-        return;
-    }
-    let libdir = built();
-    let dir = std::env::temp_dir().join(format!("ferry-capi-mica-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = dir.join("mica");
-    let out = Command::new(&cc)
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", "-D_DEFAULT_SOURCE", "-I"])
-        .arg(workspace().join("crates/ferry-capi/include"))
-        .arg(workspace().join("examples/c-nf/mica.c"))
-        .arg("-L")
-        .arg(&libdir)
-        .args(["-lferry", &format!("-Wl,-rpath,{}", libdir.display()), "-lpthread", "-o"])
-        .arg(&bin)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{cc} mica.c:\n{}", String::from_utf8_lossy(&out.stderr));
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-
-    let spec = ferry_testbed::TestbedSpec::from_yaml_str(TESTBED, "mica.yaml").unwrap();
-    let tb = ferry_testbed::up(&spec).expect("testbed");
+/// Runs the cache (with an out-link to port out when `forward`), sends
+/// it two batches from the client, and checks what comes back (to the
+/// client) or out (to the sink).
+fn serve_and_check(tb: &ferry_testbed::Testbed, dir: &Path, bin: &Path, forward: bool) {
+    let (out_port, out_link) = match forward {
+        true => (
+            format!("  - {{ name: out, netns: {}, netdev: d1 }}\n", tb.ns_name("dut")),
+            "  - { from: mica, to: out }\n",
+        ),
+        false => (String::new(), ""),
+    };
     let chain = dir.join("chain.yaml");
     std::fs::write(
         &chain,
         format!(
             "name: kv\ndomains: [ {{ name: main, frames: 2048 }} ]\nports:\n  - {{ name: in, netns: {}, netdev: d0 }}\n\
-             nfs:\n  - {{ name: mica, domain: main, exec: [\"{}\"], args: [\"keys={KEYS}\", \"value_size={VALUE_SIZE}\", \
-             \"log_mb=4\"] }}\nlinks:\n  - {{ from: in, to: mica }}\n",
+             {out_port}nfs:\n  - {{ name: mica, domain: main, exec: [\"{}\"], args: [\"keys={KEYS}\", \
+             \"value_size={VALUE_SIZE}\", \"log_mb=4\"] }}\nlinks:\n  - {{ from: in, to: mica }}\n{out_link}",
             tb.ns_name("dut"),
             bin.display()
         ),
@@ -212,28 +197,30 @@ fn a_mica_cache_in_c_answers_gets_and_sets_in_place() {
         // The SETs' keys, read back.
         vec![get(&keys[2], 5), get(&keys[3], 6)],
     ];
-    let replies: Vec<Vec<u8>> = ferry_testbed::in_netns(Some(tb.ns_name("client")), || {
-        let fd = raw_socket("c0");
-        batches
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let f = request_frame(cache, client, 40_000 + i as u16, b);
-                // SAFETY: send of a buffer we own.
-                let n = unsafe { libc::send(fd.as_raw_fd(), f.as_ptr().cast(), f.len(), 0) };
-                assert_eq!(n, f.len() as isize, "send: {}", std::io::Error::last_os_error());
-                recv_response(&fd)
-            })
-            .collect()
-    })
-    .expect("enter the client's namespace");
+    // Sockets are opened in their namespaces and used from here.
+    let in_ns = |ns: &str, dev: &'static str| {
+        ferry_testbed::in_netns(Some(tb.ns_name(ns)), move || raw_socket(dev)).expect("enter the namespace")
+    };
+    let send = in_ns("client", "c0");
+    let recv = if forward { in_ns("sink", "s0") } else { in_ns("client", "c0") };
+    let replies: Vec<Vec<u8>> = batches
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let f = request_frame(cache, client, 40_000 + i as u16, b);
+            // SAFETY: send of a buffer we own.
+            let n = unsafe { libc::send(send.as_raw_fd(), f.as_ptr().cast(), f.len(), 0) };
+            assert_eq!(n, f.len() as isize, "send: {}", std::io::Error::last_os_error());
+            recv_response(&recv)
+        })
+        .collect();
 
     let answers: Vec<Vec<(u32, u8, Vec<u8>)>> = replies
         .iter()
         .map(|frame| {
             let flow = ferry_wire::flow::parse(frame).expect("a well-formed reply");
             assert_eq!((flow.src.octets(), flow.dst.octets()), ([10, 0, 0, 2], [10, 0, 0, 1]), "turned around");
-            assert_eq!(&frame[..6], &client, "back to the client's MAC");
+            assert_eq!(&frame[..6], &client, "addressed to the client's MAC");
             let batch = MicaBatch::new_checked(&frame[flow.l4_offset.unwrap() + 8..]).unwrap();
             batch.requests().unwrap().iter().map(|r| (r.opaque, r.result, r.value.to_vec())).collect()
         })
@@ -270,6 +257,43 @@ fn a_mica_cache_in_c_answers_gets_and_sets_in_place() {
         assert!(r.conserved(), "domain {} conserves its frames: {r:?}", r.domain);
     }
     rc.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_mica_cache_in_c_answers_gets_and_sets_in_place_and_on_its_out_link() {
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 && !skip("needs root (ferryd runs NFs as unprivileged uids)") {
+        return;
+    }
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    if !Command::new(&cc).arg("--version").output().is_ok_and(|o| o.status.success()) && !skip("no C compiler") {
+        return;
+    }
+    let libdir = built();
+    let dir = std::env::temp_dir().join(format!("ferry-capi-mica-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.join("mica");
+    let out = Command::new(&cc)
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", "-D_DEFAULT_SOURCE", "-I"])
+        .arg(workspace().join("crates/ferry-capi/include"))
+        .arg(workspace().join("examples/c-nf/mica.c"))
+        .arg("-L")
+        .arg(&libdir)
+        .args(["-lferry", &format!("-Wl,-rpath,{}", libdir.display()), "-lpthread", "-o"])
+        .arg(&bin)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{cc} mica.c:\n{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let spec = ferry_testbed::TestbedSpec::from_yaml_str(TESTBED, "mica.yaml").unwrap();
+    let tb = ferry_testbed::up(&spec).expect("testbed");
+    // Alone, the cache answers back out of its port; in a chain (an
+    // out-link to port out), on its out-link.
+    for forward in [false, true] {
+        serve_and_check(&tb, &dir, &bin, forward);
+    }
     tb.down().expect("testbed down");
     let _ = std::fs::remove_dir_all(&dir);
 }
