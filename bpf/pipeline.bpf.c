@@ -174,6 +174,21 @@ static __always_inline int run_stages(struct xdp_md *ctx, struct ferry_pl_fields
 	return RECIRCULATE;
 }
 
+/* The slow-path metadata's reason for a slow-path verdict. What happens
+ * while no socket is bound: a NAT's miss is dropped (untranslated, it must
+ * not leave), anything else goes to the stack. */
+static __always_inline __u32 slow_reason(int verdict)
+{
+	switch (verdict) {
+	case SLOW_FORWARD:
+		return FERRY_SLOW_FORWARDED;
+	case SLOW_MISS_PASS:
+	case SLOW_MISS_DROP:
+		return FERRY_SLOW_MISS;
+	}
+	return FERRY_SLOW_NO_RULE;
+}
+
 SEC("xdp")
 int ferry_pipeline(struct xdp_md *ctx)
 {
@@ -214,20 +229,11 @@ int ferry_pipeline(struct xdp_md *ctx)
 		st->recirculating = 0;
 		return ferry_exit(ctx, XDP_ABORTED, XDP_DROP);
 	case SLOW_NO_RULE:
-		action =
-		    ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_NO_RULE, st->chain, st->nf, st->stage, XDP_PASS);
-		break;
 	case SLOW_FORWARD:
-		action = ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_FORWARDED, st->chain, st->nf, st->stage,
-					    XDP_PASS);
-		break;
 	case SLOW_MISS_PASS:
-		action =
-		    ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_MISS, st->chain, st->nf, st->stage, XDP_PASS);
-		break;
 	case SLOW_MISS_DROP:
-		action =
-		    ferry_to_slow_path(ctx, &ferry_pl_xsks, FERRY_SLOW_MISS, st->chain, st->nf, st->stage, XDP_DROP);
+		action = ferry_to_slow_path(ctx, &ferry_pl_xsks, slow_reason(action), st->chain, st->nf, st->stage,
+					    action == SLOW_MISS_DROP ? XDP_DROP : XDP_PASS);
 		break;
 	case ROUTE:
 		action = bpf_redirect(ifindex_out, 0);

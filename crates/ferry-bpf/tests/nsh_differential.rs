@@ -16,7 +16,6 @@ use ferry_wire::flow;
 use ferry_wire::nsh::{NshContext, NshPacket, NshRepr, ETHERTYPE_NSH};
 use ferry_wire::vxlan_gpe::{self, VxlanGpePacket};
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
 
 const ETH: [u8; 12] = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
 /// An inner IPv4/UDP packet for the NSH header to carry.
@@ -151,26 +150,5 @@ fn mutated_and_truncated_frames_agree() {
         return;
     }
     let probe = probe();
-    let n = templates().len();
-    let frames = (
-        0usize..n,
-        proptest::collection::vec((0usize..110, any::<u8>(), any::<bool>()), 0..4),
-        proptest::option::of(0usize..110),
-    );
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(3000));
-    let result = runner.run(&frames, |(which, edits, cut)| {
-        let mut f = templates().swap_remove(which);
-        for (pos, byte, nudge) in edits {
-            if pos < f.len() {
-                f[pos] = if nudge { f[pos].wrapping_add(byte % 16).wrapping_sub(8) } else { byte };
-            }
-        }
-        if let Some(len) = cut {
-            f.truncate(len);
-        }
-        agree(&probe, &f)
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    common::mutated_frames_agree(templates, 110, |f| agree(&probe, f));
 }

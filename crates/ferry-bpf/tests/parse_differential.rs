@@ -14,7 +14,6 @@ use ferry_bpf::abi::ParseResult;
 use ferry_bpf::{test_run, LoadedXdp, Object};
 use ferry_wire::flow;
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
 
 const ETH: [u8; 12] = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
 
@@ -155,25 +154,5 @@ fn mutated_frames_agree() {
         return;
     }
     let probe = probe();
-    let frames = (
-        0usize..13,
-        proptest::collection::vec((0usize..80, any::<u8>(), any::<bool>()), 0..4),
-        proptest::option::of(0usize..80),
-    );
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(3000));
-    let result = runner.run(&frames, |(which, edits, cut)| {
-        let mut f = templates().swap_remove(which);
-        for (pos, byte, nudge) in edits {
-            if pos < f.len() {
-                f[pos] = if nudge { f[pos].wrapping_add(byte % 16).wrapping_sub(8) } else { byte };
-            }
-        }
-        if let Some(len) = cut {
-            f.truncate(len);
-        }
-        agree(&probe, &f)
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    common::mutated_frames_agree(templates, 80, |f| agree(&probe, f));
 }

@@ -10,74 +10,15 @@
 //! C NFs link the current `libferry.so`, and builds `ferryd` and `ferry` if
 //! they are missing from the target directory.
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{build_setup, compile, workspace};
 use ferry_chain::proto::Status;
 use ferry_cli::chainctl;
-
-fn ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-}
-
-/// Skips (returns false) or, under CI=true, fails.
-fn can_run(test: &str, why: &str) -> bool {
-    if ci() {
-        panic!("CI=true but {test} cannot run: {why}");
-    }
-    eprintln!("SKIP {test}: {why}");
-    false
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
-}
-
-/// The profile directory this test was built into (target/release for
-/// `cargo test --release`): where cargo puts libferry.so, ferryd and ferry.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    // target/<profile>/deps/c_example-<hash>
-    exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf()
-}
-
-/// Runs `cargo build` for `packages` in this test's profile.
-fn cargo_build(packages: &[&str]) {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.arg("build").current_dir(workspace());
-    if profile_dir().file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    for p in packages {
-        cmd.args(["-p", p]);
-    }
-    let st = cmd.status().expect("running cargo build");
-    assert!(st.success(), "cargo build {packages:?} failed");
-}
-
-/// Makes sure the artifacts the chain needs exist, and that libferry.so is
-/// the library this test was built with: `cargo test` rebuilds only the copy
-/// in deps/, `cargo build` also the one in the profile directory.
-fn ensure_built() -> PathBuf {
-    let dir = profile_dir();
-    cargo_build(&["ferry-capi"]);
-    if !dir.join("ferryd").is_file() || !dir.join("ferry").is_file() {
-        cargo_build(&["ferryd", "ferry-cli"]);
-    }
-    for f in ["libferry.so", "ferryd", "ferry"] {
-        assert!(dir.join(f).is_file(), "{} missing after cargo build", dir.join(f).display());
-    }
-    dir
-}
-
-/// The C compiler, if there is one.
-fn c_compiler() -> Option<String> {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    Command::new(&cc).arg("--version").output().ok().filter(|o| o.status.success()).map(|_| cc)
-}
 
 /// A directory any user can read and search, removed on drop.
 struct TempDir(PathBuf);
@@ -98,28 +39,6 @@ impl Drop for TempDir {
     }
 }
 
-/// Compiles `src` the way the example's build comment says, into `out`
-/// (mode 0755).
-fn compile(cc: &str, src: &Path, out: &Path, libdir: &Path) {
-    let include = workspace().join("crates/ferry-capi/include");
-    let output = Command::new(cc)
-        .args(["-O2", "-Wall", "-Wextra", "-std=c11", "-D_DEFAULT_SOURCE"])
-        .arg("-I")
-        .arg(&include)
-        .arg(src)
-        .arg("-L")
-        .arg(libdir)
-        .arg("-lferry")
-        .arg(format!("-Wl,-rpath,{}", libdir.display()))
-        .arg("-lpthread")
-        .arg("-o")
-        .arg(out)
-        .output()
-        .expect("running the C compiler");
-    assert!(output.status.success(), "{cc} {} failed:\n{}", src.display(), String::from_utf8_lossy(&output.stderr));
-    std::fs::set_permissions(out, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
 /// Counter `name` of each thread of NF `nf`.
 fn per_thread(s: &Status, nf: &str, name: &str) -> Vec<u64> {
     let n = s.nfs.iter().find(|n| n.name == nf).unwrap_or_else(|| panic!("no NF {nf} in status"));
@@ -135,15 +54,7 @@ const TEST: &str = "c_example::c_nfs_in_a_chain";
 
 #[test]
 fn c_nfs_in_a_chain() {
-    // SAFETY: plain getter.
-    if unsafe { libc::geteuid() } != 0 && !can_run(TEST, "needs root (ferryd runs NFs as unprivileged uids)") {
-        return;
-    }
-    let Some(cc) = c_compiler() else {
-        can_run(TEST, "no C compiler: install one (apt-get install gcc) or set CC");
-        return;
-    };
-    let libdir = ensure_built();
+    let Some((cc, libdir)) = build_setup(TEST) else { return };
     let dir = TempDir::new("chain");
     let l2fwd = dir.0.join("l2fwd");
     let checks = dir.0.join("api_checks");

@@ -8,12 +8,14 @@
 //! Needs root and a C compiler; skipped without them, failed under
 //! CI=true (as `c_example`).
 
+mod common;
+
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::{build_setup, compile, workspace};
 use ferry_cli::chainctl;
 use ferry_wire::mica::{self, operation, result, MicaBatch, MicaRequestRepr};
 
@@ -22,30 +24,6 @@ const KEYS: u64 = 1000;
 const VALUE_SIZE: usize = 64;
 /// A hang guard only: every wait is for frames or counters.
 const HANG_GUARD: Duration = Duration::from_secs(30);
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
-}
-
-fn skip(why: &str) -> bool {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true but {TEST} cannot run: {why}");
-    }
-    eprintln!("SKIP {TEST}: {why}");
-    false
-}
-
-/// libferry.so, ferryd and ferry in this test's profile directory.
-fn built() -> PathBuf {
-    let dir = std::env::current_exe().unwrap().parent().and_then(Path::parent).unwrap().to_path_buf();
-    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cargo.arg("build").current_dir(workspace()).args(["-p", "ferry-capi", "-p", "ferryd", "-p", "ferry-cli"]);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        cargo.arg("--release");
-    }
-    assert!(cargo.status().expect("cargo build").success(), "cargo build failed");
-    dir
-}
 
 /// A socket on `dev` of the calling thread's namespace that sends and
 /// receives whole Ethernet frames.
@@ -261,31 +239,12 @@ fn serve_and_check(tb: &ferry_testbed::Testbed, dir: &Path, bin: &Path, forward:
 
 #[test]
 fn a_mica_cache_in_c_answers_gets_and_sets_in_place_and_on_its_out_link() {
-    // SAFETY: plain getter.
-    if unsafe { libc::geteuid() } != 0 && !skip("needs root (ferryd runs NFs as unprivileged uids)") {
-        return;
-    }
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    if !Command::new(&cc).arg("--version").output().is_ok_and(|o| o.status.success()) && !skip("no C compiler") {
-        return;
-    }
-    let libdir = built();
+    let Some((cc, libdir)) = build_setup(TEST) else { return };
     let dir = std::env::temp_dir().join(format!("ferry-capi-mica-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin = dir.join("mica");
-    let out = Command::new(&cc)
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", "-D_DEFAULT_SOURCE", "-I"])
-        .arg(workspace().join("crates/ferry-capi/include"))
-        .arg(workspace().join("examples/c-nf/mica.c"))
-        .arg("-L")
-        .arg(&libdir)
-        .args(["-lferry", &format!("-Wl,-rpath,{}", libdir.display()), "-lpthread", "-o"])
-        .arg(&bin)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{cc} mica.c:\n{}", String::from_utf8_lossy(&out.stderr));
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    compile(&cc, &workspace().join("examples/c-nf/mica.c"), &bin, &libdir);
 
     let spec = ferry_testbed::TestbedSpec::from_yaml_str(TESTBED, "mica.yaml").unwrap();
     let tb = ferry_testbed::up(&spec).expect("testbed");

@@ -15,4 +15,6 @@ pub mod api {
     tonic::include_proto!("v1beta1");
 }
 
-pub use plugin::{run, serve, PluginConfig, PluginError, DEFAULT_FERRYD_SOCKET, DEFAULT_RESOURCE, KUBELET_SOCKET};
+pub use plugin::{
+    run, serve, unix_channel, PluginConfig, PluginError, DEFAULT_FERRYD_SOCKET, DEFAULT_RESOURCE, KUBELET_SOCKET,
+};

@@ -20,7 +20,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tokio_stream::Stream;
-use tonic::transport::{Endpoint, Server, Uri};
+use tonic::transport::{Channel, Endpoint, Server, Uri};
 use tonic::{Request, Response, Status};
 
 use crate::api::device_plugin_server::{DevicePlugin, DevicePluginServer};
@@ -225,16 +225,21 @@ impl DevicePlugin for NfSlots {
     }
 }
 
-/// Registers the plugin with the kubelet at `kubelet` (its socket).
-async fn register(cfg: &PluginConfig, kubelet: &Path) -> Result<(), PluginError> {
-    let path = kubelet.to_path_buf();
+/// A gRPC channel over the Unix socket at `path` (the kubelet's, or a
+/// plugin's).
+pub async fn unix_channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
     let connector = tower::service_fn(move |_: Uri| {
         let path = path.clone();
         async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
     });
     // The URI is required and unused: the connector dials the socket.
-    let channel = Endpoint::from_static("http://[::]:0")
-        .connect_with_connector(connector)
+    Endpoint::from_static("http://[::]:0").connect_with_connector(connector).await
+}
+
+/// Registers the plugin with the kubelet at `kubelet` (its socket).
+async fn register(cfg: &PluginConfig, kubelet: &Path) -> Result<(), PluginError> {
+    let channel = unix_channel(kubelet)
         .await
         .map_err(|source| PluginError::Kubelet { path: kubelet.display().to_string(), source })?;
     let request = RegisterRequest {

@@ -13,11 +13,10 @@ use ferry_k8s::api::device_plugin_client::DevicePluginClient;
 use ferry_k8s::api::registration_server::{Registration, RegistrationServer};
 use ferry_k8s::api::*;
 use ferry_k8s::{serve, PluginConfig, DEFAULT_RESOURCE, KUBELET_SOCKET};
-use hyper_util::rt::TokioIo;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Channel, Endpoint, Server, Uri};
+use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 
 const HANG_GUARD: Duration = Duration::from_secs(30);
@@ -50,12 +49,7 @@ impl Drop for Dir {
 }
 
 async fn channel(path: &Path) -> Channel {
-    let path = path.to_path_buf();
-    let connector = tower::service_fn(move |_: Uri| {
-        let path = path.clone();
-        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-    });
-    Endpoint::from_static("http://[::]:0").connect_with_connector(connector).await.expect("connect to the plugin")
+    ferry_k8s::unix_channel(path).await.expect("connect to the plugin")
 }
 
 async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {

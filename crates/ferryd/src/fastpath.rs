@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 use anyhow::{Context, Result};
 use ferry_bpf::abi::Verdicts;
 use ferry_bpf::evnf::Evnf;
-use ferry_bpf::pipeline::{FlowKey, PlCount};
+use ferry_bpf::pipeline::{FlowKey, Pipeline, PlCount};
 use ferry_bpf::AttachMode;
 use ferry_chain::plan::PortPlan;
 use ferry_chain::proto::{FlowStatus, OffloadedStatus};
@@ -90,32 +90,35 @@ impl FastPath {
 
     /// The offloaded NFs' counters and flows.
     pub fn status(&self) -> Vec<OffloadedStatus> {
-        let counters = self.installed.counters(self.pipeline.pipeline()).unwrap_or_default();
-        self.installed
-            .nfs
-            .iter()
-            .enumerate()
-            .map(|(i, nf)| {
-                let (flows_total, flows) = nf.flow_monitor.map(|c| self.flows(c)).unwrap_or_default();
-                OffloadedStatus {
-                    name: nf.name.clone(),
-                    id: nf.id,
-                    kind: nf.kind.clone(),
-                    port: self.port.clone(),
-                    counters: counters.get(i).cloned().unwrap_or_default(),
-                    flows_total,
-                    flows,
-                }
-            })
-            .collect()
-    }
-
-    /// How many flows flow monitor `config` has, and the busiest
-    /// [`FLOWS_IN_STATUS`] of them.
-    fn flows(&self, config: u32) -> (u64, Vec<FlowStatus>) {
-        flow_statuses(self.pipeline.pipeline().flows(config).unwrap_or_default())
+        offloaded_status(self.pipeline.pipeline(), &self.installed, &self.port)
     }
 }
+
+/// The counters and flows of the NFs `installed` in pipeline `p` for port
+/// `port` (a port's XDP part, or the NFs ahead of a hybrid path).
+pub fn offloaded_status(p: &Pipeline, installed: &Installed, port: &str) -> Vec<OffloadedStatus> {
+    let counters = installed.counters(p).unwrap_or_default();
+    installed
+        .nfs
+        .iter()
+        .enumerate()
+        .map(|(i, nf)| {
+            let flows = |config| flow_statuses(p.flows(config).unwrap_or_default());
+            let (flows_total, flows) = nf.flow_monitor.map(flows).unwrap_or_default();
+            OffloadedStatus {
+                name: nf.name.clone(),
+                id: nf.id,
+                kind: nf.kind.clone(),
+                port: port.to_string(),
+                counters: counters.get(i).cloned().unwrap_or_default(),
+                flows_total,
+                flows,
+            }
+        })
+        .collect()
+}
+
+impl FastPath {}
 
 /// How many flows `entries` hold (entries of one 5-tuple under several
 /// configs, a process's threads, summed), and the busiest

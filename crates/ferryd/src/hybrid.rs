@@ -21,7 +21,7 @@ use ferry_chain::proto::OffloadedStatus;
 use ferry_chain::spec::XdpMode;
 use ferry_evnf::firewall::Firewall;
 use ferry_evnf::types::HybridType;
-use ferry_place::{Configs, HybridNf, HybridPath, InstalledNf};
+use ferry_place::{Configs, HybridNf, HybridPath, Installed};
 
 use crate::ports::Port;
 
@@ -32,7 +32,7 @@ pub struct Hybrids {
     /// Per hybrid NF that runs whole as a process: its name and type.
     whole: Vec<(String, &'static HybridType)>,
     /// The NFs in XDP ahead of the hybrid NFs, by port.
-    ahead: Vec<(String, InstalledNf)>,
+    ahead: Vec<(String, Installed)>,
     /// Who gets a hybrid path's frames on its port's sockets: the NF with
     /// a slow path, or the process after the path (NF, port).
     to_sockets: Vec<(String, String)>,
@@ -130,7 +130,7 @@ impl Hybrids {
             attach(&mut evnf, chain, (&before, fast, then), port(&path.port)?)?;
             let slow = path.nfs.iter().find(|n| n.slow_path).map(|n| n.name.clone());
             to_sockets.extend(slow.or(path.then.clone()).map(|nf| (nf, path.port.clone())));
-            ahead.extend(installed.nfs.into_iter().map(|nf| (path.port.clone(), nf)));
+            ahead.push((path.port.clone(), installed));
         }
         Ok(Some(Hybrids { evnf, nfs, whole: whole_nfs, ahead, to_sockets, _nft: nft }))
     }
@@ -139,29 +139,7 @@ impl Hybrids {
     /// flows, as a port's XDP part reports its own.
     pub fn offloaded(&self) -> Vec<OffloadedStatus> {
         let p = self.evnf.pipeline();
-        self.ahead
-            .iter()
-            .map(|(port, nf)| {
-                let counters = nf
-                    .counters
-                    .iter()
-                    .map(|(name, config)| (name.to_string(), p.counter(*config).map_or(0, |c| c.packets)))
-                    .collect();
-                let (flows_total, flows) = nf
-                    .flow_monitor
-                    .map(|c| crate::fastpath::flow_statuses(p.flows(c).unwrap_or_default()))
-                    .unwrap_or_default();
-                OffloadedStatus {
-                    name: nf.name.clone(),
-                    id: nf.id,
-                    kind: nf.kind.clone(),
-                    port: port.clone(),
-                    counters,
-                    flows_total,
-                    flows,
-                }
-            })
-            .collect()
+        self.ahead.iter().flat_map(|(port, installed)| crate::fastpath::offloaded_status(p, installed, port)).collect()
     }
 
     /// Registers `socket` (NF `nf`'s, on receive queue `queue` of port

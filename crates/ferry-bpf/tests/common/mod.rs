@@ -39,3 +39,37 @@ pub fn pin_to_this_cpu() {
         assert_eq!(rc, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
     }
 }
+
+/// Runs `agree` on 3000 frames made from `templates`: one of them, with up
+/// to 3 bytes within the first `span` replaced or nudged by up to 8, and
+/// maybe cut short within `span` bytes. Panics with proptest's minimal
+/// failing case.
+pub fn mutated_frames_agree(
+    templates: impl Fn() -> Vec<Vec<u8>>,
+    span: usize,
+    agree: impl Fn(&[u8]) -> Result<(), proptest::test_runner::TestCaseError>,
+) {
+    use proptest::prelude::*;
+    let n = templates().len();
+    let frames = (
+        0usize..n,
+        proptest::collection::vec((0usize..span, any::<u8>(), any::<bool>()), 0..4),
+        proptest::option::of(0usize..span),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(3000));
+    let result = runner.run(&frames, |(which, edits, cut)| {
+        let mut f = templates().swap_remove(which);
+        for (pos, byte, nudge) in edits {
+            if pos < f.len() {
+                f[pos] = if nudge { f[pos].wrapping_add(byte % 16).wrapping_sub(8) } else { byte };
+            }
+        }
+        if let Some(len) = cut {
+            f.truncate(len);
+        }
+        agree(&f)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
