@@ -1,6 +1,6 @@
 //! The maps of the hybrid NFs' fast paths that their control planes work
 //! on: rule tables, connection tables, counters. [`EvnfMaps`] is built
-//! either from the loaded object (`ferry evnf run`, tests) or from map fds
+//! either from the loaded object (ferryd, tests) or from map fds
 //! an unprivileged control plane received from ferryd by SCM_RIGHTS; with
 //! an fd in hand, a process needs no capability to read and write a map
 //! (Linux 6.5 and later check privileges when maps are created, not when

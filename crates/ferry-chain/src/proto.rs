@@ -128,6 +128,15 @@ pub enum Msg {
     ListReply {
         chains: Vec<ChainSummary>,
     },
+    /// Re-read the configuration files chain `chain`'s hybrid NFs name
+    /// (`config=FILE`) and apply them where they run, without a restart.
+    Reload {
+        chain: String,
+    },
+    /// Per hybrid NF: what became of the reload.
+    Reloaded {
+        nfs: Vec<NfReload>,
+    },
     /// ferryd itself: where it serves metrics.
     Info,
     InfoReply {
@@ -140,6 +149,15 @@ pub enum Msg {
     Error {
         message: String,
     },
+}
+
+/// One NF's part of a reload.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NfReload {
+    pub nf: String,
+    /// `applied`; `failed` (its log says why; it keeps what it had);
+    /// `not running` (it reads the file when it starts); or `no answer`.
+    pub outcome: String,
 }
 
 /// The fds of a Welcome, in order.
@@ -350,6 +368,8 @@ fn kind_of(m: &Msg) -> u16 {
         Msg::ListReply { .. } => 14,
         Msg::Info => 15,
         Msg::InfoReply { .. } => 16,
+        Msg::Reload { .. } => 17,
+        Msg::Reloaded { .. } => 18,
     }
 }
 

@@ -5,12 +5,14 @@
 //! * SFC 1: wrk (client, CPU 0) -> firewall -> L4 balancer -> two nginx
 //!   (b1, b2, CPU 1). Kernel variant: nftables rules equal to the eFW's
 //!   fast rules and HAProxy in TCP mode (CPU 1) on the VIP. Ferry variant:
-//!   eFW -> eLB in XDP (`ferry evnf run`, control plane on CPU 1).
+//!   eFW -> eLB in XDP (examples/chains/edge.yaml under ferryd, control
+//!   planes on CPU 1).
 //!   Requests/s and latency at each connection count; CPU of the balancer
 //!   process and of softirq (where XDP and nftables run).
 //! * SFC 2: four iperf3 flows (client, CPU 0) -> firewall -> DPI -> b1;
 //!   a share of them to the elephant protocol's ports. nDPI alone (every
-//!   frame inspected in user space) vs eDPI (bypass rules).
+//!   frame inspected in user space) vs eDPI (bypass rules), both
+//!   examples/chains/edge-dpi.yaml under ferryd, NFs on CPU 1.
 //! * Pipeline overhead (P4SFC Fig. 6): `bench pipeline`'s measurement.
 
 use std::time::Duration;
@@ -22,7 +24,9 @@ use ferry_testbed::apps::{
 use ferry_testbed::{Testbed, TestbedNames};
 use serde::Serialize;
 
-use crate::evnfproc::{run_in, sfc_testbed, EvnfProc, SFC1, SFC2, VIP};
+use ferry_chain::proto::Status;
+
+use crate::sfc::{run_in, sfc_testbed, SfcChain, EDGE, EDGE_DPI, SFC1, SFC2, VIP};
 
 pub struct BenchEvnfOptions {
     pub scenarios: Vec<String>,
@@ -31,7 +35,6 @@ pub struct BenchEvnfOptions {
     pub duration: Duration,
     /// Runs per variant, alternating which goes first; medians reported.
     pub runs: usize,
-    pub ferry: std::path::PathBuf,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -90,8 +93,9 @@ pub struct BenchEvnfReport {
     pub sfc2: Vec<DpiRow>,
     pub sfc2_ratios: Vec<DpiRatio>,
     pub pipeline: Option<crate::benchpipeline::BenchPipelineReport>,
-    /// The hybrid NFs' own final reports (counters), one per Ferry run.
-    pub evnf_reports: Vec<serde_json::Value>,
+    /// The Ferry chain's status (every NF's counters) at the end of each
+    /// Ferry run.
+    pub ferry_status: Vec<Status>,
 }
 
 const BACKENDS: [(&str, &str, &str); 2] = [("b1", "10.10.2.11:80", "b1"), ("b2", "10.10.3.12:80", "b2")];
@@ -159,11 +163,12 @@ fn kernel_balancer(tb: &Testbed, opts: &BenchEvnfOptions) -> Result<Vec<HttpRow>
     rows
 }
 
-/// eFW + eLB in XDP.
-fn ferry_balancer(tb: &Testbed, opts: &BenchEvnfOptions, reports: &mut Vec<serde_json::Value>) -> Result<Vec<HttpRow>> {
-    let nf = EvnfProc::start(&opts.ferry, tb, SFC1, Some(1))?;
-    let rows = http_runs(tb, "efw+elb", nf.pid(), opts)?;
-    reports.push(nf.stop()?);
+/// eFW + eLB in XDP; the balancer's control plane is the process measured.
+fn ferry_balancer(tb: &Testbed, opts: &BenchEvnfOptions, reports: &mut Vec<Status>) -> Result<Vec<HttpRow>> {
+    let chain = SfcChain::start(tb, EDGE, SFC1, Some(1))?;
+    let rows = http_runs(tb, "efw+elb", chain.pid("lb")?, opts)?;
+    reports.push(chain.rc.status()?);
+    chain.stop()?;
     Ok(rows)
 }
 
@@ -205,14 +210,14 @@ fn sfc1(opts: &BenchEvnfOptions, report: &mut BenchEvnfReport) -> Result<()> {
         .iter()
         .map(|(ns, addr, name)| Nginx::start(&tb, ns, addr.parse().expect("address"), name, nginx_opts.clone()))
         .collect::<Result<_, _>>()?;
-    let mut evnf_reports = Vec::new();
+    let mut statuses = Vec::new();
     let (kernel, ferry) = alternate(
         opts.runs,
         || kernel_balancer(&tb, opts),
-        || ferry_balancer(&tb, opts, &mut evnf_reports),
+        || ferry_balancer(&tb, opts, &mut statuses),
         |r: &HttpRow| r.requests_per_sec,
     )?;
-    report.evnf_reports.extend(evnf_reports);
+    report.ferry_status.extend(statuses);
     for (k, f) in kernel.iter().zip(&ferry) {
         report.sfc1_ratios.push(HttpRatio {
             connections: k.connections,
@@ -263,16 +268,17 @@ fn sfc2(opts: &BenchEvnfOptions, report: &mut BenchEvnfReport) -> Result<()> {
         .map(|port| Iperf3Server::start(&tb, "b1", server, port, Some(1)))
         .collect::<Result<_, _>>()?;
     let alone = SFC2.replace("idle_timeout_s: 5", "idle_timeout_s: 5\n  bypass: false");
-    let evnf_reports = std::cell::RefCell::new(Vec::new());
+    let statuses = std::cell::RefCell::new(Vec::new());
     let dpi = |config: &str, variant: &'static str| -> Result<Vec<DpiRow>> {
-        let nf = EvnfProc::start(&opts.ferry, &tb, config, Some(1))?;
-        let rows = dpi_runs(&tb, variant, nf.pid(), opts)?;
-        evnf_reports.borrow_mut().push(nf.stop()?);
+        let chain = SfcChain::start(&tb, EDGE_DPI, config, Some(1))?;
+        let rows = dpi_runs(&tb, variant, chain.pid("dpi")?, opts)?;
+        statuses.borrow_mut().push(chain.rc.status()?);
+        chain.stop()?;
         Ok(rows)
     };
     let (ndpi, edpi) =
         alternate(opts.runs, || dpi(&alone, "ndpi-alone"), || dpi(SFC2, "edpi"), |r: &DpiRow| r.gbit_per_sec)?;
-    report.evnf_reports.extend(evnf_reports.into_inner());
+    report.ferry_status.extend(statuses.into_inner());
     for (n, e) in ndpi.iter().zip(&edpi) {
         report.sfc2_ratios.push(DpiRatio {
             elephant_percent: n.elephant_percent,

@@ -305,9 +305,9 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
     std::fs::write(dir.join("nat.yaml"), format!("nat:\n  public_ip: {NAT_PUBLIC}\n  ports: 20000-29999\n"))?;
     if o.scenarios.iter().any(|s| s == "nat") {
         for args in NAT_ROUTING {
-            crate::evnfproc::run_in(&tb, "dut", "ip", args)?;
+            crate::sfc::run_in(&tb, "dut", "ip", args)?;
         }
-        crate::evnfproc::run_in(&tb, "dut", "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+        crate::sfc::run_in(&tb, "dut", "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
     }
     let mut samples = Vec::new();
     let result = (|| -> Result<()> {

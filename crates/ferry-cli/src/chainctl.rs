@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use ferry_chain::proto::{self, AuditReport, ChainSummary, FlowStatus, Msg, Status};
+use ferry_chain::proto::{self, AuditReport, ChainSummary, FlowStatus, Msg, NfReload, Status};
 
 /// A ferryd process started with one chain; shut down (and killed if need
 /// be) on drop.
@@ -175,6 +175,15 @@ pub fn deploy(admin: &Path, file: &Path) -> Result<ChainSummary> {
 pub fn remove(admin: &Path, chain: &str) -> Result<()> {
     match admin_request(admin, &Msg::Remove { chain: chain.to_string() })? {
         Msg::Ok => Ok(()),
+        other => bail!("unexpected reply {other:?}"),
+    }
+}
+
+/// Has chain `chain`'s hybrid NFs read their configuration files again;
+/// what became of it, per NF.
+pub fn reload(admin: &Path, chain: &str) -> Result<Vec<NfReload>> {
+    match admin_request(admin, &Msg::Reload { chain: chain.to_string() })? {
+        Msg::Reloaded { nfs } => Ok(nfs),
         other => bail!("unexpected reply {other:?}"),
     }
 }

@@ -9,8 +9,8 @@ use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
 use ferry_cli::{
-    bench, benchchain, benchevnf, benchoffload, benchparallel, benchpipeline, chainctl, demo, evnfrun, genlive, genxsk,
-    nfrun, sink, txonly, xdprun,
+    bench, benchchain, benchevnf, benchoffload, benchparallel, benchpipeline, chainctl, demo, genlive, genxsk, nfrun,
+    sink, txonly, xdprun,
 };
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
@@ -55,9 +55,6 @@ enum Cmd {
         #[arg(long)]
         no_clear: bool,
     },
-    /// Hybrid NFs (eVNF): eFW, eLB, eDPI with XDP fast paths.
-    #[command(subcommand)]
-    Evnf(EvnfCmd),
     /// Kubernetes: the kubelet device plugin for NF pods.
     #[command(subcommand)]
     K8s(K8sCmd),
@@ -222,6 +219,14 @@ enum ChainCmd {
     },
     /// Remove chain NAME from a running ferryd (its NFs are stopped).
     Remove {
+        name: String,
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: PathBuf,
+    },
+    /// Re-read the configuration files chain NAME's hybrid NFs name
+    /// (config=FILE) and apply them without a restart: rules, nftables,
+    /// backends and weights, timeouts.
+    Reload {
         name: String,
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
@@ -477,24 +482,6 @@ enum K8sCmd {
 }
 
 #[derive(Subcommand)]
-enum EvnfCmd {
-    /// Runs the NFs of FILE (examples/evnf/*.yaml) in this network
-    /// namespace until SIGINT/SIGTERM; SIGHUP reloads FILE.
-    Run {
-        file: PathBuf,
-        /// Write the JSON report here after every timer tick and reload.
-        #[arg(long)]
-        status: Option<PathBuf>,
-        /// Stop after this long.
-        #[arg(long, value_parser = parse_duration)]
-        duration: Option<Duration>,
-        /// Print the final report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Subcommand)]
 enum BenchCmd {
     /// XDP_DROP, XDP_TX, AF_XDP RX-and-drop and AF_XDP l2fwd at 64 and 1500 B.
     Io {
@@ -653,6 +640,9 @@ fn split_nf_args(args: &[String]) -> Vec<Vec<&str>> {
 }
 
 fn main() {
+    // The libraries' warnings (hybrid NFs, BPF loading) on stderr; an NF
+    // ferryd started logs there too.
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(tracing::Level::WARN).init();
     if let Err(e) = run(Cli::parse()) {
         eprintln!("ferry: {}", render_error(&e));
         std::process::exit(1);
@@ -731,6 +721,17 @@ fn run(cli: Cli) -> Result<()> {
             })
         }
         Cmd::Chain(ChainCmd::Remove { name, admin }) => chainctl::remove(&admin, &name),
+        Cmd::Chain(ChainCmd::Reload { name, admin }) => {
+            let outcomes = chainctl::reload(&admin, &name)?;
+            for r in &outcomes {
+                println!("{}: {}", r.nf, r.outcome);
+            }
+            if outcomes.iter().all(|r| r.outcome == "applied" || r.outcome == "not running") {
+                Ok(())
+            } else {
+                Err(anyhow!("not every NF applied the reload"))
+            }
+        }
         Cmd::Chain(ChainCmd::List { admin, json }) => emit(json, &chainctl::list(&admin)?, chainctl::list_table),
         Cmd::Chain(ChainCmd::Show { name, admin, json }) => {
             let s = chainctl::status(&admin, &name)?;
@@ -757,10 +758,6 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 Err(anyhow!("frame conservation violated"))
             }
-        }
-        Cmd::Evnf(EvnfCmd::Run { file, status, duration, json }) => {
-            let report = evnfrun::run(&file, status.as_deref(), duration)?;
-            emit(json, &report, pretty)
         }
         Cmd::Chain(ChainCmd::Check { file, explain }) => {
             let (spec, placement) = ferry_place::load(&file)?;
@@ -887,8 +884,7 @@ fn run(cli: Cli) -> Result<()> {
             write_json(json.as_deref(), &report)
         }
         Cmd::Bench(BenchCmd::Evnf { scenarios, conns, elephants, duration, runs, json }) => {
-            let ferry = std::env::current_exe()?;
-            let opts = benchevnf::BenchEvnfOptions { scenarios, conns, elephants, duration, runs, ferry };
+            let opts = benchevnf::BenchEvnfOptions { scenarios, conns, elephants, duration, runs };
             let report = benchevnf::run(&opts)?;
             print!("{}", benchevnf::table(&report));
             write_json(json.as_deref(), &report)

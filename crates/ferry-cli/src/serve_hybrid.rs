@@ -10,9 +10,11 @@
 //! ferryd registered in the fast path's socket map), handle them and
 //! send them on out-link 0: their kernel hop, or a split NAT's miss port
 //! (back through the loop device), or, for a NAT that runs whole as a
-//! process, the next hop of its chain.
+//! process, the next hop of its chain. SIGHUP (`ferry chain reload`)
+//! makes it read its file again and write what changed into the tables.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
@@ -20,6 +22,7 @@ use ferry_bpf::abi::{SlowMeta, SLOW_MISS};
 use ferry_bpf::evnf::EvnfMaps;
 use ferry_evnf::hybrid::{monotonic_ns, HybridNf, SlowVerdict};
 use ferry_evnf::types::HybridType;
+use ferry_evnf::EvnfError;
 use ferry_sdk::{Nf, NfThread, Packet};
 
 /// How often the thread wakes to run timers and publish counters.
@@ -27,7 +30,46 @@ const WAKE_EVERY: Duration = Duration::from_millis(100);
 
 const BURST: usize = 32;
 
+/// Set by SIGHUP: ferryd asks the control plane to read its file again.
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_hangup(_: libc::c_int) {
+    RELOAD.store(true, Ordering::Relaxed);
+}
+
+/// The control plane's configuration file and what became of its reloads.
+struct Config<'a> {
+    kind: &'a str,
+    file: PathBuf,
+    /// [`ferry_evnf::types::RELOAD_COUNTERS`]: applied, refused.
+    reloads: [u64; 2],
+}
+
+impl Config<'_> {
+    /// Reads the file again; the control plane takes what may change and
+    /// writes it into the tables. A refused file changes nothing, or (if
+    /// writing the tables failed midway) leaves the NF on a mix that the
+    /// next good reload replaces.
+    fn reload(&mut self, control: &mut dyn HybridNf, maps: &mut EvnfMaps) {
+        let result = ferry_evnf::chained::config(self.kind, &self.file)
+            .map_err(EvnfError::Config)
+            .and_then(|spec| control.reconfigure(&spec))
+            .and_then(|()| control.install(maps));
+        match result {
+            Ok(()) => self.reloads[0] += 1,
+            Err(e) => {
+                tracing::warn!("{}: reloading {}: {e}", control.name(), self.file.display());
+                self.reloads[1] += 1;
+            }
+        }
+    }
+}
+
 pub fn serve(kind: &str, args: &[String]) -> Result<()> {
+    // Before the hello: ferryd signals only NFs that are connected, and
+    // SIGHUP's default action would end the process.
+    // SAFETY: the handler only stores to an atomic.
+    unsafe { libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t) };
     let t = ferry_evnf::types::find(kind).ok_or_else(|| anyhow!("{kind}: not a hybrid NF type"))?;
     let values = ferry_catalog::Values::of(kind, args)?;
     let file = values.text("config").unwrap_or_default();
@@ -37,11 +79,18 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
     let mut control = ferry_evnf::chained::control_plane(kind, &spec, &maps)?;
     control.install(&mut maps)?;
     let th = nf.thread(0)?;
-    run(th, t, control.as_mut(), &mut maps)
+    let config = Config { kind, file: PathBuf::from(file), reloads: [0; 2] };
+    run(th, t, control.as_mut(), &mut maps, config)
 }
 
-/// Serves timers until ferryd stops the NF.
-fn run(mut th: NfThread, t: &HybridType, control: &mut dyn HybridNf, maps: &mut EvnfMaps) -> Result<()> {
+/// Serves timers and reloads until ferryd stops the NF.
+fn run(
+    mut th: NfThread,
+    t: &HybridType,
+    control: &mut dyn HybridNf,
+    maps: &mut EvnfMaps,
+    mut config: Config,
+) -> Result<()> {
     let _ticker = th.waker().every(WAKE_EVERY);
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     let mut next_tick = 0u64;
@@ -58,6 +107,9 @@ fn run(mut th: NfThread, t: &HybridType, control: &mut dyn HybridNf, maps: &mut 
                 SlowVerdict::Drop => th.drop_packet(pkt),
             }
         }
+        if RELOAD.swap(false, Ordering::Relaxed) {
+            config.reload(control, maps);
+        }
         let now = monotonic_ns();
         if now >= next_tick {
             control.on_tick(maps, now).map_err(|e| anyhow!("{}: {e}", control.name()))?;
@@ -65,20 +117,21 @@ fn run(mut th: NfThread, t: &HybridType, control: &mut dyn HybridNf, maps: &mut 
         }
         // Once per burst (or wake-up), so the counters are current as soon
         // as a burst is handled.
-        publish(&th, t, control, maps);
+        publish(&th, t, control, maps, config.reloads);
     }
 }
 
 /// The fast paths' counters (packets, summed over CPUs; 0 for a counter
 /// that could not be read), then the control plane's, in the order the
-/// type declares them.
-fn publish(th: &NfThread, t: &HybridType, control: &dyn HybridNf, maps: &EvnfMaps) {
+/// type declares them, then the reloads'.
+fn publish(th: &NfThread, t: &HybridType, control: &dyn HybridNf, maps: &EvnfMaps, reloads: [u64; 2]) {
     let mut values: Vec<u64> = Vec::new();
     for f in t.fast_paths {
         let counters = maps.counters(*f).unwrap_or_default();
         values.extend((0..f.counter_names().len()).map(|i| counters.get(i).map_or(0, |(_, c)| c.packets)));
     }
     values.extend(control.control_counters());
+    values.extend(reloads);
     for (i, v) in values.into_iter().enumerate() {
         th.set_nf_counter(i, v);
     }

@@ -439,4 +439,8 @@ fn bench_evnf_smoke() {
     assert!(dpi.len() == 2 && dpi.iter().all(|g| *g > 0.0), "{dpi:?}");
     assert!(r["sfc1_ratios"][0]["rps_ratio"].as_f64().unwrap() > 0.0);
     assert!(done.stdout.contains("eDPI / nDPI alone"), "{}", done.stdout);
+    // Each Ferry run's chain status: eFW -> eLB once, eFW -> eDPI twice.
+    let statuses = r["ferry_status"].as_array().unwrap();
+    let chains: Vec<&str> = statuses.iter().map(|s| s["chain"].as_str().unwrap()).collect();
+    assert_eq!(chains, ["edge", "sfc2", "sfc2"]);
 }

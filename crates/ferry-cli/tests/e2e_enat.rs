@@ -16,7 +16,7 @@ use common::chain::*;
 use common::*;
 use ferry_chain::proto::Status;
 use ferry_cli::chainctl;
-use ferry_cli::evnfproc::sfc_testbed;
+use ferry_cli::sfc::sfc_testbed;
 use ferry_testbed::apps::{self, CurlOpts, Nginx, NginxOpts};
 
 const PUBLIC: Ipv4Addr = Ipv4Addr::new(10, 10, 2, 1);

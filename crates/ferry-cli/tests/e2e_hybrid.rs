@@ -5,17 +5,19 @@
 //! planes run as unprivileged NF processes holding only the fast path's
 //! map fds. Real HTTP goes through eFW -> eLB to two nginx backends, and
 //! iperf3 through eFW -> eDPI, whose slow path ferryd hands to the eDPI's
-//! process on the port's AF_XDP socket.
+//! process on the port's AF_XDP socket. `ferry chain reload` changes the
+//! balancer's weights and feedback while connections are open.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use common::chain::*;
 use common::*;
 use ferry_chain::proto::Status;
 use ferry_cli::chainctl;
-use ferry_cli::evnfproc::{run_in, sfc_testbed, SFC1, VIP};
+use ferry_cli::sfc::{established, run_in, sfc_testbed, SfcChain, EDGE, SFC1, VIP};
 use ferry_testbed::apps::{self, CurlOpts, Iperf3Server, IperfJob, IperfOpts, Nginx, NginxOpts};
 
 fn chain(dut: &str, config: &str) -> String {
@@ -295,5 +297,75 @@ fn edpi_in_a_chain_inspects_on_its_slow_path_and_bypasses_the_elephant() {
     let tables = run_in(&tb, "dut", "nft", &["list", "tables"]).unwrap();
     assert!(!tables.contains("ferry_efw"), "{tables}");
     rc.shutdown().unwrap();
+    down_and_check(tb);
+}
+
+/// eVNF's weights and feedback, changed at run time by `ferry chain
+/// reload`: open connections stay on their backend, new ones follow the
+/// weights in force; a bad file is refused and changes nothing.
+#[test]
+fn reload_moves_new_connections_and_keeps_open_ones() {
+    if !privileged("hybrid_reload") {
+        return;
+    }
+    let tb = sfc_testbed().expect("SFC testbed");
+    // /big: 3 MiB at 64 KiB/s, about 48 s per download, so the four
+    // downloads are still open while the feedback settles and the twenty
+    // requests below run, however slowly a loaded machine gets there
+    // (checked after the requests).
+    let opts = NginxOpts { big_file_bytes: 3 << 20, limit_rate: Some(64 << 10), ..Default::default() };
+    let _b1 = Nginx::start(&tb, "b1", "10.10.2.11:80".parse().unwrap(), "b1", opts.clone()).expect("nginx b1");
+    let _b2 = Nginx::start(&tb, "b2", "10.10.3.12:80".parse().unwrap(), "b2", opts).expect("nginx b2");
+    // Weight 0 for b2: every new connection goes to b1.
+    let only_b1 = SFC1.replace("10.10.3.12:80, weight: 1", "10.10.3.12:80, weight: 0");
+    let chain = SfcChain::start(&tb, EDGE, &only_b1, None).expect("eFW -> eLB under ferryd");
+    let downloads: Vec<_> = (0..4)
+        .map(|_| {
+            let names = (*tb).clone();
+            std::thread::spawn(move || {
+                let opts = CurlOpts { timeout: Duration::from_secs(120), local_port: None };
+                apps::curl_get(&names, "client", &format!("http://{VIP}/big"), opts)
+            })
+        })
+        .collect();
+    wait_until("the four downloads open at b1", || established(&tb, "b1", 80).unwrap().len() >= 4);
+    assert!(established(&tb, "b2", 80).unwrap().is_empty(), "no connection to the weight-0 backend");
+
+    // A file that does not parse is refused, with its line and field, and
+    // changes nothing.
+    let bad = only_b1.replace("weight: 0", "weight: 20000");
+    let err = chain.reload(&bad).expect_err("a weight over the limit");
+    assert!(err.to_string().contains("evnf.yaml:") && err.to_string().contains("backends[1].weight"), "{err:#}");
+    let s = chain.rc.status().unwrap();
+    assert_eq!((c(&s, "lb", "reloads"), c(&s, "lb", "reload_errors")), (0, 0), "nothing was applied");
+
+    // Equal weights, with feedback: b1 carries 4 open connections, b2 none.
+    // Each round moves b1's weight by 1/sqrt(2) down and b2's up to the
+    // range limit (4x); after four rounds both sit at their limits, 0.25
+    // and 4.0, where they stay while the downloads last.
+    let feedback = SFC1.replace("  idle_timeout_s: 60", "  idle_timeout_s: 60\n  feedback: { interval_ms: 100 }");
+    chain.reload(&feedback).expect("reload with feedback: both NFs apply it");
+    let s = chain.rc.status().unwrap();
+    assert_eq!((c(&s, "fw", "reloads"), c(&s, "lb", "reloads")), (1, 1), "{s:?}");
+    wait_until("four feedback rounds", || chain.rc.status().is_ok_and(|s| c(&s, "lb", "feedback_rounds") >= 4));
+    // New connections now go mostly to b2: it holds 400 of every 425 slots
+    // of the selection ring. Fixed source ports make the flow hashes, so the
+    // slots the connections land in, the same on every run.
+    let mut to_b2 = 0;
+    for port in 42_000..42_020 {
+        let opts = CurlOpts { local_port: Some(port), ..CurlOpts::default() };
+        let r = apps::curl_get(&tb, "client", &format!("http://{VIP}/"), opts).unwrap();
+        to_b2 += (r.body.trim() == "backend b2") as u32;
+    }
+    assert!(to_b2 >= 14, "{to_b2} of 20 new connections went to the idle backend");
+    // The premise held throughout: the downloads were still open at b1.
+    assert!(established(&tb, "b1", 80).unwrap().len() >= 4, "the downloads stay at b1 over the reloads");
+    let s = chain.rc.status().unwrap();
+    assert!(c(&s, "lb", "conns_open") >= 4, "{s:?}");
+    for d in downloads {
+        let r = d.join().unwrap().expect("downloads complete");
+        assert_eq!((r.status, r.body.len()), (200, 3 << 20), "complete, from their original backend");
+    }
+    chain.stop().unwrap();
     down_and_check(tb);
 }

@@ -10,11 +10,11 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use ferry_bpf::evnf::{EvFlow, EvNf, EvnfMaps, LbConn, LbReply, LB_CLOSING, LB_MAX_BACKENDS};
-use serde_json::json;
+use ferry_bpf::evnf::{EvFlow, EvnfMaps, LbConn, LbReply, LB_CLOSING, LB_MAX_BACKENDS};
 
 use crate::config::BalancerSpec;
-use crate::hybrid::{FastTable, HybridNf, Mode};
+use crate::config::EvnfSpec;
+use crate::hybrid::{FastTable, HybridNf};
 use crate::weights::{feedback_weights, selection_ring};
 use crate::EvnfError;
 
@@ -163,8 +163,11 @@ impl HybridNf for Balancer {
         "balancer"
     }
 
-    fn mode(&self) -> Mode {
-        Mode::Proactive
+    /// Backends, weights, the VIP, timeouts and feedback may change; a
+    /// dropped backend keeps its slot at weight 0, so its connections
+    /// stay where they are.
+    fn reconfigure(&mut self, spec: &EvnfSpec) -> Result<(), EvnfError> {
+        self.set_spec(spec.balancer.clone().ok_or_else(|| spec.missing("balancer"))?)
     }
 
     /// Backends and array first, the VIP last: a frame that sees the VIP
@@ -206,41 +209,8 @@ impl HybridNf for Balancer {
         Duration::from_millis(fb)
     }
 
-    /// `conns_open`, `conns_expired`.
+    /// `conns_open`, `conns_expired`, `feedback_rounds`.
     fn control_counters(&self) -> Vec<u64> {
-        vec![self.open_per_slot.iter().sum(), self.expired]
-    }
-
-    fn report(&self, fast: &EvnfMaps) -> serde_json::Value {
-        let mut conns_per_slot: HashMap<u32, u64> = HashMap::new();
-        for (_, c) in self.conns.entries() {
-            *conns_per_slot.entry(c.backend).or_default() += 1;
-        }
-        let backends: Vec<serde_json::Value> = self
-            .slots
-            .iter()
-            .enumerate()
-            .map(|(i, addr)| {
-                let load = fast.lb_backend_load(i as u32).unwrap_or_default();
-                json!({
-                    "addr": addr.to_string(),
-                    "weight": self.base.get(i).copied().unwrap_or(0),
-                    "weight_now": self.weights.get(i).map_or(0.0, |w| *w as f64 / 100.0),
-                    "packets": load.packets,
-                    "bytes": load.bytes,
-                    "tracked_conns": conns_per_slot.get(&(i as u32)).copied().unwrap_or(0),
-                    "open_conns": self.open_per_slot.get(i).copied().unwrap_or(0),
-                })
-            })
-            .collect();
-        json!({
-            "mode": self.mode(),
-            "vip": self.spec.vip.to_string(),
-            "counters": crate::counters_json(fast, EvNf::Balancer),
-            "reply_counters": crate::counters_json(fast, EvNf::BalancerReply),
-            "backends": backends,
-            "expired": self.expired,
-            "feedback_rounds": self.feedback_rounds,
-        })
+        vec![self.open_per_slot.iter().sum(), self.expired, self.feedback_rounds]
     }
 }

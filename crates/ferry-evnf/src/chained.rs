@@ -13,7 +13,7 @@ use std::path::Path;
 use ferry_bpf::evnf::EvnfMaps;
 
 use crate::balancer::Balancer;
-use crate::config::{parse_sections, EvnfSpec};
+use crate::config::EvnfSpec;
 use crate::dpi::Dpi;
 use crate::firewall::Firewall;
 use crate::hybrid::HybridNf;
@@ -28,7 +28,7 @@ pub fn config(kind: &str, path: &Path) -> Result<EvnfSpec, String> {
     if !path.is_absolute() {
         return Err(format!("config={}: give an absolute path (NFs run with / as working directory)", path.display()));
     }
-    let spec = parse_sections(path).map_err(|e| e.to_string())?;
+    let spec = crate::config::parse(path).map_err(|e| e.to_string())?;
     let present = match name {
         "firewall" => spec.firewall.is_some(),
         "balancer" => spec.balancer.is_some(),
@@ -44,12 +44,11 @@ pub fn config(kind: &str, path: &Path) -> Result<EvnfSpec, String> {
 /// The control plane of hybrid NF type `kind` over `maps`; it installs
 /// its rules when [`HybridNf::install`] is called.
 pub fn control_plane(kind: &str, spec: &EvnfSpec, maps: &EvnfMaps) -> Result<Box<dyn HybridNf>, EvnfError> {
-    let missing = || EvnfError::Config(format!("{}: no section for {kind}", spec.origin));
     match kind {
-        "efw" => Ok(Box::new(Firewall::new(spec.firewall.clone().ok_or_else(missing)?))),
-        "elb" => Ok(Box::new(Balancer::new(maps, spec.balancer.clone().ok_or_else(missing)?)?)),
-        "edpi" => Ok(Box::new(Dpi::new(maps, spec.dpi.clone().ok_or_else(missing)?)?)),
-        "enat" => Ok(Box::new(Nat::new(maps, spec.nat.clone().ok_or_else(missing)?)?)),
+        "efw" => Ok(Box::new(Firewall::new(spec.firewall.clone().ok_or_else(|| spec.missing("firewall"))?))),
+        "elb" => Ok(Box::new(Balancer::new(maps, spec.balancer.clone().ok_or_else(|| spec.missing("balancer"))?)?)),
+        "edpi" => Ok(Box::new(Dpi::new(maps, spec.dpi.clone().ok_or_else(|| spec.missing("dpi"))?)?)),
+        "enat" => Ok(Box::new(Nat::new(maps, spec.nat.clone().ok_or_else(|| spec.missing("nat"))?)?)),
         _ => Err(EvnfError::Config(format!("{kind}: no control plane runs under ferryd"))),
     }
 }

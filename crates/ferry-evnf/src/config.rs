@@ -1,10 +1,9 @@
-//! The hybrid-NF file (YAML): where chains start, and each NF's rules.
-//! Errors name the file, line and field (`ferry_testbed::yamlloc`).
+//! The hybrid NFs' configuration file (YAML): one section per NF type,
+//! which a chain file's hybrid NFs name with `config=FILE`; the chain
+//! file says where they run. Errors name the file, line and field
+//! (`ferry_testbed::yamlloc`).
 //!
 //! ```yaml
-//! ports:
-//!   - { dev: d0, chain: [firewall, balancer] }
-//!   - { dev: d1, chain: [balancer_reply] }
 //! firewall:
 //!   rules:
 //!     - { src: 10.10.66.0/24, action: deny }
@@ -22,58 +21,19 @@ use std::path::{Path, PathBuf};
 use ferry_testbed::yamlloc::{parse_located, Seg, YamlError};
 use serde::Deserialize;
 
-/// One of the fast-path programs, as named in `chain:` lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NfName {
-    Firewall,
-    Balancer,
-    BalancerReply,
-    Dpi,
-}
-
-impl NfName {
-    pub fn fast_path(self) -> ferry_bpf::evnf::EvNf {
-        use ferry_bpf::evnf::EvNf;
-        match self {
-            NfName::Firewall => EvNf::Firewall,
-            NfName::Balancer => EvNf::Balancer,
-            NfName::BalancerReply => EvNf::BalancerReply,
-            NfName::Dpi => EvNf::Dpi,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvnfSpec {
-    /// Where `ferry evnf run` starts chains. A chain file places hybrid
-    /// NFs by its own links, and reads only their sections
-    /// ([`parse_sections`]).
-    #[serde(default)]
-    pub ports: Vec<PortSpec>,
-    /// `driver` (default) or `generic`.
-    #[serde(default)]
-    pub xdp_mode: Option<String>,
     #[serde(default)]
     pub firewall: Option<FirewallSpec>,
     #[serde(default)]
     pub balancer: Option<BalancerSpec>,
     #[serde(default)]
     pub dpi: Option<DpiSpec>,
-    /// The eNAT: only in chains (`ferry evnf run` does not run it).
     #[serde(default)]
     pub nat: Option<NatSpec>,
     #[serde(skip)]
     pub origin: String,
-}
-
-/// A device where frames enter a chain of fast paths.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PortSpec {
-    pub dev: String,
-    pub chain: Vec<NfName>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -189,10 +149,6 @@ pub struct DpiSpec {
     /// false: classify only, never bypass (nDPI alone, the baseline).
     #[serde(default = "yes")]
     pub bypass: bool,
-    /// The TUN device the slow path hands inspected packets back to the
-    /// kernel through.
-    #[serde(default = "reinject_dev")]
-    pub reinject_dev: String,
 }
 
 fn dpi_idle() -> f64 {
@@ -200,9 +156,6 @@ fn dpi_idle() -> f64 {
 }
 fn yes() -> bool {
     true
-}
-fn reinject_dev() -> String {
-    "fy-dpi0".into()
 }
 
 /// The eNAT: endpoint-independent mapping and filtering (RFC 4787).
@@ -260,20 +213,10 @@ fn check_timeout(seconds: f64) -> Result<(), String> {
     }
 }
 
-/// Reads and validates a hybrid-NF file.
+/// Reads and validates a hybrid NFs' configuration file.
 pub fn parse(path: &Path) -> Result<EvnfSpec, YamlError> {
     let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
     let mut spec = EvnfSpec::from_yaml_str(&text, &origin)?;
-    spec.resolve_files(path);
-    Ok(spec)
-}
-
-/// Reads and validates the NF sections of a hybrid-NF file, for NFs a
-/// chain file places: its `ports:` may be absent, and are not checked.
-pub fn parse_sections(path: &Path) -> Result<EvnfSpec, YamlError> {
-    let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
-    let mut spec: EvnfSpec = parse_located(&text, &origin, EvnfSpec::validate_sections)?;
-    spec.origin = origin;
     spec.resolve_files(path);
     Ok(spec)
 }
@@ -294,90 +237,13 @@ impl EvnfSpec {
         Ok(spec)
     }
 
-    /// Which NF follows which, over all chains (each NF has one successor).
-    pub fn successors(&self) -> Vec<(NfName, Option<NfName>)> {
-        let mut out: Vec<(NfName, Option<NfName>)> = Vec::new();
-        for p in &self.ports {
-            for (i, nf) in p.chain.iter().enumerate() {
-                if !out.iter().any(|(n, _)| n == nf) {
-                    out.push((*nf, p.chain.get(i + 1).copied()));
-                }
-            }
-        }
-        out
-    }
-
-    pub fn uses(&self, nf: NfName) -> bool {
-        self.ports.iter().any(|p| p.chain.contains(&nf))
-    }
-
-    fn validate(&self) -> Result<(), Invalid> {
-        use Seg::{Index, Key};
-        if self.ports.is_empty() {
-            return Err((vec![Key("ports")], "at least one port is required".into()));
-        }
-        if let Some(m) = &self.xdp_mode {
-            if let Err(e) = m.parse::<ferry_bpf::AttachMode>() {
-                return Err((vec![Key("xdp_mode")], e));
-            }
-        }
-        let mut next: Vec<(NfName, Option<NfName>)> = Vec::new();
-        for (pi, p) in self.ports.iter().enumerate() {
-            let at = |k: &'static str| vec![Key("ports"), Index(pi), Key(k)];
-            if p.dev.is_empty() || p.dev.len() > 15 {
-                return Err((at("dev"), format!("{:?}: device names have 1 to 15 bytes", p.dev)));
-            }
-            if self.ports[..pi].iter().any(|q| q.dev == p.dev) {
-                return Err((at("dev"), format!("{:?} has a chain already", p.dev)));
-            }
-            // The slow path hands frames back to the kernel, not to the NFs
-            // after it, and its sockets are keyed by queue in one map.
-            if let Some(i) = p.chain.iter().position(|n| *n == NfName::Dpi) {
-                if i + 1 != p.chain.len() {
-                    return Err((at("chain"), "dpi must be the last NF of its chain".into()));
-                }
-                if self.ports[..pi].iter().any(|q| q.chain.contains(&NfName::Dpi)) {
-                    return Err((at("chain"), "dpi may start on one port only".into()));
-                }
-            }
-            if p.chain.is_empty() {
-                return Err((at("chain"), "a chain needs at least one NF".into()));
-            }
-            for (i, nf) in p.chain.iter().enumerate() {
-                let mut path = at("chain");
-                path.push(Index(i));
-                if p.chain[..i].contains(nf) {
-                    return Err((path, format!("{nf:?} appears twice in one chain")));
-                }
-                let succ = p.chain.get(i + 1).copied();
-                match next.iter().find(|(n, _)| n == nf) {
-                    Some((_, s)) if *s != succ => {
-                        return Err((
-                            path,
-                            format!("{nf:?} is followed by {s:?} in another chain; an NF has one successor"),
-                        ))
-                    }
-                    Some(_) => {}
-                    None => next.push((*nf, succ)),
-                }
-                let configured = match nf {
-                    NfName::Firewall => self.firewall.is_some(),
-                    NfName::Balancer | NfName::BalancerReply => self.balancer.is_some(),
-                    NfName::Dpi => self.dpi.is_some(),
-                };
-                if !configured {
-                    return Err((path, format!("{nf:?} is used but has no section of its own")));
-                }
-            }
-        }
-        if self.uses(NfName::Balancer) && !self.uses(NfName::BalancerReply) {
-            return Err((vec![Key("ports")], "balancer needs balancer_reply on the backend-facing ports".into()));
-        }
-        self.validate_sections()
+    /// The error for an NF whose section the file lacks.
+    pub fn missing(&self, section: &str) -> crate::EvnfError {
+        crate::EvnfError::Config(format!("{}: no `{section}:` section", self.origin))
     }
 
     /// The NFs' own sections: rules, backends, weights, timeouts.
-    fn validate_sections(&self) -> Result<(), Invalid> {
+    fn validate(&self) -> Result<(), Invalid> {
         use Seg::{Index, Key};
         if let Some(fw) = &self.firewall {
             if fw.rules.len() >= ferry_bpf::evnf::FW_MAX_RULES as usize {
@@ -445,46 +311,35 @@ impl EvnfSpec {
 mod tests {
     use super::*;
 
-    const GOOD: &str = "ports:\n  - { dev: d0, chain: [firewall, balancer] }\n  - { dev: d1, chain: [balancer_reply] }\nfirewall:\n  rules:\n    - { src: 10.10.66.0/24, action: deny }\n    - { proto: tcp, port: 80, action: allow }\nbalancer:\n  vip: 10.10.9.9:80\n  backends:\n    - { addr: 10.10.2.11:80, weight: 2 }\n    - { addr: 10.10.3.12:80 }\n";
+    const GOOD: &str = "firewall:\n  rules:\n    - { src: 10.10.66.0/24, action: deny }\n    - { proto: tcp, port: 80, action: allow }\nbalancer:\n  vip: 10.10.9.9:80\n  backends:\n    - { addr: 10.10.2.11:80, weight: 2 }\n    - { addr: 10.10.3.12:80 }\n";
 
     #[test]
-    fn parses_a_chain_file() {
+    fn parses_the_sections() {
         let s = EvnfSpec::from_yaml_str(GOOD, "sfc.yaml").unwrap();
         assert_eq!(s.firewall.as_ref().unwrap().rules[0].subnet(), Some((Ipv4Addr::new(10, 10, 66, 0), 24)));
         assert_eq!(s.balancer.as_ref().unwrap().backends[1].weight, 1);
-        assert_eq!(
-            s.successors(),
-            vec![(NfName::Firewall, Some(NfName::Balancer)), (NfName::Balancer, None), (NfName::BalancerReply, None)]
-        );
+        assert!(s.dpi.is_none() && s.nat.is_none());
     }
 
     #[test]
     fn errors_name_file_line_and_field() {
         let bad = GOOD.replace("10.10.66.0/24", "10.10.66.0/40");
         let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
-        assert!(e.starts_with("sfc.yaml:6:") && e.contains("firewall.rules[0].src") && e.contains("prefix"), "{e}");
+        assert!(e.starts_with("sfc.yaml:3:") && e.contains("firewall.rules[0].src") && e.contains("prefix"), "{e}");
         let bad = GOOD.replace("10.10.9.9:80", "10.10.9.9");
         let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
         assert!(e.contains("balancer.vip"), "{e}");
-        let bad = GOOD.replace("chain: [balancer_reply]", "chain: [firewall]");
-        let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
-        assert!(e.contains("ports[1].chain[0]") && e.contains("one successor"), "{e}");
         let bad = GOOD.replace("balancer:\n", "balancr:\n");
         assert!(EvnfSpec::from_yaml_str(&bad, "sfc.yaml").is_err());
-        let bad = GOOD.replace("idle_timeout_s", "x").replace("  vip:", "  idle_timeout_s: .nan\n  vip:");
+        let bad = GOOD.replace("  vip:", "  idle_timeout_s: .nan\n  vip:");
         let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
         assert!(e.contains("balancer.idle_timeout_s"), "{e}");
-        let bad = GOOD.replace("chain: [balancer_reply]", "chain: [balancer]");
-        let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
-        assert!(e.contains("balancer_reply"), "{e}");
         let bad = GOOD.replace("weight: 2", "weight: 20000");
         let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
         assert!(e.contains("backends[0].weight"), "{e}");
-        let bad = GOOD.replace("dev: d1", "dev: d0");
-        let e = EvnfSpec::from_yaml_str(&bad, "sfc.yaml").unwrap_err().to_string();
-        assert!(e.contains("ports[1].dev"), "{e}");
-        let bad = "ports:\n  - { dev: d0, chain: [dpi] }\n";
-        let e = EvnfSpec::from_yaml_str(bad, "x.yaml").unwrap_err().to_string();
-        assert!(e.contains("ports[0].chain[0]") && e.contains("no section"), "{e}");
+        // Where the NFs run is the chain file's business.
+        let bad = format!("ports:\n  - {{ dev: d0, chain: [firewall] }}\n{GOOD}");
+        let e = EvnfSpec::from_yaml_str(&bad, "x.yaml").unwrap_err().to_string();
+        assert!(e.contains("ports"), "{e}");
     }
 }

@@ -10,12 +10,12 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use ferry_bpf::abi::SlowMeta;
-use ferry_bpf::evnf::{DpiBypass, EvFlow, EvNf, EvnfMaps};
+use ferry_bpf::evnf::{DpiBypass, EvFlow, EvnfMaps};
 use ferry_ndpi::{Classification, Flow, Ndpi};
-use serde_json::json;
 
 use crate::config::DpiSpec;
-use crate::hybrid::{ip_packet, monotonic_ns, FastTable, HybridNf, Mode, SlowVerdict};
+use crate::config::EvnfSpec;
+use crate::hybrid::{ip_packet, monotonic_ns, FastTable, HybridNf, SlowVerdict};
 use crate::EvnfError;
 
 struct FlowState {
@@ -122,8 +122,8 @@ impl HybridNf for Dpi {
         "dpi"
     }
 
-    fn mode(&self) -> Mode {
-        Mode::Reactive
+    fn reconfigure(&mut self, spec: &EvnfSpec) -> Result<(), EvnfError> {
+        self.set_spec(spec.dpi.clone().ok_or_else(|| spec.missing("dpi"))?)
     }
 
     fn install(&mut self, _fast: &mut EvnfMaps) -> Result<(), EvnfError> {
@@ -175,28 +175,6 @@ impl HybridNf for Dpi {
     /// `inspected`, `bypass_installed`, `bypass_expired`, `slow_path_flows`.
     fn control_counters(&self) -> Vec<u64> {
         vec![self.inspected, self.bypass_installed, self.bypass_expired, self.flows.len() as u64]
-    }
-
-    fn report(&self, fast: &EvnfMaps) -> serde_json::Value {
-        let rules: Vec<serde_json::Value> = self
-            .bypass
-            .entries()
-            .iter()
-            .map(|(k, v)| json!({ "flow": k.to_string(), "app": self.ndpi.protocol_name(v.app as u16), "packets": v.packets, "bytes": v.bytes }))
-            .collect();
-        json!({
-            "mode": self.mode(),
-            "counters": crate::counters_json(fast, EvNf::Dpi),
-            "bypass": self.spec.bypass,
-            "elephants": self.spec.elephants,
-            "slow_path_flows": self.flows.len(),
-            "inspected_packets": self.inspected,
-            "classified_flows": self.classified,
-            "bypass_rules": rules,
-            "bypass_installed": self.bypass_installed,
-            "bypass_expired": self.bypass_expired,
-            "bypass_errors": self.bypass_errors,
-        })
     }
 }
 

@@ -6,11 +6,11 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use ferry_bpf::evnf::{EvNf, EvnfMaps, FwRule, FW_ALLOW, FW_DENY};
-use serde_json::json;
+use ferry_bpf::evnf::{EvnfMaps, FwRule, FW_ALLOW, FW_DENY};
 
+use crate::config::EvnfSpec;
 use crate::config::{FirewallSpec, FwAction};
-use crate::hybrid::{HybridNf, Mode};
+use crate::hybrid::HybridNf;
 use crate::EvnfError;
 
 pub struct Firewall {
@@ -26,17 +26,6 @@ impl Firewall {
 
     pub fn set_spec(&mut self, spec: FirewallSpec) {
         self.spec = spec;
-    }
-
-    fn describe(&self, i: usize) -> String {
-        let r = &self.spec.rules[i];
-        let what = match (&r.src, r.proto, r.port) {
-            (Some(src), _, _) => format!("src {src}"),
-            (None, Some(p), Some(port)) => format!("{p:?} port {port}").to_lowercase(),
-            (None, Some(p), None) => format!("{p:?}").to_lowercase(),
-            (None, None, _) => "nothing".into(),
-        };
-        format!("{what} {:?}", r.action).to_lowercase()
     }
 
     /// Applies the kernel half, the nftables ruleset, in the calling
@@ -124,8 +113,12 @@ impl HybridNf for Firewall {
         "firewall"
     }
 
-    fn mode(&self) -> Mode {
-        Mode::Offloading
+    /// Rules and the nftables ruleset may change; ferryd re-applies the
+    /// ruleset (it needs CAP_NET_ADMIN).
+    fn reconfigure(&mut self, spec: &EvnfSpec) -> Result<(), EvnfError> {
+        let section = spec.firewall.clone().ok_or_else(|| spec.missing("firewall"))?;
+        self.set_spec(section);
+        Ok(())
     }
 
     /// New rules are written over the old ones before stale ones go, so a
@@ -157,17 +150,6 @@ impl HybridNf for Firewall {
 
     fn on_tick(&mut self, _fast: &mut EvnfMaps, _now_ns: u64) -> Result<(), EvnfError> {
         Ok(())
-    }
-
-    fn report(&self, fast: &EvnfMaps) -> serde_json::Value {
-        let counters = crate::counters_json(fast, EvNf::Firewall);
-        let rules: Vec<serde_json::Value> = (0..self.spec.rules.len())
-            .map(|i| {
-                let hits = fast.fw_rule_hits(i as u32 + 1).unwrap_or_default();
-                json!({ "rule": self.describe(i), "packets": hits.packets, "bytes": hits.bytes })
-            })
-            .collect();
-        json!({ "mode": self.mode(), "counters": counters, "rules": rules, "nftables_tables": self.nft_tables })
     }
 
     fn shutdown(&mut self) {

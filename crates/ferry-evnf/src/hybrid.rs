@@ -16,25 +16,16 @@
 //! from the same tables and from the per-NF counters.
 
 use std::hash::Hash;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 use aya::maps::Map;
 use aya::Pod;
 use ferry_bpf::abi::SlowMeta;
-use ferry_bpf::evnf::{DpiBypass, Evnf, EvnfMaps, LbConn, LbReply};
+use ferry_bpf::evnf::{DpiBypass, EvnfMaps, LbConn, LbReply};
 use ferry_bpf::state::{StateTable, Update};
-use ferry_xsk::{BindMode, Port, RingSizes, SocketConfig, Umem, UmemConfig, XdpDesc, XskSocket};
 
+use crate::config::EvnfSpec;
 use crate::EvnfError;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    Proactive,
-    Reactive,
-    Offloading,
-}
 
 /// Now on the clock `bpf_ktime_get_ns()` reads (CLOCK_MONOTONIC).
 pub fn monotonic_ns() -> u64 {
@@ -122,96 +113,9 @@ impl<K: Pod + Eq + Hash + Send + 'static, V: Stamped + Send + 'static> FastTable
 /// What the slow path does with a frame once its handler has seen it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlowVerdict {
-    /// Back to the kernel stack (through the TUN device), which routes it.
+    /// On, to the NF's out-link (a kernel hop, or the next NF).
     Reinject,
     Drop,
-}
-
-/// Slow-path counters.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct SlowCounters {
-    pub received: u64,
-    pub reinjected: u64,
-    pub dropped: u64,
-    /// Frames without the fast path's metadata or without an IP header.
-    pub malformed: u64,
-    pub reinject_errors: u64,
-    /// Frames the kernel could not hand to the socket (its RX ring full,
-    /// or no free frame on the fill ring): counted by the kernel.
-    pub socket_dropped: u64,
-}
-
-/// One slow-path AF_XDP socket: a device queue, its own UMEM, registered
-/// in the fast path's socket map.
-pub struct SlowPath {
-    port: Port,
-    descs: Vec<XdpDesc>,
-    pub counters: SlowCounters,
-}
-
-const SLOW_FRAMES: u32 = 4096;
-const SLOW_RING: u32 = 2048;
-
-impl SlowPath {
-    /// Opens the socket on `ifindex`/`queue` (copy mode: works on every
-    /// device) and registers it with the fast path.
-    pub fn open(evnf: &mut Evnf, ifindex: u32, queue: u32) -> Result<SlowPath, EvnfError> {
-        let umem = std::sync::Arc::new(Umem::create(
-            "ferry-slow-path",
-            UmemConfig { frame_count: SLOW_FRAMES, ..Default::default() },
-        )?);
-        let rings = RingSizes { rx: SLOW_RING, tx: 0, fill: SLOW_RING, comp: SLOW_RING };
-        let cfg = SocketConfig { rings, bind: BindMode::Copy, need_wakeup: true, busy_poll: None };
-        let sock = XskSocket::create(umem, ifindex, queue, &cfg, None)?;
-        evnf.register_xsk(queue, &sock)?;
-        let port = Port::new(sock, 0..SLOW_FRAMES, SLOW_RING)?;
-        Ok(SlowPath { port, descs: Vec::with_capacity(64), counters: SlowCounters::default() })
-    }
-
-    pub fn fd(&self) -> i32 {
-        self.port.socket().as_raw_fd()
-    }
-
-    /// Counters, with the kernel's drop count for the socket.
-    pub fn counters(&self) -> SlowCounters {
-        let stats = self.port.socket().statistics().unwrap_or_default();
-        SlowCounters {
-            socket_dropped: stats.rx_dropped + stats.rx_ring_full + stats.rx_fill_ring_empty_descs,
-            ..self.counters
-        }
-    }
-
-    /// Hands every received frame to `handler` (which may rewrite it),
-    /// then reinjects or drops it. Returns how many frames it handled.
-    pub fn service(
-        &mut self,
-        tun: &OwnedFd,
-        handler: &mut dyn FnMut(&mut [u8], SlowMeta) -> SlowVerdict,
-    ) -> Result<usize, EvnfError> {
-        self.descs.clear();
-        let n = self.port.recv(64, &mut self.descs);
-        for i in 0..n {
-            let desc = self.descs[i];
-            self.counters.received += 1;
-            let meta = self.port.metadata(&desc, std::mem::size_of::<SlowMeta>()).and_then(SlowMeta::from_bytes);
-            match (meta, self.port.frame_mut(&desc)) {
-                (Some(meta), Some(frame)) if meta.reason != 0 && ip_packet(frame).is_some() => {
-                    match handler(frame, meta) {
-                        SlowVerdict::Reinject => {
-                            match ip_packet(frame).map(|ip| ferry_xsk::tun::write_packet(tun, ip)) {
-                                Some(Ok(())) => self.counters.reinjected += 1,
-                                _ => self.counters.reinject_errors += 1,
-                            }
-                        }
-                        SlowVerdict::Drop => self.counters.dropped += 1,
-                    }
-                }
-                _ => self.counters.malformed += 1,
-            }
-            self.port.release(desc.addr);
-        }
-        Ok(n)
-    }
 }
 
 /// The IP packet inside an Ethernet frame (one VLAN tag allowed), or None
@@ -228,11 +132,14 @@ pub fn ip_packet(frame: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// A hybrid NF: its fast path is one of the eVNF programs; the runner
-/// ([`crate::runner`]) calls these from one thread.
+/// A hybrid NF's control plane: its fast path is an element of the stage
+/// pipeline; `ferry nf serve` calls these from the NF's one thread.
 pub trait HybridNf {
     fn name(&self) -> &'static str;
-    fn mode(&self) -> Mode;
+    /// Takes a changed configuration (the NF's section of `spec`): what
+    /// may change while it runs (rules, weights, timeouts) changes; what
+    /// may not is refused. [`HybridNf::install`] then writes it.
+    fn reconfigure(&mut self, spec: &EvnfSpec) -> Result<(), EvnfError>;
     /// Writes the NF's proactive rules and configuration into the fast
     /// path (at start and on reload).
     fn install(&mut self, fast: &mut EvnfMaps) -> Result<(), EvnfError>;
@@ -247,8 +154,6 @@ pub trait HybridNf {
     fn tick_interval(&self) -> Duration {
         Duration::from_millis(500)
     }
-    /// The NF's statistics, fast and slow path.
-    fn report(&self, fast: &EvnfMaps) -> serde_json::Value;
     /// The control plane's own counters, as its type declares them
     /// ([`crate::types::HybridType::control_counters`]), in that order.
     fn control_counters(&self) -> Vec<u64> {

@@ -21,13 +21,13 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use ferry_bpf::abi::SlowMeta;
-use ferry_bpf::evnf::{EvNf, EvnfMaps, NatEntry, NatKey, NAT_IN, NAT_OUT};
+use ferry_bpf::evnf::{EvnfMaps, NatEntry, NatKey, NAT_IN, NAT_OUT};
 use ferry_wire::ipv4::ip_proto;
 use ferry_wire::nat::{Endpoint, Headers, Side, Transport};
-use serde_json::json;
 
+use crate::config::EvnfSpec;
 use crate::config::NatSpec;
-use crate::hybrid::{monotonic_ns, FastTable, HybridNf, Mode, SlowVerdict, Stamped};
+use crate::hybrid::{monotonic_ns, FastTable, HybridNf, SlowVerdict, Stamped};
 use crate::EvnfError;
 
 impl Stamped for NatEntry {
@@ -205,8 +205,19 @@ impl HybridNf for Nat {
         "nat"
     }
 
-    fn mode(&self) -> Mode {
-        Mode::Reactive
+    /// Only the idle timeout may change: the public address and ports are
+    /// in the mappings the fast path holds.
+    fn reconfigure(&mut self, spec: &EvnfSpec) -> Result<(), EvnfError> {
+        let new = spec.nat.clone().ok_or_else(|| spec.missing("nat"))?;
+        if new.public_ip != self.spec.public_ip || new.ports != self.spec.ports {
+            return Err(EvnfError::Config(format!(
+                "{}: nat.public_ip and nat.ports change only when the chain is deployed again",
+                spec.origin
+            )));
+        }
+        self.table.set_idle(Duration::from_secs_f64(new.idle_timeout_s));
+        self.spec = new;
+        Ok(())
     }
 
     fn install(&mut self, _fast: &mut EvnfMaps) -> Result<(), EvnfError> {
@@ -278,20 +289,5 @@ impl HybridNf for Nat {
             self.not_natted,
             self.refused,
         ]
-    }
-
-    fn report(&self, fast: &EvnfMaps) -> serde_json::Value {
-        json!({
-            "mode": self.mode(),
-            "public_ip": self.spec.public_ip.to_string(),
-            "counters": crate::counters_json(fast, EvNf::Nat),
-            "reply_counters": crate::counters_json(fast, EvNf::NatReply),
-            "mappings": self.public_of.len(),
-            "made": self.made,
-            "expired": self.expired,
-            "ports_exhausted": self.exhausted,
-            "mapping_errors": self.errors,
-            "refused": self.refused,
-        })
     }
 }

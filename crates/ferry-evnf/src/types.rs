@@ -59,7 +59,7 @@ pub const TYPES: [HybridType; 4] = [
             Element { name: "ip-classifier", offload: Offload::Full },
             Element { name: "lb-rewriter", offload: Offload::Partial },
         ],
-        control_counters: &["conns_open", "conns_expired"],
+        control_counters: &["conns_open", "conns_expired", "feedback_rounds"],
         args: &[
             CONFIG,
             reply_ports(
@@ -115,16 +115,21 @@ pub const TYPES: [HybridType; 4] = [
     },
 ];
 
+/// Counters every hybrid NF's control plane keeps after its own: the
+/// reloads of its configuration file it applied, and those it refused
+/// (keeping what it had).
+pub const RELOAD_COUNTERS: [&str; 2] = ["reloads", "reload_errors"];
+
 /// The hybrid type `kind`, if it is one.
 pub fn find(kind: &str) -> Option<&'static HybridType> {
     TYPES.iter().find(|t| t.kind == kind)
 }
 
 /// The counters of a hybrid NF type: its fast paths' slots, in order,
-/// then its control plane's.
+/// then its control plane's, then [`RELOAD_COUNTERS`].
 pub fn counters(t: &HybridType) -> Vec<&'static str> {
     let fast = t.fast_paths.iter().flat_map(|f| f.counter_names().iter().copied());
-    fast.chain(t.control_counters.iter().copied()).collect()
+    fast.chain(t.control_counters.iter().copied()).chain(RELOAD_COUNTERS).collect()
 }
 
 /// The maps its control plane is given: those of all its fast paths.

@@ -1,24 +1,14 @@
-//! TUN and TAP devices: the way user-space packet paths hand frames back to
-//! the kernel stack (one write() per packet; the kernel receives it as if
-//! it had arrived on the device). The device lives as long as the fd.
+//! TAP devices: the way user-space packet paths hand frames back to the
+//! kernel stack (one write() per frame; the kernel receives it as if it
+//! had arrived on the device). The device lives as long as the fd.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::XskError;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const IFF_TUN: libc::c_short = 0x0001;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
-
-/// What the device carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TunKind {
-    /// IP packets, no link-layer header.
-    Tun,
-    /// Ethernet frames.
-    Tap,
-}
 
 #[repr(C)]
 struct IfReq {
@@ -27,9 +17,10 @@ struct IfReq {
     _pad: [u8; 22],
 }
 
-/// Creates (or attaches to) device `name` in the calling thread's network
-/// namespace and returns its fd. The device is down and has no address.
-pub fn open_tun(name: &str, kind: TunKind) -> Result<OwnedFd, XskError> {
+/// Creates (or attaches to) TAP device `name` in the calling thread's
+/// network namespace and returns its fd. The device is down and has no
+/// address.
+pub fn open_tap(name: &str) -> Result<OwnedFd, XskError> {
     if name.is_empty() || name.len() > 15 {
         return Err(XskError::Config { field: "device name", reason: "1 to 15 bytes" });
     }
@@ -43,25 +34,11 @@ pub fn open_tun(name: &str, kind: TunKind) -> Result<OwnedFd, XskError> {
     }
     // SAFETY: a fresh fd we own.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let flags = match kind {
-        TunKind::Tun => IFF_TUN,
-        TunKind::Tap => IFF_TAP,
-    } | IFF_NO_PI;
-    let mut req = IfReq { name: [0; 16], flags, _pad: [0; 22] };
+    let mut req = IfReq { name: [0; 16], flags: IFF_TAP | IFF_NO_PI, _pad: [0; 22] };
     req.name[..name.len()].copy_from_slice(name.as_bytes());
     // SAFETY: TUNSETIFF reads and writes an ifreq we own.
     if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) } < 0 {
-        return Err(XskError::sys("TUNSETIFF (creating the TUN/TAP device)"));
+        return Err(XskError::sys("TUNSETIFF (creating the TAP device)"));
     }
     Ok(fd)
-}
-
-/// Writes one packet (IP for TUN, Ethernet for TAP) into the kernel.
-pub fn write_packet(fd: &OwnedFd, packet: &[u8]) -> Result<(), XskError> {
-    // SAFETY: writes from a live slice.
-    let n = unsafe { libc::write(fd.as_raw_fd(), packet.as_ptr().cast(), packet.len()) };
-    if n < 0 {
-        return Err(XskError::sys("write to TUN/TAP"));
-    }
-    Ok(())
 }

@@ -13,7 +13,7 @@ use ferry_bpf::abi::VERDICT_NAMES;
 use ferry_bpf::flow_table::FlowTable;
 use ferry_chain::plan::ChainPlan;
 use ferry_chain::proto::{
-    self, ChainSummary, DomainStatus, FdRole, Msg, NfStatus, PortStatus, RingStatus, Status, Welcome,
+    self, ChainSummary, DomainStatus, FdRole, Msg, NfReload, NfStatus, PortStatus, RingStatus, Status, Welcome,
 };
 use ferry_chain::shm::{self, COUNTERS};
 use ferry_nf::flow_monitor::MAX_FLOWS;
@@ -636,6 +636,65 @@ impl Chain {
         st.pid = None;
         st.conn = None;
         st.pidfd = None;
+    }
+
+    /// Re-reads the configuration files its hybrid NFs name and applies
+    /// them without restarting anything: ferryd re-applies the firewalls'
+    /// nftables rulesets, then tells each NF's control plane (SIGHUP) to
+    /// re-read its file and write its tables, and waits until each says it
+    /// did: its `reloads` or `reload_errors` counter moves. A file that
+    /// does not parse changes nothing.
+    pub fn reload(&self) -> Result<Vec<NfReload>> {
+        let names = match self.hybrids.lock().expect("hybrids lock").as_mut() {
+            Some(h) => h.reload()?,
+            None => Vec::new(),
+        };
+        if names.is_empty() {
+            bail!("chain {:?} has no NF that reads a configuration file (config=)", self.plan.name);
+        }
+        let [applied, failed] = ferry_evnf::types::RELOAD_COUNTERS;
+        let mut outcomes = Vec::new();
+        let mut waiting = Vec::new();
+        for name in names {
+            let i = self.plan.nfs.iter().position(|n| n.name == name).ok_or_else(|| anyhow!("no NF {name}"))?;
+            let st = self.nfs[i].lock().expect("nf lock");
+            match st.pidfd.as_ref().filter(|_| st.connected) {
+                Some(fd) => {
+                    let before = (self.nf_counter(i, &st, applied), self.nf_counter(i, &st, failed));
+                    spawn::pidfd_signal(fd, libc::SIGHUP);
+                    waiting.push((name, i, before));
+                }
+                None => outcomes.push(NfReload { nf: name, outcome: "not running".into() }),
+            }
+        }
+        // A control plane wakes every 100 ms; ten seconds is a guard
+        // against one that is stopped or hung, not a wait for a slow one.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !waiting.is_empty() && std::time::Instant::now() < deadline {
+            waiting.retain(|(name, i, (ok0, err0))| {
+                let st = self.nfs[*i].lock().expect("nf lock");
+                let outcome = if self.nf_counter(*i, &st, applied) > *ok0 {
+                    "applied"
+                } else if self.nf_counter(*i, &st, failed) > *err0 {
+                    "failed"
+                } else {
+                    return true;
+                };
+                outcomes.push(NfReload { nf: name.clone(), outcome: outcome.into() });
+                false
+            });
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        outcomes.extend(waiting.into_iter().map(|(nf, _, _)| NfReload { nf, outcome: "no answer".into() }));
+        Ok(outcomes)
+    }
+
+    /// NF `i`'s own counter `name`, summed over its threads (0 if it has
+    /// none of that name).
+    fn nf_counter(&self, i: usize, st: &NfState, name: &str) -> u64 {
+        let Some(k) = st.counters.iter().position(|c| c == name) else { return 0 };
+        let dom = &self.domains[self.plan.nfs[i].domain];
+        self.plan.nfs[i].threads.iter().map(|t| dom.block(t.tid).nf_counter(k).load(Ordering::Relaxed)).sum()
     }
 
     pub fn status(&self) -> Status {

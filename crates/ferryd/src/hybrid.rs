@@ -11,6 +11,7 @@
 //! (expiry, feedback) and statistics.
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_bpf::evnf::{EvNf, Evnf};
@@ -19,6 +20,7 @@ use ferry_bpf::AttachMode;
 use ferry_chain::plan::{ChainPlan, PortPlan};
 use ferry_chain::proto::OffloadedStatus;
 use ferry_chain::spec::XdpMode;
+use ferry_evnf::config::FirewallSpec;
 use ferry_evnf::firewall::Firewall;
 use ferry_evnf::types::HybridType;
 use ferry_place::{Configs, HybridNf, HybridPath, Installed};
@@ -27,22 +29,31 @@ use crate::ports::Port;
 
 pub struct Hybrids {
     evnf: Evnf,
-    /// Per hybrid NF on a path: its name and type.
-    nfs: Vec<(String, &'static HybridType)>,
-    /// Per hybrid NF that runs whole as a process: its name and type.
-    whole: Vec<(String, &'static HybridType)>,
+    /// The hybrid NFs, on paths and whole.
+    nfs: Vec<Member>,
     /// The NFs in XDP ahead of the hybrid NFs, by port.
     ahead: Vec<(String, Installed)>,
     /// Who gets a hybrid path's frames on its port's sockets: the NF with
     /// a slow path, or the process after the path (NF, port).
     to_sockets: Vec<(String, String)>,
-    _nft: KernelHalves,
+    nft: KernelHalves,
 }
 
-/// Firewalls' kernel halves, by the namespace they were applied in;
-/// removed there when dropped (also when a setup fails midway).
+/// One hybrid NF of the chain.
+struct Member {
+    name: String,
+    t: &'static HybridType,
+    /// Its configuration file (`config=`).
+    config: PathBuf,
+    /// The namespace of the port its path starts on (None: the root
+    /// namespace, or an NF that runs whole as a process).
+    netns: Option<String>,
+}
+
+/// Firewalls' kernel halves, by NF, with the namespace they were applied
+/// in; removed there when dropped (also when a setup fails midway).
 #[derive(Default)]
-struct KernelHalves(Vec<(Option<String>, Firewall)>);
+struct KernelHalves(Vec<(String, Option<String>, Firewall)>);
 
 fn mode(p: &PortPlan) -> AttachMode {
     match p.xdp_mode {
@@ -69,7 +80,6 @@ impl Hybrids {
         let port = |name: &str| plan.ports.iter().find(|p| p.name == name).ok_or_else(|| anyhow!("no port {name}"));
         let mut evnf = Evnf::load().context("loading the stage pipeline for the hybrid NFs")?;
         let (mut nfs, mut nft, mut fast_paths) = (Vec::new(), KernelHalves::default(), Vec::new());
-        let mut whole_nfs = Vec::new();
         for path in paths {
             let ns = port(&path.port)?.netns.clone();
             fast_paths.push(path.nfs.iter().map(|n| fast_path(&n.kind)).collect::<Result<Vec<EvNf>>>()?);
@@ -84,28 +94,16 @@ impl Hybrids {
                     let mut control = ferry_evnf::chained::control_plane(&n.kind, &spec, evnf.maps())?;
                     control.install(evnf.maps_mut()).with_context(|| format!("NF {}: installing its rules", n.name))?;
                 }
+                let member = Member { name: n.name.clone(), t, config: n.config.clone(), netns: ns.clone() };
                 if let Some(fw) = spec.firewall.filter(|f| t.section == "firewall" && f.nftables.is_some()) {
-                    trusted_by_root(&n.config).with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
-                    let mut fw = Firewall::new(fw);
-                    let taken = ferry_testbed::in_netns(ns.as_deref(), || fw.tables_taken())??;
-                    if !taken.is_empty() {
-                        bail!(
-                            "NF {}: nftables tables {taken:?} already exist in namespace {} (another chain's, or the \
-                             host's): its ruleset would replace them",
-                            n.name,
-                            ns.as_deref().unwrap_or("(root)")
-                        );
-                    }
-                    ferry_testbed::in_netns(ns.as_deref(), || fw.apply_nftables())?
-                        .with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
-                    nft.0.push((ns.clone(), fw));
+                    nft.0.push((n.name.clone(), ns.clone(), kernel_half(&member, fw)?));
                 }
-                nfs.push((n.name.clone(), t));
+                nfs.push(member);
             }
         }
         for n in whole {
             let t = ferry_evnf::types::find(&n.kind).ok_or_else(|| anyhow!("{}: not a hybrid type", n.kind))?;
-            whole_nfs.push((n.name.clone(), t));
+            nfs.push(Member { name: n.name.clone(), t, config: n.config.clone(), netns: None });
         }
         // The reply halves first: no reply meets an untranslated way back.
         for path in paths {
@@ -132,7 +130,39 @@ impl Hybrids {
             to_sockets.extend(slow.or(path.then.clone()).map(|nf| (nf, path.port.clone())));
             ahead.push((path.port.clone(), installed));
         }
-        Ok(Some(Hybrids { evnf, nfs, whole: whole_nfs, ahead, to_sockets, _nft: nft }))
+        Ok(Some(Hybrids { evnf, nfs, ahead, to_sockets, nft }))
+    }
+
+    /// Reads every hybrid NF's configuration file again and re-applies the
+    /// firewalls' nftables rulesets (which need CAP_NET_ADMIN); returns
+    /// the NFs whose control planes must now re-read their files and
+    /// write their tables. A file that does not parse changes nothing.
+    pub fn reload(&mut self) -> Result<Vec<String>> {
+        let mut specs = Vec::new();
+        for n in &self.nfs {
+            specs.push(ferry_evnf::chained::config(n.t.kind, &n.config).map_err(|e| anyhow!("NF {}: {e}", n.name))?);
+        }
+        for (n, spec) in self.nfs.iter().zip(specs) {
+            let Some(fw) = spec.firewall.filter(|_| n.t.section == "firewall") else { continue };
+            match self.nft.0.iter_mut().find(|(name, _, _)| *name == n.name) {
+                Some((_, ns, applied)) => {
+                    if fw.nftables.is_some() {
+                        trusted_by_root(&n.config).with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
+                    }
+                    // Replaces the tables it applied before, in one
+                    // transaction; no ruleset now removes them.
+                    applied.set_spec(fw);
+                    ferry_testbed::in_netns(ns.as_deref(), || applied.apply_nftables())?
+                        .with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
+                }
+                None if fw.nftables.is_some() => {
+                    let applied = kernel_half(n, fw)?;
+                    self.nft.0.push((n.name.clone(), n.netns.clone(), applied));
+                }
+                None => {}
+            }
+        }
+        Ok(self.nfs.iter().map(|n| n.name.clone()).collect())
     }
 
     /// The NFs running in XDP ahead of the hybrid NFs: their counters and
@@ -158,10 +188,10 @@ impl Hybrids {
     /// New fds of the maps NF `nf`'s control plane works on (none if it is
     /// not a hybrid NF), by name.
     pub fn map_fds(&self, nf: &str) -> Result<Vec<(&'static str, OwnedFd)>> {
-        let Some((_, t)) = self.nfs.iter().chain(&self.whole).find(|(name, _)| name == nf) else {
+        let Some(n) = self.nfs.iter().find(|n| n.name == nf) else {
             return Ok(Vec::new());
         };
-        Ok(self.evnf.maps().fds(&ferry_evnf::types::control_maps(t))?)
+        Ok(self.evnf.maps().fds(&ferry_evnf::types::control_maps(n.t))?)
     }
 }
 
@@ -169,6 +199,27 @@ impl Hybrids {
 fn fast_path(kind: &str) -> Result<EvNf> {
     let t = ferry_evnf::types::find(kind).ok_or_else(|| anyhow!("{kind}: not a hybrid type"))?;
     Ok(t.fast_paths[0])
+}
+
+/// Applies firewall `n`'s nftables ruleset `fw` in its port's namespace,
+/// unless a table it declares exists there already (another chain's, or
+/// the host's).
+fn kernel_half(n: &Member, fw: FirewallSpec) -> Result<Firewall> {
+    trusted_by_root(&n.config).with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
+    let mut fw = Firewall::new(fw);
+    let ns = n.netns.as_deref();
+    let taken = ferry_testbed::in_netns(ns, || fw.tables_taken())??;
+    if !taken.is_empty() {
+        bail!(
+            "NF {}: nftables tables {taken:?} already exist in namespace {} (another chain's, or the host's): its \
+             ruleset would replace them",
+            n.name,
+            ns.unwrap_or("(root)")
+        );
+    }
+    ferry_testbed::in_netns(ns, || fw.apply_nftables())?
+        .with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
+    Ok(fw)
 }
 
 /// ferryd applies an eFW's nftables ruleset as root: its file must be
@@ -215,7 +266,7 @@ fn attach(evnf: &mut Evnf, chain: u32, elements: (&[Element], &[EvNf], Option<u3
 
 impl Drop for KernelHalves {
     fn drop(&mut self) {
-        for (ns, fw) in &mut self.0 {
+        for (_, ns, fw) in &mut self.0 {
             let _ = ferry_testbed::in_netns(ns.as_deref(), || fw.remove_nft_tables());
         }
     }

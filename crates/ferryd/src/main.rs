@@ -30,6 +30,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // The libraries' warnings (hybrid NFs, BPF loading) on stderr.
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(tracing::Level::WARN).init();
     let a = Args::parse();
     let opts = ferryd::Options {
         chain: a.chain,

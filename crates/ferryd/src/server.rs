@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_chain::plan::ChainPlan;
-use ferry_chain::proto::{self, ChainSummary, Msg, ProtoError};
+use ferry_chain::proto::{self, ChainSummary, Msg, NfReload, ProtoError};
 
 use crate::chain::{Chain, ChainSetup};
 use crate::process::{install_signal_handlers, log, signalled};
@@ -310,6 +310,16 @@ impl Daemon {
         Ok(())
     }
 
+    /// Re-reads the configuration files of chain `name`'s hybrid NFs and
+    /// applies them, without restarting anything (see [`Chain::reload`]).
+    pub fn reload(&self, name: &str) -> Result<Vec<NfReload>> {
+        let _changing = self.changes.lock().expect("changes lock");
+        let chain = self.chain(name)?;
+        let outcomes = chain.reload()?;
+        log(format!("reloaded chain {:?}: {outcomes:?}", chain.plan.name));
+        Ok(outcomes)
+    }
+
     /// An NF's connection: one hello, then its lifetime.
     fn serve_nf(self: Arc<Self>, stream: UnixStream) {
         let reply_error = |message: String| {
@@ -383,6 +393,7 @@ impl Daemon {
                 let chains: Vec<Arc<Chain>> = self.chains.lock().expect("chains lock").clone();
                 Msg::ListReply { chains: chains.iter().map(|c| c.summary()).collect() }
             }
+            Msg::Reload { chain } => Msg::Reloaded { nfs: self.reload(&chain)? },
             Msg::Info => Msg::InfoReply { metrics: self.metrics.lock().expect("metrics lock").map(|a| a.to_string()) },
             Msg::Shutdown => {
                 self.stop.store(true, Ordering::Release);
@@ -417,6 +428,8 @@ fn kind_name(m: &Msg) -> &'static str {
         Msg::ListReply { .. } => "list-reply",
         Msg::Info => "info",
         Msg::InfoReply { .. } => "info-reply",
+        Msg::Reload { .. } => "reload",
+        Msg::Reloaded { .. } => "reloaded",
         Msg::Shutdown => "shutdown",
         Msg::Ok => "ok",
         Msg::Error { .. } => "error",

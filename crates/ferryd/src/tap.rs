@@ -6,7 +6,7 @@ use std::os::fd::OwnedFd;
 
 use anyhow::{Context, Result};
 use ferry_chain::spec::KernelSpec;
-use ferry_xsk::tun::{open_tun, TunKind};
+use ferry_xsk::tun::open_tap;
 
 use crate::iproute::{ip, sysctl};
 
@@ -19,7 +19,7 @@ impl Tap {
         let ns = spec.netns.as_deref();
         let dev = spec.dev.clone();
         // The device is created in the namespace /dev/net/tun was opened in.
-        let fd = ferry_testbed::in_netns(ns, move || open_tun(&dev, TunKind::Tap))?
+        let fd = ferry_testbed::in_netns(ns, move || open_tap(&dev))?
             .with_context(|| format!("creating TAP {}", spec.dev))?;
         for a in &spec.addrs {
             ip(ns, &["addr", "add", a, "dev", &spec.dev])?;

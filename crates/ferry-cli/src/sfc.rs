@@ -1,15 +1,13 @@
-//! The SFC testbed (`examples/testbeds/sfc.yaml`) and a `ferry evnf run`
-//! process in its `dut` namespace, as the eVNF tests and benchmarks use
-//! them.
+//! The SFC testbed (`examples/testbeds/sfc.yaml`) and eVNF's chains on
+//! it, run by a ferryd, as the hybrid-NF tests and benchmarks use them.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_testbed::{Testbed, TestbedNames, TestbedSpec};
-use serde_json::Value;
 
-use crate::proc::{spawn_exe, NsProcess};
+use crate::chainctl::{self, RunningChain};
 
 pub const SFC_TESTBED: &str = include_str!("../../../examples/testbeds/sfc.yaml");
 pub const SFC1: &str = include_str!("../../../examples/evnf/sfc1.yaml");
@@ -63,78 +61,71 @@ impl Drop for Scratch {
     }
 }
 
-/// `ferry evnf run` in `dut`, with its config and status files.
-pub struct EvnfProc {
-    proc: Option<NsProcess>,
+/// eVNF's SFC 1 (eFW -> eLB) and SFC 2 (eFW -> eDPI) as chain files, with
+/// `{dut}` and the configuration file's path to fill in.
+pub const EDGE: &str = include_str!("../../../examples/chains/edge.yaml");
+pub const EDGE_DPI: &str = include_str!("../../../examples/chains/edge-dpi.yaml");
+
+/// A ferryd in the testbed's root namespace running one of eVNF's chains
+/// on the `dut` ports, with its configuration file in a scratch directory
+/// (and `protos.txt` next to it).
+pub struct SfcChain {
+    pub rc: RunningChain,
     config: PathBuf,
-    status: PathBuf,
     _dir: Scratch,
 }
 
-impl EvnfProc {
-    /// Writes `config` (and `protos.txt` next to it), starts the NFs and
-    /// waits until their first status report (at most 10 s).
-    pub fn start(ferry: &Path, tb: &TestbedNames, config: &str, cpu: Option<usize>) -> Result<EvnfProc> {
-        let dir = Scratch::new("evnf")?;
+impl SfcChain {
+    /// Starts `chain` ([`EDGE`] or [`EDGE_DPI`]) with `config` as its
+    /// hybrid NFs' file, each NF's process pinned to `cpu` if given, and
+    /// waits until every NF runs.
+    pub fn start(tb: &TestbedNames, chain: &str, config: &str, cpu: Option<usize>) -> Result<SfcChain> {
+        let dir = Scratch::new("sfc")?;
         dir.write("protos.txt", PROTOCOLS)?;
         let config_path = dir.write("evnf.yaml", config)?;
-        let status = dir.path().join("status.json");
-        let args =
-            ["evnf", "run", config_path.to_str().unwrap_or_default(), "--status", status.to_str().unwrap_or_default()];
-        let proc = spawn_exe(ferry, tb.ns_name("dut"), &args, cpu)?;
-        let mut p = EvnfProc { proc: Some(proc), config: config_path, status, _dir: dir };
-        p.wait_generation(1, Duration::from_secs(60))?;
-        Ok(p)
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.proc.as_ref().map_or(0, NsProcess::pid)
-    }
-
-    /// The latest status report.
-    pub fn status(&self) -> Result<Value> {
-        let text = std::fs::read_to_string(&self.status).with_context(|| format!("{}", self.status.display()))?;
-        Ok(serde_json::from_str(&text)?)
-    }
-
-    fn wait_generation(&mut self, generation: u64, timeout: Duration) -> Result<Value> {
-        let deadline = Instant::now() + timeout;
+        let mut text = chain.replace("{dut}", tb.ns_name("dut"));
+        for name in ["sfc1.yaml", "sfc2.yaml"] {
+            text = text.replace(&format!("{{examples}}/../evnf/{name}"), &config_path.display().to_string());
+        }
+        if let Some(cpu) = cpu {
+            text = text.replace("domain: main, kind:", &format!("domain: main, cpus: [{cpu}], kind:"));
+        }
+        let chain_path = dir.write("chain.yaml", &text)?;
+        let rc = chainctl::start(&chain_path, &dir.path().join("ferryd.sock"), true)?;
+        // Running: each NF took its welcome (and its maps) and looped.
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(s) = self.status() {
-                if s["generation"].as_u64().unwrap_or(0) >= generation {
-                    return Ok(s);
-                }
+            let s = rc.status()?;
+            if s.nfs.iter().all(|n| n.connected && n.rings.iter().all(|r| r.loops >= 2)) {
+                break;
             }
-            let proc = self.proc.as_mut().ok_or_else(|| anyhow!("evnf process already stopped"))?;
-            if !proc.running() {
-                let err = self.proc.take().map(|p| p.stop()).and_then(Result::err);
-                bail!("ferry evnf run exited before its report: {err:?}");
+            if Instant::now() > deadline {
+                bail!("the chain's NFs did not all run within 60 s: {s:?}");
             }
-            if Instant::now() >= deadline {
-                bail!("ferry evnf run: no status generation {generation} within {timeout:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(SfcChain { rc, config: config_path, _dir: dir })
     }
 
-    /// Rewrites the config file and reloads it (SIGHUP); returns the
-    /// status after the reload.
-    pub fn reload(&mut self, config: &str) -> Result<Value> {
-        let before = self.status()?;
-        let errors = |s: &Value| s["reload_errors"].as_array().map_or(0, Vec::len);
-        std::fs::write(&self.config, config)?;
-        self.proc.as_ref().ok_or_else(|| anyhow!("evnf process already stopped"))?.signal(libc::SIGHUP);
-        let generation = before["generation"].as_u64().unwrap_or(0) + 1;
-        let s = self.wait_generation(generation, Duration::from_secs(60))?;
-        if errors(&s) > errors(&before) {
-            bail!("reload failed: {}", s["reload_errors"][errors(&s) - 1]);
-        }
-        Ok(s)
+    /// The pid of NF `nf`'s process.
+    pub fn pid(&self, nf: &str) -> Result<u32> {
+        let s = self.rc.status()?;
+        s.nfs.iter().find(|n| n.name == nf).and_then(|n| n.pid).ok_or_else(|| anyhow!("NF {nf} is not running"))
     }
 
-    /// Stops the NFs and returns the final report.
-    pub fn stop(mut self) -> Result<Value> {
-        self.proc.take().ok_or_else(|| anyhow!("evnf process already stopped"))?.stop()
+    /// Rewrites the configuration file and has every NF apply it
+    /// (`ferry chain reload`).
+    pub fn reload(&self, config: &str) -> Result<()> {
+        std::fs::write(&self.config, config).with_context(|| format!("{}", self.config.display()))?;
+        let outcomes = chainctl::reload(&self.rc.admin, &self.rc.name)?;
+        if let Some(r) = outcomes.iter().find(|r| r.outcome != "applied") {
+            bail!("reload: NF {}: {}", r.nf, r.outcome);
+        }
+        Ok(())
+    }
+
+    pub fn stop(self) -> Result<()> {
+        self.rc.shutdown()
     }
 }
 
