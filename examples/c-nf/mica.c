@@ -241,6 +241,17 @@ static uint16_t ip_checksum(const uint8_t *h, size_t len) {
  * length, or 0 for a frame that is not a well-formed MICA request batch
  * (dropped).
  */
+/* Where the request at `at` of a batch of `req_len` bytes ends, or 0 if
+ * it does not fit. */
+static uint32_t request_end(const uint8_t *req, uint32_t req_len, uint32_t at) {
+  if (at + REQUEST_HEADER_LEN > req_len)
+    return 0;
+  uint32_t lengths = get32(req + at + 4);
+  uint64_t end = (uint64_t)at + REQUEST_HEADER_LEN + pad8(lengths >> 24) +
+                 pad8(lengths & 0xffffff);
+  return end > req_len ? 0 : (uint32_t)end;
+}
+
 static uint32_t serve(uint8_t *frame, uint32_t len, uint64_t *c,
                       uint8_t *resp) {
   if (len < 14 + 20 + 8 || get16be(frame + 12) != 0x0800)
@@ -257,19 +268,23 @@ static uint32_t serve(uint8_t *frame, uint32_t len, uint64_t *c,
   if (req_len < BATCH_HEADER_LEN || req[0] != MAGIC_REQUEST)
     return 0;
   uint32_t count = req[1], at = BATCH_HEADER_LEN, out = BATCH_HEADER_LEN;
+  /* The whole batch must lie in the datagram before any request is served:
+   * a malformed batch changes nothing. */
   for (uint32_t r = 0; r < count; r++) {
-    if (at + REQUEST_HEADER_LEN > req_len)
+    uint32_t next = request_end(req, req_len, at);
+    if (next == 0)
       return 0;
+    at = next;
+  }
+  uint32_t answered = 0;
+  at = BATCH_HEADER_LEN;
+  for (uint32_t r = 0; r < count; r++) {
     const uint8_t *h = req + at;
     uint32_t lengths = get32(h + 4), key_len = lengths >> 24,
              value_len = lengths & 0xffffff;
     uint64_t hash = get64(h + 8);
     const uint8_t *key = h + REQUEST_HEADER_LEN, *value = key + pad8(key_len);
-    uint32_t next = at + REQUEST_HEADER_LEN + (uint32_t)pad8(key_len) +
-                    (uint32_t)pad8(value_len);
-    if (next > req_len)
-      return 0;
-    at = next;
+    at = request_end(req, req_len, at);
     c[C_REQUESTS]++;
     uint8_t result = RESULT_NOT_SUPPORTED;
     uint32_t value_out = 0;
@@ -313,9 +328,10 @@ static uint32_t serve(uint8_t *frame, uint32_t len, uint64_t *c,
     o[1] = result;
     put32(o + 4, value_out);
     out += REQUEST_HEADER_LEN + (uint32_t)pad8(value_out);
+    answered++;
   }
   resp[0] = MAGIC_RESPONSE;
-  resp[1] = (uint8_t)count;
+  resp[1] = (uint8_t)answered; /* requests past the room get no response */
   memset(resp + 2, 0, 4);
   /* In place: the response replaces the requests; the frame turns around. */
   memcpy(req, resp, out);

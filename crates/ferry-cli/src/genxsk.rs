@@ -1,15 +1,19 @@
 //! `ferry gen xsk`: user-space generation through AF_XDP TX, one socket per
 //! chosen queue. veth hands a frame sent on transmit queue N to the peer's
 //! receive queue N, so picking queues emulates a NIC's RSS spreading flows.
-//! Frames come from a traffic profile's flow schedule (stamped per packet)
-//! or from a pcap file (replayed as is).
+//! Frames come from a traffic profile's flow schedule (stamped per packet),
+//! from a pcap file (replayed as is), or are MICA request batches over the
+//! profile's flows (`--mica`, FLASH's key-value workload; not stamped: the
+//! cache answers in place).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use ferry_traffic::{split_evenly, FlowSchedule, Pacer, TemplateCache, TrafficProfile};
-use ferry_wire::Stamp;
+use ferry_traffic::{
+    split_evenly, FlowSchedule, MicaClient, MicaSent, MicaWorkload, Pacer, TemplateCache, TrafficProfile,
+};
+use ferry_wire::{FrameSpec, Stamp};
 use ferry_xsk::XdpDesc;
 use serde::Serialize;
 
@@ -29,6 +33,8 @@ pub struct XskGenOptions {
     /// stops once nothing arrived for `rx_idle` after sending ended.
     pub rx: bool,
     pub rx_idle: Duration,
+    /// Send MICA request batches of this workload over the profile's flows.
+    pub mica: Option<MicaWorkload>,
 }
 
 #[derive(Debug, Serialize)]
@@ -41,15 +47,34 @@ pub struct XskGenReport {
     pub flows_started: u64,
     pub seconds: f64,
     pub pps: f64,
+    /// MICA requests written (queued; `sent` says how many left), with `--mica`.
+    pub mica: Option<MicaSent>,
     /// What came back, with `--rx`.
     pub received: Option<ferry_traffic::SinkReport>,
 }
 
 /// What one queue sends from.
 enum Source {
-    Profile { schedule: Box<FlowSchedule>, templates: TemplateCache, stream: u16, seq: u32 },
-    Pcap { frames: std::sync::Arc<Vec<Vec<u8>>>, next: usize },
+    Profile {
+        schedule: Box<FlowSchedule>,
+        templates: TemplateCache,
+        stream: u16,
+        seq: u32,
+    },
+    Pcap {
+        frames: std::sync::Arc<Vec<Vec<u8>>>,
+        next: usize,
+    },
+    /// UDP frames of `spec`'s length whose payload is a request batch.
+    Mica {
+        schedule: Box<FlowSchedule>,
+        spec: FrameSpec,
+        client: Box<MicaClient>,
+    },
 }
+
+/// Ethernet, IPv4 and UDP headers in front of a MICA batch.
+const UDP_PAYLOAD_AT: usize = 14 + 20 + 8;
 
 impl Source {
     /// Writes the next frame into `out`; returns its length.
@@ -60,6 +85,12 @@ impl Source {
                 let stamp = Stamp { stream: *stream, seq: *seq, tx_ns: monotonic_ns() };
                 *seq = seq.wrapping_add(1);
                 Ok(templates.write_frame(&pkt, &stamp, out)?)
+            }
+            Source::Mica { schedule, spec, client } => {
+                let pkt = schedule.next_packet();
+                let len = ferry_wire::build_frame(spec, &pkt.tuple, None, out)?;
+                client.write_batch(&mut out[UDP_PAYLOAD_AT..len])?;
+                Ok(len)
             }
             Source::Pcap { frames, next } => {
                 let f = &frames[*next % frames.len()];
@@ -73,7 +104,7 @@ impl Source {
 
     fn flows_started(&self) -> u64 {
         match self {
-            Source::Profile { schedule, .. } => schedule.flows_started(),
+            Source::Profile { schedule, .. } | Source::Mica { schedule, .. } => schedule.flows_started(),
             Source::Pcap { .. } => 0,
         }
     }
@@ -94,16 +125,34 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
         None => None,
     };
     let mut io = xskport::open(&opts.port, opts.rx).context("opening AF_XDP ports")?;
-    let mut stats = ferry_traffic::SinkStats::new();
+    let mut stats = match &opts.mica {
+        Some(w) => ferry_traffic::SinkStats::new().check_mica(w.value_len),
+        None => ferry_traffic::SinkStats::new(),
+    };
+    let mica_spec = match &opts.mica {
+        Some(_) if p.proto != ferry_traffic::Proto::Udp => return Err(anyhow!("--mica sends UDP: set proto=udp")),
+        // Long enough for the longest batch (all SETs), and at least the
+        // profile's size (FLASH sends 512-byte frames).
+        Some(w) => Some(FrameSpec {
+            frame_len: p.frame_spec().frame_len.max(UDP_PAYLOAD_AT + w.max_batch_len()),
+            ..p.frame_spec()
+        }),
+        None => None,
+    };
     let mut rx_descs: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
     let mut last_activity = Instant::now();
     let mut sources = Vec::new();
     let mut pacers = Vec::new();
     let mut budgets = Vec::new();
     for i in 0..nq {
-        sources.push(match &pcap_frames {
-            Some(frames) => Source::Pcap { frames: frames.clone(), next: 0 },
-            None => Source::Profile {
+        sources.push(match (&pcap_frames, &opts.mica, mica_spec) {
+            (Some(frames), _, _) => Source::Pcap { frames: frames.clone(), next: 0 },
+            (None, Some(w), Some(spec)) => Source::Mica {
+                schedule: Box::new(FlowSchedule::for_queue(p, i, nq)?),
+                spec,
+                client: Box::new(MicaClient::new(w.clone(), p.seed.wrapping_add(u64::from(i)))?),
+            },
+            _ => Source::Profile {
                 schedule: Box::new(FlowSchedule::for_queue(p, i, nq)?),
                 templates: TemplateCache::new(p.frame_spec(), p.proto.into(), p.active_flows as usize),
                 stream: opts.stream_base + i as u16,
@@ -188,6 +237,17 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
         sent_per_queue,
         sent,
         flows_started: sources.iter().map(Source::flows_started).sum(),
+        mica: opts.mica.as_ref().map(|_| {
+            let mut all = MicaSent::default();
+            for s in &sources {
+                if let Source::Mica { client, .. } = s {
+                    all.batches += client.sent.batches;
+                    all.gets += client.sent.gets;
+                    all.sets += client.sent.sets;
+                }
+            }
+            all
+        }),
         seconds,
         pps: sent as f64 / seconds.max(1e-9),
         received: opts.rx.then(|| stats.report(Some(sent))),

@@ -430,6 +430,11 @@ enum GenCmd {
         /// With --rx: stop once nothing arrived for this long after sending.
         #[arg(long, value_parser = parse_duration, default_value = "500ms")]
         rx_idle: Duration,
+        /// Send MICA request batches (FLASH's key-value workload) over the
+        /// profile's flows: keys=N,get=F,dist=uniform|zipf:S,value=B,batch=R
+        /// (default keys=100000,get=0.95,dist=zipf:0.99,value=64,batch=4).
+        #[arg(long)]
+        mica: Option<ferry_traffic::MicaWorkload>,
         #[arg(long)]
         json: bool,
     },
@@ -452,6 +457,10 @@ struct SinkArgs {
     /// Frames sent, if known, for the loss figure.
     #[arg(long)]
     sent: Option<u64>,
+    /// Check every datagram as a MICA response to this workload (as
+    /// `gen xsk --mica`): each GET's value, byte for byte; misses counted.
+    #[arg(long)]
+    mica: Option<ferry_traffic::MicaWorkload>,
     #[arg(long)]
     json: bool,
 }
@@ -817,10 +826,18 @@ fn run(cli: Cli) -> Result<()> {
             let report = txonly::run(&opts)?;
             emit(json, &report, pretty)
         }
-        Cmd::Gen(GenCmd::Xsk { port, profile, pcap, stream, batch, rx, rx_idle, json }) => {
+        Cmd::Gen(GenCmd::Xsk { port, profile, pcap, stream, batch, rx, rx_idle, mica, json }) => {
             let p = profile.profile(&port.dev)?;
-            let opts =
-                genxsk::XskGenOptions { port: port.spec(), profile: p, pcap, stream_base: stream, batch, rx, rx_idle };
+            let opts = genxsk::XskGenOptions {
+                port: port.spec(),
+                profile: p,
+                pcap,
+                stream_base: stream,
+                batch,
+                rx,
+                rx_idle,
+                mica,
+            };
             let report = genxsk::run(&opts)?;
             emit(json, &report, pretty)
         }
@@ -833,6 +850,7 @@ fn run(cli: Cli) -> Result<()> {
                 pcap: a.pcap,
                 sent: a.sent,
                 batch: 64,
+                mica: a.mica,
             };
             let report = sink::run(&opts)?;
             emit(a.json, &report, |r| r.to_string())

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use ferry_traffic::{PcapWriter, SinkReport, SinkStats};
+use ferry_traffic::{MicaWorkload, PcapWriter, SinkReport, SinkStats};
 use ferry_xsk::XdpDesc;
 
 use crate::util::{monotonic_ns, RunLimit};
@@ -23,6 +23,8 @@ pub struct SinkOptions {
     /// Frames the generator reported sending, for the loss figure.
     pub sent: Option<u64>,
     pub batch: usize,
+    /// Check every datagram as a response to this MICA workload.
+    pub mica: Option<MicaWorkload>,
 }
 
 pub fn run(opts: &SinkOptions) -> Result<SinkReport> {
@@ -31,7 +33,10 @@ pub fn run(opts: &SinkOptions) -> Result<SinkReport> {
         Some(path) => Some(PcapWriter::create(path, 65535)?),
         None => None,
     };
-    let mut stats = SinkStats::new();
+    let mut stats = match &opts.mica {
+        Some(w) => SinkStats::new().check_mica(w.value_len),
+        None => SinkStats::new(),
+    };
     let limit = RunLimit::new(opts.duration);
     let mut descs: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
     let mut last_rx: Option<Instant> = None;

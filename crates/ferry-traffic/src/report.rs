@@ -71,6 +71,8 @@ pub struct SinkReport {
     pub bits_per_sec: Option<f64>,
     /// Per-stream breakdown.
     pub streams: Vec<StreamReport>,
+    /// MICA responses checked, when the sink checks them.
+    pub mica: Option<crate::MicaCheck>,
 }
 
 /// `1234567` → `"1,234,567"`: counts are easier to compare with separators.
@@ -143,6 +145,15 @@ impl fmt::Display for SinkReport {
                 )?;
             }
             None => writeln!(f, "  latency: no stamped packets")?,
+        }
+        if let Some(m) = &self.mica {
+            row(f, "mica batches", thousands(m.batches))?;
+            row(f, "  get hits", thousands(m.get_hits))?;
+            row(f, "  get misses", thousands(m.get_misses))?;
+            row(f, "  sets stored", thousands(m.sets_stored))?;
+            row(f, "  sets failed", thousands(m.sets_failed))?;
+            row(f, "  wrong", thousands(m.wrong))?;
+            row(f, "  malformed", thousands(m.malformed))?;
         }
         if self.streams.len() > 1 {
             writeln!(f, "  {:>6} {:>14} {:>12} {:>12}", "stream", "received", "lost", "reordered")?;

@@ -13,6 +13,7 @@
 use hdrhistogram::Histogram;
 
 use crate::report::{LatencyReport, SinkReport, StreamReport};
+use crate::MicaCheck;
 
 /// Latencies above this (60 s) are not plausible and count as bad timestamps.
 pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
@@ -111,6 +112,8 @@ pub struct SinkStats {
     max_latency_ns: u64,
     first_rx_ns: Option<u64>,
     last_rx_ns: Option<u64>,
+    /// With [`SinkStats::check_mica`]: the value length and the check.
+    mica: Option<(usize, MicaCheck)>,
 }
 
 impl Default for SinkStats {
@@ -134,7 +137,15 @@ impl SinkStats {
             max_latency_ns: 0,
             first_rx_ns: None,
             last_rx_ns: None,
+            mica: None,
         }
+    }
+
+    /// Also checks every UDP datagram as a MICA response batch of a
+    /// workload with values of `value_len` bytes ([`MicaCheck`]).
+    pub fn check_mica(mut self, value_len: usize) -> Self {
+        self.mica = Some((value_len, MicaCheck::default()));
+        self
     }
 
     /// Records one received frame (without FCS) at `rx_ns` on the same
@@ -145,6 +156,16 @@ impl SinkStats {
         self.bytes += frame.len() as u64;
         self.first_rx_ns = Some(self.first_rx_ns.map_or(rx_ns, |f| f.min(rx_ns)));
         self.last_rx_ns = Some(self.last_rx_ns.map_or(rx_ns, |l| l.max(rx_ns)));
+        if let Some((value_len, check)) = self.mica.as_mut() {
+            match ferry_wire::flow::parse(frame) {
+                Ok(flow) if flow.proto == ferry_wire::ip_proto::UDP && flow.l4_offset.is_some() => {
+                    let payload = flow.l4_offset.map_or(&[][..], |at| frame.get(at + 8..).unwrap_or_default());
+                    check.record(payload, *value_len);
+                }
+                _ => check.malformed += 1,
+            }
+            return;
+        }
         let Some(stamp) = ferry_wire::find_stamp(frame) else {
             return;
         };
@@ -181,6 +202,9 @@ impl SinkStats {
         self.max_latency_ns = self.max_latency_ns.max(other.max_latency_ns);
         self.first_rx_ns = combine(self.first_rx_ns, other.first_rx_ns, u64::min);
         self.last_rx_ns = combine(self.last_rx_ns, other.last_rx_ns, u64::max);
+        if let (Some((_, mine)), Some((_, theirs))) = (self.mica.as_mut(), other.mica.as_ref()) {
+            mine.merge(theirs);
+        }
     }
 
     /// Frames recorded so far.
@@ -252,6 +276,7 @@ impl SinkStats {
             pps: per_sec(self.packets),
             bits_per_sec: per_sec(self.bytes * 8),
             streams,
+            mica: self.mica.map(|(_, check)| check),
         }
     }
 }
