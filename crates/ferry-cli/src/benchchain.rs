@@ -242,10 +242,26 @@ fn start_host(chain: &Path, socket: &Path) -> Result<std::process::Child> {
 /// Runs chain `shape` (named `name`) under ferryd and measures it over
 /// the window.
 pub(crate) fn measure_chain(dir: &Path, name: &str, shape: ChainShape, o: &BenchChainOptions) -> Result<(Row, Status)> {
+    let sinks: &[&str] = if shape.source { &["snk"] } else { &[] };
+    measure_yaml(dir, name, &build_chain(name, shape), shape.hosted, sinks, o)
+}
+
+/// Runs chain file text `yaml` (named `name`) under ferryd and measures it
+/// over the window: the rate is what the `sink` NFs `sinks` took, the
+/// latency the first one's. `hosted`: every NF is `spawn: false`, run as
+/// threads of one `ferry nf host` process.
+pub(crate) fn measure_yaml(
+    dir: &Path,
+    name: &str,
+    yaml: &str,
+    hosted: bool,
+    sinks: &[&str],
+    o: &BenchChainOptions,
+) -> Result<(Row, Status)> {
     let chain = dir.join(format!("{name}.yaml"));
-    std::fs::write(&chain, build_chain(name, shape))?;
+    std::fs::write(&chain, yaml)?;
     let socket = dir.join(format!("{name}.sock"));
-    let (rc, mut host) = if shape.hosted {
+    let (rc, mut host) = if hosted {
         let mut rc = chainctl::launch(&chain, &socket, true).with_context(|| format!("chain {name}"))?;
         let host = start_host(&chain, &socket)?;
         rc.wait_connected(Duration::from_secs(60))?;
@@ -257,7 +273,7 @@ pub(crate) fn measure_chain(dir: &Path, name: &str, shape: ChainShape, o: &Bench
     // The sink publishes its percentiles once per 500 ms window: wait for
     // the first, so that a short warm-up still yields them.
     let published = std::time::Instant::now();
-    while shape.source && counter(&rc.status()?, "snk", "lat_p50_ns") == 0 {
+    while sinks.first().is_some_and(|snk| rc.status().is_ok_and(|s| counter(&s, snk, "lat_p50_ns") == 0)) {
         if published.elapsed() > Duration::from_secs(60) {
             anyhow::bail!("chain {name}: the sink published no latency in 60 s");
         }
@@ -275,13 +291,13 @@ pub(crate) fn measure_chain(dir: &Path, name: &str, shape: ChainShape, o: &Bench
     let s2 = rc.status()?;
     let secs = start.elapsed().as_secs_f64();
     let mut row = Row { mode: "memory".into(), cpu_percent: cpu.percent(), ..Default::default() };
-    let sunk = counter(&s2, "snk", "sunk").saturating_sub(counter(&s1, "snk", "sunk"));
+    let sunk: u64 = sinks.iter().map(|snk| counter(&s2, snk, "sunk").saturating_sub(counter(&s1, snk, "sunk"))).sum();
     row.mpps = sunk as f64 / secs / 1e6;
-    let p50 = counter(&s2, "snk", "lat_p50_ns");
-    if p50 > 0 {
+    let p50 = sinks.first().map_or(0, |snk| counter(&s2, snk, "lat_p50_ns"));
+    if let Some(snk) = sinks.first().filter(|_| p50 > 0) {
         row.p50_us = Some(p50 as f64 / 1e3);
-        row.p99_us = Some(counter(&s2, "snk", "lat_p99_ns") as f64 / 1e3);
-        row.p999_us = Some(counter(&s2, "snk", "lat_p999_ns") as f64 / 1e3);
+        row.p99_us = Some(counter(&s2, snk, "lat_p99_ns") as f64 / 1e3);
+        row.p999_us = Some(counter(&s2, snk, "lat_p999_ns") as f64 / 1e3);
     }
     let audit = rc.audit()?;
     row.notes.insert("conserved".into(), audit.iter().all(|a| a.conserved()) as u8 as f64);

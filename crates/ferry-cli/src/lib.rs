@@ -9,6 +9,7 @@ pub mod benchload;
 pub mod benchoffload;
 pub mod benchparallel;
 pub mod benchpipeline;
+pub mod benchrealworld;
 pub mod chainctl;
 pub mod demo;
 pub mod genlive;

@@ -3,14 +3,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
 use ferry_cli::{
-    bench, benchchain, benchevnf, benchoffload, benchparallel, benchpipeline, chainctl, demo, genlive, genxsk, nfrun,
-    sink, txonly, xdprun,
+    bench, benchchain, benchevnf, benchoffload, benchparallel, benchpipeline, benchrealworld, chainctl, demo, genlive,
+    genxsk, nfrun, sink, txonly, xdprun,
 };
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
@@ -593,6 +593,27 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// FLASH §6.3's real-world chain in memory mode: Fig. 14 (offered
+    /// load, backpressure on and off), Table 2 (each NF's capacity), Fig.
+    /// 16/17 (fan-in, fan-out).
+    Realworld {
+        /// Scenarios (comma separated): fig14, table2, fig16-17.
+        #[arg(long, value_delimiter = ',', default_value = "fig14,table2,fig16-17")]
+        scenarios: Vec<String>,
+        /// The firewall's rules.
+        #[arg(long, default_value = "examples/chains/flash-fw-1000.rules")]
+        rules: PathBuf,
+        /// Frame length, bytes (FLASH: 512).
+        #[arg(long, default_value_t = 512)]
+        size: u64,
+        #[arg(long, value_parser = parse_duration, default_value = "700ms")]
+        warmup: Duration,
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        window: Duration,
+        /// Also write the JSON report here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// FLASH's chaining experiments (Fig. 10, Fig. 11, Table 1, idle CPU).
     Chain {
         /// Scenarios (comma separated): fig10, fig11, table1, idle, load (latency against offered load).
@@ -865,6 +886,14 @@ fn run(cli: Cli) -> Result<()> {
             };
             let report = bench::run_io(&opts)?;
             print!("{}", bench::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        Cmd::Bench(BenchCmd::Realworld { scenarios, rules, size, warmup, window, json }) => {
+            // NFs run with / as their working directory.
+            let rules = std::fs::canonicalize(&rules).with_context(|| format!("{}", rules.display()))?;
+            let opts = benchrealworld::BenchRealworldOptions { scenarios, warmup, window, rules, size };
+            let report = benchrealworld::run(&opts)?;
+            print!("{}", benchrealworld::table(&report));
             write_json(json.as_deref(), &report)
         }
         Cmd::Bench(BenchCmd::Chain { scenarios, nfs, load_nfs, warmup, window, no_kernel, json }) => {

@@ -389,6 +389,30 @@ fn bench_pipeline_smoke() {
 }
 
 #[test]
+fn bench_realworld_smoke() {
+    if !privileged("bench_realworld_smoke") {
+        return;
+    }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench-realworld");
+    let out = dir.path("realworld.json");
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/chains/flash-fw-1000.rules");
+    let args = ["bench", "realworld", "--scenarios", "table2", "--rules", rules, "--warmup", "100ms", "--window"];
+    let done =
+        Ferry::spawn_here(&[&args[..], &["200ms", "--json", out.to_str().unwrap()]].concat()).finish(HANG_GUARD * 4);
+    assert!(done.status.success(), "bench realworld failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let variants: Vec<&str> = r["rows"].as_array().unwrap().iter().map(|x| x["variant"].as_str().unwrap()).collect();
+    assert_eq!(variants, ["firewall-linear", "firewall-classifier", "maglev", "l2fwd", "chain (fig. 13)"]);
+    for row in r["rows"].as_array().unwrap() {
+        // Each chain carried frames, and lost none it had taken in.
+        assert!(row["mpps"].as_f64().unwrap() > 0.0, "{row}");
+        assert_eq!(row["notes"]["conserved"], 1.0, "{row}");
+    }
+    assert_eq!(r["frame_len"], 512);
+}
+
+#[test]
 fn bench_parallel_smoke_reports_each_workers_memory() {
     let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("bench-parallel");
