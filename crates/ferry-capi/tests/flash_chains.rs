@@ -268,3 +268,37 @@ fn the_fig15_chain_answers_mica_requests_through_four_nfs() {
     assert_eq!(c("fwd", "swapped"), expected, "l2fwd forwarded every response");
     s.finish();
 }
+
+/// `ferry bench realworld`'s Table 2 row for the MICA cache: the C cache
+/// behind the in-chain source making MICA request batches, answered on
+/// to the sink.
+#[test]
+fn table2_measures_the_mica_cache_behind_a_mica_source() {
+    let Some((cc, libdir)) = build_setup("flash_chains::table2_measures_the_mica_cache_behind_a_mica_source") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("ferry-capi-table2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    compile(&cc, &workspace().join("examples/c-nf/mica.c"), &dir.join("mica"), &libdir);
+    let rules = workspace().join("examples/chains/flash-fw-1000.rules");
+    let out = dir.join("realworld.json");
+    let st = Command::new(profile_dir().join("ferry"))
+        .args(["bench", "realworld", "--scenarios", "table2", "--warmup", "100ms", "--window", "200ms"])
+        .arg("--rules")
+        .arg(&rules)
+        .arg("--cnf")
+        .arg(&dir)
+        .arg("--json")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .status()
+        .expect("ferry bench realworld");
+    assert!(st.success(), "ferry bench realworld: {st}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let row = r["rows"].as_array().unwrap().iter().find(|x| x["variant"] == "mica (C)").expect("a MICA row");
+    assert!(row["mpps"].as_f64().unwrap() > 0.0, "the cache answered on to the sink: {row}");
+    assert_eq!(row["notes"]["conserved"], 1.0, "{row}");
+    assert_eq!(r["missing"].as_array().map(Vec::len), Some(0), "{r:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -80,6 +80,12 @@ fn serve_types() -> Vec<NfType> {
                 arg("rate", u64_in(0, 1_000_000_000), Some("0"), "frames per second (0: as fast as it can)"),
                 arg("flows", u64_in(1, 65536), Some("64"), "distinct UDP flows"),
                 arg("count", u64_in(0, u64::MAX), Some("0"), "frames per thread, then stop making (0: for ever)"),
+                arg(
+                    "mica",
+                    ArgType::Text,
+                    Some(""),
+                    "MICA request batches instead of stamps: keys=N,get=F,dist=uniform|zipf:S,value=B,batch=R",
+                ),
             ],
             vec!["made"],
             &[],

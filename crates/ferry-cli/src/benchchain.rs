@@ -273,9 +273,14 @@ pub(crate) fn measure_yaml(
     // The sink publishes its percentiles once per 500 ms window: wait for
     // the first, so that a short warm-up still yields them.
     let published = std::time::Instant::now();
-    while sinks.first().is_some_and(|snk| rc.status().is_ok_and(|s| counter(&s, snk, "lat_p50_ns") == 0)) {
+    // Frames without stamps (MICA requests) have no latency: then the
+    // first frame sunk is enough.
+    let waiting = |s: &Status, snk: &str| {
+        counter(s, snk, "sunk") == 0 || (counter(s, snk, "stamped") > 0 && counter(s, snk, "lat_p50_ns") == 0)
+    };
+    while sinks.first().is_some_and(|snk| rc.status().is_ok_and(|s| waiting(&s, snk))) {
         if published.elapsed() > Duration::from_secs(60) {
-            anyhow::bail!("chain {name}: the sink published no latency in 60 s");
+            anyhow::bail!("chain {name}: the sink took no frame, or published no latency, in 60 s");
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -13,8 +13,8 @@
 //!   out-links, each to its own sink).
 //!
 //! Ferry has one ring type, multi-producer: "SPSC" here is that ring with
-//! one producer. The MICA caches are not in these runs: their requests
-//! come from `gen xsk --mica` over veth, not from the in-chain source.
+//! one producer. Table 2's MICA row runs the C cache (built by `make -C
+//! examples/c-nf`) behind a source that makes MICA request batches.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +34,9 @@ pub struct BenchRealworldOptions {
     pub rules: PathBuf,
     /// Frame length, bytes.
     pub size: u64,
+    /// Where the C NFs were built (`make -C examples/c-nf`): the MICA
+    /// cache for Table 2.
+    pub cnf: PathBuf,
 }
 
 #[derive(Debug, Serialize)]
@@ -43,6 +46,8 @@ pub struct BenchRealworldReport {
     pub rows: Vec<Row>,
     /// At the highest overload: blocking backpressure against none.
     pub overload: Option<Overload>,
+    /// What could not be measured, and why.
+    pub missing: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -59,7 +64,8 @@ pub struct Overload {
 /// Offered loads as shares of the chain's saturation.
 const SHARES: [f64; 5] = [0.25, 0.5, 0.9, 1.5, 2.0];
 
-/// A chain file's NFs (name, kind, args) and links.
+/// A chain file's NFs (name, kind or, if it is an absolute path, the
+/// program to run, args) and links.
 struct Graph {
     nfs: Vec<(String, String, Vec<String>)>,
     links: Vec<(String, String)>,
@@ -81,9 +87,9 @@ impl Graph {
         let mut y = format!("name: {name}\ndomains:\n  - {{ name: main, frames: 16384 }}\nnfs:\n");
         for (n, kind, args) in &self.nfs {
             let args = args.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
+            let what = if kind.starts_with('/') { format!("exec: [{kind:?}]") } else { format!("kind: {kind}") };
             y += &format!(
-                "  - {{ name: {n}, domain: main, kind: {kind}, args: [{args}], backpressure: {{ mode: {backpressure} }} \
-                 }}\n"
+                "  - {{ name: {n}, domain: main, {what}, args: [{args}], backpressure: {{ mode: {backpressure} }} }}\n"
             );
         }
         y += "links:\n";
@@ -170,7 +176,11 @@ fn fig14(run: &Run, o: &BenchRealworldOptions, rows: &mut Vec<Row>) -> Result<Op
     })
 }
 
-fn table2(run: &Run, o: &BenchRealworldOptions, rows: &mut Vec<Row>) -> Result<()> {
+/// FLASH's MICA workload for Table 2: 95% GETs of 100 000 keys, Zipf 0.99,
+/// 64-byte values, 4 requests a datagram.
+const MICA_WORKLOAD: &str = "keys=100000,get=0.95,dist=zipf:0.99,value=64,batch=4";
+
+fn table2(run: &Run, o: &BenchRealworldOptions, rows: &mut Vec<Row>, missing: &mut Vec<String>) -> Result<()> {
     let alone: [(&str, &str, Vec<String>); 4] = [
         ("firewall-linear", "firewall", firewall_args(o, "linear")),
         ("firewall-classifier", "firewall", firewall_args(o, "bitvector")),
@@ -187,6 +197,23 @@ fn table2(run: &Run, o: &BenchRealworldOptions, rows: &mut Vec<Row>) -> Result<(
         let mut row = run.measure(&format!("rw-t2-{variant}"), &g, "block", &["snk"])?;
         (row.scenario, row.variant) = ("table2".into(), variant.into());
         rows.push(row);
+    }
+    let mica = o.cnf.join("mica");
+    if mica.is_file() {
+        let mut src = source_args(o, None);
+        src.push(format!("mica={MICA_WORKLOAD}"));
+        let cache = ["keys=100000", "value_size=64", "log_mb=64"].map(String::from);
+        let g = graph()
+            .nf("src", "source", &src)
+            .nf("nf", &mica.display().to_string(), &cache)
+            .nf("snk", "sink", &[])
+            .link("src", "nf")
+            .link("nf", "snk");
+        let mut row = run.measure("rw-t2-mica", &g, "block", &["snk"])?;
+        (row.scenario, row.variant) = ("table2".into(), "mica (C)".into());
+        rows.push(row);
+    } else {
+        missing.push(format!("table2 mica: {} not built (make -C examples/c-nf)", mica.display()));
     }
     let mut chain = run.measure("rw-t2-chain", &fig13(o, None), "block", &["snk"])?;
     (chain.scenario, chain.variant) = ("table2".into(), "chain (fig. 13)".into());
@@ -230,19 +257,19 @@ pub fn run(o: &BenchRealworldOptions) -> Result<BenchRealworldReport> {
     let chain = BenchChainOptions { warmup: o.warmup, window: o.window, ..Default::default() };
     let run = Run { dir: &dir, chain };
     let want = |s: &str| o.scenarios.iter().any(|x| x == s);
-    let mut rows = Vec::new();
+    let (mut rows, mut missing) = (Vec::new(), Vec::new());
     let mut overload = None;
     if want("fig14") {
         overload = fig14(&run, o, &mut rows)?;
     }
     if want("table2") {
-        table2(&run, o, &mut rows)?;
+        table2(&run, o, &mut rows, &mut missing)?;
     }
     if want("fig16-17") {
         fan(&run, o, &mut rows)?;
     }
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(BenchRealworldReport { machine: crate::bench::machine_summary(), frame_len: o.size, rows, overload })
+    Ok(BenchRealworldReport { machine: crate::bench::machine_summary(), frame_len: o.size, rows, overload, missing })
 }
 
 pub fn table(r: &BenchRealworldReport) -> String {
@@ -267,6 +294,9 @@ pub fn table(r: &BenchRealworldReport) -> String {
             row.notes.get("drop_full").copied().unwrap_or(0.0),
             cpu.join(" ")
         );
+    }
+    for m in &r.missing {
+        out += &format!("not measured: {m}\n");
     }
     if let Some(x) = &r.overload {
         out += &format!(

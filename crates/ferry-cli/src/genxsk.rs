@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use ferry_traffic::{
-    split_evenly, FlowSchedule, MicaClient, MicaSent, MicaWorkload, Pacer, TemplateCache, TrafficProfile,
+    split_evenly, FlowSchedule, MicaClient, MicaSent, MicaWorkload, Pacer, TemplateCache, TrafficProfile, MICA_BATCH_AT,
 };
 use ferry_wire::{FrameSpec, Stamp};
 use ferry_xsk::XdpDesc;
@@ -73,9 +73,6 @@ enum Source {
     },
 }
 
-/// Ethernet, IPv4 and UDP headers in front of a MICA batch.
-const UDP_PAYLOAD_AT: usize = 14 + 20 + 8;
-
 impl Source {
     /// Writes the next frame into `out`; returns its length.
     fn write(&mut self, out: &mut [u8]) -> Result<usize> {
@@ -89,7 +86,7 @@ impl Source {
             Source::Mica { schedule, spec, client } => {
                 let pkt = schedule.next_packet();
                 let len = ferry_wire::build_frame(spec, &pkt.tuple, None, out)?;
-                client.write_batch(&mut out[UDP_PAYLOAD_AT..len])?;
+                client.write_batch(&mut out[MICA_BATCH_AT..len])?;
                 Ok(len)
             }
             Source::Pcap { frames, next } => {
@@ -134,7 +131,7 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
         // Long enough for the longest batch (all SETs), and at least the
         // profile's size (FLASH sends 512-byte frames).
         Some(w) => Some(FrameSpec {
-            frame_len: p.frame_spec().frame_len.max(UDP_PAYLOAD_AT + w.max_batch_len()),
+            frame_len: p.frame_spec().frame_len.max(MICA_BATCH_AT + w.max_batch_len()),
             ..p.frame_spec()
         }),
         None => None,

@@ -606,6 +606,9 @@ enum BenchCmd {
         /// Frame length, bytes (FLASH: 512).
         #[arg(long, default_value_t = 512)]
         size: u64,
+        /// Where `make -C examples/c-nf` built the C NFs (Table 2's MICA).
+        #[arg(long, default_value = "examples/c-nf")]
+        cnf: PathBuf,
         #[arg(long, value_parser = parse_duration, default_value = "700ms")]
         warmup: Duration,
         #[arg(long, value_parser = parse_duration, default_value = "2s")]
@@ -888,10 +891,11 @@ fn run(cli: Cli) -> Result<()> {
             print!("{}", bench::table(&report));
             write_json(json.as_deref(), &report)
         }
-        Cmd::Bench(BenchCmd::Realworld { scenarios, rules, size, warmup, window, json }) => {
+        Cmd::Bench(BenchCmd::Realworld { scenarios, rules, size, cnf, warmup, window, json }) => {
             // NFs run with / as their working directory.
             let rules = std::fs::canonicalize(&rules).with_context(|| format!("{}", rules.display()))?;
-            let opts = benchrealworld::BenchRealworldOptions { scenarios, warmup, window, rules, size };
+            let cnf = std::path::absolute(&cnf)?;
+            let opts = benchrealworld::BenchRealworldOptions { scenarios, warmup, window, rules, size, cnf };
             let report = benchrealworld::run(&opts)?;
             print!("{}", benchrealworld::table(&report));
             write_json(json.as_deref(), &report)

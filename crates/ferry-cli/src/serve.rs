@@ -25,10 +25,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use ferry_nf::{PacketNf, Verdict};
 use ferry_parallel::nfs::maglev::{flow_hash, LookupTable, Permutation};
 use ferry_sdk::{Nf, NfThread, Packet};
+use ferry_traffic::{MicaClient, MicaWorkload, MICA_BATCH_AT};
 use ferry_wire::{build_frame, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp};
 use hdrhistogram::Histogram;
 
@@ -105,7 +106,11 @@ pub fn run_threaded(kind: &str, args: &[String], hello: &Hello) -> Result<()> {
             let nf = hello.connect(&["made"])?;
             let (size, rate, flows) = (v.u64("size")? as usize, v.u64("rate")?, v.u64("flows")?);
             let count = v.u64("count")?;
-            nf.run(|th| source(th, size, rate, flows, count))?;
+            let mica: Option<MicaWorkload> = match v.text("mica").unwrap_or_default() {
+                "" => None,
+                spec => Some(spec.parse().map_err(|e| anyhow!("source: mica={spec}: {e}"))?),
+            };
+            nf.run(|th| source(th, size, rate, flows, count, mica.clone()))?;
         }
         "sink" => {
             let nf = hello.connect(&["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns", "lat_p999_ns"])?;
@@ -257,9 +262,17 @@ fn maglev(mut th: NfThread, table: &LookupTable) {
 }
 
 /// Makes `count` frames per thread (0: for ever) of `size` bytes at `rate`
-/// per second (0: as fast as it can), cycling over `flows` UDP flows.
-fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64) {
-    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: size.max(60) };
+/// per second (0: as fast as it can), cycling over `flows` UDP flows;
+/// stamped, or carrying MICA request batches of workload `mica` (then at
+/// least as long as the longest batch needs).
+fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64, mica: Option<MicaWorkload>) {
+    let need = mica.as_ref().map_or(60, |w| MICA_BATCH_AT + w.max_batch_len());
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: size.max(need) };
+    let mut client = match mica.map(|w| MicaClient::new(w, th.index() as u64)) {
+        Some(Ok(c)) => Some(c),
+        Some(Err(_)) => return,
+        None => None,
+    };
     let off = stamp_offset(L4Proto::Udp);
     let mut templates = Vec::new();
     for f in 0..flows {
@@ -302,7 +315,16 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64) {
             let t = &templates[(seq as u64 % flows) as usize];
             let d = pkt.data_mut();
             d.copy_from_slice(t);
-            Stamp { stream, seq, tx_ns: now }.write(&mut d[off..]);
+            match client.as_mut() {
+                Some(c) => {
+                    if c.write_batch(&mut d[MICA_BATCH_AT..]).is_err() {
+                        return;
+                    }
+                }
+                None => {
+                    Stamp { stream, seq, tx_ns: now }.write(&mut d[off..]);
+                }
+            }
             seq = seq.wrapping_add(1);
             made += 1;
             th.send(pkt, 0);

@@ -41,7 +41,7 @@ mod template;
 
 pub use dist::{FlowSizeDist, FlowSizeSampler, CAIDA_MEAN_FLOW_PACKETS, DEFAULT_MAX_FLOW_PACKETS};
 pub use error::{PcapErrorKind, Result, TrafficError};
-pub use mica::{KeyDist, MicaCheck, MicaClient, MicaSent, MicaWorkload};
+pub use mica::{KeyDist, MicaCheck, MicaClient, MicaSent, MicaWorkload, BATCH_AT as MICA_BATCH_AT};
 pub use pacer::Pacer;
 pub use pcap::{for_each_packet, read_pcap, PcapWriter};
 pub use profile::{Proto, TrafficProfile, MAX_FRAME_LEN, MIN_FRAME_LEN};

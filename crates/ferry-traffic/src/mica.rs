@@ -19,6 +19,10 @@ use serde::Serialize;
 
 use crate::error::{Result, TrafficError};
 
+/// Where the batch starts in the frames Ferry's generators build: after
+/// Ethernet, IPv4 without options and UDP headers.
+pub const BATCH_AT: usize = 14 + 20 + 8;
+
 /// Key popularity.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KeyDist {
