@@ -25,6 +25,7 @@
  * every fast path.
  */
 #include "ferry_hybrid.h"
+#include "ferry_scan.h"
 
 /* The element-control tables, one per stage. */
 struct {
@@ -135,6 +136,8 @@ static __always_inline int run_element(struct xdp_md *ctx, struct ferry_pl_ctl *
 		return ferry_el_enat_reply(ctx, f);
 	case FERRY_EL_ROUTE:
 		return ferry_el_route(ctx, f, ifindex);
+	case FERRY_EL_SCAN:
+		return ferry_el_scan(ctx, ctl->config, f);
 	}
 	return XDP_ABORTED;
 }

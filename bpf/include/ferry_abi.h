@@ -98,6 +98,8 @@ enum ferry_pl_element {
 	FERRY_EL_ENAT_REPLY = 12,
 	/* The end of a hybrid path: out by the kernel's FIB, else to the stack. */
 	FERRY_EL_ROUTE = 13,
+	/* Payload scan (bpf/include/ferry_scan.h). */
+	FERRY_EL_SCAN = 14,
 };
 
 /* Where a packet arriving on an ifindex starts: stage-control table. */
@@ -188,6 +190,27 @@ struct ferry_pl_policer {
 	__u64 burst;
 	__u64 tokens_milli; /* thousandths of a token */
 	__u64 last_ns;
+};
+
+/*
+ * Payload scan: the first FERRY_SCAN_WINDOW bytes of an IPv4 TCP or UDP
+ * payload searched for up to FERRY_SCAN_MAX_PATTERNS byte strings of 1 to
+ * FERRY_SCAN_MAX_LEN bytes; a match counts in ferry_pl_counters[counter]
+ * and drops or passes the frame. Indexed by config (an array).
+ */
+#define FERRY_SCAN_MAX_PATTERNS 16
+#define FERRY_SCAN_MAX_LEN 32
+#define FERRY_SCAN_WINDOW 256
+#define FERRY_SCAN_CONFIGS 64
+#define FERRY_SCAN_DROP 0
+#define FERRY_SCAN_PASS 1
+struct ferry_pl_scan {
+	__u32 patterns;
+	__u32 action;
+	__u32 counter;
+	__u32 _pad;
+	__u8 len[FERRY_SCAN_MAX_PATTERNS];
+	__u8 bytes[FERRY_SCAN_MAX_PATTERNS][FERRY_SCAN_MAX_LEN];
 };
 
 #define FERRY_FWD_DROP 0

@@ -11,6 +11,7 @@ pub mod evnf;
 pub mod evnf_maps;
 pub mod flow_table;
 pub mod pipeline;
+pub mod scan;
 pub mod state;
 mod test_run;
 

@@ -10,9 +10,10 @@
 
 use std::os::fd::AsRawFd;
 
-use aya::maps::{DevMapHash, HashMap, MapData, PerCpuArray, ProgramArray, XskMap};
+use aya::maps::{Array, DevMapHash, HashMap, MapData, PerCpuArray, ProgramArray, XskMap};
 use aya::programs::Xdp;
 
+use crate::scan::{PlScan, SCAN_CONFIGS};
 use crate::{AttachMode, BpfError, LoadedXdp, Object};
 
 /// Generic stages in the program (`FERRY_PL_STAGES`).
@@ -43,6 +44,8 @@ pub enum ElementKind {
     EnatReply = 12,
     /// A hybrid path's end: out by the kernel's FIB, else to the stack.
     Route = 13,
+    /// Payload scan (`crate::scan`).
+    Scan = 14,
 }
 
 /// `struct ferry_pl_entry`.
@@ -349,6 +352,18 @@ impl Pipeline {
     pub fn set_policer(&mut self, config: u32, rate_pps: u64, burst: u64) -> Result<(), BpfError> {
         let p = Policer { rate_pps, burst, tokens_milli: burst * 1000, ..Default::default() };
         self.put("ferry_pl_policers", config, p)
+    }
+
+    /// Payload-scan config `config` (1 to SCAN_CONFIGS - 1).
+    pub fn set_scan(&mut self, config: u32, scan: &PlScan) -> Result<(), BpfError> {
+        const NAME: &str = "ferry_pl_scans";
+        if config == 0 || config >= SCAN_CONFIGS {
+            return Err(BpfError::Config(format!("payload scan config {config}: 1 to {}", SCAN_CONFIGS - 1)));
+        }
+        let map = self.xdp.ebpf_mut().map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+        let mut scans: Array<&mut MapData, PlScan> =
+            Array::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+        scans.set(config, *scan, 0).map_err(|source| BpfError::Map { name: NAME, source })
     }
 
     pub fn set_forward(&mut self, config: u32, fwd: Forward) -> Result<(), BpfError> {

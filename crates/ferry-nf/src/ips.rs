@@ -3,12 +3,9 @@
 //! reads the payload). Rules: [`crate::ips_rules`].
 
 use aho_corasick::{AhoCorasick, MatchKind};
-use ferry_wire::ethernet::{ethertype, EthernetFrame};
-use ferry_wire::ipv4::{ip_proto, Ipv4Packet};
-use ferry_wire::tcp::TcpPacket;
-use ferry_wire::udp::UdpPacket;
 
-use crate::ips_rules::{Action, Proto, Rule};
+use crate::ips_rules::{Action, Rule};
+use crate::payload::{l4_payload, L4Payload};
 use crate::{count, NfSpec, PacketNf, Verdict};
 
 const PASS: usize = 1;
@@ -90,32 +87,11 @@ impl Ips {
     }
 
     fn classify(&mut self, frame: &[u8]) -> (Verdict, usize) {
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
-            return (Verdict::Drop, DROP_MALFORMED);
-        };
-        if eth.ethertype() != ethertype::IPV4 {
-            return (Verdict::Pass, PASS_NOT_INSPECTED);
-        }
-        let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-            return (Verdict::Drop, DROP_MALFORMED);
-        };
-        let proto = match ip.protocol() {
-            ip_proto::TCP => Proto::Tcp,
-            ip_proto::UDP => Proto::Udp,
-            _ => return (Verdict::Pass, PASS_NOT_INSPECTED),
-        };
-        if ip.is_fragment() {
-            return (Verdict::Drop, DROP_FRAGMENT);
-        }
-        let (dst_port, payload) = match proto {
-            Proto::Tcp => match TcpPacket::new_checked(ip.payload()) {
-                Ok(t) => (t.dst_port(), &ip.payload()[t.header_len()..]),
-                Err(_) => return (Verdict::Drop, DROP_MALFORMED),
-            },
-            Proto::Udp => match UdpPacket::new_checked(ip.payload()) {
-                Ok(u) => (u.dst_port(), &ip.payload()[ferry_wire::udp::UDP_HEADER_LEN..]),
-                Err(_) => return (Verdict::Drop, DROP_MALFORMED),
-            },
+        let (proto, dst_port, payload) = match l4_payload(frame) {
+            L4Payload::Malformed => return (Verdict::Drop, DROP_MALFORMED),
+            L4Payload::NotInspected => return (Verdict::Pass, PASS_NOT_INSPECTED),
+            L4Payload::Fragment => return (Verdict::Drop, DROP_FRAGMENT),
+            L4Payload::Payload { proto, dst_port, bytes } => (proto, dst_port, bytes),
         };
         let mut action = None;
         for m in self.matcher.find_overlapping_iter(payload) {
@@ -165,6 +141,8 @@ impl PacketNf for Ips {
 mod tests {
     use super::*;
     use crate::ips_rules::parse_rules;
+    use ferry_wire::ethernet::ethertype;
+    use ferry_wire::ipv4::ip_proto;
 
     const RULES: &str = "\
 alert tcp any any -> any 80 (msg:\"admin page\"; content:\"GET /admin\"; sid:1;)

@@ -30,6 +30,8 @@ mod ips;
 pub mod ips_rules;
 mod l2fwd;
 pub mod model;
+mod payload;
+pub mod payload_scan;
 mod registry;
 mod rxdrop;
 
@@ -40,6 +42,7 @@ pub use flow_monitor::FlowMonitor;
 pub use icmp::IcmpEchoResponder;
 pub use ips::Ips;
 pub use l2fwd::L2Fwd;
+pub use payload_scan::PayloadScan;
 pub use registry::{by_name, parse_mac, registry, NfBuilder, NfError, NfInfo};
 pub use rxdrop::RxDrop;
 

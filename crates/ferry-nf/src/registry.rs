@@ -133,7 +133,12 @@ fn build_firewall(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
     Ok(Box::new(crate::Firewall::new(rules, lookup)))
 }
 
-static REGISTRY: [NfInfo; 7] = [
+fn build_payload_scan(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
+    let config = crate::payload_scan::ScanConfig::parse(args)?;
+    Ok(Box::new(crate::PayloadScan::new(&config)?))
+}
+
+static REGISTRY: [NfInfo; 8] = [
     NfInfo {
         spec: &crate::l2fwd::SPEC,
         summary: "swap source and destination MAC, send back",
@@ -180,6 +185,15 @@ static REGISTRY: [NfInfo; 7] = [
         build: build_ips,
     },
     NfInfo {
+        spec: &crate::payload_scan::SPEC,
+        summary: "drop (or count) TCP/UDP frames whose first 256 payload bytes hold one of some byte strings",
+        args: "drop|count PATTERN... (text, or hex:BYTES)",
+        // In XDP when its patterns fit the element (16 of up to 32 bytes);
+        // placement checks (ferry-place's lowering).
+        elements: &[Element { name: "payload-scan", offload: Offload::Full }],
+        build: build_payload_scan,
+    },
+    NfInfo {
         spec: &crate::rxdrop::SPEC,
         summary: "count and drop every frame (receive baseline)",
         args: "(none)",
@@ -219,7 +233,10 @@ mod tests {
     #[test]
     fn build_by_name() {
         let names: Vec<_> = registry().iter().map(|i| i.spec.name).collect();
-        assert_eq!(names, ["l2fwd", "arp-responder", "icmp-echo", "firewall", "flow-monitor", "ips", "rxdrop"]);
+        assert_eq!(
+            names,
+            ["l2fwd", "arp-responder", "icmp-echo", "firewall", "flow-monitor", "ips", "payload-scan", "rxdrop"]
+        );
         for info in registry() {
             assert_eq!(info.spec.counters[0], "rx");
         }

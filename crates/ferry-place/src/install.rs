@@ -3,7 +3,9 @@
 //! once per port and never changes.
 
 use ferry_bpf::pipeline::{Element, ElementKind, Forward, Pipeline, FWD_REDIRECT, FWD_XSK};
+use ferry_bpf::scan::{PlScan, SCAN_DROP, SCAN_PASS};
 use ferry_bpf::BpfError;
+use ferry_nf::payload_scan::OnMatch;
 
 use crate::lower::Step;
 use crate::OffloadedNf;
@@ -43,6 +45,7 @@ pub struct Configs {
     counter: u32,
     acl: u32,
     flow: u32,
+    scan: u32,
 }
 
 fn next(c: &mut u32) -> u32 {
@@ -109,6 +112,13 @@ pub fn elements(
                 }
                 // Its tables are the pipeline's, filled by its process.
                 Step::Split(nf) => (nf.element(), 0),
+                Step::Scan(c) => {
+                    let (config, matched) = (next(&mut configs.scan), next(&mut configs.counter));
+                    let action = if c.on_match == OnMatch::Drop { SCAN_DROP } else { SCAN_PASS };
+                    p.set_scan(config, &PlScan::new(&c.patterns, action, matched)?)?;
+                    installed.counters.push(("matched", matched));
+                    (ElementKind::Scan, config)
+                }
             };
             elements.push(Element { kind, config, nf: id });
         }

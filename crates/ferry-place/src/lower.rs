@@ -6,6 +6,7 @@
 use ferry_bpf::evnf::EvNf;
 use ferry_bpf::pipeline::{AclRule, ACL_ALLOW, ACL_DENY, ACL_MAX_RULES};
 use ferry_nf::firewall_rules::{parse_fw_rules, FwAction, FwRule};
+use ferry_nf::payload_scan::ScanConfig;
 
 /// What an offloaded NF becomes in XDP (its elements: [`Lowering::steps`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub enum Lowering {
     /// A partially offloadable NF's stateless part: a hybrid NF's element,
     /// whose misses go to the NF's process (its stateful part).
     Split(EvNf),
+    /// A payload-scan element whose patterns fit the element.
+    Scan(ScanConfig),
 }
 
 /// One pipeline element of a lowered NF.
@@ -32,6 +35,8 @@ pub enum Step<'a> {
     FlowMonitor,
     /// A hybrid NF's element.
     Split(EvNf),
+    /// The payload-scan element; its matches shown as counter `matched`.
+    Scan(&'a ScanConfig),
 }
 
 impl Lowering {
@@ -44,6 +49,7 @@ impl Lowering {
             }
             Lowering::FlowMonitor => vec![Step::Counter("rx"), Step::FlowMonitor],
             Lowering::Split(nf) => vec![Step::Split(*nf)],
+            Lowering::Scan(config) => vec![Step::Counter("rx"), Step::Scan(config), Step::Counter("on")],
         }
     }
 
@@ -56,6 +62,9 @@ impl Lowering {
                 Step::Counter(name) => format!("counter {name}"),
                 Step::Acl { rules, .. } => format!("acl ({} rules)", rules.len()),
                 Step::FlowMonitor => "flow-monitor".into(),
+                Step::Scan(c) => {
+                    format!("payload-scan ({} patterns, {:?} on a match)", c.patterns.len(), c.on_match).to_lowercase()
+                }
                 Step::Split(nf) => {
                     format!("{:?} (its table's hits; misses to its process)", nf.element()).to_lowercase()
                 }
@@ -70,6 +79,14 @@ pub fn lower(kind: &str, args: &[String]) -> Result<Lowering, String> {
     match kind {
         "firewall" => lower_firewall(args),
         "flow-monitor" => Ok(Lowering::FlowMonitor),
+        "payload-scan" => {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let config = ScanConfig::parse(&args).map_err(|e| e.to_string())?;
+            match config.over_the_element() {
+                Some(why) => Err(why),
+                None => Ok(Lowering::Scan(config)),
+            }
+        }
         _ => Err(format!("{kind} has no XDP form yet")),
     }
 }

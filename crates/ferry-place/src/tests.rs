@@ -263,6 +263,28 @@ fn a_firewall_too_big_for_the_acl_element_stays_a_process() {
     assert!(p.decisions[0].why.contains("40 rules"), "{}", p.decisions[0].why);
 }
 
+#[test]
+fn a_payload_scan_runs_in_xdp_while_its_patterns_fit_the_element() {
+    let f = Files::new("scan", 1);
+    let text = |patterns: Vec<String>| {
+        let args: Vec<String> = std::iter::once("drop".to_string()).chain(patterns).collect();
+        let d = f.0.display().to_string();
+        f.chain(&[]).replace(
+            &format!("kind: firewall, args: [\"{d}/fw.rules\"]"),
+            &format!("kind: payload-scan, args: {args:?}"),
+        )
+    };
+    let (_, p) = load_str(&text(vec!["attack".into(), "hex:deadbeef".into()]), "sfc.yaml").unwrap();
+    assert_eq!(places(&p)[0], ("fw", Place::Xdp));
+    assert!(p.explain().contains("payload-scan (2 patterns, drop on a match)"), "{}", p.explain());
+    let many: Vec<String> = (0..17).map(|i| format!("p{i}")).collect();
+    let (_, p) = load_str(&text(many), "sfc.yaml").unwrap();
+    assert_eq!(places(&p)[0], ("fw", Place::Server));
+    assert!(p.decisions[0].why.contains("17 patterns, the XDP element takes at most 16"), "{}", p.decisions[0].why);
+    let (_, p) = load_str(&text(vec!["x".repeat(40)]), "sfc.yaml").unwrap();
+    assert!(p.decisions[0].why.contains("pattern 0 has 40 bytes"), "{}", p.decisions[0].why);
+}
+
 /// The chain without its IPS: in -> fw -> mon -> out.
 fn without_ips(text: &str) -> String {
     let text = text.replace("  - { from: mon, to: ips }\n  - { from: ips, to: out }\n", "  - { from: mon, to: out }\n");

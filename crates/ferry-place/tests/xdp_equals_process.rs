@@ -151,3 +151,62 @@ fn placed_firewall_and_monitor_decide_as_their_processes() {
     assert_eq!(xdp_flows, nf_flows);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The payload scan as placement lowers and installs it: the same
+/// verdicts as its process on frames with and without the patterns, and
+/// its `matched` counter the process's drop_matched.
+#[test]
+fn a_placed_payload_scan_decides_as_its_process() {
+    if !privileged() {
+        return;
+    }
+    let args = ["drop".to_string(), "attack".into(), "hex:00ff00".into()];
+    let path = [OffloadedNf {
+        name: "scan".into(),
+        kind: "payload-scan".into(),
+        lowering: lower("payload-scan", &args).unwrap(),
+    }];
+    let mut pipeline = Pipeline::load().expect("load the pipeline (verifier)");
+    let installed = install(&mut pipeline, 7, LO, &path, &[11], Target::Xsk { nf: 12 }).unwrap();
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let nf = RefCell::new(ferry_nf::by_name("payload-scan", &argv).unwrap());
+    let payload = proptest::collection::vec(
+        prop_oneof![Just(b'a'), Just(b't'), Just(b'c'), Just(b'k'), Just(0u8), Just(0xff)],
+        0..300,
+    );
+    let strategy = (prop_oneof![Just(L4Proto::Udp), Just(L4Proto::Tcp)], payload, 0usize..300);
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(600));
+    let result = runner.run(&strategy, |(proto, mut payload, at)| {
+        // Plant a pattern somewhere in half the frames.
+        if at % 2 == 0 && at / 2 + 6 <= payload.len() {
+            payload[at / 2..at / 2 + 6].copy_from_slice(b"attack");
+        }
+        let mut f =
+            frame([10, 0, 0, 1], [10, 0, 0, 2], proto, 1, 2, 14 + 20 + proto.header_len() + payload.len().max(26));
+        let at = 14 + 20 + proto.header_len();
+        f[at..at + payload.len()].copy_from_slice(&payload);
+        let want = match nf.borrow_mut().process(&mut f.clone()) {
+            Verdict::Pass => XDP_PASS,
+            _ => XDP_DROP,
+        };
+        // The XSK target with no socket registered falls back to the stack.
+        let got = test_run(pipeline.program().program_fd().unwrap(), &f, 1).unwrap().action;
+        prop_assert_eq!(got, want, "frame {:02x?}", f);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let counts = nf.into_inner().counters().to_vec();
+    let drop_matched = counts[4];
+    assert!(drop_matched > 100 && counts[1] > 100, "both ways taken: {counts:?}");
+    let xdp = installed.counters(&pipeline).unwrap();
+    assert_eq!(
+        xdp[0],
+        [
+            ("rx".to_string(), counts[0]),
+            ("matched".to_string(), drop_matched),
+            ("on".to_string(), counts[0] - drop_matched)
+        ]
+    );
+}
