@@ -98,6 +98,20 @@ fn generate(tb: &ferry_testbed::Testbed, queues: &str, count: u64, flow: &[&str]
     json_of(ferry(tb, "gen", &args), "ferry gen xsk")
 }
 
+/// Waits until the two caches have served `requests` requests in all.
+fn wait_for_caches(rc: &RunningChain, requests: u64) {
+    let deadline = Instant::now() + HANG_GUARD;
+    loop {
+        let s = rc.status().expect("status");
+        let have = counter(&s, "kv1", "requests") + counter(&s, "kv2", "requests");
+        if have == requests {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the caches served {have}, not {requests}:\n{}", chainctl::status_table(&s));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn wait_counter(rc: &RunningChain, nf: &str, name: &str, want: u64) {
     let deadline = Instant::now() + HANG_GUARD;
     loop {
@@ -233,7 +247,9 @@ fn the_fig15_chain_answers_mica_requests_through_four_nfs() {
     assert_eq!(allowed["sent"], ALLOWED);
     wait_counter(rc, "fw", "pass", ALLOWED);
 
-    // One flow: all its requests at the one cache Maglev's table names.
+    // One flow: all its requests at the one cache Maglev's table names,
+    // counted from when the caches have served all of the run before.
+    wait_for_caches(rc, 4 * ALLOWED);
     let before = rc.status().unwrap();
     let one = ["src-ip=10.0.0.9", "dst-ip=10.0.1.1", "src-port=4000", "dst-port=9"];
     let single = generate(tb, "0", ONE_FLOW, &one, true);

@@ -155,8 +155,10 @@ pub enum Msg {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct NfReload {
     pub nf: String,
-    /// `applied`; `failed` (its log says why; it keeps what it had);
-    /// `not running` (it reads the file when it starts); or `no answer`.
+    /// `applied`; `failed` (its log says why: its tables keep what they
+    /// had, while a firewall's nftables ruleset, which ferryd applies
+    /// first, is already the new one); `not running` (it reads the file
+    /// when it starts); or `no answer`.
     pub outcome: String,
 }
 

@@ -252,10 +252,10 @@ pub fn run(o: &BenchRealworldOptions) -> Result<BenchRealworldReport> {
             anyhow::bail!("unknown scenario {s:?} (fig14, table2, fig16-17)");
         }
     }
-    let dir = std::env::temp_dir().join(format!("ferry-bench-realworld-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    // Removed when done, or when a measurement fails.
+    let dir = crate::util::Scratch::new("bench-realworld")?;
     let chain = BenchChainOptions { warmup: o.warmup, window: o.window, ..Default::default() };
-    let run = Run { dir: &dir, chain };
+    let run = Run { dir: dir.path(), chain };
     let want = |s: &str| o.scenarios.iter().any(|x| x == s);
     let (mut rows, mut missing) = (Vec::new(), Vec::new());
     let mut overload = None;
@@ -268,7 +268,6 @@ pub fn run(o: &BenchRealworldOptions) -> Result<BenchRealworldReport> {
     if want("fig16-17") {
         fan(&run, o, &mut rows)?;
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(BenchRealworldReport { machine: crate::bench::machine_summary(), frame_len: o.size, rows, overload, missing })
 }
 

@@ -268,9 +268,16 @@ fn maglev(mut th: NfThread, table: &LookupTable) {
 fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64, mica: Option<MicaWorkload>) {
     let need = mica.as_ref().map_or(60, |w| MICA_BATCH_AT + w.max_batch_len());
     let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: size.max(need) };
+    if spec.frame_len > th.frame_size() {
+        eprintln!("source: {}-byte frames do not fit the domain's {}-byte frames", spec.frame_len, th.frame_size());
+        return;
+    }
     let mut client = match mica.map(|w| MicaClient::new(w, th.index() as u64)) {
         Some(Ok(c)) => Some(c),
-        Some(Err(_)) => return,
+        Some(Err(e)) => {
+            eprintln!("source: mica: {e}");
+            return;
+        }
         None => None,
     };
     let off = stamp_offset(L4Proto::Udp);
@@ -317,7 +324,8 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64, mica
             d.copy_from_slice(t);
             match client.as_mut() {
                 Some(c) => {
-                    if c.write_batch(&mut d[MICA_BATCH_AT..]).is_err() {
+                    if let Err(e) = c.write_batch(&mut d[MICA_BATCH_AT..]) {
+                        eprintln!("source: mica: {e}");
                         return;
                     }
                 }

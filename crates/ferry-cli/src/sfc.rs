@@ -1,13 +1,14 @@
 //! The SFC testbed (`examples/testbeds/sfc.yaml`) and eVNF's chains on
 //! it, run by a ferryd, as the hybrid-NF tests and benchmarks use them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_testbed::{Testbed, TestbedNames, TestbedSpec};
 
 use crate::chainctl::{self, RunningChain};
+use crate::util::Scratch;
 
 pub const SFC_TESTBED: &str = include_str!("../../../examples/testbeds/sfc.yaml");
 pub const SFC1: &str = include_str!("../../../examples/evnf/sfc1.yaml");
@@ -31,34 +32,6 @@ pub fn sfc_testbed() -> Result<Testbed> {
         }
     }
     Ok(tb)
-}
-
-/// A private directory for config files, removed on drop.
-pub struct Scratch(PathBuf);
-
-impl Scratch {
-    pub fn new(tag: &str) -> Result<Scratch> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos();
-        let dir = std::env::temp_dir().join(format!("ferry-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Scratch(dir))
-    }
-
-    pub fn write(&self, name: &str, text: &str) -> Result<PathBuf> {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
-        Ok(p)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// eVNF's SFC 1 (eFW -> eLB) and SFC 2 (eFW -> eDPI) as chain files, with

@@ -1,5 +1,6 @@
 //! Small process-level helpers shared by the subcommands.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -157,6 +158,34 @@ impl<T: Copy> Window<T> {
     /// is closed now with `current`. None if it never opened.
     pub fn result(&self, current: T) -> Option<(f64, T, T)> {
         self.closed.or_else(|| self.open.map(|(at, start)| (at.elapsed().as_secs_f64(), start, current)))
+    }
+}
+
+/// A private directory for config files, removed on drop.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Result<Scratch> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos();
+        let dir = std::env::temp_dir().join(format!("ferry-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> Result<PathBuf> {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+        Ok(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

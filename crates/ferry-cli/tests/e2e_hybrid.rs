@@ -309,11 +309,12 @@ fn reload_moves_new_connections_and_keeps_open_ones() {
         return;
     }
     let tb = sfc_testbed().expect("SFC testbed");
-    // /big: 3 MiB at 64 KiB/s, about 48 s per download, so the four
-    // downloads are still open while the feedback settles and the twenty
-    // requests below run, however slowly a loaded machine gets there
-    // (checked after the requests).
-    let opts = NginxOpts { big_file_bytes: 3 << 20, limit_rate: Some(64 << 10), ..Default::default() };
+    // /big: 3 MiB at 32 KiB/s, about 96 s per download, so the four
+    // downloads are still open while the reloads run, the feedback
+    // settles and the twenty requests below run: all that takes seconds,
+    // and a loaded machine has many times that (checked after the
+    // requests).
+    let opts = NginxOpts { big_file_bytes: 3 << 20, limit_rate: Some(32 << 10), ..Default::default() };
     let _b1 = Nginx::start(&tb, "b1", "10.10.2.11:80".parse().unwrap(), "b1", opts.clone()).expect("nginx b1");
     let _b2 = Nginx::start(&tb, "b2", "10.10.3.12:80".parse().unwrap(), "b2", opts).expect("nginx b2");
     // Weight 0 for b2: every new connection goes to b1.
@@ -323,7 +324,7 @@ fn reload_moves_new_connections_and_keeps_open_ones() {
         .map(|_| {
             let names = (*tb).clone();
             std::thread::spawn(move || {
-                let opts = CurlOpts { timeout: Duration::from_secs(120), local_port: None };
+                let opts = CurlOpts { timeout: Duration::from_secs(240), local_port: None };
                 apps::curl_get(&names, "client", &format!("http://{VIP}/big"), opts)
             })
         })
@@ -338,6 +339,16 @@ fn reload_moves_new_connections_and_keeps_open_ones() {
     assert!(err.to_string().contains("evnf.yaml:") && err.to_string().contains("backends[1].weight"), "{err:#}");
     let s = chain.rc.status().unwrap();
     assert_eq!((c(&s, "lb", "reloads"), c(&s, "lb", "reload_errors")), (0, 0), "nothing was applied");
+    // A ruleset that would replace a table someone else holds in dut is
+    // refused, as at deploy, and the table stays.
+    run_in(&tb, "dut", "nft", &["add", "table", "inet", "ferry_host"]).unwrap();
+    let takeover =
+        only_b1.replace("    table inet ferry_efw {", "    table inet ferry_host { }\n    table inet ferry_efw {");
+    assert_ne!(takeover, only_b1, "the example's ruleset declares table inet ferry_efw");
+    let err = chain.reload(&takeover).expect_err("a reload that takes over a table");
+    assert!(err.to_string().contains("already exist in namespace"), "{err:#}");
+    let tables = run_in(&tb, "dut", "nft", &["list", "tables"]).unwrap();
+    assert!(tables.contains("ferry_host") && tables.contains("ferry_efw"), "{tables}");
 
     // Equal weights, with feedback: b1 carries 4 open connections, b2 none.
     // Each round moves b1's weight by 1/sqrt(2) down and b2's up to the

@@ -356,6 +356,18 @@ fn run(offload: &str, order: &[&str], input: &[Vec<u8>], want: usize, last_rx: u
         }
     }
     assert_conserved(&rc);
+    // The NFs that read a configuration file apply a reload of it: the
+    // eFW, and the NAT, split or whole.
+    let mut configured: Vec<&str> =
+        st.nfs.iter().map(|n| n.name.as_str()).filter(|n| ["nat", "efw"].contains(n)).collect();
+    configured.sort();
+    if !configured.is_empty() {
+        let outcomes = chainctl::reload(&rc.admin, "sfc").expect("reload");
+        let mut applied: Vec<&str> =
+            outcomes.iter().filter(|r| r.outcome == "applied").map(|r| r.nf.as_str()).collect();
+        applied.sort();
+        assert_eq!(applied, configured, "{outcomes:?}");
+    }
     let loops = loop_devices(&tb).len();
     // Removing a chain returns once its ports are detached.
     chainctl::remove(&rc.admin, "sfc").expect("remove the chain");

@@ -72,7 +72,14 @@ impl Balancer {
         Ok(lb)
     }
 
+    /// Takes `spec`, or refuses it and changes nothing.
     pub fn set_spec(&mut self, spec: BalancerSpec) -> Result<(), EvnfError> {
+        let new = spec.backends.iter().filter(|b| !self.slots.contains(&b.addr)).count();
+        if self.slots.len() + new > LB_MAX_BACKENDS as usize {
+            return Err(EvnfError::Config(format!(
+                "balancer: more than {LB_MAX_BACKENDS} backends over this run (removed ones keep their slot)"
+            )));
+        }
         let idle = Duration::from_secs_f64(spec.idle_timeout_s);
         self.conns.set_idle(idle);
         self.replies.set_idle(idle);

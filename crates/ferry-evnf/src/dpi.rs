@@ -33,7 +33,6 @@ pub struct Dpi {
     /// first packet's 5-tuple).
     flows: HashMap<EvFlow, FlowState>,
     bypass: FastTable<EvFlow, DpiBypass>,
-    classified: HashMap<String, u64>,
     bypass_installed: u64,
     bypass_expired: u64,
     bypass_errors: u64,
@@ -75,7 +74,6 @@ impl Dpi {
             elephants,
             flows: HashMap::new(),
             bypass,
-            classified: HashMap::new(),
             bypass_installed: 0,
             bypass_expired: 0,
             bypass_errors: 0,
@@ -156,7 +154,6 @@ impl HybridNf for Dpi {
         }
         state.class = Some(class);
         let app = class.protocol();
-        *self.classified.entry(self.ndpi.protocol_name(app)).or_default() += 1;
         if self.spec.bypass && self.elephants.contains(&app) {
             self.install_bypass(key, app, now);
         }
@@ -172,9 +169,11 @@ impl HybridNf for Dpi {
         Ok(())
     }
 
-    /// `inspected`, `bypass_installed`, `bypass_expired`, `slow_path_flows`.
+    /// `inspected`, `bypass_installed`, `bypass_expired`, `slow_path_flows`,
+    /// `bypass_errors`, `not_ipv4`.
     fn control_counters(&self) -> Vec<u64> {
-        vec![self.inspected, self.bypass_installed, self.bypass_expired, self.flows.len() as u64]
+        let flows = self.flows.len() as u64;
+        vec![self.inspected, self.bypass_installed, self.bypass_expired, flows, self.bypass_errors, self.not_ipv4]
     }
 }
 

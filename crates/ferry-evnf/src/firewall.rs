@@ -65,6 +65,11 @@ impl Firewall {
         Ok(declared.into_iter().filter(|t| present.contains(&t.as_str())).collect())
     }
 
+    /// The tables it applied (`family name`).
+    pub fn tables(&self) -> &[String] {
+        &self.nft_tables
+    }
+
     /// Removes the tables the ruleset created (also on drop).
     pub fn remove_nft_tables(&mut self) {
         for t in self.nft_tables.drain(..) {
@@ -150,10 +155,6 @@ impl HybridNf for Firewall {
 
     fn on_tick(&mut self, _fast: &mut EvnfMaps, _now_ns: u64) -> Result<(), EvnfError> {
         Ok(())
-    }
-
-    fn shutdown(&mut self) {
-        self.remove_nft_tables();
     }
 }
 

@@ -159,8 +159,6 @@ pub trait HybridNf {
     fn control_counters(&self) -> Vec<u64> {
         Vec::new()
     }
-    /// Undoes what `install` did outside the fast path (e.g. nftables).
-    fn shutdown(&mut self) {}
 }
 
 #[cfg(test)]

@@ -37,10 +37,4 @@ pub enum EvnfError {
     Config(String),
     #[error("nftables: {0}")]
     Nft(String),
-    #[error("{what}: {source}")]
-    Io {
-        what: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
 }

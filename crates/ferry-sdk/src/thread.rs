@@ -191,6 +191,11 @@ impl NfThread {
 
     /// Allocates an empty packet of `len` bytes (for sources and replies
     /// that need a new frame). None when the domain has no free frame.
+    /// The longest frame the domain's frames hold.
+    pub fn frame_size(&self) -> usize {
+        self.frame_size as usize
+    }
+
     pub fn alloc(&mut self, len: usize) -> Option<Packet> {
         if len > self.frame_size as usize {
             return None;

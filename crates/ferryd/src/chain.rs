@@ -645,10 +645,22 @@ impl Chain {
     /// did: its `reloads` or `reload_errors` counter moves. A file that
     /// does not parse changes nothing.
     pub fn reload(&self) -> Result<Vec<NfReload>> {
-        let names = match self.hybrids.lock().expect("hybrids lock").as_mut() {
+        // The NATs split over a post-server part and a process: their
+        // files checked first, like the hybrid NFs'.
+        let mut split_names = Vec::new();
+        for split in &self.splits {
+            let nf = self.plan.nfs.iter().find(|n| n.name == split.nf).ok_or_else(|| anyhow!("no NF {}", split.nf))?;
+            let kind = nf.kind.as_deref().unwrap_or_default();
+            let values = ferry_catalog::Values::of(kind, &nf.args)?;
+            let config = std::path::Path::new(values.text("config").unwrap_or_default());
+            ferry_evnf::chained::config(kind, config).map_err(|e| anyhow!("NF {}: {e}", nf.name))?;
+            split_names.push(nf.name.clone());
+        }
+        let mut names = match self.hybrids.lock().expect("hybrids lock").as_mut() {
             Some(h) => h.reload()?,
             None => Vec::new(),
         };
+        names.extend(split_names);
         if names.is_empty() {
             bail!("chain {:?} has no NF that reads a configuration file (config=)", self.plan.name);
         }

@@ -85,8 +85,7 @@ impl Hybrids {
             fast_paths.push(path.nfs.iter().map(|n| fast_path(&n.kind)).collect::<Result<Vec<EvNf>>>()?);
             for n in &path.nfs {
                 let t = ferry_evnf::types::find(&n.kind).ok_or_else(|| anyhow!("{}: not a hybrid type", n.kind))?;
-                let spec =
-                    ferry_evnf::chained::config(&n.kind, &n.config).map_err(|e| anyhow!("NF {}: {e}", n.name))?;
+                let spec = read_config(&n.name, t, &n.config)?;
                 // Rules installed ahead (proactive and offloading NFs); an NF
                 // with a slow path makes its rules there, in its process, so
                 // ferryd never runs its slow-path code (nDPI) as root.
@@ -140,15 +139,18 @@ impl Hybrids {
     pub fn reload(&mut self) -> Result<Vec<String>> {
         let mut specs = Vec::new();
         for n in &self.nfs {
-            specs.push(ferry_evnf::chained::config(n.t.kind, &n.config).map_err(|e| anyhow!("NF {}: {e}", n.name))?);
+            specs.push(read_config(&n.name, n.t, &n.config)?);
         }
         for (n, spec) in self.nfs.iter().zip(specs) {
             let Some(fw) = spec.firewall.filter(|_| n.t.section == "firewall") else { continue };
             match self.nft.0.iter_mut().find(|(name, _, _)| *name == n.name) {
                 Some((_, ns, applied)) => {
-                    if fw.nftables.is_some() {
-                        trusted_by_root(&n.config).with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
-                    }
+                    // As at deploy: a table the new ruleset declares that
+                    // someone else's is refused, not replaced.
+                    let candidate = Firewall::new(fw.clone());
+                    let mut taken = ferry_testbed::in_netns(ns.as_deref(), || candidate.tables_taken())??;
+                    taken.retain(|t| !applied.tables().contains(t));
+                    refuse_taken(&n.name, ns.as_deref(), &taken)?;
                     // Replaces the tables it applied before, in one
                     // transaction; no ruleset now removes them.
                     applied.set_spec(fw);
@@ -205,21 +207,38 @@ fn fast_path(kind: &str) -> Result<EvNf> {
 /// unless a table it declares exists there already (another chain's, or
 /// the host's).
 fn kernel_half(n: &Member, fw: FirewallSpec) -> Result<Firewall> {
-    trusted_by_root(&n.config).with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
     let mut fw = Firewall::new(fw);
     let ns = n.netns.as_deref();
     let taken = ferry_testbed::in_netns(ns, || fw.tables_taken())??;
-    if !taken.is_empty() {
-        bail!(
-            "NF {}: nftables tables {taken:?} already exist in namespace {} (another chain's, or the host's): its \
-             ruleset would replace them",
-            n.name,
-            ns.unwrap_or("(root)")
-        );
-    }
+    refuse_taken(&n.name, ns, &taken)?;
     ferry_testbed::in_netns(ns, || fw.apply_nftables())?
         .with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
     Ok(fw)
+}
+
+/// Refuses tables `taken` (which exist in namespace `ns`, and are not NF
+/// `nf`'s own): its ruleset would replace them.
+fn refuse_taken(nf: &str, ns: Option<&str>, taken: &[String]) -> Result<()> {
+    if taken.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "NF {nf}: nftables tables {taken:?} already exist in namespace {} (another chain's, or the host's): its \
+         ruleset would replace them",
+        ns.unwrap_or("(root)")
+    )
+}
+
+/// Hybrid NF `name`'s configuration file, checked. A firewall's file
+/// with an nftables ruleset, which ferryd applies as root, must be
+/// [`trusted_by_root`], checked before the file is read.
+fn read_config(name: &str, t: &HybridType, config: &std::path::Path) -> Result<ferry_evnf::EvnfSpec> {
+    let trusted = trusted_by_root(config);
+    let spec = ferry_evnf::chained::config(t.kind, config).map_err(|e| anyhow!("NF {name}: {e}"))?;
+    if t.section == "firewall" && spec.firewall.as_ref().is_some_and(|f| f.nftables.is_some()) {
+        trusted.with_context(|| format!("NF {name}: its nftables ruleset"))?;
+    }
+    Ok(spec)
 }
 
 /// ferryd applies an eFW's nftables ruleset as root: its file must be
