@@ -4,9 +4,8 @@
 //! them go on. The window is the XDP payload-scan element's
 //! (`bpf/include/ferry_scan.h`), so this NF and the element decide every
 //! frame alike, and placement runs the scan in XDP whenever its patterns
-//! fit the element: at most [`MAX_PATTERNS`] of 1 to [`MAX_PATTERN_LEN`]
-//! bytes. More or longer patterns run here (Aho-Corasick), over the same
-//! window.
+//! fit the element's limits (ferry-place checks them). More or longer
+//! patterns run here (Aho-Corasick), over the same window.
 //!
 //! Arguments: `drop|count PATTERN...`; a pattern is text, or `hex:` and
 //! its bytes in hex (`hex:deadbeef`).
@@ -24,11 +23,9 @@ use aho_corasick::AhoCorasick;
 use crate::payload::{l4_payload, L4Payload};
 use crate::{count, NfError, NfSpec, PacketNf, Verdict};
 
-/// Payload bytes scanned, from the first.
+/// Payload bytes scanned, from the first: the XDP element's window (a
+/// ferry-place test keeps the two equal).
 pub const WINDOW: usize = 256;
-/// The XDP element's limits (placement checks a scan against them).
-pub const MAX_PATTERNS: usize = 16;
-pub const MAX_PATTERN_LEN: usize = 32;
 
 const PASS: usize = 1;
 const PASS_NOT_SCANNED: usize = 2;
@@ -73,18 +70,6 @@ impl ScanConfig {
         }
         let patterns = patterns.iter().map(|p| pattern(p)).collect::<Result<Vec<_>, _>>()?;
         Ok(ScanConfig { on_match, patterns })
-    }
-
-    /// Why the XDP element cannot run this scan, if it cannot.
-    pub fn over_the_element(&self) -> Option<String> {
-        if self.patterns.len() > MAX_PATTERNS {
-            return Some(format!("{} patterns, the XDP element takes at most {MAX_PATTERNS}", self.patterns.len()));
-        }
-        let long = self.patterns.iter().position(|p| p.len() > MAX_PATTERN_LEN)?;
-        Some(format!(
-            "pattern {long} has {} bytes, the XDP element takes at most {MAX_PATTERN_LEN}",
-            self.patterns[long].len()
-        ))
     }
 }
 
@@ -220,15 +205,9 @@ mod tests {
     }
 
     #[test]
-    fn arguments_and_the_elements_limits() {
+    fn arguments() {
         let c = ScanConfig::parse(&["count", "GET /admin", "hex:00ff"]).unwrap();
         assert_eq!((c.on_match, c.patterns.clone()), (OnMatch::Count, vec![b"GET /admin".to_vec(), vec![0, 255]]));
-        assert_eq!(c.over_the_element(), None);
-        let many: Vec<String> = (0..17).map(|i| format!("p{i}")).collect();
-        let args: Vec<&str> = std::iter::once("drop").chain(many.iter().map(String::as_str)).collect();
-        assert!(ScanConfig::parse(&args).unwrap().over_the_element().unwrap().contains("17 patterns"));
-        let long = "x".repeat(33);
-        assert!(ScanConfig::parse(&["drop", &long]).unwrap().over_the_element().unwrap().contains("33 bytes"));
         for bad in [&["pass", "x"][..], &["drop"], &[], &["drop", "hex:abc"], &["drop", "hex:zz"], &["drop", ""]] {
             assert!(ScanConfig::parse(bad).is_err(), "{bad:?}");
         }

@@ -5,6 +5,7 @@
 
 use ferry_bpf::evnf::EvNf;
 use ferry_bpf::pipeline::{AclRule, ACL_ALLOW, ACL_DENY, ACL_MAX_RULES};
+use ferry_bpf::scan::{SCAN_MAX_LEN, SCAN_MAX_PATTERNS};
 use ferry_nf::firewall_rules::{parse_fw_rules, FwAction, FwRule};
 use ferry_nf::payload_scan::ScanConfig;
 
@@ -79,16 +80,24 @@ pub fn lower(kind: &str, args: &[String]) -> Result<Lowering, String> {
     match kind {
         "firewall" => lower_firewall(args),
         "flow-monitor" => Ok(Lowering::FlowMonitor),
-        "payload-scan" => {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let config = ScanConfig::parse(&args).map_err(|e| e.to_string())?;
-            match config.over_the_element() {
-                Some(why) => Err(why),
-                None => Ok(Lowering::Scan(config)),
-            }
-        }
+        "payload-scan" => lower_scan(args),
         _ => Err(format!("{kind} has no XDP form yet")),
     }
+}
+
+/// A scan the element can run: at most SCAN_MAX_PATTERNS patterns of at
+/// most SCAN_MAX_LEN bytes (the NF checked that none is empty).
+fn lower_scan(args: &[String]) -> Result<Lowering, String> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let config = ScanConfig::parse(&args).map_err(|e| e.to_string())?;
+    if config.patterns.len() > SCAN_MAX_PATTERNS {
+        return Err(format!("{} patterns, the XDP element takes at most {SCAN_MAX_PATTERNS}", config.patterns.len()));
+    }
+    if let Some(i) = config.patterns.iter().position(|p| p.len() > SCAN_MAX_LEN) {
+        let len = config.patterns[i].len();
+        return Err(format!("pattern {i} has {len} bytes, the XDP element takes at most {SCAN_MAX_LEN}"));
+    }
+    Ok(Lowering::Scan(config))
 }
 
 fn lower_firewall(args: &[String]) -> Result<Lowering, String> {
@@ -155,6 +164,12 @@ fn acl_rule(r: &FwRule) -> Result<AclRule, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The NF scans the element's window: placement changes no decision.
+    #[test]
+    fn the_scan_nf_and_element_share_the_window() {
+        assert_eq!(ferry_nf::payload_scan::WINDOW, ferry_bpf::scan::SCAN_WINDOW);
+    }
 
     #[test]
     fn prefixes() {
