@@ -14,6 +14,10 @@
 //!   and the NAT's process makes the mappings (each new inside endpoint's
 //!   first frame); in software all four are processes, the NAT whole. The
 //!   generator's frames come from 64 source ports, as in `nat`.
+//! * `scan`: in -> payload scan -> out (the SmartNIC paper's payload-scan
+//!   offload, Fig. 6): placed, the scan element runs in XDP on d0 and the
+//!   pipeline redirects to d1; in software it is one AF_XDP process. Its
+//!   pattern never occurs, so every frame's whole window is searched.
 //! * `nat`: the NAT, whole in a process (`parallel-nat`, one worker;
 //!   "software") against split as P4SFC splits it (`enat`: established
 //!   mappings rewritten in XDP, then routed by the FIB from XDP; each new
@@ -184,6 +188,10 @@ fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str, cpu: Option<
     let (fw, ips) = (format!("\"{}\"", fw.display()), format!("\"{}\"", ips.display()));
     let (nfs, links) = match scenario {
         "firewall" => (nf("fw", "firewall", &fw), "  - { from: in, to: fw }\n  - { from: fw, to: out }\n".into()),
+        "scan" => (
+            nf("scan", "payload-scan", "\"drop\", \"/bin/sh\""),
+            "  - { from: in, to: scan }\n  - { from: scan, to: out }\n".into(),
+        ),
         "p4sfc" => (
             nf("ips", "ips", &ips)
                 + &nf("mon", "flow-monitor", "")

@@ -512,7 +512,8 @@ enum BenchCmd {
     /// P4SFC Fig. 5: the same chains placed by the orchestrator (NFs in XDP) vs all processes.
     Offload {
         /// Scenarios (comma separated): firewall (in -> fw -> out), chain (in -> fw -> monitor -> IPS -> out),
-        /// p4sfc (in -> IPS -> monitor -> fw -> out), nat (the NAT whole in a process vs split: enat).
+        /// p4sfc (in -> IPS -> monitor -> fw -> out), nat (the NAT whole in a process vs split: enat),
+        /// scan (in -> payload scan -> out: in XDP vs a process).
         #[arg(long, value_delimiter = ',', default_value = "firewall,chain,p4sfc")]
         scenarios: Vec<String>,
         #[arg(long, value_delimiter = ',', default_value = "64,512,1500")]
@@ -908,8 +909,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench(BenchCmd::Offload { scenarios, sizes, runs, window, latency_pps, latency_frames, json }) => {
             for sc in &scenarios {
-                if !["firewall", "chain", "p4sfc", "nat"].contains(&sc.as_str()) {
-                    return Err(anyhow!("unknown scenario {sc:?} (firewall, chain, p4sfc, nat)"));
+                if !["firewall", "chain", "p4sfc", "nat", "scan"].contains(&sc.as_str()) {
+                    return Err(anyhow!("unknown scenario {sc:?} (firewall, chain, p4sfc, nat, scan)"));
                 }
             }
             let opts = benchoffload::BenchOffloadOptions {
