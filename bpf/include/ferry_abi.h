@@ -209,6 +209,8 @@ struct ferry_pl_scan {
 	__u32 action;
 	__u32 counter;
 	__u32 _pad;
+	/* Bit b set: some pattern starts with byte b (a filter per offset). */
+	__u8 first[32];
 	__u8 len[FERRY_SCAN_MAX_PATTERNS];
 	__u8 bytes[FERRY_SCAN_MAX_PATTERNS][FERRY_SCAN_MAX_LEN];
 };

@@ -4,7 +4,7 @@
  * hold one of a few byte strings? Limits (ferry_abi.h): 16 patterns of up
  * to 32 bytes, the first 256 payload bytes. The window is copied out of
  * the frame once (bpf_xdp_load_bytes) into a per-CPU buffer, and bpf_loop
- * runs one callback per start offset, each trying every pattern there:
+ * runs one callback per 8 start offsets, each trying every pattern there:
  * at most 256 x 16 x 32 byte compares. The decision table is the
  * payload-scan NF's (crates/ferry-nf/src/payload_scan.rs):
  *   not IPv4 TCP/UDP              -> on, unscanned
@@ -42,35 +42,49 @@ struct ferry_scan_state {
 	__u32 found;
 };
 
-/* Does a pattern of config st->config start at offset i of the window? */
-static long ferry_scan_at(__u64 i, void *data)
+/* Start offsets one callback tries: the two lookups and the call are paid
+ * once per chunk, not once per offset. */
+#define FERRY_SCAN_CHUNK 8
+
+/* Does a pattern of config st->config start at an offset of chunk n? */
+static long ferry_scan_chunk(__u64 n, void *data)
 {
 	struct ferry_scan_state *st = data;
 	struct ferry_scan_window *w;
 	struct ferry_pl_scan *s;
 	__u32 zero = 0, config = st->config;
+	__u8 b;
 
 	s = bpf_map_lookup_elem(&ferry_pl_scans, &config);
 	w = bpf_map_lookup_elem(&ferry_pl_scan_window, &zero);
 	if (!s || !w)
 		return 1;
-	for (__u32 p = 0; p < FERRY_SCAN_MAX_PATTERNS; p++) {
-		__u32 plen, j;
+	for (__u32 k = 0; k < FERRY_SCAN_CHUNK; k++) {
+		__u64 i = n * FERRY_SCAN_CHUNK + k;
 
-		if (p >= s->patterns)
-			break;
-		plen = s->len[p];
-		if (plen == 0 || plen > FERRY_SCAN_MAX_LEN || i + plen > st->len)
-			continue;
-		for (j = 0; j < FERRY_SCAN_MAX_LEN; j++) {
-			if (j >= plen)
-				break;
-			if (w->bytes[(i + j) & (FERRY_SCAN_WINDOW - 1)] != s->bytes[p][j])
-				break;
-		}
-		if (j == plen) {
-			st->found = 1;
+		if (i >= st->len)
 			return 1;
+		b = w->bytes[i & (FERRY_SCAN_WINDOW - 1)];
+		if (!(s->first[b >> 3] & (1 << (b & 7))))
+			continue;
+		for (__u32 p = 0; p < FERRY_SCAN_MAX_PATTERNS; p++) {
+			__u32 plen, j;
+
+			if (p >= s->patterns)
+				break;
+			plen = s->len[p];
+			if (plen == 0 || plen > FERRY_SCAN_MAX_LEN || i + plen > st->len)
+				continue;
+			for (j = 0; j < FERRY_SCAN_MAX_LEN; j++) {
+				if (j >= plen)
+					break;
+				if (w->bytes[(i + j) & (FERRY_SCAN_WINDOW - 1)] != s->bytes[p][j])
+					break;
+			}
+			if (j == plen) {
+				st->found = 1;
+				return 1;
+			}
 		}
 	}
 	return 0;
@@ -120,7 +134,7 @@ __attribute__((noinline)) int ferry_el_scan(struct xdp_md *ctx, __u32 config, st
 	st.len = ((st.len - 1) & (FERRY_SCAN_WINDOW - 1)) + 1;
 	if (bpf_xdp_load_bytes(ctx, payload, w->bytes, st.len))
 		return XDP_DROP;
-	bpf_loop(st.len, ferry_scan_at, &st, 0);
+	bpf_loop((st.len + FERRY_SCAN_CHUNK - 1) / FERRY_SCAN_CHUNK, ferry_scan_chunk, &st, 0);
 	if (!st.found)
 		return CONTINUE;
 	c = bpf_map_lookup_elem(&ferry_pl_counters, &s->counter);

@@ -25,11 +25,13 @@ pub struct PlScan {
     /// The counter config a match is counted in.
     pub counter: u32,
     pub _pad: u32,
+    /// Bit b set: some pattern starts with byte b.
+    pub first: [u8; 32],
     pub len: [u8; SCAN_MAX_PATTERNS],
     pub bytes: [[u8; SCAN_MAX_LEN]; SCAN_MAX_PATTERNS],
 }
 
-const _: () = assert!(std::mem::size_of::<PlScan>() == 16 + SCAN_MAX_PATTERNS + SCAN_MAX_PATTERNS * SCAN_MAX_LEN);
+const _: () = assert!(std::mem::size_of::<PlScan>() == 16 + 32 + SCAN_MAX_PATTERNS + SCAN_MAX_PATTERNS * SCAN_MAX_LEN);
 
 // SAFETY: plain-old-data; every bit pattern is valid (padding is explicit).
 unsafe impl aya::Pod for PlScan {}
@@ -52,6 +54,7 @@ impl PlScan {
             action,
             counter,
             _pad: 0,
+            first: [0; 32],
             len: [0; SCAN_MAX_PATTERNS],
             bytes: [[0; SCAN_MAX_LEN]; SCAN_MAX_PATTERNS],
         };
@@ -62,6 +65,7 @@ impl PlScan {
                     p.len()
                 )));
             }
+            s.first[usize::from(p[0] >> 3)] |= 1 << (p[0] & 7);
             s.len[i] = p.len() as u8;
             s.bytes[i][..p.len()].copy_from_slice(p);
         }
@@ -78,6 +82,9 @@ mod tests {
         let s = PlScan::new(&[b"GET /admin".to_vec(), vec![0xde, 0xad]], SCAN_DROP, 7).unwrap();
         assert_eq!((s.patterns, s.len[0], s.len[1], s.counter), (2, 10, 2, 7));
         assert_eq!(&s.bytes[1][..3], &[0xde, 0xad, 0]);
+        // First bytes 'G' (0x47) and 0xde.
+        assert_eq!((s.first[0x47 >> 3], s.first[0xde >> 3]), (1 << 7, 1 << 6));
+        assert_eq!(s.first.iter().map(|b| b.count_ones()).sum::<u32>(), 2);
         let e = PlScan::new(&vec![b"x".to_vec(); 17], SCAN_DROP, 1).unwrap_err().to_string();
         assert!(e.contains("17 patterns"), "{e}");
         let e = PlScan::new(&[vec![b'y'; 33]], SCAN_DROP, 1).unwrap_err().to_string();
