@@ -141,17 +141,27 @@ fn the_element_and_the_nf_agree_on_mutated_frames() {
     }
     let p = pipeline(SCAN_DROP);
     let templates = || {
+        let mut trailer = frame(L4Proto::Udp, &after(10, b"peace"));
+        trailer.extend_from_slice(b"attack");
+        let mut before_trailer = frame(L4Proto::Tcp, &after(10, b"attack"));
+        before_trailer.extend_from_slice(b"zzzzzz");
+        // One 802.1Q tag (VLAN 20) in front of the IPv4 header.
+        let mut vlan = frame(L4Proto::Udp, &after(5, b"attack"));
+        vlan.splice(12..12, [0x81, 0x00, 0x00, 20]);
         vec![
             frame(L4Proto::Udp, &after(20, b"attack")),
             frame(L4Proto::Tcp, &after(3, &[0xde, 0xad, 0xbe, 0xef])),
             frame(L4Proto::Udp, &after(SCAN_WINDOW - 8, b"attack..")),
             frame(L4Proto::Tcp, &after(60, b"peaceful")),
+            trailer,
+            before_trailer,
+            vlan,
         ]
     };
     let nf = std::cell::RefCell::new(
         ferry_nf::by_name("payload-scan", &["drop", "attack", "hex:deadbeef"]).expect("the payload-scan NF"),
     );
-    mutated_frames_agree(templates, 80, |f| {
+    mutated_frames_agree(templates, 90, |f| {
         // The kernel runs no program on less than an Ethernet header.
         if f.len() < 14 {
             return Ok(());

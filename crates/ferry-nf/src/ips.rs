@@ -211,6 +211,7 @@ alert udp any any -> any any (msg:\"overlap\"; content:\"abcab\"; sid:4;)
             (frame(UDP, 53, b"\x00\xff evil", 0), Verdict::Drop, DROP_RULE, "contents in any order"),
             (frame(UDP, 9, b"xabcabcabx", 0), Verdict::Pass, PASS_ALERTED, "overlapping occurrences"),
             (padded, Verdict::Pass, PASS, "padding is not payload"),
+            (frame(TCP, 80, b"GET /admin", 6), Verdict::Pass, PASS_ALERTED, "content before padding is payload"),
             (
                 frame(TCP, 80, b"/bin/sh", 0).iter().map(|b| b.to_ascii_uppercase()).collect(),
                 Verdict::Pass,
@@ -225,6 +226,6 @@ alert udp any any -> any any (msg:\"overlap\"; content:\"abcab\"; sid:4;)
         }
         let c = nf.counters();
         assert_eq!(c[0], c[1..].iter().sum::<u64>(), "the verdict counters partition rx");
-        assert_eq!(nf.hits(), &[2, 1, 2, 1], "per-rule hits (a packet may hit two rules)");
+        assert_eq!(nf.hits(), &[3, 1, 2, 1], "per-rule hits (a packet may hit two rules)");
     }
 }

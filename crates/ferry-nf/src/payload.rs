@@ -26,6 +26,11 @@ pub(crate) enum L4Payload<'a> {
 }
 
 pub(crate) fn l4_payload(frame: &[u8]) -> L4Payload<'_> {
+    // What the shared flow parser (and the XDP pipeline's, which drops it
+    // before any element) calls malformed is malformed here too.
+    if ferry_wire::flow::parse(frame).is_err() {
+        return L4Payload::Malformed;
+    }
     let Ok(eth) = EthernetFrame::new_checked(frame) else {
         return L4Payload::Malformed;
     };
@@ -43,9 +48,11 @@ pub(crate) fn l4_payload(frame: &[u8]) -> L4Payload<'_> {
     if ip.is_fragment() {
         return L4Payload::Fragment;
     }
-    // Offsets into `frame`: the wrappers' payloads borrow the wrappers.
-    let l4_at = frame.len() - eth.payload().len() + (eth.payload().len() - ip.payload().len());
-    let l4_end = l4_at + ip.payload().len();
+    // Offsets into `frame` (the wrappers' payloads borrow the wrappers):
+    // the datagram ends at its total length, before any Ethernet padding
+    // or trailer.
+    let l4_at = eth.header_len() + ip.header_len();
+    let l4_end = eth.header_len() + ip.total_len();
     let (dst_port, header) = match proto {
         Proto::Tcp => match TcpPacket::new_checked(ip.payload()) {
             Ok(t) => (t.dst_port(), t.header_len()),

@@ -78,13 +78,12 @@ fn pattern(arg: &str) -> Result<Vec<u8>, NfError> {
     let bad = |reason| NfError::BadArg { nf: "payload-scan", arg: arg.to_string(), reason };
     let bytes = match arg.strip_prefix("hex:") {
         Some(hex) => {
-            if hex.len() % 2 != 0 {
+            let digits = hex.as_bytes();
+            if digits.len() % 2 != 0 {
                 return Err(bad("hex: needs an even number of digits"));
             }
-            (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| bad("hex: needs hex digits")))
-                .collect::<Result<Vec<u8>, _>>()?
+            let nibble = |d: u8| (d as char).to_digit(16).map(|v| v as u8).ok_or_else(|| bad("hex: needs hex digits"));
+            digits.chunks(2).map(|pair| Ok(nibble(pair[0])? << 4 | nibble(pair[1])?)).collect::<Result<Vec<u8>, _>>()?
         }
         None => arg.as_bytes().to_vec(),
     };
@@ -180,6 +179,11 @@ mod tests {
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         let icmp = frame(L4Proto::Icmp, b"attack at dawn");
         let short = frame(L4Proto::Udp, b"attack")[..40].to_vec();
+        // Bytes after the IP datagram (its total length) are not payload.
+        let trailing = |mut f: Vec<u8>, tail: &[u8]| {
+            f.extend_from_slice(tail);
+            f
+        };
         let rows: Vec<(&str, Vec<u8>, Verdict, usize)> = vec![
             ("at the start", frame(L4Proto::Udp, b"attack at dawn"), Verdict::Drop, DROP_MATCHED),
             ("in the middle, tcp", frame(L4Proto::Tcp, b"we attack now"), Verdict::Drop, DROP_MATCHED),
@@ -187,6 +191,8 @@ mod tests {
             ("ending at the window's end", frame(L4Proto::Udp, &at_end), Verdict::Drop, DROP_MATCHED),
             ("across the window's end", frame(L4Proto::Udp, &across), Verdict::Pass, PASS),
             ("none", frame(L4Proto::Udp, b"peace"), Verdict::Pass, PASS),
+            ("in a trailer", trailing(frame(L4Proto::Udp, b"peace"), b"attack"), Verdict::Pass, PASS),
+            ("before a trailer", trailing(frame(L4Proto::Udp, b"attack"), b"zzzzzz"), Verdict::Drop, DROP_MATCHED),
             ("a fragment", fragment, Verdict::Drop, DROP_FRAGMENT),
             ("not IPv4", arp, Verdict::Pass, PASS_NOT_SCANNED),
             ("ICMP", icmp, Verdict::Pass, PASS_NOT_SCANNED),
@@ -208,7 +214,17 @@ mod tests {
     fn arguments() {
         let c = ScanConfig::parse(&["count", "GET /admin", "hex:00ff"]).unwrap();
         assert_eq!((c.on_match, c.patterns.clone()), (OnMatch::Count, vec![b"GET /admin".to_vec(), vec![0, 255]]));
-        for bad in [&["pass", "x"][..], &["drop"], &[], &["drop", "hex:abc"], &["drop", "hex:zz"], &["drop", ""]] {
+        let bad_args: [&[&str]; 8] = [
+            &["pass", "x"],
+            &["drop"],
+            &[],
+            &["drop", "hex:abc"],
+            &["drop", "hex:zz"],
+            &["drop", ""],
+            &["drop", "hex:aé0"],
+            &["drop", "hex:+f"],
+        ];
+        for bad in bad_args {
             assert!(ScanConfig::parse(bad).is_err(), "{bad:?}");
         }
     }

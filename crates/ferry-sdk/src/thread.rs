@@ -189,13 +189,13 @@ impl NfThread {
         }
     }
 
-    /// Allocates an empty packet of `len` bytes (for sources and replies
-    /// that need a new frame). None when the domain has no free frame.
     /// The longest frame the domain's frames hold.
     pub fn frame_size(&self) -> usize {
         self.frame_size as usize
     }
 
+    /// Allocates an empty packet of `len` bytes (for sources and replies
+    /// that need a new frame). None when the domain has no free frame.
     pub fn alloc(&mut self, len: usize) -> Option<Packet> {
         if len > self.frame_size as usize {
             return None;

@@ -141,16 +141,28 @@ impl Hybrids {
         for n in &self.nfs {
             specs.push(read_config(&n.name, n.t, &n.config)?);
         }
-        for (n, spec) in self.nfs.iter().zip(specs) {
-            let Some(fw) = spec.firewall.filter(|_| n.t.section == "firewall") else { continue };
+        // Every firewall's new ruleset is checked before any is applied:
+        // as at deploy, a table it declares that is someone else's is
+        // refused, not replaced.
+        let rulesets: Vec<(usize, FirewallSpec)> = specs
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, spec)| spec.firewall.filter(|_| self.nfs[i].t.section == "firewall").map(|fw| (i, fw)))
+            .collect();
+        for (i, fw) in &rulesets {
+            let n = &self.nfs[*i];
+            let ns = n.netns.as_deref();
+            let candidate = Firewall::new(fw.clone());
+            let mut taken = ferry_testbed::in_netns(ns, || candidate.tables_taken())??;
+            if let Some((_, _, applied)) = self.nft.0.iter().find(|(name, _, _)| *name == n.name) {
+                taken.retain(|t| !applied.tables().contains(t));
+            }
+            refuse_taken(&n.name, ns, &taken)?;
+        }
+        for (i, fw) in rulesets {
+            let n = &self.nfs[i];
             match self.nft.0.iter_mut().find(|(name, _, _)| *name == n.name) {
                 Some((_, ns, applied)) => {
-                    // As at deploy: a table the new ruleset declares that
-                    // someone else's is refused, not replaced.
-                    let candidate = Firewall::new(fw.clone());
-                    let mut taken = ferry_testbed::in_netns(ns.as_deref(), || candidate.tables_taken())??;
-                    taken.retain(|t| !applied.tables().contains(t));
-                    refuse_taken(&n.name, ns.as_deref(), &taken)?;
                     // Replaces the tables it applied before, in one
                     // transaction; no ruleset now removes them.
                     applied.set_spec(fw);
