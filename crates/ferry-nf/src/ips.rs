@@ -21,8 +21,9 @@ pub(crate) static SPEC: NfSpec = NfSpec {
 };
 
 /// The decision, in order:
-/// - shorter than an Ethernet (+VLAN) header, or an IPv4 header, TCP or
-///   UDP header that does not fit → `drop_malformed`;
+/// - what the shared flow parser rejects (as the XDP pipeline does:
+///   802.1ad, a second tag, truncated headers), or an IPv4, TCP or UDP
+///   header that does not fit → `drop_malformed`;
 /// - not IPv4, or neither TCP nor UDP → `pass_not_inspected` (no rule
 ///   can match it);
 /// - a fragment → `drop_fragment`: there is no reassembly, and passing
