@@ -98,29 +98,16 @@ fn generate(tb: &ferry_testbed::Testbed, queues: &str, count: u64, flow: &[&str]
     json_of(ferry(tb, "gen", &args), "ferry gen xsk")
 }
 
-/// Waits until the two caches have served `requests` requests in all.
-fn wait_for_caches(rc: &RunningChain, requests: u64) {
+/// Waits until counter `name`, summed over NFs `nfs`, is `want`.
+fn wait_counter(rc: &RunningChain, nfs: &[&str], name: &str, want: u64) {
     let deadline = Instant::now() + HANG_GUARD;
     loop {
         let s = rc.status().expect("status");
-        let have = counter(&s, "kv1", "requests") + counter(&s, "kv2", "requests");
-        if have == requests {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the caches served {have}, not {requests}:\n{}", chainctl::status_table(&s));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_counter(rc: &RunningChain, nf: &str, name: &str, want: u64) {
-    let deadline = Instant::now() + HANG_GUARD;
-    loop {
-        let s = rc.status().expect("status");
-        let have = counter(&s, nf, name);
+        let have: u64 = nfs.iter().map(|nf| counter(&s, nf, name)).sum();
         if have == want {
             return;
         }
-        assert!(Instant::now() < deadline, "{nf}.{name} is {have}, not {want}:\n{}", chainctl::status_table(&s));
+        assert!(Instant::now() < deadline, "{nfs:?} {name} is {have}, not {want}:\n{}", chainctl::status_table(&s));
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -211,7 +198,7 @@ fn the_fig13_chain_answers_ping_drops_the_denied_and_forwards_the_rest() {
     let sink = s.sink(&["--count", &ALLOWED.to_string(), "--sent", &ALLOWED.to_string()]);
     let denied = generate(&s.tb, "0", DENIED, &["src-ip=10.99.0.1"], false);
     assert_eq!(denied["sent"], DENIED);
-    wait_counter(&s.rc, "fw", "drop_denied", DENIED);
+    wait_counter(&s.rc, &["fw"], "drop_denied", DENIED);
     let allowed = generate(&s.tb, "0", ALLOWED, &["src-ip=10.0.0.1-10.0.0.8", "flows=64"], false);
     assert_eq!(allowed["sent"], ALLOWED);
     let report = json_of(sink, "ferry sink");
@@ -240,16 +227,16 @@ fn the_fig15_chain_answers_mica_requests_through_four_nfs() {
     // A denied source: the firewall drops every request.
     let denied = generate(tb, "0", DENIED, &["src-ip=10.99.0.1"], true);
     assert_eq!(denied["sent"], DENIED);
-    wait_counter(rc, "fw", "drop_denied", DENIED);
+    wait_counter(rc, &["fw"], "drop_denied", DENIED);
 
     // Allowed sources, 64 flows over four queues: every request answered.
     let allowed = generate(tb, "0,1,2,3", ALLOWED, &["src-ip=10.0.0.1-10.0.0.8", "dst-ip=10.0.1.1", "flows=64"], true);
     assert_eq!(allowed["sent"], ALLOWED);
-    wait_counter(rc, "fw", "pass", ALLOWED);
+    wait_counter(rc, &["fw"], "pass", ALLOWED);
 
     // One flow: all its requests at the one cache Maglev's table names,
     // counted from when the caches have served all of the run before.
-    wait_for_caches(rc, 4 * ALLOWED);
+    wait_counter(rc, &["kv1", "kv2"], "requests", 4 * ALLOWED);
     let before = rc.status().unwrap();
     let one = ["src-ip=10.0.0.9", "dst-ip=10.0.1.1", "src-port=4000", "dst-port=9"];
     let single = generate(tb, "0", ONE_FLOW, &one, true);
