@@ -215,6 +215,37 @@ struct ferry_pl_scan {
 	__u8 bytes[FERRY_SCAN_MAX_PATTERNS][FERRY_SCAN_MAX_LEN];
 };
 
+/*
+ * Tenant classification at the edge (classify.bpf.c): a table of rules,
+ * the first match wins. A rule matches on the fields its `fields` bits
+ * name; `out` is the tenant entry, a key of the classifier's DEVMAP. The
+ * table is ferry-nf's classify::Table, which the router NF runs.
+ */
+#define FERRY_CLS_MAX_RULES 64
+#define FERRY_CLS_SRC 1
+#define FERRY_CLS_DST 2
+#define FERRY_CLS_VLAN 4
+#define FERRY_CLS_DPORT 8
+struct ferry_cls_rule {
+	__be32 src;
+	__be32 src_mask;
+	__be32 dst;
+	__be32 dst_mask;
+	__u16 vlan; /* the VLAN id, host order */
+	__be16 dport;
+	__u16 fields;
+	__u16 out;
+};
+_Static_assert(sizeof(struct ferry_cls_rule) == 24, "ferry_cls_rule layout");
+
+/* The table's header, map entry 0: how many rules are live and what a
+ * frame no rule takes gets (XDP_DROP or XDP_PASS). */
+struct ferry_cls_config {
+	__u32 rules;
+	__u32 default_action;
+};
+_Static_assert(sizeof(struct ferry_cls_config) == 8, "ferry_cls_config layout");
+
 #define FERRY_FWD_DROP 0
 #define FERRY_FWD_TX 1
 #define FERRY_FWD_REDIRECT 2

@@ -7,6 +7,7 @@
 
 pub mod abi;
 mod attach;
+pub mod classify;
 pub mod evnf;
 pub mod evnf_maps;
 pub mod flow_table;
@@ -35,6 +36,8 @@ pub enum Object {
     Pipeline,
     /// `elements.bpf.c`: each pipeline element as a dedicated program.
     Elements,
+    /// `classify.bpf.c`: tenant classification at the edge.
+    Classify,
 }
 
 /// ELF parsing needs the bytes 8-byte aligned; `include_bytes!` alone only
@@ -51,6 +54,7 @@ static GEN: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT
 static PIPELINE: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/pipeline.bpf.o")) };
 static ELEMENTS: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/elements.bpf.o")) };
 static REDIRECT: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.bpf.o")) };
+static CLASSIFY: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/classify.bpf.o")) };
 
 impl Object {
     /// The ELF bytes of the object.
@@ -62,6 +66,7 @@ impl Object {
             Object::Redirect => &REDIRECT.bytes,
             Object::Pipeline => &PIPELINE.bytes,
             Object::Elements => &ELEMENTS.bytes,
+            Object::Classify => &CLASSIFY.bytes,
         }
     }
 }

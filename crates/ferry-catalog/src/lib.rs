@@ -21,6 +21,10 @@ use ferry_testbed::yamlloc::YamlError;
 
 pub use types::PARALLEL_HOST_ARGS;
 
+/// The trusted router NF of `classify: router` (a chain file's classifier
+/// port in router mode becomes one).
+pub use ferry_chain::classify::TENANT_ROUTER;
+
 /// One NF type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NfType {

@@ -115,3 +115,78 @@ fn the_json_listing_has_every_type_with_its_offloadability() {
     let ips = types.iter().find(|t| t["kind"] == "ips").unwrap();
     assert_eq!(ips["args"]["positional"], "RULE_FILE");
 }
+
+/// A two-tenant edge: `mode` and the first rule's fields given.
+fn edge_chain(mode: &str, first_rule: &str) -> String {
+    format!(
+        "name: t
+tenants: [ {{ name: acme }}, {{ name: zeta }} ]
+domains:
+  - {{ name: a, tenant: acme }}
+  - {{ name: z, tenant: zeta }}
+ports:
+  - name: edge
+    netdev: d0
+    classify:
+      mode: {mode}
+      rules:
+        - {{ {first_rule} }}
+        - {{ vlan: 200, to: zeta-in }}
+  - {{ name: acme-in, via: edge, tenant: acme }}
+  - {{ name: zeta-in, via: edge, tenant: zeta }}
+nfs:
+  - {{ name: fa, domain: a, kind: sink }}
+  - {{ name: fz, domain: z, kind: sink }}
+links:
+  - {{ from: acme-in, to: fa }}
+  - {{ from: zeta-in, to: fz }}
+"
+    )
+}
+
+#[test]
+fn tenant_tables_name_the_file_line_and_field() {
+    let ok = parse_chain_str(&edge_chain("xdp", "dst: 10.1.0.0/16, to: acme-in"), "c.yaml").unwrap();
+    assert_eq!(ok.classify_table(0), ["out=0,dst=10.1.0.0/16", "out=1,vlan=200"]);
+    let bad = |rule: &str| parse_chain_str(&edge_chain("xdp", rule), "c.yaml").unwrap_err().to_string();
+    let e = bad("dst: 10.1.0.1/16, to: acme-in");
+    assert!(e.starts_with("c.yaml:12:") && e.contains("ports[0].classify.rules[0].dst:"), "{e}");
+    assert!(e.contains("did you mean 10.1.0.0/16"), "{e}");
+    let e = bad("vlan: 5000, to: acme-in");
+    assert!(e.contains("ports[0].classify.rules[0].vlan:") && e.contains("0..=4095"), "{e}");
+    let e = bad("dport: 70000, to: acme-in");
+    assert!(e.contains("ports[0].classify.rules[0].dport:"), "{e}");
+    let e = bad("src: nowhere, to: acme-in");
+    assert!(e.contains("ports[0].classify.rules[0].src:"), "{e}");
+    let e = bad("dst: 10.1.0.0/16, to: fa");
+    assert!(e.contains("ports[0].classify.rules[0].to:") && e.contains("not a tenant entry of \"edge\""), "{e}");
+    let e = bad("dst: 10.1.0.0/16, proto: tcp, to: acme-in");
+    assert!(e.starts_with("c.yaml:12:") && e.contains("unknown field `proto`"), "{e}");
+    // acme's entry feeding zeta's NF; an entry no rule picks; a default
+    // into the kernel in router mode.
+    let text = edge_chain("xdp", "dst: 10.1.0.0/16, to: acme-in")
+        .replace("{ from: acme-in, to: fa }", "{ from: acme-in, to: fz }");
+    let e = parse_chain_str(&text, "c.yaml").unwrap_err().to_string();
+    assert!(e.contains("links[0].to:") && e.contains("tenant \"acme\"'s entry"), "{e}");
+    let e = bad("vlan: 7, to: zeta-in");
+    assert!(e.contains("ports[1].via:") && e.contains("no rule of \"edge\" picks \"acme-in\""), "{e}");
+    let text = edge_chain("router", "dst: 10.1.0.0/16, to: acme-in")
+        .replace("mode: router", "mode: router\n      default: kernel");
+    let e = parse_chain_str(&text, "c.yaml").unwrap_err().to_string();
+    assert!(e.contains("ports[0].classify.default:"), "{e}");
+}
+
+#[test]
+fn router_mode_becomes_a_router_nf_with_copy_links() {
+    let spec = parse_chain_str(&edge_chain("router", "dst: 10.1.0.0/16, to: acme-in"), "c.yaml").unwrap();
+    let ports: Vec<&str> = spec.ports.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(ports, ["edge"], "the entries are gone, and the edge classifies no more");
+    assert!(spec.ports[0].classify.is_none());
+    let router = spec.nfs.iter().find(|n| n.name == "edge-router").expect("the router NF");
+    assert_eq!((router.kind.as_deref(), router.domain.as_str()), (Some(crate::TENANT_ROUTER), "edge-router"));
+    assert_eq!(router.args, ["out=0,dst=10.1.0.0/16", "out=1,vlan=200"]);
+    let links: Vec<(&str, &str)> = spec.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("edge", "edge-router"), ("edge-router", "fa"), ("edge-router", "fz")]);
+    let domain = spec.domains.iter().find(|d| d.name == "edge-router").unwrap();
+    assert_eq!(domain.tenant, None, "the router is the provider's, no tenant's");
+}

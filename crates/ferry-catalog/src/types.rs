@@ -72,6 +72,15 @@ fn serve_types() -> Vec<NfType> {
             // across backend changes would need per-flow state (partial).
             &[Element { name: "consistent-hash-forward", offload: Offload::Full }],
         ),
+        NfType {
+            kind: crate::TENANT_ROUTER.to_string(),
+            summary: "classify: router: each frame to the tenant entry of the first rule it matches, by copy",
+            model: ExecModel::Threaded,
+            args: Args::Positional("RULE... (out=N[,src=CIDR][,dst=CIDR][,vlan=ID][,dport=PORT]; first match wins)"),
+            counters: ferry_nf::classify::ROUTER_COUNTERS.to_vec(),
+            // The baseline of XDP classification: a process by definition.
+            elements: &[Element { name: "tenant-classifier", offload: Offload::No }],
+        },
         threaded(
             "source",
             "make stamped UDP frames in the domain's own UMEM (chaining without veth)",
@@ -146,6 +155,13 @@ pub(crate) fn all() -> Vec<NfType> {
 /// list), checked by building it.
 pub(crate) fn check_positional(kind: &str, args: &[String], offset: usize) -> Result<(), KindError> {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    if kind == crate::TENANT_ROUTER {
+        return ferry_nf::classify::Table::parse(&refs).map(|_| ()).map_err(|(i, e)| KindError::Invalid {
+            kind: kind.to_string(),
+            message: e.to_string(),
+            index: Some(i + offset),
+        });
+    }
     ferry_nf::by_name(kind, &refs).map(|_| ()).map_err(|e| {
         let index = match &e {
             NfError::BadArg { arg, .. } => refs.iter().position(|a| a == arg).map(|i| i + offset),

@@ -11,6 +11,7 @@
 //!   frame-owner table), defined once for all processes.
 //! * [`proto`]: the framed, versioned messages on ferryd's Unix socket.
 
+pub mod classify;
 pub mod frames;
 pub mod plan;
 pub mod proto;

@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::classify::ClassifyDefault;
 use crate::spec::{BackpressureSpec, ChainSpec, DownPolicy, LinkMode, Node, PollSpec, XdpMode};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -53,6 +54,26 @@ pub struct PortPlan {
     /// Whether traffic arriving on the port goes to the NF (an XDP redirect
     /// program is attached) or the port is only transmitted on.
     pub rx: bool,
+    /// The port classifies its device's frames into tenant entries (XDP
+    /// mode: router mode was lowered to an NF before planning).
+    #[serde(default)]
+    pub classify: Option<ClassifyPlan>,
+    /// A tenant entry: the classifier port feeding it. ferryd makes its
+    /// device (in the classifier's namespace) and names it in `netdev`.
+    #[serde(default)]
+    pub via: Option<usize>,
+}
+
+/// An XDP classifier's table.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClassifyPlan {
+    /// Rules in the router's text form (`ferry_nf::classify::Rule`); `out`
+    /// is an index into `entries`.
+    pub rules: Vec<String>,
+    /// What no rule takes goes to the kernel (else it is dropped).
+    pub default_kernel: bool,
+    /// The tenant entries (port indices), in file order.
+    pub entries: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -174,14 +195,27 @@ impl ChainPlan {
         let mut ports: Vec<PortPlan> = spec
             .ports
             .iter()
-            .map(|p| PortPlan {
-                name: p.name.clone(),
-                netns: p.netns.clone(),
-                netdev: p.netdev.clone(),
-                queues: p.queues,
-                xdp_mode: p.xdp_mode,
-                nf: None,
-                rx: false,
+            .enumerate()
+            .map(|(i, p)| {
+                let via = p.via.as_ref().and_then(|c| spec.ports.iter().position(|q| &q.name == c));
+                // An entry's device is made in its classifier's namespace.
+                let netns = via.map_or(&p.netns, |c| &spec.ports[c].netns).clone();
+                let classify = p.classify.as_ref().map(|c| ClassifyPlan {
+                    rules: spec.classify_table(i),
+                    default_kernel: c.default == ClassifyDefault::Kernel,
+                    entries: spec.entries_of(i),
+                });
+                PortPlan {
+                    name: p.name.clone(),
+                    netns,
+                    netdev: p.netdev.clone(),
+                    queues: p.queues,
+                    xdp_mode: via.map_or(p.xdp_mode, |c| spec.ports[c].xdp_mode),
+                    nf: None,
+                    rx: false,
+                    classify,
+                    via,
+                }
             })
             .collect();
         let mut bridges: Vec<BridgePlan> = Vec::new();

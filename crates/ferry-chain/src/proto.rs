@@ -302,6 +302,18 @@ pub struct PortStatus {
     pub name: String,
     /// (verdict, packets, bytes).
     pub verdicts: Vec<(String, u64, u64)>,
+    /// A classifier port's frames per rule.
+    #[serde(default)]
+    pub classified: Option<ClassifiedStatus>,
+}
+
+/// What a classifier port's rules took.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct ClassifiedStatus {
+    /// (rule, as `out=N,...`; its entry's port; frames it took), in order.
+    pub rules: Vec<(String, String, u64)>,
+    /// Frames no rule took (dropped or to the kernel).
+    pub unmatched: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]

@@ -44,6 +44,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use ferry_testbed::yamlloc::{parse_located, Seg, YamlError};
+
+use crate::classify::ClassifySpec;
 use serde::{Deserialize, Serialize};
 
 /// A whole chain.
@@ -115,6 +117,8 @@ pub struct PortSpec {
     /// Network namespace the device lives in (`ip netns` name); root if absent.
     #[serde(default)]
     pub netns: Option<String>,
+    /// Required, but for a tenant entry (`via:`).
+    #[serde(default)]
     pub netdev: String,
     /// Queues used: thread i of the NF on this port uses queue i.
     #[serde(default = "one")]
@@ -122,6 +126,16 @@ pub struct PortSpec {
     /// XDP attach mode: `generic` (default, works everywhere) or `driver`.
     #[serde(default)]
     pub xdp_mode: XdpMode,
+    /// Tenant classification of what arrives on the device: the port feeds
+    /// tenant entries, no NF ([`crate::classify`]).
+    #[serde(default)]
+    pub classify: Option<ClassifySpec>,
+    /// A tenant entry: the classifier port that feeds it.
+    #[serde(default)]
+    pub via: Option<String>,
+    /// A tenant entry's tenant.
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 /// A hop into the kernel's network stack. AF_XDP cannot hand a frame
@@ -206,6 +220,43 @@ pub struct NfSpec {
 
 /// Highest CPU number `cpus:` may name (the size of a `cpu_set_t`).
 pub const MAX_CPU: u32 = 1023;
+
+impl DomainSpec {
+    /// A domain with every default (what the file would give it).
+    pub fn new(name: &str) -> DomainSpec {
+        DomainSpec {
+            name: name.to_string(),
+            frames: default_frames(),
+            frame_size: default_frame_size(),
+            ring_size: default_ring_size(),
+            user: None,
+            tenant: None,
+        }
+    }
+}
+
+impl NfSpec {
+    /// NF `name` in `domain` with every default, running nothing yet.
+    pub fn new(name: &str, domain: &str) -> NfSpec {
+        NfSpec {
+            name: name.to_string(),
+            domain: domain.to_string(),
+            kind: None,
+            args: Vec::new(),
+            exec: None,
+            spawn: yes(),
+            user: None,
+            threads: one(),
+            batch: default_batch(),
+            poll: PollSpec::default(),
+            backpressure: BackpressureSpec::default(),
+            on_downstream_down: DownPolicy::default(),
+            restart: yes(),
+            offload: OffloadPolicy::default(),
+            cpus: Vec::new(),
+        }
+    }
+}
 
 /// Whether an NF may run in XDP instead of as a process (P4SFC's
 /// placement, with XDP as the offload target).
@@ -373,7 +424,13 @@ type Invalid = (Vec<Seg>, String);
 
 impl ChainSpec {
     pub fn from_yaml_str(text: &str, origin: &str, kinds: &dyn KindCheck) -> Result<ChainSpec, YamlError> {
-        let mut spec: ChainSpec = parse_located(text, origin, |s: &ChainSpec| s.validate(kinds))?;
+        let mut spec: ChainSpec = parse_located(text, origin, |s: &ChainSpec| {
+            s.validate(kinds)?;
+            // Lowered here, so its errors are located too; the lowered
+            // file is what placement and planning see.
+            s.clone().lower_routers()
+        })?;
+        spec.lower_routers().expect("lowered once already");
         spec.origin = origin.to_string();
         Ok(spec)
     }
@@ -446,13 +503,15 @@ impl ChainSpec {
             if !nodes.insert(p.name.as_str()) {
                 return Err((at("name"), format!("duplicate node name {:?}", p.name)));
             }
-            if p.netdev.is_empty() || p.netdev.len() > 15 || p.netdev.contains(['/', ' ']) {
+            let entry = p.via.is_some() && p.netdev.is_empty();
+            if !entry && (p.netdev.is_empty() || p.netdev.len() > 15 || p.netdev.contains(['/', ' '])) {
                 return Err((at("netdev"), format!("{:?} is not a device name", p.netdev)));
             }
             if !(1..=64).contains(&p.queues) {
                 return Err((at("queues"), format!("{} must be in 1..=64", p.queues)));
             }
         }
+        self.check_classifiers(kinds)?;
         for (i, k) in self.kernel.iter().enumerate() {
             let at = |f| vec![Key("kernel"), Index(i), Key(f)];
             if !valid_name(&k.name) {

@@ -279,6 +279,12 @@ pub fn status_table(s: &Status) -> String {
         out += &format!("  {:<10} id {:<4} in XDP on port {}: {}\n", n.name, n.id, n.port, parts.join(" "));
         out += &flows_table(&n.flows, n.flows_total);
     }
+    for (port, c) in s.ports.iter().filter_map(|p| Some((&p.name, p.classified.as_ref()?))) {
+        out += &format!("  port {port} classifies: {} frames no rule took\n", c.unmatched);
+        for (rule, entry, frames) in &c.rules {
+            out += &format!("    {rule:<40} -> {entry:<12} {frames} frames\n");
+        }
+    }
     for d in &s.domains {
         out += &format!(
             "  domain {}: {} frames, {} in the shared pool, {} reclaimed from dead NFs, {} audits ({} lost, {} \

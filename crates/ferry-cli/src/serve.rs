@@ -17,6 +17,8 @@
 //! * `sink`: count, check stamps, publish latency percentiles, free;
 //! * `parallel-<name>`: a parallel NF on worker threads (`workers=N`), see
 //!   [`crate::serve_parallel`];
+//! * `tenant-router` (rules `out=N,dst=CIDR,...`): the trusted router of
+//!   `classify: router`, each frame to the out-link of its rule's entry;
 //! * `flow-monitor`: its flows also go to the table ferryd reads, see
 //!   [`crate::serve_flow_monitor`];
 //! * `efw`, `elb`, `edpi`, `enat`: a hybrid NF's control plane, see
@@ -26,6 +28,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
+use ferry_nf::classify::{Decision, Table, ROUTER_COUNTERS};
 use ferry_nf::{PacketNf, Verdict};
 use ferry_parallel::nfs::maglev::{flow_hash, LookupTable, Permutation};
 use ferry_sdk::{Nf, NfThread, Packet};
@@ -62,6 +65,15 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
             nf.run(|th| maglev(th, &table))?;
         }
         "flow-monitor" => crate::serve_flow_monitor::serve()?,
+        ferry_catalog::TENANT_ROUTER => {
+            let rules: Vec<&str> = args.iter().map(String::as_str).collect();
+            let table = Table::parse(&rules).map_err(|(i, e)| anyhow!("{kind}: rule {i}: {e}"))?;
+            let nf = Nf::connect_from_env_with(&ROUTER_COUNTERS)?;
+            if let Some(r) = table.rules.iter().find(|r| usize::from(r.out) >= nf.out_links().len()) {
+                bail!("{kind}: rule {r} picks out-link {}, but the NF has {}", r.out, nf.out_links().len());
+            }
+            nf.run(|th| tenant_router(th, &table))?;
+        }
         _ => {
             let build = || build_packet_nf(kind, args);
             let first = build()?;
@@ -257,6 +269,36 @@ fn maglev(mut th: NfThread, table: &LookupTable) {
                 Some(b) => th.send(pkt, usize::from(b)),
                 None => th.drop_packet(pkt),
             }
+        }
+    }
+}
+
+/// The trusted router of `classify: router` (the SmartNIC paper's
+/// baseline): classifies each frame with the edge's table and sends it
+/// on the out-link of the tenant entry its rule picks, a copy link into
+/// that tenant's memory; what no rule takes is dropped.
+fn tenant_router(mut th: NfThread, table: &Table) {
+    let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
+    let mut counts = [0u64; ROUTER_COUNTERS.len()];
+    while th.recv_burst(&mut burst, BURST).is_ok() {
+        for pkt in burst.drain(..) {
+            match table.decide(pkt.data()) {
+                Decision::Rule(i) => {
+                    counts[0] += 1;
+                    th.send(pkt, usize::from(table.rules[i].out));
+                }
+                Decision::Default => {
+                    counts[1] += 1;
+                    th.drop_packet(pkt);
+                }
+                Decision::Malformed => {
+                    counts[2] += 1;
+                    th.drop_packet(pkt);
+                }
+            }
+        }
+        for (i, &v) in counts.iter().enumerate() {
+            th.set_nf_counter(i, v);
         }
     }
 }

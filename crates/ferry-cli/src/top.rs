@@ -157,7 +157,11 @@ mod tests {
                 cpu_seconds: Some(cpu),
                 ..Default::default()
             }],
-            ports: vec![PortStatus { name: "in".into(), verdicts: vec![("redirect".into(), redirected, 0)] }],
+            ports: vec![PortStatus {
+                name: "in".into(),
+                verdicts: vec![("redirect".into(), redirected, 0)],
+                classified: None,
+            }],
             offloaded: vec![OffloadedStatus {
                 name: "fw".into(),
                 id: 2,

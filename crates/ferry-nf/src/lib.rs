@@ -22,6 +22,7 @@
 
 mod arp;
 mod chain;
+pub mod classify;
 mod firewall;
 pub mod firewall_rules;
 pub mod flow_monitor;

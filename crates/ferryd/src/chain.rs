@@ -21,6 +21,7 @@ use ferry_place::{HybridNf, HybridPath, PostPath, Then, XdpPath};
 use ferry_xsk::XskSocket;
 
 use crate::bridge;
+use crate::classify::EdgeClassifier;
 use crate::domain::Domain;
 use crate::fastpath::{FastPathEnd, FastPathIds};
 use crate::hybrid::Hybrids;
@@ -61,6 +62,8 @@ pub struct Chain {
     pub socket: PathBuf,
     pub domains: Arc<Vec<Domain>>,
     ports: Vec<Option<Mutex<Port>>>,
+    /// After the ports: their sockets go before the entries' devices.
+    classifiers: Vec<EdgeClassifier>,
     taps: Vec<Tap>,
     nfs: Vec<Mutex<NfState>>,
     /// Per NF: what it runs as.
@@ -82,6 +85,11 @@ pub struct Chain {
     flow_tables: Vec<Option<FlowTable>>,
     /// Where each NF runs and why.
     placement: String,
+}
+
+/// An XDP program's verdict counters as (verdict, packets, bytes).
+fn verdict_list(v: &ferry_bpf::Verdicts) -> Vec<(String, u64, u64)> {
+    VERDICT_NAMES.iter().enumerate().map(|(i, name)| (name.to_string(), v.packets[i], v.bytes[i])).collect()
 }
 
 /// A NF split over the post-server part in front of a port (its fast
@@ -121,8 +129,21 @@ impl Chain {
     /// Creates the chain's domains, ports, kernel hops, uids and keys;
     /// starts nothing yet.
     pub fn setup(c: ChainSetup) -> Result<Chain> {
-        let ChainSetup { id, nf_ids, file, plan, socket, spawn, uids, xdp, post, hybrid, ahead_ids, whole, placement } =
-            c;
+        let ChainSetup {
+            id,
+            nf_ids,
+            file,
+            mut plan,
+            socket,
+            spawn,
+            uids,
+            xdp,
+            post,
+            hybrid,
+            ahead_ids,
+            whole,
+            placement,
+        } = c;
         let (creds, leases) = users::resolve(&plan, uids)?;
         for (d, dom) in plan.domains.iter().enumerate() {
             let runs_as: Vec<&str> =
@@ -138,6 +159,15 @@ impl Chain {
                 Some(Split { nf: p.split.clone()?, port: at(&p.port)?, miss: at(&p.miss_port()?)? })
             })
             .collect();
+        // Classifiers first: they make their entries' devices, which the
+        // entries' ports bind to.
+        let mut classifiers = Vec::new();
+        for c in 0..plan.ports.len() {
+            if plan.ports[c].classify.is_some() {
+                let name = plan.ports[c].name.clone();
+                classifiers.push(EdgeClassifier::open(id, &mut plan, c).with_context(|| format!("port {name}"))?);
+            }
+        }
         let mut ports: Vec<Option<Mutex<Port>>> = Vec::new();
         for (index, p) in plan.ports.iter().enumerate() {
             let fast = match xdp.iter().find(|(path, _)| path.port == p.name) {
@@ -226,6 +256,7 @@ impl Chain {
             socket,
             domains,
             ports,
+            classifiers,
             taps,
             nfs,
             creds,
@@ -771,13 +802,12 @@ impl Chain {
             let port = port.lock().expect("port lock");
             s.offloaded.extend(port.offloaded());
             if let Some(v) = port.verdicts() {
-                let verdicts = VERDICT_NAMES
-                    .iter()
-                    .enumerate()
-                    .map(|(i, name)| (name.to_string(), v.packets[i], v.bytes[i]))
-                    .collect();
-                s.ports.push(PortStatus { name: port.plan.name.clone(), verdicts });
+                s.ports.push(PortStatus { name: port.plan.name.clone(), verdicts: verdict_list(&v), classified: None });
             }
+        }
+        for c in &self.classifiers {
+            let verdicts = verdict_list(&c.verdicts().unwrap_or_default());
+            s.ports.push(PortStatus { name: c.port.clone(), verdicts, classified: Some(c.status()) });
         }
         if let Some(h) = self.hybrids.lock().expect("hybrids lock").as_ref() {
             s.offloaded.extend(h.offloaded());

@@ -23,6 +23,7 @@
 
 mod bridge;
 mod chain;
+mod classify;
 mod domain;
 mod fastpath;
 mod hybrid;

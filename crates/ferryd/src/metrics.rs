@@ -19,6 +19,9 @@
 //!   `{chain,domain}`;
 //! * `ferry_xdp_packets_total` / `ferry_xdp_bytes_total`
 //!   `{chain,port,verdict}`: each port's XDP program;
+//! * `ferry_classifier_frames_total{chain,port,rule,entry}`: frames each
+//!   tenant classification rule of a port took (rule: its index, at most
+//!   64, or `none` for what no rule took);
 //! * `ferry_xdp_nf_counter_total{chain,nf,port,name}`: the counters of
 //!   NFs the orchestrator placed in XDP (a flow monitor's flows are not
 //!   exported: one label set per flow would be unbounded; `ferry chain
@@ -150,6 +153,20 @@ pub fn render(chains: &[Arc<Chain>]) -> String {
     }
     family(&mut out, "ferry_xdp_packets_total", "counter", "Packets by verdict of each port's XDP program.", &packets);
     family(&mut out, "ferry_xdp_bytes_total", "counter", "Bytes by verdict of each port's XDP program.", &bytes);
+    let mut classified = Vec::new();
+    for s in &statuses {
+        for (port, c) in s.ports.iter().filter_map(|p| Some((&p.name, p.classified.as_ref()?))) {
+            let at = |rule: &str, entry: &str| {
+                format!("chain=\"{}\",port=\"{}\",rule=\"{rule}\",entry=\"{}\"", esc(&s.chain), esc(port), esc(entry))
+            };
+            for (i, (_, entry, frames)) in c.rules.iter().enumerate() {
+                classified.push((at(&i.to_string(), entry), *frames));
+            }
+            classified.push((at("none", ""), c.unmatched));
+        }
+    }
+    let help = "Frames each tenant classification rule took (rule index; \"none\": no rule).";
+    family(&mut out, "ferry_classifier_frames_total", "counter", help, &classified);
     let mut offloaded = Vec::new();
     for s in &statuses {
         for n in &s.offloaded {

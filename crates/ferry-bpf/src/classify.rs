@@ -1,0 +1,171 @@
+//! The edge classifier (`bpf/classify.bpf.c`): tenant classification in
+//! XDP. Its table is ferry-nf's `classify::Table`, converted rule by rule
+//! ([`ClsMatch`]) to `struct ferry_cls_rule`; each tenant entry is a
+//! DEVMAP slot holding the device frames for it are redirected to.
+
+/// Rules the program holds (`FERRY_CLS_MAX_RULES`).
+pub const CLS_MAX_RULES: usize = 64;
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+
+use aya::maps::{Array, DevMap, PerCpuArray};
+
+use crate::abi::Verdicts;
+use crate::attach::LoadedXdp;
+use crate::{AttachMode, BpfError, Object};
+
+const RULES: &str = "ferry_cls_rules";
+const CONFIG: &str = "ferry_cls_config";
+const DEVS: &str = "ferry_cls_devs";
+const HITS: &str = "ferry_cls_hits";
+
+/// `struct ferry_cls_rule`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClsRule {
+    /// Network order, like the masks.
+    pub src: u32,
+    pub src_mask: u32,
+    pub dst: u32,
+    pub dst_mask: u32,
+    pub vlan: u16,
+    /// Network order.
+    pub dport: u16,
+    pub fields: u16,
+    pub out: u16,
+}
+const _: () = assert!(std::mem::size_of::<ClsRule>() == 24);
+// SAFETY: plain-old-data; every bit pattern is valid.
+unsafe impl aya::Pod for ClsRule {}
+
+/// `struct ferry_cls_config`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClsConfig {
+    pub rules: u32,
+    pub default_action: u32,
+}
+const _: () = assert!(std::mem::size_of::<ClsConfig>() == 8);
+// SAFETY: plain-old-data; every bit pattern is valid.
+unsafe impl aya::Pod for ClsConfig {}
+
+const FIELD_SRC: u16 = 1;
+const FIELD_DST: u16 = 2;
+const FIELD_VLAN: u16 = 4;
+const FIELD_DPORT: u16 = 8;
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+
+/// A rule's fields, as ferry-nf's `classify::Rule` has them (host order;
+/// None: any).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClsMatch {
+    /// (address, mask).
+    pub src: Option<(Ipv4Addr, u32)>,
+    pub dst: Option<(Ipv4Addr, u32)>,
+    pub vlan: Option<u16>,
+    pub dport: Option<u16>,
+    pub out: u16,
+}
+
+impl From<ClsMatch> for ClsRule {
+    fn from(m: ClsMatch) -> ClsRule {
+        let mut c = ClsRule { out: m.out, ..ClsRule::default() };
+        if let Some((a, mask)) = m.src {
+            (c.src, c.src_mask, c.fields) = (u32::from(a).to_be(), mask.to_be(), c.fields | FIELD_SRC);
+        }
+        if let Some((a, mask)) = m.dst {
+            (c.dst, c.dst_mask, c.fields) = (u32::from(a).to_be(), mask.to_be(), c.fields | FIELD_DST);
+        }
+        if let Some(v) = m.vlan {
+            (c.vlan, c.fields) = (v, c.fields | FIELD_VLAN);
+        }
+        if let Some(p) = m.dport {
+            (c.dport, c.fields) = (p.to_be(), c.fields | FIELD_DPORT);
+        }
+        c
+    }
+}
+
+/// What the classifier does with a frame no rule takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmatched {
+    Drop,
+    /// To the edge device's kernel stack.
+    Kernel,
+}
+
+/// The loaded classifier, attached or not. Dropping it detaches it.
+pub struct Classifier {
+    xdp: LoadedXdp,
+}
+
+impl Classifier {
+    /// Loads the program with `table` in its maps (entries still without
+    /// devices: frames for them are dropped until [`Classifier::set_entry`]).
+    pub fn load(table: &[ClsMatch], unmatched: Unmatched) -> Result<Classifier, BpfError> {
+        if table.len() > CLS_MAX_RULES {
+            return Err(BpfError::Config(format!("{} rules; the classifier holds {CLS_MAX_RULES}", table.len())));
+        }
+        let mut xdp = LoadedXdp::load(Object::Classify, "ferry_classify")?;
+        let ebpf = xdp.ebpf_mut();
+        let mut rules: Array<_, ClsRule> = Array::try_from(ebpf.map_mut(RULES).ok_or(BpfError::NoMap { name: RULES })?)
+            .map_err(|source| BpfError::Map { name: RULES, source })?;
+        for (i, &r) in table.iter().enumerate() {
+            rules.set(i as u32, ClsRule::from(r), 0).map_err(|source| BpfError::Map { name: RULES, source })?;
+        }
+        let mut config: Array<_, ClsConfig> =
+            Array::try_from(ebpf.map_mut(CONFIG).ok_or(BpfError::NoMap { name: CONFIG })?)
+                .map_err(|source| BpfError::Map { name: CONFIG, source })?;
+        let default_action = match unmatched {
+            Unmatched::Drop => XDP_DROP,
+            Unmatched::Kernel => XDP_PASS,
+        };
+        let cfg = ClsConfig { rules: table.len() as u32, default_action };
+        config.set(0, cfg, 0).map_err(|source| BpfError::Map { name: CONFIG, source })?;
+        Ok(Classifier { xdp })
+    }
+
+    /// Makes entry `out` redirect to device `ifindex`. The kernel resolves
+    /// it in the calling thread's network namespace: call from the
+    /// device's.
+    pub fn set_entry(&mut self, out: u16, ifindex: u32) -> Result<(), BpfError> {
+        let map = self.xdp.ebpf_mut().map_mut(DEVS).ok_or(BpfError::NoMap { name: DEVS })?;
+        let mut devs = DevMap::try_from(map).map_err(|source| BpfError::Map { name: DEVS, source })?;
+        devs.set(u32::from(out), ifindex, None, 0).map_err(|source| BpfError::XdpMap { name: DEVS, source })
+    }
+
+    /// Attaches to device `ifindex` (in the calling thread's namespace).
+    pub fn attach(&mut self, ifindex: u32, mode: AttachMode) -> Result<(), BpfError> {
+        self.xdp.attach_to(ifindex, mode)
+    }
+
+    /// Frames each rule took, in rule order, then those no rule took.
+    pub fn hits(&self, rules: usize) -> Result<(Vec<u64>, u64), BpfError> {
+        let map = self.xdp.ebpf().map(HITS).ok_or(BpfError::NoMap { name: HITS })?;
+        let hits: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(map).map_err(|source| BpfError::Map { name: HITS, source })?;
+        let sum = |i: u32| -> Result<u64, BpfError> {
+            let per_cpu = hits.get(&i, 0).map_err(|source| BpfError::Map { name: HITS, source })?;
+            Ok(per_cpu.iter().sum())
+        };
+        let per_rule = (0..rules.min(CLS_MAX_RULES) as u32).map(sum).collect::<Result<Vec<_>, _>>()?;
+        Ok((per_rule, sum(CLS_MAX_RULES as u32)?))
+    }
+
+    pub fn verdicts(&self) -> Result<Verdicts, BpfError> {
+        self.xdp.verdicts()
+    }
+
+    /// The program, for BPF_PROG_TEST_RUN.
+    pub fn program_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>, BpfError> {
+        self.xdp.program_fd()
+    }
+}
+
+impl AsRawFd for Classifier {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.program_fd().map(|fd| fd.as_raw_fd()).unwrap_or(-1)
+    }
+}

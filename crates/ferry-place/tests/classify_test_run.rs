@@ -1,0 +1,160 @@
+//! The edge classifier (bpf/classify.bpf.c) decides every frame as the
+//! router NF's table (ferry-nf's classify::Table) does: a decision table
+//! of fields and first matches run with BPF_PROG_TEST_RUN, then random
+//! mutations and truncations of tagged and untagged frames. The rule a
+//! frame took is read from the program's per-rule hit counters.
+
+use ferry_bpf::classify::{Classifier, Unmatched};
+use ferry_bpf::test_run;
+use ferry_nf::classify::{Decision, Table};
+use ferry_place::classify::classifier_rules;
+use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const XDP_REDIRECT: u32 = 4;
+/// Entry 0 has a device (loopback); entry 1 has none, so its frames drop.
+const LO: u32 = 1;
+const RULES: [&str; 5] = [
+    "out=0,src=10.9.0.0/16,dport=53",
+    "out=1,vlan=200",
+    "out=0,dst=10.1.0.0/16",
+    "out=1,dport=80",
+    "out=0,src=192.168.0.0/24,dst=192.168.1.0/24,vlan=7,dport=443",
+];
+
+fn privileged() -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "BPF tests need root (CAP_BPF, CAP_NET_ADMIN) in CI");
+    eprintln!("skipping: BPF tests need root");
+    false
+}
+
+fn strings(rules: &[&str]) -> Vec<String> {
+    rules.iter().map(|r| r.to_string()).collect()
+}
+
+fn classifier(unmatched: Unmatched) -> Classifier {
+    let mut c = Classifier::load(&classifier_rules(&strings(&RULES)).unwrap(), unmatched).expect("load (verifier)");
+    c.set_entry(0, LO).unwrap();
+    c
+}
+
+fn frame(proto: L4Proto, src: [u8; 4], dst: [u8; 4], dport: u16, vlan: Option<u16>) -> Vec<u8> {
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 80 };
+    let t = FiveTuple { src_ip: src.into(), dst_ip: dst.into(), src_port: 1000, dst_port: dport, proto };
+    let mut f = vec![0u8; spec.frame_len];
+    build_frame(&spec, &t, None, &mut f).unwrap();
+    if let Some(vid) = vlan {
+        let tag = [0x81, 0x00, (vid >> 8) as u8, vid as u8];
+        f.splice(12..12, tag);
+    }
+    f
+}
+
+/// What the program did with `f`: its action and the rule whose hit
+/// counter moved (None: the default's moved).
+fn run(c: &Classifier, f: &[u8]) -> (u32, Option<usize>) {
+    let (before, default_before) = c.hits(RULES.len()).unwrap();
+    let action = test_run(c.program_fd().unwrap(), f, 1).unwrap().action;
+    let (after, default_after) = c.hits(RULES.len()).unwrap();
+    let moved: Vec<usize> = (0..RULES.len()).filter(|&i| after[i] != before[i]).collect();
+    match (moved.as_slice(), default_after - default_before) {
+        ([], 1) => (action, None),
+        ([i], 0) => (action, Some(*i)),
+        ([], 0) => (action, None),
+        other => panic!("hit counters moved oddly: {other:?}"),
+    }
+}
+
+/// The action and rule the router's decision implies here.
+fn expected(table: &Table, f: &[u8], unmatched: u32) -> (u32, Option<usize>) {
+    match table.decide(f) {
+        Decision::Malformed => (XDP_DROP, None),
+        Decision::Default => (unmatched, None),
+        Decision::Rule(i) if table.rules[i].out == 0 => (XDP_REDIRECT, Some(i)),
+        Decision::Rule(i) => (XDP_DROP, Some(i)),
+    }
+}
+
+#[test]
+fn the_decision_table() {
+    if !privileged() {
+        return;
+    }
+    use L4Proto::{Tcp, Udp};
+    let c = classifier(Unmatched::Drop);
+    let rows: Vec<(&str, Vec<u8>, u32, Option<usize>)> = vec![
+        ("src prefix and port", frame(Udp, [10, 9, 1, 1], [10, 1, 0, 1], 53, None), XDP_REDIRECT, Some(0)),
+        ("src prefix, other port: dst", frame(Udp, [10, 9, 1, 1], [10, 1, 0, 1], 54, None), XDP_REDIRECT, Some(2)),
+        (
+            "vlan first (entry without a device)",
+            frame(Udp, [10, 0, 0, 1], [10, 1, 0, 1], 9, Some(200)),
+            XDP_DROP,
+            Some(1),
+        ),
+        ("other vlan: dst", frame(Udp, [10, 0, 0, 1], [10, 1, 0, 1], 9, Some(201)), XDP_REDIRECT, Some(2)),
+        ("tcp port", frame(Tcp, [10, 0, 0, 1], [10, 2, 0, 1], 80, None), XDP_DROP, Some(3)),
+        ("every field", frame(Tcp, [192, 168, 0, 9], [192, 168, 1, 9], 443, Some(7)), XDP_REDIRECT, Some(4)),
+        ("every field but the vlan", frame(Tcp, [192, 168, 0, 9], [192, 168, 1, 9], 443, None), XDP_DROP, None),
+        ("nothing matches", frame(Udp, [10, 0, 0, 1], [10, 2, 0, 1], 81, None), XDP_DROP, None),
+    ];
+    for (what, f, action, rule) in rows {
+        assert_eq!(run(&c, &f), (action, rule), "{what}");
+    }
+    let v = c.verdicts().unwrap();
+    let truncated = frame(Udp, [10, 9, 1, 1], [10, 1, 0, 1], 53, None)[..30].to_vec();
+    assert_eq!(run(&c, &truncated), (XDP_DROP, None), "malformed");
+    assert_eq!(c.verdicts().unwrap().packets[5], v.packets[5] + 1, "counted as malformed");
+    let kernel = classifier(Unmatched::Kernel);
+    assert_eq!(run(&kernel, &frame(Udp, [10, 0, 0, 1], [10, 2, 0, 1], 81, None)), (XDP_PASS, None), "default: kernel");
+}
+
+#[test]
+fn xdp_decides_as_the_router_on_mutated_frames() {
+    if !privileged() {
+        return;
+    }
+    let table = Table::parse(&RULES).unwrap();
+    let c = classifier(Unmatched::Kernel);
+    let templates = || {
+        vec![
+            frame(L4Proto::Udp, [10, 9, 1, 1], [10, 1, 0, 1], 53, None),
+            frame(L4Proto::Tcp, [192, 168, 0, 9], [192, 168, 1, 9], 443, Some(7)),
+            frame(L4Proto::Udp, [10, 0, 0, 1], [10, 1, 0, 1], 9, Some(200)),
+            frame(L4Proto::Tcp, [10, 0, 0, 1], [10, 2, 0, 1], 80, None),
+        ]
+    };
+    let frames = (
+        0usize..4,
+        proptest::collection::vec((0usize..60, any::<u8>(), any::<bool>()), 0..4),
+        proptest::option::of(0usize..60),
+    );
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(3000));
+    runner
+        .run(&frames, |(which, edits, cut)| {
+            let mut f = templates().swap_remove(which);
+            for (pos, byte, nudge) in edits {
+                if pos < f.len() {
+                    f[pos] = if nudge { f[pos].wrapping_add(byte % 16).wrapping_sub(8) } else { byte };
+                }
+            }
+            if let Some(len) = cut {
+                f.truncate(len);
+            }
+            // BPF_PROG_TEST_RUN refuses a frame shorter than Ethernet's
+            // header (no driver hands one to XDP either).
+            if f.len() < 14 {
+                return Ok(());
+            }
+            let (action, rule) = expected(&table, &f, XDP_PASS);
+            prop_assert_eq!(run(&c, &f), (action, rule), "frame {:02x?}", f);
+            Ok(())
+        })
+        .unwrap();
+}
