@@ -10,10 +10,11 @@
 //!     classify:
 //!       mode: xdp          # xdp (default): in the edge's XDP program | router: a trusted NF copies
 //!       default: drop      # drop (default) | kernel: what no rule takes
-//!       rules:             # the first match wins
+//!       rules:             # the first match wins (1 to 64)
 //!         - { dst: 10.1.0.0/16, to: acme-in }
 //!         - { vlan: 200, to: zeta-in }
 //!         - { src: 10.9.0.0/16, dport: 53, to: zeta-in }
+//!       cpus: [1]          # router mode: where the router NF may run
 //!   - { name: acme-in, via: edge, tenant: acme }
 //!   - { name: zeta-in, via: edge, tenant: zeta }
 //! ```
@@ -31,7 +32,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{ChainSpec, DomainSpec, KindCheck, LinkSpec, NfSpec, Node};
+use crate::spec::{ChainSpec, DomainSpec, KindCheck, LinkSpec, NfSpec, Node, MAX_CPU};
 use ferry_testbed::yamlloc::Seg;
 
 /// The NF type of `classify: router` (the catalog names it too).
@@ -45,6 +46,9 @@ pub struct ClassifySpec {
     #[serde(default)]
     pub default: ClassifyDefault,
     pub rules: Vec<ClassifyRule>,
+    /// Router mode: the CPUs the router NF may run on (default: any).
+    #[serde(default)]
+    pub cpus: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,6 +180,15 @@ impl ChainSpec {
             if spec.rules.is_empty() {
                 return Err((rules_at(), "give at least one rule".into()));
             }
+            if spec.mode == ClassifyMode::Xdp && !spec.cpus.is_empty() {
+                let why = "`cpus` places the router NF: xdp mode has none (XDP runs where frames arrive)";
+                return Err((vec![Key("ports"), Index(i), Key("classify"), Key("cpus")], why.into()));
+            }
+            let mut seen = std::collections::HashSet::new();
+            if let Some(&cpu) = spec.cpus.iter().find(|&&c| c > MAX_CPU || !seen.insert(c)) {
+                let why = format!("CPU {cpu}: past {MAX_CPU} or given twice");
+                return Err((vec![Key("ports"), Index(i), Key("classify"), Key("cpus")], why));
+            }
             if spec.mode == ClassifyMode::Router && spec.default == ClassifyDefault::Kernel {
                 return Err((
                     vec![Key("ports"), Index(i), Key("classify"), Key("default")],
@@ -231,9 +244,9 @@ impl ChainSpec {
     pub(crate) fn lower_routers(&mut self) -> Result<(), Invalid> {
         use Seg::{Index, Key};
         for c in 0..self.ports.len() {
-            if self.ports[c].classify.as_ref().is_none_or(|s| s.mode != ClassifyMode::Router) {
+            let Some(spec) = self.ports[c].classify.clone().filter(|s| s.mode == ClassifyMode::Router) else {
                 continue;
-            }
+            };
             let edge = self.ports[c].name.clone();
             let router = format!("{edge}-router");
             if self.node(&router).is_some() || self.domains.iter().any(|d| d.name == router) {
@@ -244,7 +257,14 @@ impl ChainSpec {
             let args = self.classify_table(c);
             self.domains.push(DomainSpec::new(&router));
             let threads = self.ports[c].queues;
-            self.nfs.push(NfSpec { kind: Some(TENANT_ROUTER.into()), args, threads, ..NfSpec::new(&router, &router) });
+            let cpus = spec.cpus;
+            self.nfs.push(NfSpec {
+                kind: Some(TENANT_ROUTER.into()),
+                args,
+                threads,
+                cpus,
+                ..NfSpec::new(&router, &router)
+            });
             // Out-link i of the router is entry i: its links in entry order.
             let mut links = vec![LinkSpec { from: edge.clone(), to: router.clone(), mode: None }];
             for e in &entries {

@@ -175,7 +175,7 @@ fn nat_chain(dut: &str, dir: &Path, offload: &str, cpus: &str) -> String {
     format!("{head}{ports}{kernel}nfs:\n{nat}links:\n  - {{ from: in, to: nat }}\n  - {{ from: nat, to: stack }}\n")
 }
 
-fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str, cpu: Option<usize>) -> String {
+pub(crate) fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str, cpu: Option<usize>) -> String {
     let fw = dir.join("fw.rules");
     let ips = dir.join("ips.rules");
     let cpus = cpu.map_or(String::new(), |c| format!(", cpus: [{c}]"));
@@ -223,8 +223,22 @@ fn median_opt(v: Vec<Option<f64>>) -> Option<f64> {
     (!v.is_empty()).then(|| crate::bench::median(&mut v))
 }
 
+/// The medians of the samples of (`scenario`, `size`, `variant`).
+pub(crate) fn medians(samples: &[Sample], scenario: &str, size: usize, variant: &str) -> Medians {
+    let v: Vec<&Sample> =
+        samples.iter().filter(|s| s.scenario == scenario && s.size == size && s.variant == variant).collect();
+    Medians {
+        mpps: median(v.iter().map(|s| s.mpps).collect()),
+        gbps: median(v.iter().map(|s| s.gbps).collect()),
+        cpu_percent: median(v.iter().map(|s| s.cpu_percent).collect()),
+        softirq_percent: median(v.iter().map(|s| s.softirq_percent).collect()),
+        p50_us: median_opt(v.iter().map(|s| s.p50_us).collect()),
+        p99_us: median_opt(v.iter().map(|s| s.p99_us).collect()),
+    }
+}
+
 /// One variant on the running testbed: ferryd up on its chain file, a
-/// throughput window, a latency run, ferryd down.
+/// throughput window and a latency run ([`drive`]), ferryd down.
 fn measure(
     tb: &ferry_testbed::Testbed,
     dir: &Path,
@@ -234,18 +248,68 @@ fn measure(
     let (scenario, variant, size, run) = key;
     let offload = if variant == "placed" { "auto" } else { "never" };
     let chain = dir.join(format!("{scenario}-{variant}.yaml"));
-    // The NF processes share the sink's CPU, never the generator's: the
-    // live-frames generator runs inside the kernel (BPF_PROG_RUN), which
-    // on a kernel without preemption keeps a woken NF waiting for the next
-    // scheduler tick (4 ms at HZ=250); that measured the generator, not
-    // the chain.
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let nf_cpu = (cpus > NF_CPU).then_some(NF_CPU);
-    std::fs::write(&chain, chain_yaml(scenario, tb.ns_name("dut"), dir, offload, nf_cpu))?;
+    std::fs::write(&chain, chain_yaml(scenario, tb.ns_name("dut"), dir, offload, nf_cpu()))?;
     let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true).context("starting ferryd")?;
+    let gen_extra: &[&str] = match scenario {
+        "nat" | "p4sfc" => &["--set", NAT_SOURCE_PORTS],
+        _ => &[],
+    };
+    let d = drive(tb, o, size, gen_extra)?;
+    rc.shutdown()?;
+    Ok(d.sample(scenario, variant, size, run))
+}
+
+/// Where a chain's NF processes may run: with the sink, never with the
+/// generator. The live-frames generator runs inside the kernel
+/// (BPF_PROG_RUN), which on a kernel without preemption keeps a woken NF
+/// waiting for the next scheduler tick (4 ms at HZ=250); that measured the
+/// generator, not the chain.
+pub(crate) fn nf_cpu() -> Option<usize> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cpus > NF_CPU).then_some(NF_CPU)
+}
+
+/// What [`drive`] measured of whatever forwards d0 to d1.
+pub(crate) struct Driven {
+    mpps: f64,
+    cpu: ferry_testbed::apps::CpuReport,
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+    latency_lost: u64,
+}
+
+impl Driven {
+    pub(crate) fn sample(&self, scenario: &str, variant: &str, size: usize, run: usize) -> Sample {
+        Sample {
+            scenario: scenario.into(),
+            variant: variant.into(),
+            size,
+            run,
+            mpps: self.mpps,
+            gbps: self.mpps * 1e6 * size as f64 * 8.0 / 1e9,
+            cpu_percent: self.cpu.total_busy_percent,
+            softirq_percent: self.cpu.softirq_percent,
+            p50_us: self.p50_us,
+            p99_us: self.p99_us,
+            latency_lost: self.latency_lost,
+        }
+    }
+}
+
+/// Drives whatever forwards d0 to d1 on the running testbed: a flat-out
+/// window of the live-frames generator into d0 (throughput at the AF_XDP
+/// sink on s0, machine CPU over the window), then a paced run (latency
+/// from the frames' stamps). `gen_extra`: more generator arguments.
+pub(crate) fn drive(
+    tb: &ferry_testbed::Testbed,
+    o: &BenchOffloadOptions,
+    size: usize,
+    gen_extra: &[&str],
+) -> Result<Driven> {
     let (gen_ns, sink_ns) = (tb.ns_name("gen"), tb.ns_name("sink"));
     let size_arg = size.to_string();
     let ms = |d: Duration| format!("{}ms", d.as_millis());
+    let extra = gen_extra.iter().map(|a| a.to_string());
 
     // Throughput: flat out for the window; the sink's own rate is the
     // chain's.
@@ -258,9 +322,7 @@ fn measure(
         ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--duration", &window]
             .map(String::from)
             .to_vec();
-    if scenario == "nat" || scenario == "p4sfc" {
-        gen_args.extend(["--set".to_string(), NAT_SOURCE_PORTS.to_string()]);
-    }
+    gen_args.extend(extra.clone());
     let meter = CpuMeter::start(&[]).context("CPU meter")?;
     let gen = proc::spawn(gen_ns, &gen_args, Some(GEN_CPU))?;
     gen.wait(o.window + Duration::from_secs(30)).context("generator")?;
@@ -278,25 +340,16 @@ fn measure(
         ["gen", "live", "--dev", "g0", "--dst-mac", IN_MAC, "--size", &size_arg, "--rate", &rate, "--count", &count]
             .map(String::from)
             .to_vec();
-    if scenario == "nat" || scenario == "p4sfc" {
-        gen_args.extend(["--set".to_string(), NAT_SOURCE_PORTS.to_string()]);
-    }
+    gen_args.extend(extra);
     let gen_report =
         proc::spawn(gen_ns, &gen_args, Some(GEN_CPU))?.wait(Duration::from_secs(120)).context("paced generator")?;
     let lat = sink.finish(Duration::from_secs(10)).context("latency sink")?;
-    rc.shutdown()?;
     let us = |p: &str| lat.pointer(p).and_then(Value::as_f64).map(|ns| ns / 1e3);
     let sent = num(&gen_report, "/sent") as u64;
     let received = num(&lat, "/packets") as u64;
-    Ok(Sample {
-        scenario: scenario.into(),
-        variant: variant.into(),
-        size,
-        run,
+    Ok(Driven {
         mpps,
-        gbps: mpps * 1e6 * size as f64 * 8.0 / 1e9,
-        cpu_percent: cpu.total_busy_percent,
-        softirq_percent: cpu.softirq_percent,
+        cpu,
         p50_us: us("/latency/p50_ns"),
         p99_us: us("/latency/p99_ns"),
         latency_lost: sent.saturating_sub(received),
@@ -345,20 +398,7 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
     let mut rows = Vec::new();
     for scenario in &o.scenarios {
         for &size in &o.sizes {
-            let of = |variant: &str| {
-                let v: Vec<&Sample> = samples
-                    .iter()
-                    .filter(|s| &s.scenario == scenario && s.size == size && s.variant == variant)
-                    .collect();
-                Medians {
-                    mpps: median(v.iter().map(|s| s.mpps).collect()),
-                    gbps: median(v.iter().map(|s| s.gbps).collect()),
-                    cpu_percent: median(v.iter().map(|s| s.cpu_percent).collect()),
-                    softirq_percent: median(v.iter().map(|s| s.softirq_percent).collect()),
-                    p50_us: median_opt(v.iter().map(|s| s.p50_us).collect()),
-                    p99_us: median_opt(v.iter().map(|s| s.p99_us).collect()),
-                }
-            };
+            let of = |variant: &str| medians(&samples, scenario, size, variant);
             let (software, placed) = (of("software"), of("placed"));
             let reduction = |p: Option<f64>, s: Option<f64>| match (p, s) {
                 (Some(p), Some(s)) if s > 0.0 => Some(1.0 - p / s),

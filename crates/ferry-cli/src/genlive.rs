@@ -18,7 +18,8 @@ pub struct LiveGenOptions {
     pub template: Vec<u8>,
     /// Offset of the stamp in the template, if it has room for one.
     pub stamp_offset: Option<u16>,
-    /// Offset of the UDP source port and the range to cycle, if any.
+    /// Offset of the UDP port to cycle (the source port, or the
+    /// destination port) and its range, if any.
     pub sport: Option<(u16, u16, u16)>,
     pub stream: u16,
     pub count: Option<u64>,
@@ -141,8 +142,10 @@ pub fn run(opts: &LiveGenOptions) -> Result<LiveGenReport> {
 
 impl LiveGenOptions {
     /// Live-generator options from a traffic profile. The BPF generator
-    /// varies only the UDP source port (over the profile's source-port
-    /// range); all other fields come from the profile's first flow. TCP and
+    /// varies one UDP port: the source port over the profile's source-port
+    /// range, or, when that is one port, the destination port over its
+    /// range (to spread frames over rules that match on it); all other
+    /// fields come from the profile's first flow. TCP and
     /// ICMP templates are sent unchanged (no stamp: their checksums would
     /// need rewriting per packet).
     pub fn from_profile(dev: &str, p: &ferry_traffic::TrafficProfile, stream: u16, cpu: Option<usize>) -> Result<Self> {
@@ -155,8 +158,15 @@ impl LiveGenOptions {
         // build_frame writes a 20-byte IPv4 header; the UDP source port is
         // the first field after it.
         let sport_at = (ferry_wire::ethernet::ETH_HEADER_LEN + ferry_wire::ipv4::IPV4_MIN_HEADER_LEN) as u16;
-        let sport = (udp && p.src_port.len() > 1)
-            .then(|| (sport_at, p.src_port.start(), p.src_port.len().min(u16::MAX as u32) as u16));
+        let range = |at: u16, r: &ferry_traffic::PortRange| (at, r.start(), r.len().min(u16::MAX as u32) as u16);
+        let sport = match (udp, p.src_port.len() > 1, p.dst_port.len() > 1) {
+            (false, _, _) | (true, false, false) => None,
+            (true, true, false) => Some(range(sport_at, &p.src_port)),
+            (true, false, true) => Some(range(sport_at + 2, &p.dst_port)),
+            (true, true, true) => {
+                anyhow::bail!("gen live varies one port: give a range of source or of destination ports")
+            }
+        };
         Ok(LiveGenOptions {
             dev: dev.to_string(),
             template,

@@ -10,6 +10,7 @@ pub mod benchoffload;
 pub mod benchparallel;
 pub mod benchpipeline;
 pub mod benchrealworld;
+pub mod benchtenant;
 pub mod chainctl;
 pub mod demo;
 pub mod genlive;

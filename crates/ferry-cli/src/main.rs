@@ -532,6 +532,28 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// The SmartNIC paper's Fig. 5 (two tenants: XDP classification vs a router NF) and Fig. 6
+    /// (latency of payload scan in XDP, in an NF, and forwarding only).
+    Tenant {
+        /// Figures (comma separated): classify (Fig. 5), scan (Fig. 6).
+        #[arg(long, value_delimiter = ',', default_value = "classify,scan")]
+        figures: Vec<String>,
+        #[arg(long, value_delimiter = ',', default_value = "64,256,512,1024,1500")]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Flat-out window of each throughput measurement.
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        window: Duration,
+        /// Offered load of each latency measurement (frames per second).
+        #[arg(long, default_value_t = 20_000)]
+        latency_pps: u64,
+        /// Frames of each latency measurement.
+        #[arg(long, default_value_t = 20_000)]
+        latency_frames: u64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// The firewall's lookups at N rules: FLASH's linear scan vs the bit-vector classifier.
     Firewall {
         #[arg(long, default_value_t = 1000)]
@@ -923,6 +945,20 @@ fn run(cli: Cli) -> Result<()> {
             };
             let report = benchoffload::run(&opts)?;
             print!("{}", benchoffload::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        Cmd::Bench(BenchCmd::Tenant { figures, sizes, runs, window, latency_pps, latency_frames, json }) => {
+            ferry_cli::benchtenant::check_figures(&figures)?;
+            let opts = ferry_cli::benchtenant::BenchTenantOptions {
+                figures,
+                sizes,
+                runs: runs.max(1),
+                window,
+                latency_pps,
+                latency_frames,
+            };
+            let report = ferry_cli::benchtenant::run(&opts)?;
+            print!("{}", ferry_cli::benchtenant::table(&report));
             write_json(json.as_deref(), &report)
         }
         Cmd::Bench(BenchCmd::Firewall { rules, packets, runs, json }) => {

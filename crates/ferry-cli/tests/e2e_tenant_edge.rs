@@ -219,3 +219,34 @@ fn a_bad_tenant_table_is_refused_with_file_line_and_field() {
         assert!(r.stderr.contains(field) && r.stderr.contains(what), "{field}{what} in: {}", r.stderr);
     }
 }
+
+/// `ferry bench tenant` runs both figures' variants and reports them side
+/// by side (a smoke test: figures are not asserted).
+#[test]
+fn bench_tenant_smoke() {
+    if !privileged("bench_tenant") {
+        return;
+    }
+    let dir = TempDir::new("bench-tenant");
+    let json = dir.path("tenant.json");
+    let args = ["bench", "tenant", "--sizes", "64", "--runs", "1", "--window", "300ms", "--latency-frames", "500"];
+    let out = std::process::Command::new(FERRY)
+        .args(args)
+        .args(["--json", json.to_str().unwrap()])
+        .output()
+        .expect("run ferry bench tenant");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Fig. 5") && stdout.contains("Fig. 6"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let modes: Vec<&str> =
+        v["classify_samples"].as_array().unwrap().iter().map(|s| s["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["xdp", "router"], "{v}");
+    let cases: Vec<&str> =
+        v["scan_samples"].as_array().unwrap().iter().map(|s| s["variant"].as_str().unwrap()).collect();
+    assert_eq!(cases, ["xdp-scan", "nf-scan", "forward"], "{v}");
+    // Frames went through every case (the sink saw stamped ones).
+    for s in v["scan_samples"].as_array().unwrap() {
+        assert!(s["p50_us"].is_number(), "{s}");
+    }
+}
