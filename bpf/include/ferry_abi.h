@@ -246,6 +246,56 @@ struct ferry_cls_config {
 };
 _Static_assert(sizeof(struct ferry_cls_config) == 8, "ferry_cls_config layout");
 
+/*
+ * The NSH service function forwarder (nsh_sff.bpf.c, RFC 8300 / 7665).
+ * Each device it runs on has a role: the classifier pushes NSH on what a
+ * rule matches, a fabric device takes NSH frames from other hosts, a
+ * proxy return takes what an NSH-unaware NF sends back and restores its
+ * header. Then the forwarding table, keyed by (SPI << 8 | SI), says where
+ * the frame goes next.
+ */
+#define FERRY_NSH_ROLE_CLASSIFY 1
+#define FERRY_NSH_ROLE_FABRIC 2
+#define FERRY_NSH_ROLE_RETURN 3
+struct ferry_nsh_port {
+	__u32 role;
+	__u32 spi_si; /* RETURN: the header pushed (SI already the next hop's) */
+	__u32 ttl;    /* RETURN: its TTL */
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct ferry_nsh_port) == 16, "ferry_nsh_port layout");
+
+#define FERRY_NSH_FORWARD 1 /* on to the next SFF: TTL - 1, outer MACs set */
+#define FERRY_NSH_PROXY 2   /* to a local NSH-unaware NF: the header stripped */
+#define FERRY_NSH_END 3	    /* the path's end: the header popped */
+struct ferry_nsh_hop {
+	__u32 action;
+	__u32 dev;	 /* the DEVMAP slot the frame leaves by */
+	__u8 dst_mac[6]; /* FORWARD: the next SFF's */
+	__u8 src_mac[6]; /* FORWARD: this host's, on that device */
+};
+_Static_assert(sizeof(struct ferry_nsh_hop) == 20, "ferry_nsh_hop layout");
+
+/* The classifier's rules (ferry_classify.h) pick path `out`: its SPI. */
+#define FERRY_NSH_PATHS 64
+#define FERRY_NSH_MAX_HOPS 4096
+/* Counters (a per-CPU array): how each frame came in (classified,
+ * unclassified, returned, with NSH from the fabric, not NSH) and how it
+ * left (forwarded .. not_ethernet), once each. */
+#define FERRY_NSH_CLASSIFIED 0
+#define FERRY_NSH_UNCLASSIFIED 1 /* to the kernel */
+#define FERRY_NSH_RETURNED 2
+#define FERRY_NSH_FORWARDED 3
+#define FERRY_NSH_PROXIED 4
+#define FERRY_NSH_ENDED 5
+#define FERRY_NSH_NO_HOP 6
+#define FERRY_NSH_TTL_EXPIRED 7
+#define FERRY_NSH_SI_EXPIRED 8
+#define FERRY_NSH_MALFORMED 9
+#define FERRY_NSH_NOT_ETHERNET 10
+#define FERRY_NSH_NOT_NSH 11 /* a fabric device's other frames: to the kernel */
+#define FERRY_NSH_COUNTERS 12
+
 #define FERRY_FWD_DROP 0
 #define FERRY_FWD_TX 1
 #define FERRY_FWD_REDIRECT 2

@@ -88,6 +88,19 @@ impl From<ClsMatch> for ClsRule {
     }
 }
 
+/// Writes `table` into the rules map (`ferry_classify.h`) of `ebpf`.
+pub(crate) fn write_rules(ebpf: &mut aya::Ebpf, table: &[ClsMatch]) -> Result<(), BpfError> {
+    if table.len() > CLS_MAX_RULES {
+        return Err(BpfError::Config(format!("{} rules; the table holds {CLS_MAX_RULES}", table.len())));
+    }
+    let mut rules: Array<_, ClsRule> = Array::try_from(ebpf.map_mut(RULES).ok_or(BpfError::NoMap { name: RULES })?)
+        .map_err(|source| BpfError::Map { name: RULES, source })?;
+    for (i, &r) in table.iter().enumerate() {
+        rules.set(i as u32, ClsRule::from(r), 0).map_err(|source| BpfError::Map { name: RULES, source })?;
+    }
+    Ok(())
+}
+
 /// What the classifier does with a frame no rule takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unmatched {
@@ -105,16 +118,9 @@ impl Classifier {
     /// Loads the program with `table` in its maps (entries still without
     /// devices: frames for them are dropped until [`Classifier::set_entry`]).
     pub fn load(table: &[ClsMatch], unmatched: Unmatched) -> Result<Classifier, BpfError> {
-        if table.len() > CLS_MAX_RULES {
-            return Err(BpfError::Config(format!("{} rules; the classifier holds {CLS_MAX_RULES}", table.len())));
-        }
         let mut xdp = LoadedXdp::load(Object::Classify, "ferry_classify")?;
         let ebpf = xdp.ebpf_mut();
-        let mut rules: Array<_, ClsRule> = Array::try_from(ebpf.map_mut(RULES).ok_or(BpfError::NoMap { name: RULES })?)
-            .map_err(|source| BpfError::Map { name: RULES, source })?;
-        for (i, &r) in table.iter().enumerate() {
-            rules.set(i as u32, ClsRule::from(r), 0).map_err(|source| BpfError::Map { name: RULES, source })?;
-        }
+        write_rules(ebpf, table)?;
         let mut config: Array<_, ClsConfig> =
             Array::try_from(ebpf.map_mut(CONFIG).ok_or(BpfError::NoMap { name: CONFIG })?)
                 .map_err(|source| BpfError::Map { name: CONFIG, source })?;

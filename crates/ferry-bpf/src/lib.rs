@@ -11,6 +11,7 @@ pub mod classify;
 pub mod evnf;
 pub mod evnf_maps;
 pub mod flow_table;
+pub mod nsh;
 pub mod pipeline;
 pub mod scan;
 pub mod state;
@@ -38,6 +39,8 @@ pub enum Object {
     Elements,
     /// `classify.bpf.c`: tenant classification at the edge.
     Classify,
+    /// `nsh_sff.bpf.c`: NSH classifier, forwarder and proxy.
+    NshSff,
 }
 
 /// ELF parsing needs the bytes 8-byte aligned; `include_bytes!` alone only
@@ -55,6 +58,7 @@ static PIPELINE: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!
 static ELEMENTS: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/elements.bpf.o")) };
 static REDIRECT: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.bpf.o")) };
 static CLASSIFY: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/classify.bpf.o")) };
+static NSH_SFF: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/nsh_sff.bpf.o")) };
 
 impl Object {
     /// The ELF bytes of the object.
@@ -67,6 +71,7 @@ impl Object {
             Object::Pipeline => &PIPELINE.bytes,
             Object::Elements => &ELEMENTS.bytes,
             Object::Classify => &CLASSIFY.bytes,
+            Object::NshSff => &NSH_SFF.bytes,
         }
     }
 }

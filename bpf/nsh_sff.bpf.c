@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0)
+/*
+ * NSH service function forwarding (RFC 8300, RFC 7665 roles) in XDP, on
+ * every device of a host that a service path crosses:
+ *
+ * - a CLASSIFY device: a frame the rule table (ferry_classify.h) matches
+ *   gets NSH pushed (MD type 1, SI 255, TTL 63, next protocol Ethernet,
+ *   the frame as it came as the inner frame); what no rule takes goes to
+ *   the kernel;
+ * - a FABRIC device: frames with NSH from other hosts (EtherType 0x894F);
+ *   anything else is the kernel's;
+ * - a RETURN device (the SFC proxy's other half): what an NSH-unaware NF
+ *   sends back gets the header restored, with the SPI, SI (the NF's hop
+ *   done: SI - 1) and TTL ferryd configured for that attachment.
+ *
+ * Then the forwarding table, keyed by (SPI, SI), says: FORWARD to the next
+ * SFF (TTL decremented, dropped at 0; outer MACs rewritten), PROXY to a
+ * local NF (the header stripped), or END the path (the header popped). A
+ * missing entry, SI 0, a malformed header (ferry_parse_nsh) and an inner
+ * frame that is not Ethernet are dropped and counted.
+ */
+#include "ferry_common.h"
+#include "ferry_parse.h"
+#include "ferry_classify.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32); /* ifindex */
+	__type(value, struct ferry_nsh_port);
+} ferry_nsh_ports SEC(".maps");
+
+/* Entry 0: the number of rules; entries 1..: path i's SPI at i + 1. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FERRY_NSH_PATHS + 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} ferry_nsh_paths SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FERRY_NSH_MAX_HOPS);
+	__type(key, __u32); /* SPI << 8 | SI */
+	__type(value, struct ferry_nsh_hop);
+} ferry_nsh_hops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct bpf_devmap_val);
+} ferry_nsh_devs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FERRY_NSH_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} ferry_nsh_counters SEC(".maps");
+
+#define FERRY_NSH_NEXT_ETHERNET 3
+#define FERRY_NSH_DEFAULT_TTL 63
+#define FERRY_NSH_PUSH (sizeof(struct ethhdr) + FERRY_NSH_MD1_LEN)
+
+static __always_inline void ferry_nsh_count(__u32 counter)
+{
+	__u64 *n = bpf_map_lookup_elem(&ferry_nsh_counters, &counter);
+
+	if (n)
+		*n += 1;
+}
+
+/* The path a classified frame takes: its rule's SPI, SI 255; 0 if no rule
+ * matched (or the frame is malformed: *malformed set). */
+static __always_inline __u32 ferry_nsh_classify(struct xdp_md *ctx, int *malformed)
+{
+	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
+	struct ferry_cls_walk w;
+	struct ferry_pkt p;
+	__u32 zero = 0, path, *rules, *spi;
+
+	ferry_parse_l4(&c, &p);
+	if (!p.ok || ferry_cls_walk_of(ctx, &p, &w)) {
+		*malformed = 1;
+		return 0;
+	}
+	rules = bpf_map_lookup_elem(&ferry_nsh_paths, &zero);
+	if (!rules)
+		return 0;
+	bpf_loop(*rules < FERRY_CLS_MAX_RULES ? *rules : FERRY_CLS_MAX_RULES, ferry_cls_step, &w, 0);
+	if (w.hit >= FERRY_CLS_MAX_RULES || w.out >= FERRY_NSH_PATHS)
+		return 0;
+	path = w.out + 1;
+	spi = bpf_map_lookup_elem(&ferry_nsh_paths, &path);
+	return spi ? (*spi << 8) | 255 : 0;
+}
+
+/* Puts an outer Ethernet header and an MD type 1 NSH header in front of
+ * the frame; the outer MACs are the forwarding step's to write. */
+static __always_inline int ferry_nsh_push(struct xdp_md *ctx, __u32 spi_si, __u32 ttl)
+{
+	struct ethhdr *outer;
+	struct ferry_nshhdr *h;
+	void *data, *end;
+
+	if (bpf_xdp_adjust_head(ctx, -(int)FERRY_NSH_PUSH))
+		return -1;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	outer = data;
+	h = (void *)(outer + 1);
+	if ((void *)h + FERRY_NSH_MD1_LEN > end)
+		return -1;
+	__builtin_memset(outer, 0, sizeof(*outer));
+	outer->h_proto = bpf_htons(FERRY_ETH_P_NSH);
+	__builtin_memset(h, 0, FERRY_NSH_MD1_LEN);
+	h->ver_o_ttl_len = bpf_htons(((ttl & 0x3f) << 6) | (FERRY_NSH_MD1_LEN / 4));
+	h->md_type = 1;
+	h->next_proto = FERRY_NSH_NEXT_ETHERNET;
+	h->spi_si = bpf_htonl(spi_si);
+	return 0;
+}
+
+/* The forwarding step, on a frame that starts with Ethernet + NSH. */
+static __always_inline int ferry_nsh_forward(struct xdp_md *ctx, __u32 *counter)
+{
+	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
+	struct ferry_nsh_hop *hop;
+	struct ferry_nshhdr *h;
+	struct ethhdr *outer;
+	__u32 spi_si, ttl, len;
+	__u16 word;
+
+	outer = ferry_parse_eth(&c);
+	h = outer ? ferry_parse_nsh(&c) : NULL;
+	if (!h) {
+		*counter = FERRY_NSH_MALFORMED;
+		return XDP_DROP;
+	}
+	spi_si = bpf_ntohl(h->spi_si);
+	hop = bpf_map_lookup_elem(&ferry_nsh_hops, &spi_si);
+	if (!hop) {
+		*counter = FERRY_NSH_NO_HOP;
+		return XDP_DROP;
+	}
+	if ((spi_si & 0xff) == 0) {
+		*counter = FERRY_NSH_SI_EXPIRED;
+		return XDP_DROP;
+	}
+	word = bpf_ntohs(h->ver_o_ttl_len);
+	ttl = (word >> 6) & 0x3f;
+	len = (word & 0x3f) * 4;
+	if (hop->action == FERRY_NSH_FORWARD) {
+		if (ttl <= 1) {
+			*counter = FERRY_NSH_TTL_EXPIRED;
+			return XDP_DROP;
+		}
+		h->ver_o_ttl_len = bpf_htons((word & ~(0x3f << 6)) | ((ttl - 1) << 6));
+		__builtin_memcpy(outer->h_dest, hop->dst_mac, ETH_ALEN);
+		__builtin_memcpy(outer->h_source, hop->src_mac, ETH_ALEN);
+		*counter = FERRY_NSH_FORWARDED;
+		return bpf_redirect_map(&ferry_nsh_devs, hop->dev, XDP_DROP);
+	}
+	if (h->next_proto != FERRY_NSH_NEXT_ETHERNET) {
+		*counter = FERRY_NSH_NOT_ETHERNET;
+		return XDP_DROP;
+	}
+	*counter = hop->action == FERRY_NSH_PROXY ? FERRY_NSH_PROXIED : FERRY_NSH_ENDED;
+	/* Strip or pop: the inner frame is what leaves. */
+	if (bpf_xdp_adjust_head(ctx, sizeof(struct ethhdr) + len)) {
+		*counter = FERRY_NSH_MALFORMED;
+		return XDP_DROP;
+	}
+	return bpf_redirect_map(&ferry_nsh_devs, hop->dev, XDP_DROP);
+}
+
+SEC("xdp")
+int ferry_nsh_sff(struct xdp_md *ctx)
+{
+	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
+	__u32 ifindex = ctx->ingress_ifindex, spi_si = 0, ttl = FERRY_NSH_DEFAULT_TTL;
+	__u32 counter = FERRY_NSH_MALFORMED, slot;
+	struct ferry_nsh_port *port;
+	struct ethhdr *eth;
+	int action = XDP_DROP, malformed = 0;
+
+	port = bpf_map_lookup_elem(&ferry_nsh_ports, &ifindex);
+	eth = ferry_parse_eth(&c);
+	if (!port) {
+		/* Not a device of a path: the kernel's. */
+		action = XDP_PASS;
+		slot = XDP_PASS;
+		goto out;
+	}
+	if (!eth) {
+		slot = FERRY_SLOT_MALFORMED;
+		goto count;
+	}
+	if (eth->h_proto != bpf_htons(FERRY_ETH_P_NSH)) {
+		if (port->role == FERRY_NSH_ROLE_CLASSIFY) {
+			spi_si = ferry_nsh_classify(ctx, &malformed);
+			counter = spi_si ? FERRY_NSH_CLASSIFIED : FERRY_NSH_UNCLASSIFIED;
+		} else if (port->role == FERRY_NSH_ROLE_RETURN) {
+			spi_si = port->spi_si;
+			ttl = port->ttl;
+			counter = FERRY_NSH_RETURNED;
+		} else {
+			counter = FERRY_NSH_NOT_NSH;
+		}
+		if (malformed) {
+			counter = FERRY_NSH_MALFORMED;
+			slot = FERRY_SLOT_MALFORMED;
+			goto count;
+		}
+		ferry_nsh_count(counter);
+		if (!spi_si) {
+			action = XDP_PASS;
+			slot = XDP_PASS;
+			goto out;
+		}
+		if (ferry_nsh_push(ctx, spi_si, ttl)) {
+			counter = FERRY_NSH_MALFORMED;
+			action = XDP_ABORTED;
+			slot = XDP_ABORTED;
+			goto count;
+		}
+	}
+	action = ferry_nsh_forward(ctx, &counter);
+	slot = counter == FERRY_NSH_MALFORMED ? FERRY_SLOT_MALFORMED : ferry_slot_of(action);
+count:
+	ferry_nsh_count(counter);
+out:
+	return ferry_exit(ctx, slot, action);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

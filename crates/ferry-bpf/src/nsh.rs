@@ -1,0 +1,216 @@
+//! The NSH service function forwarder in XDP (`bpf/nsh_sff.bpf.c`): the
+//! roles of a host's devices, the classifier's rules and paths, the
+//! forwarding table keyed by (SPI, SI), and the devices frames leave by.
+//! Every table changes at run time by map updates, as the stage
+//! pipeline's do.
+
+use aya::maps::{Array, DevMap, HashMap, PerCpuArray};
+
+use crate::attach::LoadedXdp;
+use crate::classify::{write_rules, ClsMatch, CLS_MAX_RULES};
+use crate::{AttachMode, BpfError, Object};
+
+const PORTS: &str = "ferry_nsh_ports";
+const PATHS: &str = "ferry_nsh_paths";
+const HOPS: &str = "ferry_nsh_hops";
+const DEVS: &str = "ferry_nsh_devs";
+const COUNTERS: &str = "ferry_nsh_counters";
+
+/// Paths the classifier's rules pick from (`FERRY_NSH_PATHS`).
+pub const NSH_PATHS: usize = 64;
+/// The largest SPI (24 bits).
+pub const MAX_SPI: u32 = 0x00ff_ffff;
+/// The counters, in `FERRY_NSH_*` order.
+pub const NSH_COUNTER_NAMES: [&str; 12] = [
+    "classified",
+    "unclassified",
+    "returned",
+    "forwarded",
+    "proxied",
+    "ended",
+    "no_hop",
+    "ttl_expired",
+    "si_expired",
+    "malformed",
+    "not_ethernet",
+    "not_nsh",
+];
+
+/// `struct ferry_nsh_port`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct NshPortRaw {
+    role: u32,
+    spi_si: u32,
+    ttl: u32,
+    _pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<NshPortRaw>() == 16);
+// SAFETY: plain-old-data; every bit pattern is valid.
+unsafe impl aya::Pod for NshPortRaw {}
+
+/// `struct ferry_nsh_hop`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct NshHopRaw {
+    action: u32,
+    dev: u32,
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+}
+const _: () = assert!(std::mem::size_of::<NshHopRaw>() == 20);
+// SAFETY: plain-old-data; every bit pattern is valid.
+unsafe impl aya::Pod for NshHopRaw {}
+
+/// A service path hop: (SPI, SI), valid on construction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PathHop {
+    spi: u32,
+    si: u8,
+}
+
+impl PathHop {
+    pub fn new(spi: u32, si: u8) -> Result<PathHop, BpfError> {
+        if spi > MAX_SPI {
+            return Err(BpfError::Config(format!("SPI {spi} is more than 24 bits")));
+        }
+        Ok(PathHop { spi, si })
+    }
+
+    pub fn spi(&self) -> u32 {
+        self.spi
+    }
+
+    pub fn si(&self) -> u8 {
+        self.si
+    }
+
+    fn key(&self) -> u32 {
+        self.spi << 8 | u32::from(self.si)
+    }
+}
+
+/// What a device of the host does with what it receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NshRole {
+    /// The classifier: a frame a rule matches gets NSH pushed.
+    Classify,
+    /// Frames with NSH from other hosts.
+    Fabric,
+    /// An NSH-unaware NF's way back: its frames get `hop`'s header (TTL
+    /// `ttl`) restored.
+    Return { hop: PathHop, ttl: u8 },
+}
+
+/// Where the frame at a (SPI, SI) goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NshAction {
+    /// On to the next SFF, out of DEVMAP slot `dev`, to `dst_mac` from
+    /// `src_mac` (TTL decremented).
+    Forward { dev: u32, dst_mac: [u8; 6], src_mac: [u8; 6] },
+    /// To a local NSH-unaware NF on slot `dev`, the header stripped.
+    Proxy { dev: u32 },
+    /// The path's end: the header popped, the inner frame out of `dev`.
+    End { dev: u32 },
+}
+
+/// The loaded forwarder. Dropping it detaches it from every device.
+pub struct NshSff {
+    xdp: LoadedXdp,
+}
+
+impl NshSff {
+    pub fn load() -> Result<NshSff, BpfError> {
+        Ok(NshSff { xdp: LoadedXdp::load(Object::NshSff, "ferry_nsh_sff")? })
+    }
+
+    /// Attaches to device `ifindex` (in the calling thread's namespace);
+    /// give it a role with [`NshSff::set_role`].
+    pub fn attach(&mut self, ifindex: u32, mode: AttachMode) -> Result<(), BpfError> {
+        self.xdp.attach_to(ifindex, mode)
+    }
+
+    pub fn set_role(&mut self, ifindex: u32, role: NshRole) -> Result<(), BpfError> {
+        let raw = match role {
+            NshRole::Classify => NshPortRaw { role: 1, ..NshPortRaw::default() },
+            NshRole::Fabric => NshPortRaw { role: 2, ..NshPortRaw::default() },
+            NshRole::Return { hop, ttl } => {
+                if !(1..=63).contains(&ttl) {
+                    return Err(BpfError::Config(format!("TTL {ttl}: NSH's is 1 to 63")));
+                }
+                NshPortRaw { role: 3, spi_si: hop.key(), ttl: u32::from(ttl), _pad: 0 }
+            }
+        };
+        let map = self.xdp.ebpf_mut().map_mut(PORTS).ok_or(BpfError::NoMap { name: PORTS })?;
+        let mut ports: HashMap<_, u32, NshPortRaw> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: PORTS, source })?;
+        ports.insert(ifindex, raw, 0).map_err(|source| BpfError::Map { name: PORTS, source })
+    }
+
+    /// The classifier's rules; rule `out = i` picks path `spis[i]`.
+    pub fn set_classifier(&mut self, rules: &[ClsMatch], spis: &[u32]) -> Result<(), BpfError> {
+        if spis.len() > NSH_PATHS || spis.iter().any(|&s| s > MAX_SPI) {
+            return Err(BpfError::Config(format!("paths {spis:?}: at most {NSH_PATHS} SPIs of 24 bits")));
+        }
+        if let Some(r) = rules.iter().find(|r| usize::from(r.out) >= spis.len()) {
+            return Err(BpfError::Config(format!("a rule picks path {}, but there are {}", r.out, spis.len())));
+        }
+        let ebpf = self.xdp.ebpf_mut();
+        write_rules(ebpf, rules)?;
+        let mut paths: Array<_, u32> = Array::try_from(ebpf.map_mut(PATHS).ok_or(BpfError::NoMap { name: PATHS })?)
+            .map_err(|source| BpfError::Map { name: PATHS, source })?;
+        for (i, &spi) in spis.iter().enumerate() {
+            paths.set(i as u32 + 1, spi, 0).map_err(|source| BpfError::Map { name: PATHS, source })?;
+        }
+        // The count last: the program never walks a rule not yet written.
+        let count = rules.len().min(CLS_MAX_RULES) as u32;
+        paths.set(0, count, 0).map_err(|source| BpfError::Map { name: PATHS, source })
+    }
+
+    pub fn set_hop(&mut self, at: PathHop, action: NshAction) -> Result<(), BpfError> {
+        let raw = match action {
+            NshAction::Forward { dev, dst_mac, src_mac } => NshHopRaw { action: 1, dev, dst_mac, src_mac },
+            NshAction::Proxy { dev } => NshHopRaw { action: 2, dev, ..NshHopRaw::default() },
+            NshAction::End { dev } => NshHopRaw { action: 3, dev, ..NshHopRaw::default() },
+        };
+        let map = self.xdp.ebpf_mut().map_mut(HOPS).ok_or(BpfError::NoMap { name: HOPS })?;
+        let mut hops: HashMap<_, u32, NshHopRaw> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: HOPS, source })?;
+        hops.insert(at.key(), raw, 0).map_err(|source| BpfError::Map { name: HOPS, source })
+    }
+
+    /// Takes (SPI, SI)'s entry out: its frames are dropped and counted.
+    pub fn remove_hop(&mut self, at: PathHop) -> Result<(), BpfError> {
+        let map = self.xdp.ebpf_mut().map_mut(HOPS).ok_or(BpfError::NoMap { name: HOPS })?;
+        let mut hops: HashMap<_, u32, NshHopRaw> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: HOPS, source })?;
+        hops.remove(&at.key()).map_err(|source| BpfError::Map { name: HOPS, source })
+    }
+
+    /// DEVMAP slot `slot` sends out of device `ifindex` (resolved in the
+    /// calling thread's namespace).
+    pub fn set_dev(&mut self, slot: u32, ifindex: u32) -> Result<(), BpfError> {
+        let map = self.xdp.ebpf_mut().map_mut(DEVS).ok_or(BpfError::NoMap { name: DEVS })?;
+        let mut devs = DevMap::try_from(map).map_err(|source| BpfError::Map { name: DEVS, source })?;
+        devs.set(slot, ifindex, None, 0).map_err(|source| BpfError::XdpMap { name: DEVS, source })
+    }
+
+    /// The counters, in [`NSH_COUNTER_NAMES`] order.
+    pub fn counters(&self) -> Result<Vec<u64>, BpfError> {
+        let map = self.xdp.ebpf().map(COUNTERS).ok_or(BpfError::NoMap { name: COUNTERS })?;
+        let arr: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(map).map_err(|source| BpfError::Map { name: COUNTERS, source })?;
+        (0..NSH_COUNTER_NAMES.len() as u32)
+            .map(|i| Ok(arr.get(&i, 0).map_err(|source| BpfError::Map { name: COUNTERS, source })?.iter().sum()))
+            .collect()
+    }
+
+    pub fn verdicts(&self) -> Result<crate::Verdicts, BpfError> {
+        self.xdp.verdicts()
+    }
+
+    /// The program, for BPF_PROG_TEST_RUN.
+    pub fn program_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>, BpfError> {
+        self.xdp.program_fd()
+    }
+}
