@@ -174,6 +174,36 @@ fn tenant_tables_name_the_file_line_and_field() {
         .replace("mode: router", "mode: router\n      default: kernel");
     let e = parse_chain_str(&text, "c.yaml").unwrap_err().to_string();
     assert!(e.contains("ports[0].classify.default:"), "{e}");
+    // A second field smuggled into one; an entry with a queue no thread
+    // takes; an entry linked twice; a router name past 32 characters.
+    let e = bad("src: \"10.9.0.0/16,dport=53\", to: acme-in");
+    assert!(e.contains("ports[0].classify.rules[0].src:") && e.contains("without `,`"), "{e}");
+    let text = edge_chain("xdp", "dst: 10.1.0.0/16, to: acme-in")
+        .replace("via: edge, tenant: acme }", "via: edge, tenant: acme, queues: 2 }");
+    let e = parse_chain_str(&text, "c.yaml").unwrap_err().to_string();
+    assert!(e.contains("ports[1].queues:") && e.contains("NF \"fa\" has 1 threads"), "{e}");
+    let text = edge_chain("xdp", "dst: 10.1.0.0/16, to: acme-in") + "  - { from: acme-in, to: fa }\n";
+    let e = parse_chain_str(&text, "c.yaml").unwrap_err().to_string();
+    assert!(e.contains("ports[1].via:") && e.contains("feeds 2 links"), "{e}");
+    let long = "e".repeat(30);
+    let text = edge_chain("router", "dst: 10.1.0.0/16, to: acme-in").replace("edge", &long);
+    let e = parse_chain_str(&text, "c.yaml").unwrap_err().to_string();
+    assert!(e.contains("ports[0].classify.mode:") && e.contains("shorten"), "{e}");
+}
+
+#[test]
+fn entries_live_in_their_classifiers_namespace() {
+    let text = edge_chain("xdp", "dst: 10.1.0.0/16, to: acme-in")
+        .replace("netdev: d0", "netdev: d0\n    netns: dut\n    xdp_mode: driver");
+    let spec = parse_chain_str(&text, "c.yaml").unwrap();
+    for entry in &spec.ports[1..] {
+        assert_eq!((entry.netns.as_deref(), entry.xdp_mode), (Some("dut"), ferry_chain::spec::XdpMode::Driver));
+    }
+    // A normalised file parses again; another namespace does not.
+    assert!(parse_chain_str(&serde_yaml::to_string(&spec).unwrap(), "c.yaml").is_ok());
+    let elsewhere = text.replace("via: edge, tenant: acme }", "via: edge, tenant: acme, netns: other }");
+    let e = parse_chain_str(&elsewhere, "c.yaml").unwrap_err().to_string();
+    assert!(e.contains("ports[1].netdev:") && e.contains("classifier's namespace"), "{e}");
 }
 
 #[test]

@@ -32,7 +32,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{ChainSpec, DomainSpec, KindCheck, LinkSpec, NfSpec, Node, MAX_CPU};
+use crate::spec::{valid_name, ChainSpec, DomainSpec, KindCheck, LinkSpec, NfSpec, Node, MAX_CPU};
 use ferry_testbed::yamlloc::Seg;
 
 /// The NF type of `classify: router` (the catalog names it too).
@@ -143,10 +143,14 @@ impl ChainSpec {
                 if p.classify.is_some() {
                     return Err((at("classify"), "a tenant entry cannot classify in turn".into()));
                 }
-                if !p.netdev.is_empty() || p.netns.is_some() {
+                // Its classifier's namespace is allowed: normalised files
+                // (see `place_entries`) say so.
+                if !p.netdev.is_empty() || p.netns.as_ref().is_some_and(|n| Some(n) != self.ports[ci].netns.as_ref()) {
                     return Err((
                         at("netdev"),
-                        "a tenant entry's device is made by ferryd: give no netdev or netns".into(),
+                        "a tenant entry's device is made by ferryd, in its classifier's namespace: give no netdev or \
+                         netns"
+                            .into(),
                     ));
                 }
                 let picked = self.ports[ci].classify.iter().flat_map(|s| &s.rules).any(|r| r.to == p.name);
@@ -156,9 +160,17 @@ impl ChainSpec {
                         format!("no rule of {c:?} picks {:?}: it would never get a frame", p.name),
                     ));
                 }
-                if !self.links.iter().any(|l| l.from == p.name) {
-                    let why = format!("tenant entry {:?} feeds no NF (add a link from it)", p.name);
+                // One link to one NF, whose thread i takes queue i: a
+                // queue without a thread would lose what lands there.
+                let fed: Vec<&str> = self.links.iter().filter(|l| l.from == p.name).map(|l| l.to.as_str()).collect();
+                let [nf] = fed[..] else {
+                    let why = format!("tenant entry {:?} feeds {} links: link it to one NF, once", p.name, fed.len());
                     return Err((at("via"), why));
+                };
+                let threads = self.nfs.iter().find(|n| n.name == nf).map_or(p.queues, |n| n.threads);
+                if threads != p.queues {
+                    let why = format!("{} queues but NF {nf:?} has {threads} threads: give as many queues", p.queues);
+                    return Err((at("queues"), why));
                 }
                 match (&p.tenant, self.tenants.is_empty()) {
                     (Some(t), _) if !self.tenants.iter().any(|x| &x.name == t) => {
@@ -171,8 +183,6 @@ impl ChainSpec {
                 }
             } else if p.tenant.is_some() {
                 return Err((at("tenant"), "only a tenant entry (a port with `via:`) names a tenant".into()));
-            } else if p.netdev.is_empty() {
-                return Err((at("netdev"), "required (or `via:` for a tenant entry)".into()));
             }
             let Some(spec) = &p.classify else { continue };
             let entries = self.entries_of(i);
@@ -204,6 +214,10 @@ impl ChainSpec {
                     ));
                 }
                 for (key, value) in r.fields() {
+                    // One field: a `,` would smuggle another in.
+                    if value.contains([',', '=']) {
+                        return Err((rule(key), format!("{value:?}: one value, without `,` or `=`")));
+                    }
                     let one = [format!("out=0,{key}={value}")];
                     kinds.check(TENANT_ROUTER, &one).map_err(|(_, message)| (rule(key), message))?;
                 }
@@ -238,6 +252,18 @@ impl ChainSpec {
         Ok(())
     }
 
+    /// Puts each tenant entry where ferryd makes its device: in its
+    /// classifier's namespace, with its classifier's XDP mode. Placement
+    /// and planning then see where the entry really is.
+    pub(crate) fn place_entries(&mut self) {
+        for i in 0..self.ports.len() {
+            let Some(c) = self.ports[i].via.as_ref() else { continue };
+            if let Some(edge) = self.ports.iter().find(|q| &q.name == c).cloned() {
+                (self.ports[i].netns, self.ports[i].xdp_mode) = (edge.netns, edge.xdp_mode);
+            }
+        }
+    }
+
     /// Rewrites each classifier in router mode into its router NF (see the
     /// module's docs). The names it adds (`<port>-router` for the domain
     /// and the NF) must be free.
@@ -249,9 +275,13 @@ impl ChainSpec {
             };
             let edge = self.ports[c].name.clone();
             let router = format!("{edge}-router");
+            let at_mode = vec![Key("ports"), Index(c), Key("classify"), Key("mode")];
+            if !valid_name(&router) {
+                return Err((at_mode, format!("router mode adds an NF named {router:?}: shorten the port's name")));
+            }
             if self.node(&router).is_some() || self.domains.iter().any(|d| d.name == router) {
                 let why = format!("router mode adds a domain and an NF named {router:?}: that name is taken");
-                return Err((vec![Key("ports"), Index(c), Key("classify"), Key("mode")], why));
+                return Err((at_mode, why));
             }
             let entries: Vec<String> = self.entries_of(c).into_iter().map(|e| self.ports[e].name.clone()).collect();
             let args = self.classify_table(c);
@@ -268,12 +298,8 @@ impl ChainSpec {
             // Out-link i of the router is entry i: its links in entry order.
             let mut links = vec![LinkSpec { from: edge.clone(), to: router.clone(), mode: None }];
             for e in &entries {
-                let fed: Vec<&LinkSpec> = self.links.iter().filter(|l| &l.from == e).collect();
-                let [only] = fed[..] else {
-                    let why = format!("in router mode, a tenant entry ({e:?}) feeds one NF");
-                    return Err((vec![Key("ports"), Index(c), Key("classify"), Key("mode")], why));
-                };
-                links.push(LinkSpec { from: router.clone(), to: only.to.clone(), mode: None });
+                let nf = self.links.iter().find(|l| &l.from == e).expect("checked: an entry feeds one NF");
+                links.push(LinkSpec { from: router.clone(), to: nf.to.clone(), mode: None });
             }
             self.links.retain(|l| !entries.contains(&l.from));
             self.links.extend(links);

@@ -55,13 +55,10 @@ pub struct PortPlan {
     /// program is attached) or the port is only transmitted on.
     pub rx: bool,
     /// The port classifies its device's frames into tenant entries (XDP
-    /// mode: router mode was lowered to an NF before planning).
+    /// mode: router mode was lowered to an NF before planning). ferryd
+    /// makes each entry's device and names it in the entry's `netdev`.
     #[serde(default)]
     pub classify: Option<ClassifyPlan>,
-    /// A tenant entry: the classifier port feeding it. ferryd makes its
-    /// device (in the classifier's namespace) and names it in `netdev`.
-    #[serde(default)]
-    pub via: Option<usize>,
 }
 
 /// An XDP classifier's table.
@@ -197,9 +194,6 @@ impl ChainPlan {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let via = p.via.as_ref().and_then(|c| spec.ports.iter().position(|q| &q.name == c));
-                // An entry's device is made in its classifier's namespace.
-                let netns = via.map_or(&p.netns, |c| &spec.ports[c].netns).clone();
                 let classify = p.classify.as_ref().map(|c| ClassifyPlan {
                     rules: spec.classify_table(i),
                     default_kernel: c.default == ClassifyDefault::Kernel,
@@ -207,14 +201,13 @@ impl ChainPlan {
                 });
                 PortPlan {
                     name: p.name.clone(),
-                    netns,
+                    netns: p.netns.clone(),
                     netdev: p.netdev.clone(),
                     queues: p.queues,
-                    xdp_mode: via.map_or(p.xdp_mode, |c| spec.ports[c].xdp_mode),
+                    xdp_mode: p.xdp_mode,
                     nf: None,
                     rx: false,
                     classify,
-                    via,
                 }
             })
             .collect();

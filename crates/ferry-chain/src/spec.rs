@@ -404,7 +404,7 @@ fn valid_user(s: &str) -> bool {
     !s.is_empty() && s.len() <= 32 && !s.contains([':', '/', ' ', '\n'])
 }
 
-fn valid_name(s: &str) -> bool {
+pub(crate) fn valid_name(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 32
@@ -431,6 +431,7 @@ impl ChainSpec {
             s.clone().lower_routers()
         })?;
         spec.lower_routers().expect("lowered once already");
+        spec.place_entries();
         spec.origin = origin.to_string();
         Ok(spec)
     }

@@ -20,7 +20,7 @@ pub struct LiveGenOptions {
     pub stamp_offset: Option<u16>,
     /// Offset of the UDP port to cycle (the source port, or the
     /// destination port) and its range, if any.
-    pub sport: Option<(u16, u16, u16)>,
+    pub cycled_port: Option<(u16, u16, u16)>,
     pub stream: u16,
     pub count: Option<u64>,
     pub duration: Option<Duration>,
@@ -85,7 +85,7 @@ pub fn run(opts: &LiveGenOptions) -> Result<LiveGenReport> {
     crate::util::pin_to_cpu(cpu)?;
     let ifindex = crate::util::ifindex(&opts.dev)?;
     let mut prog = LoadedXdp::load(Object::Gen, "ferry_gen")?;
-    let (sport_offset, sport_min, sport_count) = opts.sport.unwrap_or((0, 0, 0));
+    let (sport_offset, sport_min, sport_count) = opts.cycled_port.unwrap_or((0, 0, 0));
     prog.set_gen_config(
         GenConfig {
             ifindex,
@@ -159,7 +159,7 @@ impl LiveGenOptions {
         // the first field after it.
         let sport_at = (ferry_wire::ethernet::ETH_HEADER_LEN + ferry_wire::ipv4::IPV4_MIN_HEADER_LEN) as u16;
         let range = |at: u16, r: &ferry_traffic::PortRange| (at, r.start(), r.len().min(u16::MAX as u32) as u16);
-        let sport = match (udp, p.src_port.len() > 1, p.dst_port.len() > 1) {
+        let cycled_port = match (udp, p.src_port.len() > 1, p.dst_port.len() > 1) {
             (false, _, _) | (true, false, false) => None,
             (true, true, false) => Some(range(sport_at, &p.src_port)),
             (true, false, true) => Some(range(sport_at + 2, &p.dst_port)),
@@ -171,7 +171,7 @@ impl LiveGenOptions {
             dev: dev.to_string(),
             template,
             stamp_offset,
-            sport,
+            cycled_port,
             stream,
             count: p.count,
             duration: p.duration_ns().map(Duration::from_nanos),

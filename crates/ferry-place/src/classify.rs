@@ -6,6 +6,11 @@
 use ferry_bpf::classify::ClsMatch;
 use ferry_nf::classify::{Rule, Table};
 
+// The parser's limits are the program's: rules in its table, entries (a
+// rule's `out`) in its DEVMAP.
+const _: () = assert!(ferry_nf::classify::MAX_RULES == ferry_bpf::classify::CLS_MAX_RULES);
+const _: () = assert!(ferry_nf::classify::MAX_OUTS <= ferry_bpf::classify::CLS_MAX_RULES);
+
 /// The XDP rules of `rules` (each `out=N,...`); an error names the rule.
 pub fn classifier_rules(rules: &[String]) -> Result<Vec<ClsMatch>, String> {
     let texts: Vec<&str> = rules.iter().map(String::as_str).collect();

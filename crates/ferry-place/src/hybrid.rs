@@ -337,6 +337,17 @@ fn check_then(spec: &ChainSpec, j: usize, port: &ferry_chain::spec::PortSpec) ->
 fn check_slow_path_port(spec: &ChainSpec, i: usize, port: &ferry_chain::spec::PortSpec) -> Result<(), PlaceError> {
     use Seg::{Index, Key};
     let nf = &spec.nfs[i];
+    if port.via.is_some() {
+        let at = spec.ports.iter().position(|p| p.name == port.name).expect("a port of the chain");
+        return Err(PlaceError {
+            at: vec![Key("ports"), Index(at), Key("via")],
+            message: format!(
+                "{} is a tenant entry: its device is one ferryd makes, so no kernel hop can take frames in as if \
+                 they arrived there; start the hybrid path with a slow path on a port of a device",
+                port.name
+            ),
+        });
+    }
     if port.queues != 1 {
         let at = spec.ports.iter().position(|p| p.name == port.name).expect("a port of the chain");
         return Err(PlaceError {

@@ -62,8 +62,8 @@ pub struct Chain {
     pub socket: PathBuf,
     pub domains: Arc<Vec<Domain>>,
     ports: Vec<Option<Mutex<Port>>>,
-    /// After the ports: their sockets go before the entries' devices.
-    classifiers: Vec<EdgeClassifier>,
+    /// Taken away on stop, after the ports' programs.
+    classifiers: Mutex<Vec<EdgeClassifier>>,
     taps: Vec<Tap>,
     nfs: Vec<Mutex<NfState>>,
     /// Per NF: what it runs as.
@@ -256,7 +256,7 @@ impl Chain {
             socket,
             domains,
             ports,
-            classifiers,
+            classifiers: Mutex::new(classifiers),
             taps,
             nfs,
             creds,
@@ -346,6 +346,7 @@ impl Chain {
         for port in self.ports.iter().flatten() {
             port.lock().expect("port lock").detach();
         }
+        self.classifiers.lock().expect("classifiers lock").clear();
         *self.hybrids.lock().expect("hybrids lock") = None;
     }
 
@@ -805,7 +806,7 @@ impl Chain {
                 s.ports.push(PortStatus { name: port.plan.name.clone(), verdicts: verdict_list(&v), classified: None });
             }
         }
-        for c in &self.classifiers {
+        for c in self.classifiers.lock().expect("classifiers lock").iter() {
             let verdicts = verdict_list(&c.verdicts().unwrap_or_default());
             s.ports.push(PortStatus { name: c.port.clone(), verdicts, classified: Some(c.status()) });
         }

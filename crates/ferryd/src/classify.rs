@@ -9,14 +9,13 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_bpf::classify::{Classifier, Unmatched};
-use ferry_bpf::AttachMode;
+use ferry_bpf::{LoadedXdp, Object};
 use ferry_chain::plan::{ChainPlan, ClassifyPlan};
 use ferry_chain::proto::ClassifiedStatus;
-use ferry_chain::spec::XdpMode;
 use ferry_place::classify::classifier_rules;
 
 use crate::loopdev::LoopDevice;
-use crate::ports::Port;
+use crate::ports::{attach_mode, Port};
 
 /// Fields drop in order: the program leaves before the entries' devices.
 pub struct EdgeClassifier {
@@ -26,6 +25,8 @@ pub struct EdgeClassifier {
     table: ClassifyPlan,
     /// Per rule, its entry's port name.
     entry_of_rule: Vec<String>,
+    /// An XDP drop on each entry's sending end.
+    _closed: Vec<LoadedXdp>,
     _entries: Vec<LoopDevice>,
 }
 
@@ -41,7 +42,8 @@ impl EdgeClassifier {
         let unmatched = if table.default_kernel { Unmatched::Kernel } else { Unmatched::Drop };
         let mut prog =
             Classifier::load(&rules, unmatched).with_context(|| format!("port {}: the classifier", edge.name))?;
-        let mut entries = Vec::new();
+        let mode = attach_mode(&edge);
+        let (mut entries, mut closed) = (Vec::new(), Vec::new());
         for (out, &e) in table.entries.iter().enumerate() {
             let entry = &plan.ports[e];
             let dev = LoopDevice::create(ns, chain, &entry.name, &edge.netdev, entry.queues)
@@ -49,18 +51,19 @@ impl EdgeClassifier {
             let send = dev.send_ifindex;
             ferry_testbed::in_netns(ns, || prog.set_entry(out as u16, send))?
                 .with_context(|| format!("port {}: entry {}", edge.name, entry.name))?;
+            // The tenant's sockets on the other end could transmit: what
+            // they send arrives here, and must not reach the edge's stack.
+            let drop = ferry_testbed::in_netns(ns, || LoadedXdp::attach(Object::Basic, "ferry_drop", send, mode))?
+                .with_context(|| format!("closing the way back of tenant entry {}", entry.name))?;
             plan.ports[e].netdev = dev.receive_end.clone();
+            closed.push(drop);
             entries.push(dev);
         }
-        let mode = match edge.xdp_mode {
-            XdpMode::Generic => AttachMode::Generic,
-            XdpMode::Driver => AttachMode::Driver,
-        };
         let device = Port::ifindex(&edge)?;
         ferry_testbed::in_netns(ns, || prog.attach(device, mode))?
             .with_context(|| format!("attaching the classifier to {} ({})", edge.netdev, edge.name))?;
         let entry_of_rule = rules.iter().map(|r| plan.ports[table.entries[usize::from(r.out)]].name.clone()).collect();
-        Ok(EdgeClassifier { port: edge.name, prog, table, entry_of_rule, _entries: entries })
+        Ok(EdgeClassifier { port: edge.name, prog, table, entry_of_rule, _closed: closed, _entries: entries })
     }
 
     pub fn verdicts(&self) -> Option<ferry_bpf::Verdicts> {

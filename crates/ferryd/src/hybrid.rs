@@ -16,15 +16,14 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_bpf::evnf::{EvNf, Evnf};
 use ferry_bpf::pipeline::Element;
-use ferry_bpf::AttachMode;
 use ferry_chain::plan::{ChainPlan, PortPlan};
 use ferry_chain::proto::OffloadedStatus;
-use ferry_chain::spec::XdpMode;
 use ferry_evnf::config::FirewallSpec;
 use ferry_evnf::firewall::Firewall;
 use ferry_evnf::types::HybridType;
 use ferry_place::{Configs, HybridNf, HybridPath, Installed};
 
+use crate::ports::attach_mode;
 use crate::ports::Port;
 
 pub struct Hybrids {
@@ -54,13 +53,6 @@ struct Member {
 /// in; removed there when dropped (also when a setup fails midway).
 #[derive(Default)]
 struct KernelHalves(Vec<(String, Option<String>, Firewall)>);
-
-fn mode(p: &PortPlan) -> AttachMode {
-    match p.xdp_mode {
-        XdpMode::Generic => AttachMode::Generic,
-        XdpMode::Driver => AttachMode::Driver,
-    }
-}
 
 impl Hybrids {
     /// Loads, configures and attaches the chain's hybrid paths; None if
@@ -291,7 +283,7 @@ fn attach(evnf: &mut Evnf, chain: u32, elements: (&[Element], &[EvNf], Option<u3
     let (before, path, then) = elements;
     evnf.deploy(chain, ifindex, before, path, then)
         .with_context(|| format!("deploying {path:?} for port {}", p.name))?;
-    ferry_testbed::in_netns(p.netns.as_deref(), || evnf.attach(ifindex, mode(p)))?
+    ferry_testbed::in_netns(p.netns.as_deref(), || evnf.attach(ifindex, attach_mode(p)))?
         .with_context(|| format!("attaching the hybrid path {path:?} to {} ({})", p.netdev, p.name))
 }
 

@@ -20,8 +20,8 @@
 //! * `ferry_xdp_packets_total` / `ferry_xdp_bytes_total`
 //!   `{chain,port,verdict}`: each port's XDP program;
 //! * `ferry_classifier_frames_total{chain,port,rule,entry}`: frames each
-//!   tenant classification rule of a port took (rule: its index, at most
-//!   64, or `none` for what no rule took);
+//!   tenant classification rule of a port took (rule: its index, 0 to
+//!   63, or `none` for what no rule took);
 //! * `ferry_xdp_nf_counter_total{chain,nf,port,name}`: the counters of
 //!   NFs the orchestrator placed in XDP (a flow monitor's flows are not
 //!   exported: one label set per flow would be unbounded; `ferry chain

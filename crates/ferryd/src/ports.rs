@@ -83,10 +83,7 @@ impl Port {
     pub fn open(plan: &PortPlan, PortParts { fast, post, hybrid }: PortParts) -> Result<Port> {
         let ns = plan.netns.as_deref();
         let device = Port::ifindex(plan)?;
-        let mode = match plan.xdp_mode {
-            XdpMode::Generic => AttachMode::Generic,
-            XdpMode::Driver => AttachMode::Driver,
-        };
+        let mode = attach_mode(plan);
         let post = match post {
             Some(PostParts { nfs: path, chain, ids: nfs, split }) => {
                 let dev = LoopDevice::create(ns, chain, &plan.name, &plan.netdev, plan.queues)?;
@@ -195,6 +192,14 @@ impl Port {
             nfs.extend(p.fast.status().into_iter().filter(|n| Some(&n.name) != p.split.as_ref()));
         }
         nfs
+    }
+}
+
+/// The XDP attach mode the chain file gives port `p`.
+pub fn attach_mode(p: &PortPlan) -> AttachMode {
+    match p.xdp_mode {
+        XdpMode::Generic => AttachMode::Generic,
+        XdpMode::Driver => AttachMode::Driver,
     }
 }
 
