@@ -13,11 +13,17 @@
  *   sends back gets the header restored, with the SPI, SI (the NF's hop
  *   done: SI - 1) and TTL ferryd configured for that attachment.
  *
+ * Only a fabric device takes frames that already carry NSH; on the others
+ * they are refused (a sender could pick its own path and index).
+ *
  * Then the forwarding table, keyed by (SPI, SI), says: FORWARD to the next
  * SFF (TTL decremented, dropped at 0; outer MACs rewritten), PROXY to a
- * local NF (the header stripped), or END the path (the header popped). A
- * missing entry, SI 0, a malformed header (ferry_parse_nsh) and an inner
- * frame that is not Ethernet are dropped and counted.
+ * local NF (the header stripped), or END the path (the header popped). SI
+ * 0, TTL 0, a missing entry, a malformed header (ferry_parse_nsh), an
+ * inner frame that is not Ethernet and an empty device slot are dropped
+ * and counted. Frames are untagged: NSH behind a VLAN tag on a fabric
+ * device is not NSH here (the kernel's). A pushed frame is 38 bytes longer:
+ * the devices between SFFs need that much MTU above the tenants' frames.
  */
 #include "ferry_common.h"
 #include "ferry_parse.h"
@@ -139,20 +145,26 @@ static __always_inline int ferry_nsh_forward(struct xdp_md *ctx, __u32 *counter)
 		return XDP_DROP;
 	}
 	spi_si = bpf_ntohl(h->spi_si);
+	word = bpf_ntohs(h->ver_o_ttl_len);
+	ttl = (word >> 6) & 0x3f;
+	len = (word & 0x3f) * 4;
+	/* An index or a TTL used up, whatever the table says. */
+	if ((spi_si & 0xff) == 0) {
+		*counter = FERRY_NSH_SI_EXPIRED;
+		return XDP_DROP;
+	}
+	if (ttl == 0) {
+		*counter = FERRY_NSH_TTL_EXPIRED;
+		return XDP_DROP;
+	}
 	hop = bpf_map_lookup_elem(&ferry_nsh_hops, &spi_si);
 	if (!hop) {
 		*counter = FERRY_NSH_NO_HOP;
 		return XDP_DROP;
 	}
-	if ((spi_si & 0xff) == 0) {
-		*counter = FERRY_NSH_SI_EXPIRED;
-		return XDP_DROP;
-	}
-	word = bpf_ntohs(h->ver_o_ttl_len);
-	ttl = (word >> 6) & 0x3f;
-	len = (word & 0x3f) * 4;
 	if (hop->action == FERRY_NSH_FORWARD) {
-		if (ttl <= 1) {
+		/* Sent on, it must arrive with a TTL left. */
+		if (ttl == 1) {
 			*counter = FERRY_NSH_TTL_EXPIRED;
 			return XDP_DROP;
 		}
@@ -197,6 +209,13 @@ int ferry_nsh_sff(struct xdp_md *ctx)
 		slot = FERRY_SLOT_MALFORMED;
 		goto count;
 	}
+	/* Only the fabric may bring a header: a sender on a classifier or an
+	 * NF on its way back could otherwise pick its own path and index. */
+	if (eth->h_proto == bpf_htons(FERRY_ETH_P_NSH) && port->role != FERRY_NSH_ROLE_FABRIC) {
+		counter = FERRY_NSH_REFUSED;
+		slot = XDP_DROP;
+		goto count;
+	}
 	if (eth->h_proto != bpf_htons(FERRY_ETH_P_NSH)) {
 		if (port->role == FERRY_NSH_ROLE_CLASSIFY) {
 			spi_si = ferry_nsh_classify(ctx, &malformed);
@@ -227,6 +246,10 @@ int ferry_nsh_sff(struct xdp_md *ctx)
 		}
 	}
 	action = ferry_nsh_forward(ctx, &counter);
+	/* The redirect's fallback: the hop's device slot is empty. */
+	if (action == XDP_DROP &&
+	    (counter == FERRY_NSH_FORWARDED || counter == FERRY_NSH_PROXIED || counter == FERRY_NSH_ENDED))
+		counter = FERRY_NSH_NO_DEV;
 	slot = counter == FERRY_NSH_MALFORMED ? FERRY_SLOT_MALFORMED : ferry_slot_of(action);
 count:
 	ferry_nsh_count(counter);

@@ -279,9 +279,11 @@ _Static_assert(sizeof(struct ferry_nsh_hop) == 20, "ferry_nsh_hop layout");
 /* The classifier's rules (ferry_classify.h) pick path `out`: its SPI. */
 #define FERRY_NSH_PATHS 64
 #define FERRY_NSH_MAX_HOPS 4096
-/* Counters (a per-CPU array): how each frame came in (classified,
- * unclassified, returned, with NSH from the fabric, not NSH) and how it
- * left (forwarded .. not_ethernet), once each. */
+/* Counters (a per-CPU array). How a frame without NSH came in: classified
+ * (or unclassified: to the kernel), returned from a proxied NF, or not NSH
+ * on a fabric device (to the kernel); frames with NSH from the fabric have
+ * no entry counter. How each frame that reached the forwarding step left:
+ * forwarded .. refused, exactly one. */
 #define FERRY_NSH_CLASSIFIED 0
 #define FERRY_NSH_UNCLASSIFIED 1 /* to the kernel */
 #define FERRY_NSH_RETURNED 2
@@ -294,7 +296,9 @@ _Static_assert(sizeof(struct ferry_nsh_hop) == 20, "ferry_nsh_hop layout");
 #define FERRY_NSH_MALFORMED 9
 #define FERRY_NSH_NOT_ETHERNET 10
 #define FERRY_NSH_NOT_NSH 11 /* a fabric device's other frames: to the kernel */
-#define FERRY_NSH_COUNTERS 12
+#define FERRY_NSH_REFUSED 12 /* NSH on a device that is not the fabric's */
+#define FERRY_NSH_NO_DEV 13  /* the hop's device slot is empty */
+#define FERRY_NSH_COUNTERS 14
 
 #define FERRY_FWD_DROP 0
 #define FERRY_FWD_TX 1

@@ -1,5 +1,5 @@
 //! The edge classifier (`bpf/classify.bpf.c`): tenant classification in
-//! XDP. Its table is ferry-nf's `classify::Table`, converted rule by rule
+//! XDP. Its table is ferry-nf's [`Table`], converted rule by rule
 //! ([`ClsMatch`]) to `struct ferry_cls_rule`; each tenant entry is a
 //! DEVMAP slot holding the device frames for it are redirected to.
 
@@ -10,6 +10,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 
 use aya::maps::{Array, DevMap, PerCpuArray};
+use ferry_nf::classify::{Rule, Table};
 
 use crate::abi::Verdicts;
 use crate::attach::LoadedXdp;
@@ -99,6 +100,32 @@ pub(crate) fn write_rules(ebpf: &mut aya::Ebpf, table: &[ClsMatch]) -> Result<()
         rules.set(i as u32, ClsRule::from(r), 0).map_err(|source| BpfError::Map { name: RULES, source })?;
     }
     Ok(())
+}
+
+// The parser's limits are the program's: rules in its table, entries (a
+// rule's `out`) in its DEVMAP.
+const _: () = assert!(ferry_nf::classify::MAX_RULES == CLS_MAX_RULES);
+const _: () = assert!(ferry_nf::classify::MAX_OUTS <= CLS_MAX_RULES);
+
+/// The XDP rules of `rules`, in the text form the chain's plan and the
+/// router NF carry (`out=N,dst=CIDR,...`), read by the router's own
+/// parser: one syntax, one parser, two places that run it.
+pub fn parse_rules(rules: &[String]) -> Result<Vec<ClsMatch>, BpfError> {
+    let texts: Vec<&str> = rules.iter().map(String::as_str).collect();
+    let table = Table::parse(&texts).map_err(|(i, e)| BpfError::Config(format!("classification rule {i}: {e}")))?;
+    Ok(table.rules.iter().map(ClsMatch::from).collect())
+}
+
+impl From<&Rule> for ClsMatch {
+    fn from(r: &Rule) -> ClsMatch {
+        ClsMatch {
+            src: r.src.map(|p| (p.addr, p.mask())),
+            dst: r.dst.map(|p| (p.addr, p.mask())),
+            vlan: r.vlan,
+            dport: r.dport,
+            out: r.out,
+        }
+    }
 }
 
 /// What the classifier does with a frame no rule takes.

@@ -21,7 +21,7 @@ pub const NSH_PATHS: usize = 64;
 /// The largest SPI (24 bits).
 pub const MAX_SPI: u32 = 0x00ff_ffff;
 /// The counters, in `FERRY_NSH_*` order.
-pub const NSH_COUNTER_NAMES: [&str; 12] = [
+pub const NSH_COUNTER_NAMES: [&str; 14] = [
     "classified",
     "unclassified",
     "returned",
@@ -34,6 +34,8 @@ pub const NSH_COUNTER_NAMES: [&str; 12] = [
     "malformed",
     "not_ethernet",
     "not_nsh",
+    "refused",
+    "no_dev",
 ];
 
 /// `struct ferry_nsh_port`.
@@ -62,7 +64,8 @@ const _: () = assert!(std::mem::size_of::<NshHopRaw>() == 20);
 // SAFETY: plain-old-data; every bit pattern is valid.
 unsafe impl aya::Pod for NshHopRaw {}
 
-/// A service path hop: (SPI, SI), valid on construction.
+/// A service path hop: (SPI, SI), valid on construction: SI 0 is a path
+/// whose index is used up, never a hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PathHop {
     spi: u32,
@@ -73,6 +76,9 @@ impl PathHop {
     pub fn new(spi: u32, si: u8) -> Result<PathHop, BpfError> {
         if spi > MAX_SPI {
             return Err(BpfError::Config(format!("SPI {spi} is more than 24 bits")));
+        }
+        if si == 0 {
+            return Err(BpfError::Config(format!("SPI {spi} SI 0: an index used up is no hop")));
         }
         Ok(PathHop { spi, si })
     }
@@ -114,7 +120,9 @@ pub enum NshAction {
     End { dev: u32 },
 }
 
-/// The loaded forwarder. Dropping it detaches it from every device.
+/// The loaded forwarder. Dropping it detaches it from every device. Its
+/// roles and device slots are keyed by ifindex: one forwarder serves the
+/// devices of one network namespace.
 pub struct NshSff {
     xdp: LoadedXdp,
 }
@@ -155,16 +163,25 @@ impl NshSff {
         if let Some(r) = rules.iter().find(|r| usize::from(r.out) >= spis.len()) {
             return Err(BpfError::Config(format!("a rule picks path {}, but there are {}", r.out, spis.len())));
         }
+        let set_count = |ebpf: &mut aya::Ebpf, count: u32| -> Result<(), BpfError> {
+            let map = ebpf.map_mut(PATHS).ok_or(BpfError::NoMap { name: PATHS })?;
+            let mut paths: Array<_, u32> =
+                Array::try_from(map).map_err(|source| BpfError::Map { name: PATHS, source })?;
+            paths.set(0, count, 0).map_err(|source| BpfError::Map { name: PATHS, source })
+        };
         let ebpf = self.xdp.ebpf_mut();
+        // A table replaced at run time: no rule is walked while rules and
+        // paths are rewritten (frames meanwhile go unclassified, to the
+        // kernel), and no path of the old table survives.
+        set_count(ebpf, 0)?;
         write_rules(ebpf, rules)?;
-        let mut paths: Array<_, u32> = Array::try_from(ebpf.map_mut(PATHS).ok_or(BpfError::NoMap { name: PATHS })?)
-            .map_err(|source| BpfError::Map { name: PATHS, source })?;
-        for (i, &spi) in spis.iter().enumerate() {
+        let map = ebpf.map_mut(PATHS).ok_or(BpfError::NoMap { name: PATHS })?;
+        let mut paths: Array<_, u32> = Array::try_from(map).map_err(|source| BpfError::Map { name: PATHS, source })?;
+        for i in 0..NSH_PATHS {
+            let spi = spis.get(i).copied().unwrap_or(0);
             paths.set(i as u32 + 1, spi, 0).map_err(|source| BpfError::Map { name: PATHS, source })?;
         }
-        // The count last: the program never walks a rule not yet written.
-        let count = rules.len().min(CLS_MAX_RULES) as u32;
-        paths.set(0, count, 0).map_err(|source| BpfError::Map { name: PATHS, source })
+        set_count(ebpf, rules.len().min(CLS_MAX_RULES) as u32)
     }
 
     pub fn set_hop(&mut self, at: PathHop, action: NshAction) -> Result<(), BpfError> {

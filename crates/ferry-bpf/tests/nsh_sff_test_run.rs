@@ -34,7 +34,12 @@ fn inner(dst: [u8; 4]) -> Vec<u8> {
 
 /// Outer Ethernet + NSH (MD type 1) + `payload`.
 fn with_nsh(spi: u32, si: u8, ttl: u8, next_protocol: u8, payload: &[u8]) -> Vec<u8> {
-    let repr = NshRepr { oam: false, ttl, next_protocol, spi, si, context: NshContext::Md1([0; 16]) };
+    with_context(spi, si, ttl, next_protocol, NshContext::Md1([0; 16]), payload)
+}
+
+/// Outer Ethernet + NSH with `context` + `payload`.
+fn with_context(spi: u32, si: u8, ttl: u8, next_protocol: u8, context: NshContext, payload: &[u8]) -> Vec<u8> {
+    let repr = NshRepr { oam: false, ttl, next_protocol, spi, si, context };
     let mut f = [THIS_SFF, [2, 0, 0, 0, 9, 9]].concat();
     f.extend_from_slice(&ETHERTYPE_NSH.to_be_bytes());
     let at = f.len();
@@ -63,7 +68,8 @@ fn sff() -> NshSff {
     s.set_hop(hop(7, 254), NshAction::Proxy { dev: 0 }).unwrap();
     s.set_hop(hop(7, 253), NshAction::End { dev: 0 }).unwrap();
     s.set_hop(hop(8, 200), forward).unwrap();
-    s.set_hop(hop(9, 0), forward).unwrap();
+    // Slot 5 has no device.
+    s.set_hop(hop(10, 255), NshAction::End { dev: 5 }).unwrap();
     s
 }
 
@@ -114,11 +120,21 @@ fn the_forwarding_table() {
     assert_eq!((action, counter), (XDP_REDIRECT, "forwarded"));
     assert_eq!(nsh_of(&out), ((8, 200, 39, NEXT_ETHERNET), acme.clone()));
 
-    // Expiry, no entry, malformed, not Ethernet inside, not NSH at all.
+    // MD type 2: the whole header goes, its TLVs too (one TLV: class,
+    // type, length 4, then 4 bytes).
+    let tlv = [0x01, 0x02, 0x03, 0x04, 0xaa, 0xbb, 0xcc, 0xdd];
+    let md2 = with_context(7, 253, 9, NEXT_ETHERNET, NshContext::Md2(&tlv), &acme);
+    assert_eq!(run(&mut s, NshRole::Fabric, &md2), (XDP_REDIRECT, "ended", acme.clone()));
+
+    // Expiry (TTL 1 cannot go on, TTL 0 goes nowhere, SI 0 is used up,
+    // entry or not), no entry, no device, malformed, not Ethernet inside,
+    // not NSH at all, and NSH where only the fabric may bring it.
     let ttl1 = with_nsh(7, 255, 1, NEXT_ETHERNET, &acme);
     let (action, counter, _) = run(&mut s, NshRole::Fabric, &ttl1);
     assert_eq!((action, counter), (XDP_DROP, "ttl_expired"));
-    assert_eq!(run(&mut s, NshRole::Fabric, &with_nsh(9, 0, 9, NEXT_ETHERNET, &acme)).1, "si_expired");
+    assert_eq!(run(&mut s, NshRole::Fabric, &at(254, 0)).1, "ttl_expired");
+    assert_eq!(run(&mut s, NshRole::Fabric, &with_nsh(7, 0, 9, NEXT_ETHERNET, &acme)).1, "si_expired");
+    assert_eq!(run(&mut s, NshRole::Fabric, &with_nsh(10, 255, 9, NEXT_ETHERNET, &acme)).1, "no_dev");
     assert_eq!(run(&mut s, NshRole::Fabric, &with_nsh(99, 255, 9, NEXT_ETHERNET, &acme)).1, "no_hop");
     assert_eq!(run(&mut s, NshRole::Fabric, &with_nsh(7, 254, 9, 1, &acme[14..])).1, "not_ethernet");
     let mut bad_len = at(254, 9);
@@ -134,11 +150,22 @@ fn the_forwarding_table() {
         assert_eq!((action, counter), (XDP_DROP, "malformed"), "{what}");
     }
     assert_eq!(run(&mut s, NshRole::Fabric, &acme), (XDP_PASS, "not_nsh", acme.clone()));
+    for role in [NshRole::Classify, NshRole::Return { hop: hop(8, 200), ttl: 40 }] {
+        let (action, counter, _) = run(&mut s, role, &at(254, 9));
+        assert_eq!((action, counter), (XDP_DROP, "refused"), "{role:?}");
+    }
 
-    // The table changes at run time: without (7, 255)'s entry the
-    // classified frame is dropped and counted.
+    // The tables change at run time: without (7, 255)'s entry the
+    // classified frame is dropped and counted; a new classifier table
+    // sends 10.2/16 down path 8 and leaves 10.1/16 to the kernel.
     s.remove_hop(hop(7, 255)).unwrap();
     assert_eq!(run(&mut s, NshRole::Classify, &acme).1, "no_hop");
+    let to_zeta = ClsMatch { dst: Some(([10, 2, 0, 0].into(), 0xffff_0000)), out: 0, ..ClsMatch::default() };
+    s.set_classifier(&[to_zeta], &[8]).unwrap();
+    s.set_hop(hop(8, 255), NshAction::End { dev: 0 }).unwrap();
+    assert_eq!(run(&mut s, NshRole::Classify, &acme), (XDP_PASS, "unclassified", acme.clone()));
+    assert_eq!(run(&mut s, NshRole::Classify, &other), (XDP_REDIRECT, "ended", other.clone()));
+    assert!(PathHop::new(7, 0).is_err() && PathHop::new(1 << 24, 1).is_err());
 }
 
 /// tshark decodes what the forwarder sends with NSH: SPI, SI, TTL and the
@@ -162,11 +189,16 @@ fn tshark_decodes_each_hop() {
     s.set_hop(hop(7, 254), forward).unwrap();
     s.set_hop(hop(7, 253), forward).unwrap();
     let acme = inner([10, 1, 0, 5]);
-    let (_, _, first) = run(&mut s, NshRole::Classify, &acme);
+    let mut forwarded = |role| {
+        let (action, counter, out) = run(&mut s, role, &acme);
+        assert_eq!((action, counter), (XDP_REDIRECT, "forwarded"), "{role:?}");
+        out
+    };
+    let first = forwarded(NshRole::Classify);
     // The NFs of hops 1 and 2 are done: their SFFs get the header back
     // with SI - 1 (as a proxy return would give it).
-    let (_, _, second) = run(&mut s, NshRole::Return { hop: hop(7, 254), ttl: 62 }, &acme);
-    let (_, _, third) = run(&mut s, NshRole::Return { hop: hop(7, 253), ttl: 61 }, &acme);
+    let second = forwarded(NshRole::Return { hop: hop(7, 254), ttl: 62 });
+    let third = forwarded(NshRole::Return { hop: hop(7, 253), ttl: 61 });
     let dir = std::env::temp_dir().join(format!("ferry-nsh-tshark-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("hops.pcap");
@@ -189,6 +221,7 @@ fn tshark_decodes_each_hop() {
         .lines()
         .map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
+            assert!(f.len() == 5 && f.iter().all(|v| !v.is_empty()), "five fields in tshark's line {l:?}");
             (number(f[0]), number(f[1]), number(f[2]), number(f[3]), f[4].to_string())
         })
         .collect();
@@ -202,6 +235,7 @@ fn tshark_decodes_each_hop() {
         .args(["-Y", "nsh.spi == 7 && nsh.si == 254 && nsh.ttl == 61"])
         .output()
         .unwrap();
+    assert!(filtered.status.success(), "{}", String::from_utf8_lossy(&filtered.stderr));
     assert_eq!(String::from_utf8_lossy(&filtered.stdout).lines().count(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }

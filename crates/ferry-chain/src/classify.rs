@@ -32,7 +32,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{valid_name, ChainSpec, DomainSpec, KindCheck, LinkSpec, NfSpec, Node, MAX_CPU};
+use crate::spec::{valid_name, ChainSpec, DomainSpec, KindCheck, LinkSpec, NfSpec, Node, XdpMode, MAX_CPU};
 use ferry_testbed::yamlloc::Seg;
 
 /// The NF type of `classify: router` (the catalog names it too).
@@ -153,6 +153,11 @@ impl ChainSpec {
                             .into(),
                     ));
                 }
+                let edge_mode = self.ports[ci].xdp_mode;
+                if p.xdp_mode != XdpMode::default() && p.xdp_mode != edge_mode {
+                    let why = format!("an entry takes its classifier's XDP mode ({edge_mode:?}): leave it out");
+                    return Err((at("xdp_mode"), why));
+                }
                 let picked = self.ports[ci].classify.iter().flat_map(|s| &s.rules).any(|r| r.to == p.name);
                 if !picked {
                     return Err((
@@ -167,8 +172,9 @@ impl ChainSpec {
                     let why = format!("tenant entry {:?} feeds {} links: link it to one NF, once", p.name, fed.len());
                     return Err((at("via"), why));
                 };
+                // (An NF's own threads are checked with the NF.)
                 let threads = self.nfs.iter().find(|n| n.name == nf).map_or(p.queues, |n| n.threads);
-                if threads != p.queues {
+                if (1..=64).contains(&threads) && threads != p.queues {
                     let why = format!("{} queues but NF {nf:?} has {threads} threads: give as many queues", p.queues);
                     return Err((at("queues"), why));
                 }

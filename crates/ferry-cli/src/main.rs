@@ -490,6 +490,22 @@ enum K8sCmd {
     },
 }
 
+/// How `bench offload` and `bench tenant` measure each point.
+#[derive(Args, Clone)]
+struct MeasureArgs {
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Flat-out window of each throughput measurement.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    window: Duration,
+    /// Offered load of each latency measurement (frames per second).
+    #[arg(long, default_value_t = 20_000)]
+    latency_pps: u64,
+    /// Frames of each latency measurement.
+    #[arg(long, default_value_t = 20_000)]
+    latency_frames: u64,
+}
+
 #[derive(Subcommand)]
 enum BenchCmd {
     /// XDP_DROP, XDP_TX, AF_XDP RX-and-drop and AF_XDP l2fwd at 64 and 1500 B.
@@ -518,17 +534,8 @@ enum BenchCmd {
         scenarios: Vec<String>,
         #[arg(long, value_delimiter = ',', default_value = "64,512,1500")]
         sizes: Vec<usize>,
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        /// Flat-out window of each throughput measurement.
-        #[arg(long, value_parser = parse_duration, default_value = "2s")]
-        window: Duration,
-        /// Offered load of each latency measurement (frames per second).
-        #[arg(long, default_value_t = 20_000)]
-        latency_pps: u64,
-        /// Frames of each latency measurement.
-        #[arg(long, default_value_t = 20_000)]
-        latency_frames: u64,
+        #[command(flatten)]
+        measure: MeasureArgs,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -540,17 +547,8 @@ enum BenchCmd {
         figures: Vec<String>,
         #[arg(long, value_delimiter = ',', default_value = "64,256,512,1024,1500")]
         sizes: Vec<usize>,
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        /// Flat-out window of each throughput measurement.
-        #[arg(long, value_parser = parse_duration, default_value = "2s")]
-        window: Duration,
-        /// Offered load of each latency measurement (frames per second).
-        #[arg(long, default_value_t = 20_000)]
-        latency_pps: u64,
-        /// Frames of each latency measurement.
-        #[arg(long, default_value_t = 20_000)]
-        latency_frames: u64,
+        #[command(flatten)]
+        measure: MeasureArgs,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -929,7 +927,7 @@ fn run(cli: Cli) -> Result<()> {
             print!("{}", benchchain::table(&report));
             write_json(json.as_deref(), &report)
         }
-        Cmd::Bench(BenchCmd::Offload { scenarios, sizes, runs, window, latency_pps, latency_frames, json }) => {
+        Cmd::Bench(BenchCmd::Offload { scenarios, sizes, measure, json }) => {
             for sc in &scenarios {
                 if !["firewall", "chain", "p4sfc", "nat", "scan"].contains(&sc.as_str()) {
                     return Err(anyhow!("unknown scenario {sc:?} (firewall, chain, p4sfc, nat, scan)"));
@@ -938,24 +936,24 @@ fn run(cli: Cli) -> Result<()> {
             let opts = benchoffload::BenchOffloadOptions {
                 scenarios,
                 sizes,
-                runs: runs.max(1),
-                window,
-                latency_pps,
-                latency_frames,
+                runs: measure.runs.max(1),
+                window: measure.window,
+                latency_pps: measure.latency_pps,
+                latency_frames: measure.latency_frames,
             };
             let report = benchoffload::run(&opts)?;
             print!("{}", benchoffload::table(&report));
             write_json(json.as_deref(), &report)
         }
-        Cmd::Bench(BenchCmd::Tenant { figures, sizes, runs, window, latency_pps, latency_frames, json }) => {
+        Cmd::Bench(BenchCmd::Tenant { figures, sizes, measure, json }) => {
             ferry_cli::benchtenant::check_figures(&figures)?;
             let opts = ferry_cli::benchtenant::BenchTenantOptions {
                 figures,
                 sizes,
-                runs: runs.max(1),
-                window,
-                latency_pps,
-                latency_frames,
+                runs: measure.runs.max(1),
+                window: measure.window,
+                latency_pps: measure.latency_pps,
+                latency_frames: measure.latency_frames,
             };
             let report = ferry_cli::benchtenant::run(&opts)?;
             print!("{}", ferry_cli::benchtenant::table(&report));

@@ -7,24 +7,12 @@ use common::*;
 use ferry_bpf::pipeline::{Element, ElementKind, Forward, Pipeline, FWD_DROP, FWD_TX};
 use ferry_bpf::{AttachMode, LoadedXdp, Object};
 
-const TESTBED: &str = r#"
-name: pipeline-e2e
-namespaces:
-  - name: gen
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: dut
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-links:
-  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
-    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
-"#;
-
 #[test]
 fn deploying_and_removing_chains_loses_nothing_on_a_running_chain() {
     if !privileged("pipeline_reconfiguration_under_load") {
         return;
     }
-    let tb = testbed(TESTBED, "pipeline-e2e.yaml");
+    let tb = testbed(GEN_DUT_TESTBED, "pipeline-e2e.yaml");
     let (gen_ns, dut_ns) = (tb.ns_name("gen").to_string(), tb.ns_name("dut").to_string());
     // The far end counts what comes back.
     let returned = ferry_testbed::in_netns(Some(&gen_ns), || {

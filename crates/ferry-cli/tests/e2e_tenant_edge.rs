@@ -12,18 +12,6 @@ use common::chain::*;
 use common::*;
 use ferry_chain::proto::Status;
 
-const EDGE_TESTBED: &str = r#"
-name: tenant-edge
-namespaces:
-  - name: gen
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: dut
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-links:
-  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
-    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
-"#;
-
 fn chain(dut: &str, mode: &str) -> String {
     format!(
         r#"
@@ -114,7 +102,7 @@ fn receiving(st: &Status) -> bool {
 /// once both tenants' sinks hold what they were sent and the classifier
 /// has counted the rest.
 fn run(mode: &str) -> Status {
-    let tb = testbed(EDGE_TESTBED, &format!("e2e_tenant_edge/{mode}.yaml"));
+    let tb = testbed(GEN_DUT_TESTBED, &format!("e2e_tenant_edge/{mode}.yaml"));
     let (dut, gen) = (tb.ns_name("dut").to_string(), tb.ns_name("gen").to_string());
     let dir = TempDir::new(&format!("edge-{mode}"));
     let (rc, _) = start(&dir, &chain(&dut, mode));

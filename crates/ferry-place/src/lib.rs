@@ -39,7 +39,6 @@
 //! Partially offloadable process NFs (`parallel-nat`, `maglev`) run whole
 //! as processes; their split forms are the hybrid types.
 
-pub mod classify;
 pub mod hybrid;
 mod install;
 mod lower;

@@ -343,10 +343,15 @@ impl Chain {
         }
         // The XDP programs leave the devices now, not when the last thread
         // holding the chain lets go of it: a redeploy may attach at once.
+        // Classifiers first: nothing is redirected into an entry whose
+        // port lost its program (its frames would reach the edge's stack).
+        let mut classifiers = self.classifiers.lock().expect("classifiers lock");
+        classifiers.iter_mut().for_each(EdgeClassifier::detach);
         for port in self.ports.iter().flatten() {
             port.lock().expect("port lock").detach();
         }
-        self.classifiers.lock().expect("classifiers lock").clear();
+        classifiers.clear();
+        drop(classifiers);
         *self.hybrids.lock().expect("hybrids lock") = None;
     }
 

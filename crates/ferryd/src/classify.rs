@@ -7,21 +7,24 @@
 //! by the kernel, straight into the memory of the tenant its rule picks;
 //! no process of any tenant, and no trusted router, ever holds it first.
 
-use anyhow::{anyhow, bail, Context, Result};
-use ferry_bpf::classify::{Classifier, Unmatched};
+use anyhow::{bail, Context, Result};
+use ferry_bpf::classify::{parse_rules, Classifier, Unmatched};
 use ferry_bpf::{LoadedXdp, Object};
 use ferry_chain::plan::{ChainPlan, ClassifyPlan};
 use ferry_chain::proto::ClassifiedStatus;
-use ferry_place::classify::classifier_rules;
 
 use crate::loopdev::LoopDevice;
 use crate::ports::{attach_mode, Port};
 
 /// Fields drop in order: the program leaves before the entries' devices.
+/// On a chain's stop the program leaves first of all ([`Self::detach`]),
+/// before the entries' ports lose their programs: no frame is redirected
+/// into an entry whose socket is gone.
 pub struct EdgeClassifier {
     /// The classifier port's name.
     pub port: String,
-    prog: Classifier,
+    /// None once detached.
+    prog: Option<Classifier>,
     table: ClassifyPlan,
     /// Per rule, its entry's port name.
     entry_of_rule: Vec<String>,
@@ -38,7 +41,7 @@ impl EdgeClassifier {
         let edge = plan.ports[c].clone();
         let Some(table) = edge.classify.clone() else { bail!("port {} does not classify", edge.name) };
         let ns = edge.netns.as_deref();
-        let rules = classifier_rules(&table.rules).map_err(|e| anyhow!("port {}: {e}", edge.name))?;
+        let rules = parse_rules(&table.rules).with_context(|| format!("port {}", edge.name))?;
         let unmatched = if table.default_kernel { Unmatched::Kernel } else { Unmatched::Drop };
         let mut prog =
             Classifier::load(&rules, unmatched).with_context(|| format!("port {}: the classifier", edge.name))?;
@@ -63,16 +66,29 @@ impl EdgeClassifier {
         ferry_testbed::in_netns(ns, || prog.attach(device, mode))?
             .with_context(|| format!("attaching the classifier to {} ({})", edge.netdev, edge.name))?;
         let entry_of_rule = rules.iter().map(|r| plan.ports[table.entries[usize::from(r.out)]].name.clone()).collect();
-        Ok(EdgeClassifier { port: edge.name, prog, table, entry_of_rule, _closed: closed, _entries: entries })
+        Ok(EdgeClassifier {
+            port: edge.name,
+            prog: Some(prog),
+            table,
+            entry_of_rule,
+            _closed: closed,
+            _entries: entries,
+        })
+    }
+
+    /// Takes the program off the edge device (the entries stay).
+    pub fn detach(&mut self) {
+        self.prog = None;
     }
 
     pub fn verdicts(&self) -> Option<ferry_bpf::Verdicts> {
-        self.prog.verdicts().ok()
+        self.prog.as_ref()?.verdicts().ok()
     }
 
     /// Frames per rule, and those no rule took.
     pub fn status(&self) -> ClassifiedStatus {
-        let (hits, unmatched) = self.prog.hits(self.table.rules.len()).unwrap_or_default();
+        let hits = self.prog.as_ref().and_then(|p| p.hits(self.table.rules.len()).ok());
+        let (hits, unmatched) = hits.unwrap_or_default();
         let rules = self
             .table
             .rules

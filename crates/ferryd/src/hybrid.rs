@@ -23,8 +23,7 @@ use ferry_evnf::firewall::Firewall;
 use ferry_evnf::types::HybridType;
 use ferry_place::{Configs, HybridNf, HybridPath, Installed};
 
-use crate::ports::attach_mode;
-use crate::ports::Port;
+use crate::ports::{attach_mode, Port};
 
 pub struct Hybrids {
     evnf: Evnf,

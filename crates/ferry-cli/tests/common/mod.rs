@@ -58,6 +58,20 @@ pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// gen (g0) -- (d0) dut: one device to receive on, frames sent into it
+/// from `gen`.
+pub const GEN_DUT_TESTBED: &str = r#"
+name: gen-dut
+namespaces:
+  - name: gen
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+  - name: dut
+    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
+links:
+  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
+    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
+"#;
+
 /// Brings up a testbed from YAML text.
 pub fn testbed(yaml: &str, origin: &str) -> Testbed {
     let spec = TestbedSpec::from_yaml_str(yaml, origin).unwrap_or_else(|e| panic!("testbed spec {origin}: {e}"));

@@ -4,13 +4,14 @@
 //! mutations and truncations of tagged and untagged frames. The rule a
 //! frame took is read from the program's per-rule hit counters.
 
-use ferry_bpf::classify::{Classifier, Unmatched};
+mod common;
+
+use common::{mutated_frames_agree, privileged};
+use ferry_bpf::classify::{parse_rules, Classifier, Unmatched};
 use ferry_bpf::test_run;
 use ferry_nf::classify::{Decision, Table};
-use ferry_place::classify::classifier_rules;
 use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
-use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
+use proptest::prop_assert_eq;
 
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
@@ -25,22 +26,12 @@ const RULES: [&str; 5] = [
     "out=0,src=192.168.0.0/24,dst=192.168.1.0/24,vlan=7,dport=443",
 ];
 
-fn privileged() -> bool {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "BPF tests need root (CAP_BPF, CAP_NET_ADMIN) in CI");
-    eprintln!("skipping: BPF tests need root");
-    false
-}
-
 fn strings(rules: &[&str]) -> Vec<String> {
     rules.iter().map(|r| r.to_string()).collect()
 }
 
 fn classifier(unmatched: Unmatched) -> Classifier {
-    let mut c = Classifier::load(&classifier_rules(&strings(&RULES)).unwrap(), unmatched).expect("load (verifier)");
+    let mut c = Classifier::load(&parse_rules(&strings(&RULES)).unwrap(), unmatched).expect("load (verifier)");
     c.set_entry(0, LO).unwrap();
     c
 }
@@ -130,31 +121,14 @@ fn xdp_decides_as_the_router_on_mutated_frames() {
             frame(L4Proto::Tcp, [10, 0, 0, 1], [10, 2, 0, 1], 80, None),
         ]
     };
-    let frames = (
-        0usize..4,
-        proptest::collection::vec((0usize..60, any::<u8>(), any::<bool>()), 0..4),
-        proptest::option::of(0usize..60),
-    );
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(3000));
-    runner
-        .run(&frames, |(which, edits, cut)| {
-            let mut f = templates().swap_remove(which);
-            for (pos, byte, nudge) in edits {
-                if pos < f.len() {
-                    f[pos] = if nudge { f[pos].wrapping_add(byte % 16).wrapping_sub(8) } else { byte };
-                }
-            }
-            if let Some(len) = cut {
-                f.truncate(len);
-            }
-            // BPF_PROG_TEST_RUN refuses a frame shorter than Ethernet's
-            // header (no driver hands one to XDP either).
-            if f.len() < 14 {
-                return Ok(());
-            }
-            let (action, rule) = expected(&table, &f, XDP_PASS);
-            prop_assert_eq!(run(&c, &f), (action, rule), "frame {:02x?}", f);
-            Ok(())
-        })
-        .unwrap();
+    mutated_frames_agree(templates, 60, |f| {
+        // BPF_PROG_TEST_RUN refuses a frame shorter than Ethernet's header
+        // (no driver hands one to XDP either).
+        if f.len() < 14 {
+            return Ok(());
+        }
+        let (action, rule) = expected(&table, f, XDP_PASS);
+        prop_assert_eq!(run(&c, f), (action, rule), "frame {:02x?}", f);
+        Ok(())
+    });
 }
