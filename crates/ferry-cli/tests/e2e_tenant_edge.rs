@@ -156,6 +156,8 @@ fn run(mode: &str) -> Status {
         let (_, metrics) = http_get(&addr, "/metrics");
         let line = "ferry_classifier_frames_total{chain=\"edge\",port=\"edge\",rule=\"0\",entry=\"acme-in\"} 300";
         assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+        let pool = "ferry_domain_frames{chain=\"edge\",domain=\"a\",tenant=\"acme\"} 1024";
+        assert!(metrics.lines().any(|l| l == pool), "{pool} in:\n{metrics}");
     }
     // Removing the chain takes the classifier and the entries' devices
     // away while ferryd runs on (a redeploy may make them again at once).

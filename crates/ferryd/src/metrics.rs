@@ -16,7 +16,7 @@
 //! * `ferry_domain_frames`, `ferry_domain_pool_frames`,
 //!   `ferry_domain_reclaimed_frames_total`, `ferry_domain_lost_frames_total`,
 //!   `ferry_domain_duplicated_frames_total`, `ferry_domain_audits_total`
-//!   `{chain,domain}`;
+//!   `{chain,domain}`, plus `tenant` for a tenant's domains;
 //! * `ferry_xdp_packets_total` / `ferry_xdp_bytes_total`
 //!   `{chain,port,verdict}`: each port's XDP program;
 //! * `ferry_classifier_frames_total{chain,port,rule,entry}`: frames each
@@ -136,7 +136,11 @@ pub fn render(chains: &[Arc<Chain>]) -> String {
         let mut samples = Vec::new();
         for s in &statuses {
             for d in &s.domains {
-                samples.push((format!("chain=\"{}\",domain=\"{}\"", esc(&s.chain), esc(&d.name)), value(d)));
+                // A tenant's domains carry its name, so a tenant's frames
+                // and pool can be summed (`sum by (tenant)`).
+                let tenant = d.tenant.as_deref().map(|t| format!(",tenant=\"{}\"", esc(t))).unwrap_or_default();
+                let labels = format!("chain=\"{}\",domain=\"{}\"{tenant}", esc(&s.chain), esc(&d.name));
+                samples.push((labels, value(d)));
             }
         }
         family(&mut out, name, kind, help, &samples);
