@@ -254,3 +254,33 @@ fn bench_tenant_smoke() {
         assert!(s["p50_us"].is_number() || s["p50_us"].is_null(), "{s}");
     }
 }
+
+/// A ferryd killed before it could clean up leaves its entries' devices
+/// behind; the next ferryd to make devices in that namespace sweeps them
+/// (their names carry the pid of the ferryd that made them).
+#[test]
+fn a_killed_ferryds_devices_are_swept_by_the_next() {
+    if !privileged("a_killed_ferryds_devices_are_swept_by_the_next") {
+        return;
+    }
+    let tb = testbed(GEN_DUT_TESTBED, "e2e_tenant_edge/killed.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let links = || String::from_utf8(tb.exec("dut", "ip", ["-o", "link", "show"]).output().unwrap().stdout).unwrap();
+    let made_by = |pid: u32| {
+        let tag = format!("fyl{pid:06x}");
+        links().lines().filter(|l| l.contains(&tag)).count()
+    };
+    let first_dir = TempDir::new("edge-killed");
+    let (mut first, _) = start(&first_dir, &chain(&dut, "xdp"));
+    let killed = first.child.id();
+    assert_eq!(made_by(killed), 4, "two entries, two ends each:\n{}", links());
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    assert_eq!(made_by(killed), 4, "SIGKILL leaves them:\n{}", links());
+    let second_dir = TempDir::new("edge-after");
+    let (second, _) = start(&second_dir, &chain(&dut, "xdp"));
+    assert_eq!(made_by(killed), 0, "the dead ferryd's devices are gone:\n{}", links());
+    assert_eq!(made_by(second.child.id()), 4, "the new ferryd's are there:\n{}", links());
+    second.shutdown().expect("ferryd stops");
+    down_and_check(tb);
+}

@@ -165,7 +165,7 @@ impl Chain {
         for c in 0..plan.ports.len() {
             if plan.ports[c].classify.is_some() {
                 let name = plan.ports[c].name.clone();
-                classifiers.push(EdgeClassifier::open(id, &mut plan, c).with_context(|| format!("port {name}"))?);
+                classifiers.push(EdgeClassifier::open(&mut plan, c).with_context(|| format!("port {name}"))?);
             }
         }
         let mut ports: Vec<Option<Mutex<Port>>> = Vec::new();

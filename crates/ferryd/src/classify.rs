@@ -37,7 +37,7 @@ impl EdgeClassifier {
     /// Makes the device of each entry of classifier port `c` (and names it
     /// in the entry's plan, so its sockets bind there), then loads the
     /// classifier with its table and attaches it to the edge device.
-    pub fn open(chain: u32, plan: &mut ChainPlan, c: usize) -> Result<EdgeClassifier> {
+    pub fn open(plan: &mut ChainPlan, c: usize) -> Result<EdgeClassifier> {
         let edge = plan.ports[c].clone();
         let Some(table) = edge.classify.clone() else { bail!("port {} does not classify", edge.name) };
         let ns = edge.netns.as_deref();
@@ -49,7 +49,7 @@ impl EdgeClassifier {
         let (mut entries, mut closed) = (Vec::new(), Vec::new());
         for (out, &e) in table.entries.iter().enumerate() {
             let entry = &plan.ports[e];
-            let dev = LoopDevice::create(ns, chain, &entry.name, &edge.netdev, entry.queues)
+            let dev = LoopDevice::create(ns, &entry.name, &edge.netdev, entry.queues)
                 .with_context(|| format!("the device of tenant entry {}", entry.name))?;
             let send = dev.send_ifindex;
             ferry_testbed::in_netns(ns, || prog.set_entry(out as u16, send))?

@@ -7,7 +7,7 @@
 //! what survives out of the port. The price: one more veth crossing, in
 //! which the kernel copies the frame once more.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{anyhow, Context, Result};
 
@@ -23,13 +23,46 @@ pub struct LoopDevice {
     pub receive_ifindex: u32,
 }
 
-/// Names for the two ends (at most 15 bytes): unique to this ferryd, its
-/// chain and port, so ferryd instances sharing a namespace never clash.
-fn names(chain: u32, port: &str) -> (String, String) {
-    let mut h = DefaultHasher::new();
-    (std::process::id(), chain, port).hash(&mut h);
-    let tag = h.finish() as u32;
-    (format!("fyl{tag:08x}s"), format!("fyl{tag:08x}r"))
+/// Pairs this ferryd made so far: each gets the next number.
+static MADE: AtomicU32 = AtomicU32::new(0);
+const PREFIX: &str = "fyl";
+
+/// Names for the two ends (at most 15 bytes): `fyl`, this ferryd's pid
+/// (6 hex digits: pids stay below 2^22) and its pair number (5), then `s`
+/// or `r`. Unique to this ferryd, and they say whose they are, so a
+/// ferryd can sweep the pairs of one that was killed before it could
+/// delete them ([`sweep_dead`]).
+fn names() -> (String, String) {
+    let n = MADE.fetch_add(1, Ordering::Relaxed) & 0xf_ffff;
+    let tag = format!("{PREFIX}{:06x}{n:05x}", std::process::id());
+    (format!("{tag}s"), format!("{tag}r"))
+}
+
+/// The pid in a pair's sending end's name, if `name` is one.
+fn owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(PREFIX)?.strip_suffix('s')?;
+    if rest.len() != 11 || !rest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(&rest[..6], 16).ok()
+}
+
+/// Whether `pid` is a running ferryd.
+fn ferryd_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "ferryd")
+}
+
+/// Deletes the pairs in `ns` whose ferryd is gone (killed before it could
+/// clean up); deleting one end deletes both.
+fn sweep_dead(ns: Option<&str>) -> Result<()> {
+    let text = ip_output(ns, &["-o", "link", "show"])?;
+    let names = text.lines().filter_map(|l| l.split(": ").nth(1)).map(|n| n.split('@').next().unwrap_or(n));
+    for name in names {
+        if owner(name).is_some_and(|pid| !ferryd_alive(pid)) {
+            let _ = ip(ns, &["link", "del", "dev", name]);
+        }
+    }
+    Ok(())
 }
 
 /// The MTU of `dev` in namespace `ns`.
@@ -41,14 +74,14 @@ fn mtu(ns: Option<&str>, dev: &str) -> Result<u32> {
 }
 
 impl LoopDevice {
-    /// Creates the pair for port `port` of chain `chain`, whose device is
-    /// `dev` in `ns`, with `queues` queues (thread i sends on queue i) and
+    /// Creates the pair for port `port`, whose device is `dev` in `ns`, with `queues` queues (thread i sends on queue i) and
     /// the port's MTU, so every frame the NF may send fits.
-    pub fn create(ns: Option<&str>, chain: u32, port: &str, dev: &str, queues: u32) -> Result<LoopDevice> {
-        let (send_end, receive_end) = names(chain, port);
+    pub fn create(ns: Option<&str>, port: &str, dev: &str, queues: u32) -> Result<LoopDevice> {
+        let (send_end, receive_end) = names();
         let (q, mtu) = (queues.to_string(), mtu(ns, dev)?.to_string());
-        // Only a ferryd that was killed before it could clean up can have
-        // left a device of this name: one whose pid this ferryd now has.
+        sweep_dead(ns).context("sweeping the devices of ferryds that are gone")?;
+        // A device of this very name can only be left by a killed ferryd
+        // whose pid this one now has.
         let _ = ip(ns, &["link", "del", "dev", &send_end]);
         // Both ends: the port's MTU, and a queue per sending thread.
         let end = |name| [name, "mtu", &mtu, "numtxqueues", &q, "numrxqueues", &q];
@@ -77,5 +110,23 @@ impl Drop for LoopDevice {
     /// Deleting one end deletes both, and the XDP program on it.
     fn drop(&mut self) {
         let _ = ip(self.ns.as_deref(), &["link", "del", "dev", &self.send_end]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_say_whose_they_are() {
+        let (s, r) = names();
+        assert!(s.len() <= 15 && r.len() <= 15, "{s} {r}");
+        assert_eq!(owner(&s), Some(std::process::id()));
+        assert_eq!(owner(&r), None, "one end is enough");
+        assert_ne!(names().0, s, "each pair its own name");
+        for other in ["fyl123", "d0", "fylzzzzzz00000s", "fyl00000100000"] {
+            assert_eq!(owner(other), None, "{other}");
+        }
+        assert_eq!(owner("fyl0004d200007s"), Some(0x4d2));
     }
 }

@@ -86,7 +86,7 @@ impl Port {
         let mode = attach_mode(plan);
         let post = match post {
             Some(PostParts { nfs: path, chain, ids: nfs, split }) => {
-                let dev = LoopDevice::create(ns, chain, &plan.name, &plan.netdev, plan.queues)?;
+                let dev = LoopDevice::create(ns, &plan.name, &plan.netdev, plan.queues)?;
                 let ids = FastPathIds { chain, nfs, then: FastPathEnd::Device(device) };
                 // The port's attach mode: in driver mode a veth sends a
                 // redirected frame only when its peer runs XDP (or GRO) too.
