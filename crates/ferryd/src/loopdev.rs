@@ -53,7 +53,10 @@ fn ferryd_alive(pid: u32) -> bool {
 }
 
 /// Deletes the pairs in `ns` whose ferryd is gone (killed before it could
-/// clean up); deleting one end deletes both.
+/// clean up); deleting one end deletes both. This takes ferryds that share
+/// a network namespace to share a pid namespace too (one ferryd per host,
+/// as the DaemonSet runs it), and a ferryd to run as `ferryd`: another's
+/// pid would look dead.
 fn sweep_dead(ns: Option<&str>) -> Result<()> {
     let text = ip_output(ns, &["-o", "link", "show"])?;
     let names = text.lines().filter_map(|l| l.split(": ").nth(1)).map(|n| n.split('@').next().unwrap_or(n));
