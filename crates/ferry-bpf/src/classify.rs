@@ -7,7 +7,6 @@
 pub const CLS_MAX_RULES: usize = 64;
 
 use std::net::Ipv4Addr;
-use std::os::fd::AsRawFd;
 
 use aya::maps::{Array, DevMap, PerCpuArray};
 use ferry_nf::classify::{Rule, Table};
@@ -194,11 +193,5 @@ impl Classifier {
     /// The program, for BPF_PROG_TEST_RUN.
     pub fn program_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>, BpfError> {
         self.xdp.program_fd()
-    }
-}
-
-impl AsRawFd for Classifier {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.program_fd().map(|fd| fd.as_raw_fd()).unwrap_or(-1)
     }
 }

@@ -118,8 +118,6 @@ pub fn offloaded_status(p: &Pipeline, installed: &Installed, port: &str) -> Vec<
         .collect()
 }
 
-impl FastPath {}
-
 /// How many flows `entries` hold (entries of one 5-tuple under several
 /// configs, a process's threads, summed), and the busiest
 /// [`FLOWS_IN_STATUS`] of them.
