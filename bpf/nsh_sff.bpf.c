@@ -7,8 +7,9 @@
  *   gets NSH pushed (MD type 1, SI 255, TTL 63, next protocol Ethernet,
  *   the frame as it came as the inner frame); what no rule takes goes to
  *   the kernel;
- * - a FABRIC device: frames with NSH from other hosts (EtherType 0x894F);
- *   anything else is the kernel's;
+ * - a FABRIC device: frames with NSH from other hosts, right after
+ *   Ethernet (EtherType 0x894F) or in VXLAN-GPE over IPv4/UDP 4790 (made
+ *   Ethernet + NSH first); anything else is the kernel's;
  * - a RETURN device (the SFC proxy's other half): what an NSH-unaware NF
  *   sends back gets the header restored, with the SPI, SI (the NF's hop
  *   done: SI - 1) and TTL ferryd configured for that attachment.
@@ -17,7 +18,8 @@
  * they are refused (a sender could pick its own path and index).
  *
  * Then the forwarding table, keyed by (SPI, SI), says: FORWARD to the next
- * SFF (TTL decremented, dropped at 0; outer MACs rewritten), PROXY to a
+ * SFF (TTL decremented, dropped at 0; outer MACs rewritten; over
+ * Ethernet, or in VXLAN-GPE to the next SFF's IPv4 address), PROXY to a
  * local NF (the header stripped), or END the path (the header popped). SI
  * 0, TTL 0, a missing entry, a malformed header (ferry_parse_nsh), an
  * inner frame that is not Ethernet and an empty device slot are dropped
@@ -28,6 +30,7 @@
 #include "ferry_common.h"
 #include "ferry_parse.h"
 #include "ferry_classify.h"
+#include "ferry_csum.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -128,6 +131,93 @@ static __always_inline int ferry_nsh_push(struct xdp_md *ctx, __u32 spi_si, __u3
 	return 0;
 }
 
+/* Between hosts over IP: Ethernet, IPv4, UDP to port 4790, VXLAN-GPE
+ * (next protocol NSH), then the NSH header. */
+struct ferry_nsh_gpe_outer {
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct udphdr udp;
+	struct ferry_vxlan_gpe_hdr gpe;
+} __attribute__((packed));
+
+#define FERRY_NSH_GPE_PUSH (sizeof(struct ferry_nsh_gpe_outer) - sizeof(struct ethhdr))
+#define FERRY_VXLAN_GPE_FLAGS 0x0c /* I (VNI valid) and P (next protocol) */
+
+/* A fabric frame in VXLAN-GPE carrying NSH becomes Ethernet + NSH (the
+ * outer MACs kept): 1. Not VXLAN-GPE with NSH inside: 0, untouched (the
+ * kernel's). -1 if the frame could not be changed. */
+static __always_inline int ferry_nsh_from_gpe(struct xdp_md *ctx)
+{
+	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
+	struct ferry_vxlan_gpe_hdr *gpe;
+	struct ferry_pkt p;
+	struct ethhdr *eth;
+	__u8 macs[2 * ETH_ALEN];
+	__u32 strip;
+
+	ferry_parse_l4(&c, &p);
+	/* Untagged IPv4, UDP to the VXLAN-GPE port. */
+	if (!p.ok || !p.ip4 || p.fragment || p.proto != IPPROTO_UDP || !p.l4 ||
+	    p.dport != bpf_htons(FERRY_VXLAN_GPE_PORT) || p.eth->h_proto != bpf_htons(ETH_P_IP))
+		return 0;
+	c.pos = p.l4 + sizeof(struct udphdr);
+	gpe = ferry_parse_vxlan_gpe(&c);
+	if (!gpe || gpe->next_proto != FERRY_VXLAN_GPE_NEXT_NSH)
+		return 0;
+	strip = (void *)(gpe + 1) - (void *)(p.eth + 1);
+	__builtin_memcpy(macs, p.eth, sizeof(macs));
+	if (bpf_xdp_adjust_head(ctx, strip))
+		return -1;
+	eth = (void *)(long)ctx->data;
+	if ((void *)(eth + 1) > (void *)(long)ctx->data_end)
+		return -1;
+	__builtin_memcpy(eth, macs, sizeof(macs));
+	eth->h_proto = bpf_htons(FERRY_ETH_P_NSH);
+	return 1;
+}
+
+/* Ethernet + NSH (TTL already decremented) becomes Ethernet, IPv4, UDP,
+ * VXLAN-GPE, NSH to the next SFF `hop` names; nonzero on failure. */
+static __always_inline int ferry_nsh_to_gpe(struct xdp_md *ctx, struct ferry_nsh_hop *hop, __u32 spi_si)
+{
+	struct ferry_nsh_gpe_outer *o;
+	struct iphdr ip = {};
+	__u16 *word = (void *)&ip;
+	__u32 len, sum = 0;
+
+	if (bpf_xdp_adjust_head(ctx, -(int)FERRY_NSH_GPE_PUSH))
+		return -1;
+	o = (void *)(long)ctx->data;
+	if ((void *)(o + 1) > (void *)(long)ctx->data_end)
+		return -1;
+	len = (long)ctx->data_end - (long)ctx->data;
+	*(__u8 *)&ip = 0x45; /* version 4, 5 words */
+	ip.tot_len = bpf_htons(len - sizeof(struct ethhdr));
+	ip.frag_off = bpf_htons(0x4000); /* don't fragment */
+	ip.ttl = 64;
+	ip.protocol = IPPROTO_UDP;
+	ip.saddr = hop->src_ip;
+	ip.daddr = hop->dst_ip;
+	for (int i = 0; i < (int)(sizeof(ip) / 2); i++)
+		sum += word[i];
+	ip.check = ~ferry_csum_fold(sum);
+	__builtin_memcpy(o->eth.h_dest, hop->dst_mac, ETH_ALEN);
+	__builtin_memcpy(o->eth.h_source, hop->src_mac, ETH_ALEN);
+	o->eth.h_proto = bpf_htons(ETH_P_IP);
+	__builtin_memcpy(&o->ip, &ip, sizeof(ip));
+	/* A source port per path: entropy for ECMP between hosts. */
+	o->udp.source = bpf_htons(49152 | ((spi_si ^ (spi_si >> 14)) & 0x3fff));
+	o->udp.dest = bpf_htons(FERRY_VXLAN_GPE_PORT);
+	o->udp.len = bpf_htons(len - sizeof(struct ethhdr) - sizeof(struct iphdr));
+	o->udp.check = 0; /* optional over IPv4 */
+	o->gpe.flags = FERRY_VXLAN_GPE_FLAGS;
+	o->gpe.reserved[0] = 0;
+	o->gpe.reserved[1] = 0;
+	o->gpe.next_proto = FERRY_VXLAN_GPE_NEXT_NSH;
+	o->gpe.vni_reserved = bpf_htonl((hop->vni & 0xffffff) << 8);
+	return 0;
+}
+
 /* The forwarding step, on a frame that starts with Ethernet + NSH. */
 static __always_inline int ferry_nsh_forward(struct xdp_md *ctx, __u32 *counter)
 {
@@ -171,6 +261,10 @@ static __always_inline int ferry_nsh_forward(struct xdp_md *ctx, __u32 *counter)
 		h->ver_o_ttl_len = bpf_htons((word & ~(0x3f << 6)) | ((ttl - 1) << 6));
 		__builtin_memcpy(outer->h_dest, hop->dst_mac, ETH_ALEN);
 		__builtin_memcpy(outer->h_source, hop->src_mac, ETH_ALEN);
+		if (hop->encap == FERRY_NSH_ENCAP_VXLAN_GPE && ferry_nsh_to_gpe(ctx, hop, spi_si)) {
+			*counter = FERRY_NSH_MALFORMED;
+			return XDP_ABORTED;
+		}
 		*counter = FERRY_NSH_FORWARDED;
 		return bpf_redirect_map(&ferry_nsh_devs, hop->dev, XDP_DROP);
 	}
@@ -225,7 +319,16 @@ int ferry_nsh_sff(struct xdp_md *ctx)
 			ttl = port->ttl;
 			counter = FERRY_NSH_RETURNED;
 		} else {
-			counter = FERRY_NSH_NOT_NSH;
+			/* A fabric frame: NSH in VXLAN-GPE, or the kernel's. */
+			switch (ferry_nsh_from_gpe(ctx)) {
+			case 1:
+				goto forward;
+			case 0:
+				counter = FERRY_NSH_NOT_NSH;
+				break;
+			default:
+				malformed = 1;
+			}
 		}
 		if (malformed) {
 			counter = FERRY_NSH_MALFORMED;
@@ -245,6 +348,7 @@ int ferry_nsh_sff(struct xdp_md *ctx)
 			goto count;
 		}
 	}
+forward:
 	action = ferry_nsh_forward(ctx, &counter);
 	/* The redirect's fallback: the hop's device slot is empty. */
 	if (action == XDP_DROP &&

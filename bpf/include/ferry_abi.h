@@ -265,16 +265,22 @@ struct ferry_nsh_port {
 };
 _Static_assert(sizeof(struct ferry_nsh_port) == 16, "ferry_nsh_port layout");
 
-#define FERRY_NSH_FORWARD 1 /* on to the next SFF: TTL - 1, outer MACs set */
-#define FERRY_NSH_PROXY 2   /* to a local NSH-unaware NF: the header stripped */
-#define FERRY_NSH_END 3	    /* the path's end: the header popped */
+#define FERRY_NSH_FORWARD 1	    /* on to the next SFF: TTL - 1, outer MACs set */
+#define FERRY_NSH_PROXY 2	    /* to a local NSH-unaware NF: the header stripped */
+#define FERRY_NSH_END 3		    /* the path's end: the header popped */
+#define FERRY_NSH_ENCAP_ETHERNET 0  /* NSH right after Ethernet (0x894F) */
+#define FERRY_NSH_ENCAP_VXLAN_GPE 1 /* in VXLAN-GPE over IPv4/UDP 4790 */
 struct ferry_nsh_hop {
 	__u32 action;
 	__u32 dev;	 /* the DEVMAP slot the frame leaves by */
-	__u8 dst_mac[6]; /* FORWARD: the next SFF's */
+	__u8 dst_mac[6]; /* FORWARD: the next SFF's (or the next IP hop's) */
 	__u8 src_mac[6]; /* FORWARD: this host's, on that device */
+	__u32 encap;	 /* FORWARD: FERRY_NSH_ENCAP_* */
+	__be32 src_ip;	 /* VXLAN-GPE: this host's address */
+	__be32 dst_ip;	 /* VXLAN-GPE: the next SFF's */
+	__u32 vni;	 /* VXLAN-GPE: 24 bits */
 };
-_Static_assert(sizeof(struct ferry_nsh_hop) == 20, "ferry_nsh_hop layout");
+_Static_assert(sizeof(struct ferry_nsh_hop) == 36, "ferry_nsh_hop layout");
 
 /* The classifier's rules (ferry_classify.h) pick path `out`: its SPI. */
 #define FERRY_NSH_PATHS 64

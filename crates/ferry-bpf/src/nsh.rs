@@ -4,6 +4,8 @@
 //! Every table changes at run time by map updates, as the stage
 //! pipeline's do.
 
+use std::net::Ipv4Addr;
+
 use aya::maps::{Array, DevMap, HashMap, PerCpuArray};
 
 use crate::attach::LoadedXdp;
@@ -59,8 +61,13 @@ struct NshHopRaw {
     dev: u32,
     dst_mac: [u8; 6],
     src_mac: [u8; 6],
+    encap: u32,
+    /// Network order, like `dst_ip`.
+    src_ip: u32,
+    dst_ip: u32,
+    vni: u32,
 }
-const _: () = assert!(std::mem::size_of::<NshHopRaw>() == 20);
+const _: () = assert!(std::mem::size_of::<NshHopRaw>() == 36);
 // SAFETY: plain-old-data; every bit pattern is valid.
 unsafe impl aya::Pod for NshHopRaw {}
 
@@ -108,12 +115,23 @@ pub enum NshRole {
     Return { hop: PathHop, ttl: u8 },
 }
 
+/// How a frame travels to the next SFF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NshEncap {
+    /// NSH right after Ethernet (EtherType 0x894F): the next SFF is on
+    /// the same link.
+    Ethernet,
+    /// In VXLAN-GPE over IPv4/UDP 4790, from `src` to `dst` (the next
+    /// SFF's address; the MACs are the next IP hop's), with VNI `vni`.
+    VxlanGpe { src: Ipv4Addr, dst: Ipv4Addr, vni: u32 },
+}
+
 /// Where the frame at a (SPI, SI) goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NshAction {
     /// On to the next SFF, out of DEVMAP slot `dev`, to `dst_mac` from
-    /// `src_mac` (TTL decremented).
-    Forward { dev: u32, dst_mac: [u8; 6], src_mac: [u8; 6] },
+    /// `src_mac` (TTL decremented), encapsulated as `encap` says.
+    Forward { dev: u32, dst_mac: [u8; 6], src_mac: [u8; 6], encap: NshEncap },
     /// To a local NSH-unaware NF on slot `dev`, the header stripped.
     Proxy { dev: u32 },
     /// The path's end: the header popped, the inner frame out of `dev`.
@@ -186,7 +204,16 @@ impl NshSff {
 
     pub fn set_hop(&mut self, at: PathHop, action: NshAction) -> Result<(), BpfError> {
         let raw = match action {
-            NshAction::Forward { dev, dst_mac, src_mac } => NshHopRaw { action: 1, dev, dst_mac, src_mac },
+            NshAction::Forward { dev, dst_mac, src_mac, encap: NshEncap::Ethernet } => {
+                NshHopRaw { action: 1, dev, dst_mac, src_mac, ..NshHopRaw::default() }
+            }
+            NshAction::Forward { dev, dst_mac, src_mac, encap: NshEncap::VxlanGpe { src, dst, vni } } => {
+                if vni > 0x00ff_ffff {
+                    return Err(BpfError::Config(format!("VNI {vni} is more than 24 bits")));
+                }
+                let (src_ip, dst_ip) = (u32::from(src).to_be(), u32::from(dst).to_be());
+                NshHopRaw { action: 1, dev, dst_mac, src_mac, encap: 1, src_ip, dst_ip, vni }
+            }
             NshAction::Proxy { dev } => NshHopRaw { action: 2, dev, ..NshHopRaw::default() },
             NshAction::End { dev } => NshHopRaw { action: 3, dev, ..NshHopRaw::default() },
         };

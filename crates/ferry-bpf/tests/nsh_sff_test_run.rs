@@ -10,7 +10,7 @@ mod common;
 
 use common::privileged;
 use ferry_bpf::classify::ClsMatch;
-use ferry_bpf::nsh::{NshAction, NshRole, NshSff, PathHop, NSH_COUNTER_NAMES};
+use ferry_bpf::nsh::{NshAction, NshEncap, NshRole, NshSff, PathHop, NSH_COUNTER_NAMES};
 use ferry_bpf::test_run;
 use ferry_wire::nsh::{NshContext, NshPacket, NshRepr, ETHERTYPE_NSH};
 use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
@@ -63,7 +63,7 @@ fn sff() -> NshSff {
     let to_acme = ClsMatch { dst: Some(([10, 1, 0, 0].into(), 0xffff_0000)), out: 0, ..ClsMatch::default() };
     s.set_classifier(&[to_acme], &[7]).unwrap();
     let hop = |spi, si| PathHop::new(spi, si).unwrap();
-    let forward = NshAction::Forward { dev: 0, dst_mac: NEXT_SFF, src_mac: THIS_SFF };
+    let forward = NshAction::Forward { dev: 0, dst_mac: NEXT_SFF, src_mac: THIS_SFF, encap: NshEncap::Ethernet };
     s.set_hop(hop(7, 255), forward).unwrap();
     s.set_hop(hop(7, 254), NshAction::Proxy { dev: 0 }).unwrap();
     s.set_hop(hop(7, 253), NshAction::End { dev: 0 }).unwrap();
@@ -168,6 +168,16 @@ fn the_forwarding_table() {
     assert!(PathHop::new(7, 0).is_err() && PathHop::new(1 << 24, 1).is_err());
 }
 
+/// Whether tshark is here; skipping without it is a failure under CI.
+fn tshark_found() -> bool {
+    let found = std::process::Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "tshark not found but CI=true: apt-get install tshark");
+        eprintln!("NOTICE: tshark not installed; skipping");
+    }
+    found
+}
+
 /// tshark decodes what the forwarder sends with NSH: SPI, SI, TTL and the
 /// inner frame, hop by hop along a path of three SFFs (the classifier's
 /// SFF, then two forwarding hops with an NF each between them: SI 255,
@@ -177,15 +187,12 @@ fn tshark_decodes_each_hop() {
     if !privileged() {
         return;
     }
-    let found = std::process::Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "tshark not found but CI=true: apt-get install tshark");
-        eprintln!("NOTICE: tshark not installed; skipping");
+    if !tshark_found() {
         return;
     }
     let mut s = sff();
     let hop = |spi, si| PathHop::new(spi, si).unwrap();
-    let forward = NshAction::Forward { dev: 0, dst_mac: NEXT_SFF, src_mac: THIS_SFF };
+    let forward = NshAction::Forward { dev: 0, dst_mac: NEXT_SFF, src_mac: THIS_SFF, encap: NshEncap::Ethernet };
     s.set_hop(hop(7, 254), forward).unwrap();
     s.set_hop(hop(7, 253), forward).unwrap();
     let acme = inner([10, 1, 0, 5]);
@@ -237,5 +244,63 @@ fn tshark_decodes_each_hop() {
         .unwrap();
     assert!(filtered.status.success(), "{}", String::from_utf8_lossy(&filtered.stderr));
     assert_eq!(String::from_utf8_lossy(&filtered.stdout).lines().count(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Between hosts over IP: a hop forwards in VXLAN-GPE (IPv4, UDP 4790,
+/// next protocol NSH), read back with ferry-wire and by tshark; the next
+/// host's fabric device takes it out of VXLAN-GPE and on.
+#[test]
+fn vxlan_gpe_between_hosts() {
+    if !privileged() {
+        return;
+    }
+    use ferry_wire::ipv4::Ipv4Packet;
+    use ferry_wire::udp::UdpPacket;
+    use ferry_wire::vxlan_gpe::VxlanGpePacket;
+    let mut s = sff();
+    let hop = |spi, si| PathHop::new(spi, si).unwrap();
+    let (here, there) = ([192, 0, 2, 1].into(), [192, 0, 2, 2].into());
+    let encap = NshEncap::VxlanGpe { src: here, dst: there, vni: 77 };
+    s.set_hop(hop(11, 254), NshAction::Forward { dev: 0, dst_mac: NEXT_SFF, src_mac: THIS_SFF, encap }).unwrap();
+    let acme = inner([10, 1, 0, 5]);
+    let (action, counter, sent) = run(&mut s, NshRole::Return { hop: hop(11, 254), ttl: 30 }, &acme);
+    assert_eq!((action, counter), (XDP_REDIRECT, "forwarded"));
+    assert_eq!((&sent[..6], &sent[6..12], &sent[12..14]), (&NEXT_SFF[..], &THIS_SFF[..], &[0x08, 0x00][..]));
+    let ip = Ipv4Packet::new_checked(&sent[14..]).expect("IPv4");
+    assert!(ip.verify_checksum(), "the IPv4 header checksum");
+    assert_eq!((ip.src_addr(), ip.dst_addr(), ip.protocol(), ip.total_len()), (here, there, 17, sent.len() - 14));
+    let udp = UdpPacket::new_checked(ip.payload()).expect("UDP");
+    assert_eq!((udp.dst_port(), udp.len()), (4790, sent.len() - 34));
+    let gpe = VxlanGpePacket::new_checked(udp.payload()).expect("VXLAN-GPE");
+    assert_eq!((gpe.next_protocol(), gpe.vni()), (4, Some(77)));
+    let nsh = NshPacket::new_checked(&udp.payload()[8..]).expect("NSH");
+    assert_eq!((nsh.spi(), nsh.si(), nsh.ttl(), nsh.payload()), (11, 254, 29, &acme[..]));
+
+    // The next host: its fabric device takes it out of VXLAN-GPE, and
+    // this hop ends the path there.
+    s.set_hop(hop(11, 254), NshAction::End { dev: 0 }).unwrap();
+    assert_eq!(run(&mut s, NshRole::Fabric, &sent), (XDP_REDIRECT, "ended", acme.clone()));
+    // Plain UDP to another port, and VXLAN-GPE carrying no NSH, are the kernel's.
+    let mut not_nsh = sent.clone();
+    not_nsh[14 + 20 + 8 + 3] = 3;
+    assert_eq!(run(&mut s, NshRole::Fabric, &not_nsh).1, "not_nsh");
+
+    if !tshark_found() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-nsh-gpe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("gpe.pcap");
+    let mut w = ferry_traffic::PcapWriter::create(&pcap, 0).unwrap();
+    w.write(&sent, 1_700_000_000_000_000_000).unwrap();
+    w.finish().unwrap();
+    // (The inner frame's UDP header is decoded too: the filter asks for
+    // the outer port among them.)
+    let filter = "udp.dstport == 4790 && nsh.spi == 11 && nsh.si == 254 && nsh.ttl == 29 && ip.dst == 10.1.0.5";
+    let out =
+        std::process::Command::new("tshark").arg("-n").arg("-r").arg(&pcap).args(["-Y", filter]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1, "tshark decodes NSH in VXLAN-GPE");
     let _ = std::fs::remove_dir_all(&dir);
 }
