@@ -24,8 +24,8 @@
  * 0, TTL 0, a missing entry, a malformed header (ferry_parse_nsh), an
  * inner frame that is not Ethernet and an empty device slot are dropped
  * and counted. Frames are untagged: NSH behind a VLAN tag on a fabric
- * device is not NSH here (the kernel's). A pushed frame is 38 bytes longer:
- * the devices between SFFs need that much MTU above the tenants' frames.
+ * device is not NSH here (the kernel's). The headers cost MTU: 38 bytes
+ * above the tenants' for NSH over Ethernet, 74 in VXLAN-GPE.
  */
 #include "ferry_common.h"
 #include "ferry_parse.h"
@@ -53,6 +53,14 @@ struct {
 	__type(key, __u32); /* SPI << 8 | SI */
 	__type(value, struct ferry_nsh_hop);
 } ferry_nsh_hops SEC(".maps");
+
+/* The SFFs (their IPv4 addresses) a fabric device takes VXLAN-GPE from. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __be32);
+	__type(value, __u8);
+} ferry_nsh_peers SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP);
@@ -143,29 +151,43 @@ struct ferry_nsh_gpe_outer {
 #define FERRY_NSH_GPE_PUSH (sizeof(struct ferry_nsh_gpe_outer) - sizeof(struct ethhdr))
 #define FERRY_VXLAN_GPE_FLAGS 0x0c /* I (VNI valid) and P (next protocol) */
 
-/* A fabric frame in VXLAN-GPE carrying NSH becomes Ethernet + NSH (the
- * outer MACs kept): 1. Not VXLAN-GPE with NSH inside: 0, untouched (the
- * kernel's). -1 if the frame could not be changed. */
-static __always_inline int ferry_nsh_from_gpe(struct xdp_md *ctx)
+/* A fabric frame in VXLAN-GPE carrying NSH, from a known SFF to this
+ * host's address with the port's VNI, becomes Ethernet + NSH (the outer
+ * MACs kept; bytes past the UDP datagram cut): 1. Anything else (another
+ * address or sender, OAM, not NSH inside): 0, untouched (the kernel's).
+ * -1 if the frame could not be changed. Only known SFFs: otherwise any
+ * host that can reach this one over IP could choose a path and index. */
+static __always_inline int ferry_nsh_from_gpe(struct xdp_md *ctx, struct ferry_nsh_port *port)
 {
 	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
 	struct ferry_vxlan_gpe_hdr *gpe;
+	struct udphdr *udp;
 	struct ferry_pkt p;
 	struct ethhdr *eth;
 	__u8 macs[2 * ETH_ALEN];
 	__u32 strip;
+	long tail;
 
 	ferry_parse_l4(&c, &p);
 	/* Untagged IPv4, UDP to the VXLAN-GPE port. */
 	if (!p.ok || !p.ip4 || p.fragment || p.proto != IPPROTO_UDP || !p.l4 ||
 	    p.dport != bpf_htons(FERRY_VXLAN_GPE_PORT) || p.eth->h_proto != bpf_htons(ETH_P_IP))
 		return 0;
+	if (!port->addr || p.daddr != port->addr || !bpf_map_lookup_elem(&ferry_nsh_peers, &p.saddr))
+		return 0;
+	udp = p.l4;
 	c.pos = p.l4 + sizeof(struct udphdr);
 	gpe = ferry_parse_vxlan_gpe(&c);
-	if (!gpe || gpe->next_proto != FERRY_VXLAN_GPE_NEXT_NSH)
+	/* I set (the VNI is valid), O clear (OAM is the control plane's). */
+	if (!gpe || gpe->next_proto != FERRY_VXLAN_GPE_NEXT_NSH || !(gpe->flags & 0x08) || (gpe->flags & 0x01) ||
+	    bpf_ntohl(gpe->vni_reserved) >> 8 != (port->vni & 0xffffff))
 		return 0;
 	strip = (void *)(gpe + 1) - (void *)(p.eth + 1);
+	/* The datagram ends where UDP says (ferry_parse_l4 checked it fits). */
+	tail = (long)((void *)udp + bpf_ntohs(udp->len)) - (long)ctx->data_end;
 	__builtin_memcpy(macs, p.eth, sizeof(macs));
+	if (tail < 0 && bpf_xdp_adjust_tail(ctx, tail))
+		return -1;
 	if (bpf_xdp_adjust_head(ctx, strip))
 		return -1;
 	eth = (void *)(long)ctx->data;
@@ -205,7 +227,7 @@ static __always_inline int ferry_nsh_to_gpe(struct xdp_md *ctx, struct ferry_nsh
 	__builtin_memcpy(o->eth.h_source, hop->src_mac, ETH_ALEN);
 	o->eth.h_proto = bpf_htons(ETH_P_IP);
 	__builtin_memcpy(&o->ip, &ip, sizeof(ip));
-	/* A source port per path: entropy for ECMP between hosts. */
+	/* A source port per hop (SPI, SI): entropy for ECMP between hosts. */
 	o->udp.source = bpf_htons(49152 | ((spi_si ^ (spi_si >> 14)) & 0x3fff));
 	o->udp.dest = bpf_htons(FERRY_VXLAN_GPE_PORT);
 	o->udp.len = bpf_htons(len - sizeof(struct ethhdr) - sizeof(struct iphdr));
@@ -320,7 +342,7 @@ int ferry_nsh_sff(struct xdp_md *ctx)
 			counter = FERRY_NSH_RETURNED;
 		} else {
 			/* A fabric frame: NSH in VXLAN-GPE, or the kernel's. */
-			switch (ferry_nsh_from_gpe(ctx)) {
+			switch (ferry_nsh_from_gpe(ctx, port)) {
 			case 1:
 				goto forward;
 			case 0:

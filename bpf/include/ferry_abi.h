@@ -261,9 +261,11 @@ struct ferry_nsh_port {
 	__u32 role;
 	__u32 spi_si; /* RETURN: the header pushed (SI already the next hop's) */
 	__u32 ttl;    /* RETURN: its TTL */
+	__be32 addr;  /* FABRIC: this host's address for VXLAN-GPE (0: none taken) */
+	__u32 vni;    /* FABRIC: the VNI VXLAN-GPE frames must carry */
 	__u32 _pad;
 };
-_Static_assert(sizeof(struct ferry_nsh_port) == 16, "ferry_nsh_port layout");
+_Static_assert(sizeof(struct ferry_nsh_port) == 24, "ferry_nsh_port layout");
 
 #define FERRY_NSH_FORWARD 1	    /* on to the next SFF: TTL - 1, outer MACs set */
 #define FERRY_NSH_PROXY 2	    /* to a local NSH-unaware NF: the header stripped */

@@ -47,9 +47,12 @@ struct NshPortRaw {
     role: u32,
     spi_si: u32,
     ttl: u32,
+    /// Network order.
+    addr: u32,
+    vni: u32,
     _pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<NshPortRaw>() == 16);
+const _: () = assert!(std::mem::size_of::<NshPortRaw>() == 24);
 // SAFETY: plain-old-data; every bit pattern is valid.
 unsafe impl aya::Pod for NshPortRaw {}
 
@@ -108,8 +111,10 @@ impl PathHop {
 pub enum NshRole {
     /// The classifier: a frame a rule matches gets NSH pushed.
     Classify,
-    /// Frames with NSH from other hosts.
-    Fabric,
+    /// Frames with NSH from other hosts: after Ethernet, and in VXLAN-GPE
+    /// when `gpe` says at which address and VNI (from the SFFs added with
+    /// [`NshSff::add_peer`] only).
+    Fabric { gpe: Option<GpeEnd> },
     /// An NSH-unaware NF's way back: its frames get `hop`'s header (TTL
     /// `ttl`) restored.
     Return { hop: PathHop, ttl: u8 },
@@ -124,6 +129,13 @@ pub enum NshEncap {
     /// In VXLAN-GPE over IPv4/UDP 4790, from `src` to `dst` (the next
     /// SFF's address; the MACs are the next IP hop's), with VNI `vni`.
     VxlanGpe { src: Ipv4Addr, dst: Ipv4Addr, vni: u32 },
+}
+
+/// This host's end of VXLAN-GPE on a fabric device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpeEnd {
+    pub addr: Ipv4Addr,
+    pub vni: u32,
 }
 
 /// Where the frame at a (SPI, SI) goes.
@@ -159,18 +171,33 @@ impl NshSff {
     pub fn set_role(&mut self, ifindex: u32, role: NshRole) -> Result<(), BpfError> {
         let raw = match role {
             NshRole::Classify => NshPortRaw { role: 1, ..NshPortRaw::default() },
-            NshRole::Fabric => NshPortRaw { role: 2, ..NshPortRaw::default() },
+            NshRole::Fabric { gpe: None } => NshPortRaw { role: 2, ..NshPortRaw::default() },
+            NshRole::Fabric { gpe: Some(GpeEnd { addr, vni }) } => {
+                if vni > 0x00ff_ffff || addr.is_unspecified() {
+                    return Err(BpfError::Config(format!("VXLAN-GPE at {addr} VNI {vni}: an address and 24 bits")));
+                }
+                NshPortRaw { role: 2, addr: u32::from(addr).to_be(), vni, ..NshPortRaw::default() }
+            }
             NshRole::Return { hop, ttl } => {
                 if !(1..=63).contains(&ttl) {
                     return Err(BpfError::Config(format!("TTL {ttl}: NSH's is 1 to 63")));
                 }
-                NshPortRaw { role: 3, spi_si: hop.key(), ttl: u32::from(ttl), _pad: 0 }
+                NshPortRaw { role: 3, spi_si: hop.key(), ttl: u32::from(ttl), ..NshPortRaw::default() }
             }
         };
         let map = self.xdp.ebpf_mut().map_mut(PORTS).ok_or(BpfError::NoMap { name: PORTS })?;
         let mut ports: HashMap<_, u32, NshPortRaw> =
             HashMap::try_from(map).map_err(|source| BpfError::Map { name: PORTS, source })?;
         ports.insert(ifindex, raw, 0).map_err(|source| BpfError::Map { name: PORTS, source })
+    }
+
+    /// Fabric devices take VXLAN-GPE from the SFF at `addr`.
+    pub fn add_peer(&mut self, addr: Ipv4Addr) -> Result<(), BpfError> {
+        const PEERS: &str = "ferry_nsh_peers";
+        let map = self.xdp.ebpf_mut().map_mut(PEERS).ok_or(BpfError::NoMap { name: PEERS })?;
+        let mut peers: HashMap<_, u32, u8> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: PEERS, source })?;
+        peers.insert(u32::from(addr).to_be(), 1, 0).map_err(|source| BpfError::Map { name: PEERS, source })
     }
 
     /// The classifier's rules; rule `out = i` picks path `spis[i]`.

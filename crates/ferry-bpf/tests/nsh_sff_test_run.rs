@@ -10,7 +10,7 @@ mod common;
 
 use common::privileged;
 use ferry_bpf::classify::ClsMatch;
-use ferry_bpf::nsh::{NshAction, NshEncap, NshRole, NshSff, PathHop, NSH_COUNTER_NAMES};
+use ferry_bpf::nsh::{GpeEnd, NshAction, NshEncap, NshRole, NshSff, PathHop, NSH_COUNTER_NAMES};
 use ferry_bpf::test_run;
 use ferry_wire::nsh::{NshContext, NshPacket, NshRepr, ETHERTYPE_NSH};
 use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
@@ -22,6 +22,8 @@ const LO: u32 = 1;
 const NEXT_SFF: [u8; 6] = [2, 0, 0, 0, 9, 2];
 const THIS_SFF: [u8; 6] = [2, 0, 0, 0, 9, 1];
 const NEXT_ETHERNET: u8 = 3;
+/// A fabric device that takes NSH over Ethernet only.
+const FABRIC: NshRole = NshRole::Fabric { gpe: None };
 
 fn inner(dst: [u8; 4]) -> Vec<u8> {
     let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 64 };
@@ -111,8 +113,8 @@ fn the_forwarding_table() {
     // From the fabric: the proxy strips the header for a local NF, the
     // path's end pops it; the inner frame leaves either way.
     let at = |si, ttl| with_nsh(7, si, ttl, NEXT_ETHERNET, &acme);
-    assert_eq!(run(&mut s, NshRole::Fabric, &at(254, 9)), (XDP_REDIRECT, "proxied", acme.clone()));
-    assert_eq!(run(&mut s, NshRole::Fabric, &at(253, 9)), (XDP_REDIRECT, "ended", acme.clone()));
+    assert_eq!(run(&mut s, FABRIC, &at(254, 9)), (XDP_REDIRECT, "proxied", acme.clone()));
+    assert_eq!(run(&mut s, FABRIC, &at(253, 9)), (XDP_REDIRECT, "ended", acme.clone()));
     // The NF's frame comes back: the proxy restores the header (its hop's
     // SPI and SI - 1, the TTL configured), then forwards.
     let back = NshRole::Return { hop: hop(8, 200), ttl: 40 };
@@ -124,19 +126,19 @@ fn the_forwarding_table() {
     // type, length 4, then 4 bytes).
     let tlv = [0x01, 0x02, 0x03, 0x04, 0xaa, 0xbb, 0xcc, 0xdd];
     let md2 = with_context(7, 253, 9, NEXT_ETHERNET, NshContext::Md2(&tlv), &acme);
-    assert_eq!(run(&mut s, NshRole::Fabric, &md2), (XDP_REDIRECT, "ended", acme.clone()));
+    assert_eq!(run(&mut s, FABRIC, &md2), (XDP_REDIRECT, "ended", acme.clone()));
 
     // Expiry (TTL 1 cannot go on, TTL 0 goes nowhere, SI 0 is used up,
     // entry or not), no entry, no device, malformed, not Ethernet inside,
     // not NSH at all, and NSH where only the fabric may bring it.
     let ttl1 = with_nsh(7, 255, 1, NEXT_ETHERNET, &acme);
-    let (action, counter, _) = run(&mut s, NshRole::Fabric, &ttl1);
+    let (action, counter, _) = run(&mut s, FABRIC, &ttl1);
     assert_eq!((action, counter), (XDP_DROP, "ttl_expired"));
-    assert_eq!(run(&mut s, NshRole::Fabric, &at(254, 0)).1, "ttl_expired");
-    assert_eq!(run(&mut s, NshRole::Fabric, &with_nsh(7, 0, 9, NEXT_ETHERNET, &acme)).1, "si_expired");
-    assert_eq!(run(&mut s, NshRole::Fabric, &with_nsh(10, 255, 9, NEXT_ETHERNET, &acme)).1, "no_dev");
-    assert_eq!(run(&mut s, NshRole::Fabric, &with_nsh(99, 255, 9, NEXT_ETHERNET, &acme)).1, "no_hop");
-    assert_eq!(run(&mut s, NshRole::Fabric, &with_nsh(7, 254, 9, 1, &acme[14..])).1, "not_ethernet");
+    assert_eq!(run(&mut s, FABRIC, &at(254, 0)).1, "ttl_expired");
+    assert_eq!(run(&mut s, FABRIC, &with_nsh(7, 0, 9, NEXT_ETHERNET, &acme)).1, "si_expired");
+    assert_eq!(run(&mut s, FABRIC, &with_nsh(10, 255, 9, NEXT_ETHERNET, &acme)).1, "no_dev");
+    assert_eq!(run(&mut s, FABRIC, &with_nsh(99, 255, 9, NEXT_ETHERNET, &acme)).1, "no_hop");
+    assert_eq!(run(&mut s, FABRIC, &with_nsh(7, 254, 9, 1, &acme[14..])).1, "not_ethernet");
     let mut bad_len = at(254, 9);
     bad_len[15] = (bad_len[15] & 0xc0) | 5;
     let mut bad_md = at(254, 9);
@@ -146,10 +148,10 @@ fn the_forwarding_table() {
     for (what, f) in
         [("length", bad_len), ("MD type", bad_md), ("next protocol", bad_next), ("cut", at(254, 9)[..30].to_vec())]
     {
-        let (action, counter, _) = run(&mut s, NshRole::Fabric, &f);
+        let (action, counter, _) = run(&mut s, FABRIC, &f);
         assert_eq!((action, counter), (XDP_DROP, "malformed"), "{what}");
     }
-    assert_eq!(run(&mut s, NshRole::Fabric, &acme), (XDP_PASS, "not_nsh", acme.clone()));
+    assert_eq!(run(&mut s, FABRIC, &acme), (XDP_PASS, "not_nsh", acme.clone()));
     for role in [NshRole::Classify, NshRole::Return { hop: hop(8, 200), ttl: 40 }] {
         let (action, counter, _) = run(&mut s, role, &at(254, 9));
         assert_eq!((action, counter), (XDP_DROP, "refused"), "{role:?}");
@@ -277,14 +279,36 @@ fn vxlan_gpe_between_hosts() {
     let nsh = NshPacket::new_checked(&udp.payload()[8..]).expect("NSH");
     assert_eq!((nsh.spi(), nsh.si(), nsh.ttl(), nsh.payload()), (11, 254, 29, &acme[..]));
 
-    // The next host: its fabric device takes it out of VXLAN-GPE, and
-    // this hop ends the path there.
+    // The next host: its fabric device (at `there`, VNI 77) takes it out
+    // of VXLAN-GPE from a known SFF, and this hop ends the path there.
     s.set_hop(hop(11, 254), NshAction::End { dev: 0 }).unwrap();
-    assert_eq!(run(&mut s, NshRole::Fabric, &sent), (XDP_REDIRECT, "ended", acme.clone()));
-    // Plain UDP to another port, and VXLAN-GPE carrying no NSH, are the kernel's.
-    let mut not_nsh = sent.clone();
-    not_nsh[14 + 20 + 8 + 3] = 3;
-    assert_eq!(run(&mut s, NshRole::Fabric, &not_nsh).1, "not_nsh");
+    let fabric = NshRole::Fabric { gpe: Some(GpeEnd { addr: there, vni: 77 }) };
+    assert_eq!(run(&mut s, fabric, &sent).1, "not_nsh", "from an SFF it does not know: the kernel's");
+    s.add_peer(here).unwrap();
+    assert_eq!(run(&mut s, fabric, &sent), (XDP_REDIRECT, "ended", acme.clone()));
+    // Bytes past the UDP datagram are not the inner frame's.
+    let mut padded = sent.clone();
+    padded.extend_from_slice(&[0xee; 6]);
+    assert_eq!(run(&mut s, fabric, &padded), (XDP_REDIRECT, "ended", acme.clone()));
+    // Another address, another VNI, OAM, no NSH inside, Ethernet-only
+    // fabric, another UDP port: the kernel's.
+    let gpe_at = 14 + 20 + 8;
+    let edit = |at: usize, byte: u8| {
+        let mut f = sent.clone();
+        f[at] = byte;
+        f
+    };
+    let cases = [
+        ("another VNI", fabric, edit(gpe_at + 6, 78)),
+        ("OAM", fabric, edit(gpe_at, sent[gpe_at] | 0x01)),
+        ("no NSH inside", fabric, edit(gpe_at + 3, 3)),
+        ("Ethernet only", FABRIC, sent.clone()),
+        ("another port", fabric, edit(14 + 20 + 3, 0xb7)),
+        ("another address", NshRole::Fabric { gpe: Some(GpeEnd { addr: here, vni: 77 }) }, sent.clone()),
+    ];
+    for (what, role, f) in cases {
+        assert_eq!(run(&mut s, role, &f), (XDP_PASS, "not_nsh", f.clone()), "{what}");
+    }
 
     if !tshark_found() {
         return;
