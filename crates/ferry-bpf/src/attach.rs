@@ -142,6 +142,18 @@ impl LoadedXdp {
     }
 }
 
+/// Entries `indices` of the per-CPU `u64` array `name` of `ebpf`, each
+/// summed over CPUs (a program's own counters).
+pub(crate) fn per_cpu_sums(
+    ebpf: &Ebpf,
+    name: &'static str,
+    indices: impl Iterator<Item = u32>,
+) -> Result<Vec<u64>, BpfError> {
+    let map = ebpf.map(name).ok_or(BpfError::NoMap { name })?;
+    let arr: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(|source| BpfError::Map { name, source })?;
+    indices.map(|i| Ok(arr.get(&i, 0).map_err(|source| BpfError::Map { name, source })?.iter().sum())).collect()
+}
+
 /// An independent handle (a dup'd fd) on map `name` of `ebpf`, for the
 /// state library (`crate::state`) and control planes that outlive a borrow.
 pub(crate) fn map_handle(ebpf: &Ebpf, name: &'static str) -> Result<aya::maps::Map, BpfError> {

@@ -1,18 +1,17 @@
 //! The edge classifier (`bpf/classify.bpf.c`): tenant classification in
-//! XDP. Its table is ferry-nf's [`Table`], converted rule by rule
-//! ([`ClsMatch`]) to `struct ferry_cls_rule`; each tenant entry is a
+//! XDP. Its table is ferry-nf's `classify::Table` (the router NF's
+//! parser reads the rules), converted rule by rule to `struct
+//! ferry_cls_rule`; each tenant entry is a
 //! DEVMAP slot holding the device frames for it are redirected to.
 
 /// Rules the program holds (`FERRY_CLS_MAX_RULES`).
 pub const CLS_MAX_RULES: usize = 64;
 
-use std::net::Ipv4Addr;
-
-use aya::maps::{Array, DevMap, PerCpuArray};
-use ferry_nf::classify::{Rule, Table};
+use aya::maps::{Array, DevMap};
+use ferry_nf::classify::Rule;
 
 use crate::abi::Verdicts;
-use crate::attach::LoadedXdp;
+use crate::attach::{per_cpu_sums, LoadedXdp};
 use crate::{AttachMode, BpfError, Object};
 
 const RULES: &str = "ferry_cls_rules";
@@ -57,31 +56,19 @@ const FIELD_DPORT: u16 = 8;
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 
-/// A rule's fields, as ferry-nf's `classify::Rule` has them (host order;
-/// None: any).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClsMatch {
-    /// (address, mask).
-    pub src: Option<(Ipv4Addr, u32)>,
-    pub dst: Option<(Ipv4Addr, u32)>,
-    pub vlan: Option<u16>,
-    pub dport: Option<u16>,
-    pub out: u16,
-}
-
-impl From<ClsMatch> for ClsRule {
-    fn from(m: ClsMatch) -> ClsRule {
-        let mut c = ClsRule { out: m.out, ..ClsRule::default() };
-        if let Some((a, mask)) = m.src {
-            (c.src, c.src_mask, c.fields) = (u32::from(a).to_be(), mask.to_be(), c.fields | FIELD_SRC);
+impl From<&Rule> for ClsRule {
+    fn from(r: &Rule) -> ClsRule {
+        let mut c = ClsRule { out: r.out, ..ClsRule::default() };
+        if let Some(p) = r.src {
+            (c.src, c.src_mask, c.fields) = (u32::from(p.addr).to_be(), p.mask().to_be(), c.fields | FIELD_SRC);
         }
-        if let Some((a, mask)) = m.dst {
-            (c.dst, c.dst_mask, c.fields) = (u32::from(a).to_be(), mask.to_be(), c.fields | FIELD_DST);
+        if let Some(p) = r.dst {
+            (c.dst, c.dst_mask, c.fields) = (u32::from(p.addr).to_be(), p.mask().to_be(), c.fields | FIELD_DST);
         }
-        if let Some(v) = m.vlan {
+        if let Some(v) = r.vlan {
             (c.vlan, c.fields) = (v, c.fields | FIELD_VLAN);
         }
-        if let Some(p) = m.dport {
+        if let Some(p) = r.dport {
             (c.dport, c.fields) = (p.to_be(), c.fields | FIELD_DPORT);
         }
         c
@@ -89,13 +76,13 @@ impl From<ClsMatch> for ClsRule {
 }
 
 /// Writes `table` into the rules map (`ferry_classify.h`) of `ebpf`.
-pub(crate) fn write_rules(ebpf: &mut aya::Ebpf, table: &[ClsMatch]) -> Result<(), BpfError> {
+pub(crate) fn write_rules(ebpf: &mut aya::Ebpf, table: &[Rule]) -> Result<(), BpfError> {
     if table.len() > CLS_MAX_RULES {
         return Err(BpfError::Config(format!("{} rules; the table holds {CLS_MAX_RULES}", table.len())));
     }
     let mut rules: Array<_, ClsRule> = Array::try_from(ebpf.map_mut(RULES).ok_or(BpfError::NoMap { name: RULES })?)
         .map_err(|source| BpfError::Map { name: RULES, source })?;
-    for (i, &r) in table.iter().enumerate() {
+    for (i, r) in table.iter().enumerate() {
         rules.set(i as u32, ClsRule::from(r), 0).map_err(|source| BpfError::Map { name: RULES, source })?;
     }
     Ok(())
@@ -105,27 +92,6 @@ pub(crate) fn write_rules(ebpf: &mut aya::Ebpf, table: &[ClsMatch]) -> Result<()
 // rule's `out`) in its DEVMAP.
 const _: () = assert!(ferry_nf::classify::MAX_RULES == CLS_MAX_RULES);
 const _: () = assert!(ferry_nf::classify::MAX_OUTS <= CLS_MAX_RULES);
-
-/// The XDP rules of `rules`, in the text form the chain's plan and the
-/// router NF carry (`out=N,dst=CIDR,...`), read by the router's own
-/// parser: one syntax, one parser, two places that run it.
-pub fn parse_rules(rules: &[String]) -> Result<Vec<ClsMatch>, BpfError> {
-    let texts: Vec<&str> = rules.iter().map(String::as_str).collect();
-    let table = Table::parse(&texts).map_err(|(i, e)| BpfError::Config(format!("classification rule {i}: {e}")))?;
-    Ok(table.rules.iter().map(ClsMatch::from).collect())
-}
-
-impl From<&Rule> for ClsMatch {
-    fn from(r: &Rule) -> ClsMatch {
-        ClsMatch {
-            src: r.src.map(|p| (p.addr, p.mask())),
-            dst: r.dst.map(|p| (p.addr, p.mask())),
-            vlan: r.vlan,
-            dport: r.dport,
-            out: r.out,
-        }
-    }
-}
 
 /// What the classifier does with a frame no rule takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +109,7 @@ pub struct Classifier {
 impl Classifier {
     /// Loads the program with `table` in its maps (entries still without
     /// devices: frames for them are dropped until [`Classifier::set_entry`]).
-    pub fn load(table: &[ClsMatch], unmatched: Unmatched) -> Result<Classifier, BpfError> {
+    pub fn load(table: &[Rule], unmatched: Unmatched) -> Result<Classifier, BpfError> {
         let mut xdp = LoadedXdp::load(Object::Classify, "ferry_classify")?;
         let ebpf = xdp.ebpf_mut();
         write_rules(ebpf, table)?;
@@ -175,15 +141,10 @@ impl Classifier {
 
     /// Frames each rule took, in rule order, then those no rule took.
     pub fn hits(&self, rules: usize) -> Result<(Vec<u64>, u64), BpfError> {
-        let map = self.xdp.ebpf().map(HITS).ok_or(BpfError::NoMap { name: HITS })?;
-        let hits: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(map).map_err(|source| BpfError::Map { name: HITS, source })?;
-        let sum = |i: u32| -> Result<u64, BpfError> {
-            let per_cpu = hits.get(&i, 0).map_err(|source| BpfError::Map { name: HITS, source })?;
-            Ok(per_cpu.iter().sum())
-        };
-        let per_rule = (0..rules.min(CLS_MAX_RULES) as u32).map(sum).collect::<Result<Vec<_>, _>>()?;
-        Ok((per_rule, sum(CLS_MAX_RULES as u32)?))
+        let indices = (0..rules.min(CLS_MAX_RULES) as u32).chain([CLS_MAX_RULES as u32]);
+        let mut hits = per_cpu_sums(self.xdp.ebpf(), HITS, indices)?;
+        let unmatched = hits.pop().unwrap_or_default();
+        Ok((hits, unmatched))
     }
 
     pub fn verdicts(&self) -> Result<Verdicts, BpfError> {

@@ -6,11 +6,12 @@
 
 use std::net::Ipv4Addr;
 
-use aya::maps::{Array, DevMap, HashMap, PerCpuArray};
+use aya::maps::{Array, DevMap, HashMap};
 
-use crate::attach::LoadedXdp;
-use crate::classify::{write_rules, ClsMatch, CLS_MAX_RULES};
+use crate::attach::{per_cpu_sums, LoadedXdp};
+use crate::classify::{write_rules, CLS_MAX_RULES};
 use crate::{AttachMode, BpfError, Object};
+use ferry_nf::classify::Rule;
 
 const PORTS: &str = "ferry_nsh_ports";
 const PATHS: &str = "ferry_nsh_paths";
@@ -201,7 +202,7 @@ impl NshSff {
     }
 
     /// The classifier's rules; rule `out = i` picks path `spis[i]`.
-    pub fn set_classifier(&mut self, rules: &[ClsMatch], spis: &[u32]) -> Result<(), BpfError> {
+    pub fn set_classifier(&mut self, rules: &[Rule], spis: &[u32]) -> Result<(), BpfError> {
         if spis.len() > NSH_PATHS || spis.iter().any(|&s| s > MAX_SPI) {
             return Err(BpfError::Config(format!("paths {spis:?}: at most {NSH_PATHS} SPIs of 24 bits")));
         }
@@ -268,12 +269,7 @@ impl NshSff {
 
     /// The counters, in [`NSH_COUNTER_NAMES`] order.
     pub fn counters(&self) -> Result<Vec<u64>, BpfError> {
-        let map = self.xdp.ebpf().map(COUNTERS).ok_or(BpfError::NoMap { name: COUNTERS })?;
-        let arr: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(map).map_err(|source| BpfError::Map { name: COUNTERS, source })?;
-        (0..NSH_COUNTER_NAMES.len() as u32)
-            .map(|i| Ok(arr.get(&i, 0).map_err(|source| BpfError::Map { name: COUNTERS, source })?.iter().sum()))
-            .collect()
+        per_cpu_sums(self.xdp.ebpf(), COUNTERS, 0..NSH_COUNTER_NAMES.len() as u32)
     }
 
     pub fn verdicts(&self) -> Result<crate::Verdicts, BpfError> {

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{mutated_frames_agree, privileged};
-use ferry_bpf::classify::{parse_rules, Classifier, Unmatched};
+use ferry_bpf::classify::{Classifier, Unmatched};
 use ferry_bpf::test_run;
 use ferry_nf::classify::{Decision, Table};
 use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
@@ -26,12 +26,8 @@ const RULES: [&str; 5] = [
     "out=0,src=192.168.0.0/24,dst=192.168.1.0/24,vlan=7,dport=443",
 ];
 
-fn strings(rules: &[&str]) -> Vec<String> {
-    rules.iter().map(|r| r.to_string()).collect()
-}
-
 fn classifier(unmatched: Unmatched) -> Classifier {
-    let mut c = Classifier::load(&parse_rules(&strings(&RULES)).unwrap(), unmatched).expect("load (verifier)");
+    let mut c = Classifier::load(&Table::parse(&RULES).unwrap().rules, unmatched).expect("load (verifier)");
     c.set_entry(0, LO).unwrap();
     c
 }

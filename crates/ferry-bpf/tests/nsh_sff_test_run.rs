@@ -9,9 +9,9 @@
 mod common;
 
 use common::privileged;
-use ferry_bpf::classify::ClsMatch;
 use ferry_bpf::nsh::{GpeEnd, NshAction, NshEncap, NshRole, NshSff, PathHop, NSH_COUNTER_NAMES};
 use ferry_bpf::test_run;
+use ferry_nf::classify::Rule;
 use ferry_wire::nsh::{NshContext, NshPacket, NshRepr, ETHERTYPE_NSH};
 use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
 
@@ -62,7 +62,7 @@ fn nsh_of(f: &[u8]) -> ((u32, u8, u8, u8), Vec<u8>) {
 fn sff() -> NshSff {
     let mut s = NshSff::load().expect("load (verifier)");
     s.set_dev(0, LO).unwrap();
-    let to_acme = ClsMatch { dst: Some(([10, 1, 0, 0].into(), 0xffff_0000)), out: 0, ..ClsMatch::default() };
+    let to_acme: Rule = "out=0,dst=10.1.0.0/16".parse().unwrap();
     s.set_classifier(&[to_acme], &[7]).unwrap();
     let hop = |spi, si| PathHop::new(spi, si).unwrap();
     let forward = NshAction::Forward { dev: 0, dst_mac: NEXT_SFF, src_mac: THIS_SFF, encap: NshEncap::Ethernet };
@@ -162,7 +162,7 @@ fn the_forwarding_table() {
     // sends 10.2/16 down path 8 and leaves 10.1/16 to the kernel.
     s.remove_hop(hop(7, 255)).unwrap();
     assert_eq!(run(&mut s, NshRole::Classify, &acme).1, "no_hop");
-    let to_zeta = ClsMatch { dst: Some(([10, 2, 0, 0].into(), 0xffff_0000)), out: 0, ..ClsMatch::default() };
+    let to_zeta: Rule = "out=0,dst=10.2.0.0/16".parse().unwrap();
     s.set_classifier(&[to_zeta], &[8]).unwrap();
     s.set_hop(hop(8, 255), NshAction::End { dev: 0 }).unwrap();
     assert_eq!(run(&mut s, NshRole::Classify, &acme), (XDP_PASS, "unclassified", acme.clone()));

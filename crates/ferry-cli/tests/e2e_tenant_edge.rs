@@ -94,6 +94,17 @@ fn sunk(st: &Status, nf: &str) -> u64 {
     c(st, nf, "sunk")
 }
 
+/// Frames no tenant got: what no rule took, and the malformed, as the
+/// classifier (xdp) or the router NF counted them.
+fn not_delivered(st: &Status, mode: &str) -> u64 {
+    if mode != "xdp" {
+        return c(st, "edge-router", "unmatched") + c(st, "edge-router", "drop_malformed");
+    }
+    let edge = st.ports.iter().find(|p| p.name == "edge").expect("the edge port's status");
+    let malformed = edge.verdicts.iter().find(|v| v.0 == "malformed").map_or(0, |v| v.1);
+    edge.classified.as_ref().map_or(0, |c| c.unmatched) + malformed
+}
+
 fn receiving(st: &Status) -> bool {
     st.nfs.iter().all(|n| n.connected && !n.rings.is_empty() && n.rings.iter().all(|r| r.loops >= 2))
 }
@@ -111,12 +122,7 @@ fn run(mode: &str) -> Status {
     // Where a frame is counted once a socket took it off its ring: a
     // tenant's (xdp mode) or the router's, or the classifier dropped it.
     let taken = |st: &Status| match mode {
-        "xdp" => {
-            let edge = st.ports.iter().find(|p| p.name == "edge").expect("the edge port's status");
-            let malformed = edge.verdicts.iter().find(|v| v.0 == "malformed").map_or(0, |v| v.1);
-            let unmatched = edge.classified.as_ref().map_or(0, |c| c.unmatched);
-            c(st, "acme-sink", "rx_port") + c(st, "zeta-sink", "rx_port") + unmatched + malformed
-        }
+        "xdp" => c(st, "acme-sink", "rx_port") + c(st, "zeta-sink", "rx_port") + not_delivered(st, mode),
         _ => c(st, "edge-router", "rx_port"),
     };
     // In chunks well under a socket's rings, each taken off them before
@@ -131,18 +137,10 @@ fn run(mode: &str) -> Status {
             wait_until("the edge took every frame sent", || rc.status().is_ok_and(|st| taken(&st) >= sent));
         }
     });
-    let counted = |st: &Status| match mode {
-        "xdp" => {
-            let edge = st.ports.iter().find(|p| p.name == "edge").expect("the edge port's status");
-            let malformed = edge.verdicts.iter().find(|v| v.0 == "malformed").map_or(0, |v| v.1);
-            edge.classified.as_ref().map_or(0, |c| c.unmatched) + malformed
-        }
-        _ => c(st, "edge-router", "unmatched") + c(st, "edge-router", "drop_malformed"),
-    };
     let st = wait_for("both tenants hold their frames and the rest is counted", || {
         let st = rc.status().ok()?;
         let done = sunk(&st, "acme-sink") >= m.acme && sunk(&st, "zeta-sink") >= m.zeta;
-        (done && counted(&st) >= m.unmatched + m.malformed).then_some(st)
+        (done && not_delivered(&st, mode) >= m.unmatched + m.malformed).then_some(st)
     });
     assert_eq!(sunk(&st, "acme-sink"), m.acme, "acme's sink holds acme's frames, no more");
     assert_eq!(sunk(&st, "zeta-sink"), m.zeta, "zeta's sink holds zeta's frames, no more");

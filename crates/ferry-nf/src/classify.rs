@@ -60,19 +60,31 @@ impl Ipv4Prefix {
     }
 }
 
-impl FromStr for Ipv4Prefix {
-    type Err = String;
+impl Ipv4Prefix {
+    /// `a.b.c.d/len`, or a bare address as one host (`/32`): the firewall
+    /// rules' form.
+    pub fn parse_or_host(s: &str) -> Result<Ipv4Prefix, String> {
+        Ipv4Prefix::parse(s, s.split_once('/').unwrap_or((s, "32")))
+    }
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (addr, len) = s.split_once('/').ok_or_else(|| format!("{s:?}: expected ADDRESS/LENGTH"))?;
+    fn parse(s: &str, (addr, len): (&str, &str)) -> Result<Ipv4Prefix, String> {
         let addr: Ipv4Addr = addr.parse().map_err(|_| format!("{s:?}: {addr:?} is not an IPv4 address"))?;
-        let len: u8 = len.parse().ok().filter(|l| *l <= 32).ok_or_else(|| format!("{s:?}: length 0..=32"))?;
+        let len: u8 = len.parse().ok().filter(|l| *l <= 32).ok_or_else(|| format!("{s:?}: prefix length 0..=32"))?;
         let p = Ipv4Prefix { addr, len };
         if u32::from(addr) & !p.mask() != 0 {
             let base = Ipv4Addr::from(u32::from(addr) & p.mask());
             return Err(format!("{s:?}: host bits set (did you mean {base}/{len}?)"));
         }
         Ok(p)
+    }
+}
+
+impl FromStr for Ipv4Prefix {
+    type Err = String;
+
+    /// `a.b.c.d/len`: the length is required.
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ipv4Prefix::parse(s, s.split_once('/').ok_or_else(|| format!("{s:?}: expected ADDRESS/LENGTH"))?)
     }
 }
 

@@ -14,7 +14,7 @@
 //! default deny
 //! ```
 
-use std::net::Ipv4Addr;
+use crate::classify::Ipv4Prefix;
 
 /// What a matching rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,16 +70,11 @@ pub struct FwRuleError {
     pub message: String,
 }
 
+/// An address or prefix as the range of addresses it covers.
 fn prefix(s: &str) -> Result<(u32, u32), String> {
-    let (addr, len) = s.split_once('/').unwrap_or((s, "32"));
-    let addr: Ipv4Addr = addr.parse().map_err(|_| format!("{s:?}: expected ADDRESS[/LENGTH]"))?;
-    let len: u32 = len.parse().ok().filter(|l| *l <= 32).ok_or_else(|| format!("{s:?}: prefix length 0..=32"))?;
-    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-    let base = u32::from(addr);
-    if base & !mask != 0 {
-        return Err(format!("{s:?}: host bits set (did you mean {}/{len}?)", Ipv4Addr::from(base & mask)));
-    }
-    Ok((base, base | !mask))
+    let p = Ipv4Prefix::parse_or_host(s)?;
+    let base = u32::from(p.addr);
+    Ok((base, base | !p.mask()))
 }
 
 fn ports(s: &str) -> Result<(u16, u16), String> {

@@ -7,11 +7,12 @@
 //! by the kernel, straight into the memory of the tenant its rule picks;
 //! no process of any tenant, and no trusted router, ever holds it first.
 
-use anyhow::{bail, Context, Result};
-use ferry_bpf::classify::{parse_rules, Classifier, Unmatched};
+use anyhow::{anyhow, bail, Context, Result};
+use ferry_bpf::classify::{Classifier, Unmatched};
 use ferry_bpf::{LoadedXdp, Object};
 use ferry_chain::plan::{ChainPlan, ClassifyPlan};
 use ferry_chain::proto::ClassifiedStatus;
+use ferry_nf::classify::Table;
 
 use crate::loopdev::LoopDevice;
 use crate::ports::{attach_mode, Port};
@@ -41,7 +42,9 @@ impl EdgeClassifier {
         let edge = plan.ports[c].clone();
         let Some(table) = edge.classify.clone() else { bail!("port {} does not classify", edge.name) };
         let ns = edge.netns.as_deref();
-        let rules = parse_rules(&table.rules).with_context(|| format!("port {}", edge.name))?;
+        let texts: Vec<&str> = table.rules.iter().map(String::as_str).collect();
+        let rules =
+            Table::parse(&texts).map_err(|(i, e)| anyhow!("port {}: classification rule {i}: {e}", edge.name))?.rules;
         let unmatched = if table.default_kernel { Unmatched::Kernel } else { Unmatched::Drop };
         let mut prog =
             Classifier::load(&rules, unmatched).with_context(|| format!("port {}: the classifier", edge.name))?;
