@@ -12,6 +12,7 @@ pub mod evnf;
 pub mod evnf_maps;
 pub mod flow_table;
 pub mod nsh;
+pub mod pinned;
 pub mod pipeline;
 pub mod scan;
 pub mod state;
@@ -119,6 +120,8 @@ pub enum BpfError {
         #[source]
         source: std::io::Error,
     },
+    #[error("pin {path}: {reason}")]
+    Pin { path: std::path::PathBuf, reason: String },
     #[error("no such device {0}")]
     NoDevice(String),
     #[error("bad configuration: {0}")]

@@ -99,6 +99,17 @@ pub enum Msg {
     },
     /// ferryd -> NF: everything it needs, plus fds in the order of `fds`.
     Welcome(Box<Welcome>),
+    /// NF -> a restarted ferryd (`ferryd --persist`): "I am NF `nf`,
+    /// still running with what the ferryd before you sent me". No fds
+    /// either way; the reply is `Ok` or `Error`. ferryd knows the NF by
+    /// its pid and start time (recorded in its state), plus its key if
+    /// ferryd does not start it.
+    Rejoin {
+        chain: String,
+        nf: String,
+        #[serde(default)]
+        key: String,
+    },
     /// Admin -> ferryd (on the admin socket, as the rest down to
     /// `Shutdown`): chain `chain`'s status (empty: the only chain).
     Status {
@@ -196,6 +207,11 @@ pub struct Welcome {
     pub port_rx: Vec<bool>,
     /// How many times this NF has been (re)started.
     pub generation: u64,
+    /// ferryd runs with `--persist`: when the control socket closes, the
+    /// NF keeps forwarding and rejoins the next ferryd (`Msg::Rejoin`)
+    /// instead of stopping.
+    #[serde(default)]
+    pub outlives_ferryd: bool,
 }
 
 /// One deployed chain, as `ferry chain list` shows it.
@@ -384,6 +400,7 @@ fn kind_of(m: &Msg) -> u16 {
         Msg::InfoReply { .. } => 16,
         Msg::Reload { .. } => 17,
         Msg::Reloaded { .. } => 18,
+        Msg::Rejoin { .. } => 19,
     }
 }
 

@@ -64,6 +64,11 @@ fn ferryd_alone_is_privileged_and_the_plugin_serves_what_the_pod_asks_for() {
     // admin socket must not be in it.
     let dir = std::path::Path::new(socket).parent().unwrap();
     assert!(!std::path::Path::new(&flag(&ferryd_cmd, "admin")).starts_with(dir), "{ferryd_cmd:?}");
+    // Chains outlive a restarted ferryd: its pins need the host's bpffs.
+    assert!(ferryd_cmd.iter().any(|a| a == "--persist"), "{ferryd_cmd:?}");
+    let bpffs = d["volumeMounts"].as_sequence().unwrap().iter().find(|m| m["mountPath"] == "/sys/fs/bpf");
+    let volume = bpffs.and_then(|m| spec["volumes"].as_sequence().unwrap().iter().find(|v| v["name"] == m["name"]));
+    assert_eq!(volume.map(|v| &v["hostPath"]["path"]), Some(&Value::from("/sys/fs/bpf")), "{spec:?}");
 
     let plugin = container(spec, "device-plugin");
     unprivileged(plugin);

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use ferry_chain::frames::FrameCache;
 use ferry_chain::plan::OutLink;
-use ferry_chain::proto::{self, FdRole, Msg, Welcome};
+use ferry_chain::proto::{self, FdRole, Msg, ProtoError, Welcome};
 use ferry_chain::shm::{self, ThreadBlock};
 use ferry_ring::{EventFd, Notify, ShmRegion};
 use ferry_xsk::{RingSizes, Umem, UmemConfig, XskSocket};
@@ -64,7 +64,7 @@ impl Nf {
             .map_err(|source| SdkError::Connect { path: path.display().to_string(), source })?;
         let (chain, key) = chain_and_key(path, name);
         let hello = Msg::Hello {
-            key,
+            key: key.clone(),
             chain,
             nf: name.to_string(),
             pid: std::process::id(),
@@ -113,9 +113,15 @@ impl Nf {
         let region = region.ok_or_else(|| missing("region"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let ctrl = Arc::new(ctrl);
-        // ferryd never talks to a running NF except to close the socket:
-        // EOF (or anything else) means stop.
-        let (watch, flag) = (ctrl.clone(), stop.clone());
+        // ferryd says nothing to a running NF but "stop" (or anything
+        // else, which means the same). EOF means ferryd went away: the NF
+        // stops, unless ferryd runs with --persist, when it keeps
+        // forwarding and rejoins the next ferryd.
+        let rejoin = welcome.outlives_ferryd.then(|| Rejoin {
+            path: path.to_path_buf(),
+            msg: Msg::Rejoin { chain: welcome.chain.clone(), nf: name.to_string(), key },
+        });
+        let (mut watch, flag) = (ctrl.clone(), stop.clone());
         let wake: Vec<EventFd> = welcome
             .nf
             .threads
@@ -123,7 +129,12 @@ impl Nf {
             .filter_map(|t| data.get(&t.ring).and_then(|e: &EventFd| e.try_clone().ok()))
             .collect();
         std::thread::Builder::new().name("ferry-ctrl".into()).spawn(move || {
-            let _ = proto::recv(&watch);
+            while let Err(ProtoError::Closed) = proto::recv(&watch) {
+                match rejoin.as_ref().and_then(Rejoin::wait) {
+                    Some(again) => watch = Arc::new(again),
+                    None => break,
+                }
+            }
             flag.store(true, Ordering::Release);
             for e in &wake {
                 let _ = e.notify(1);
@@ -300,6 +311,38 @@ impl Nf {
             }
         });
         Ok(())
+    }
+}
+
+/// How an NF of a persistent ferryd finds the next one.
+struct Rejoin {
+    path: std::path::PathBuf,
+    msg: Msg,
+}
+
+impl Rejoin {
+    /// How often the NF knocks while no ferryd answers.
+    const EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+    /// Knocks until a ferryd takes the NF back (its connection) or
+    /// refuses it (None: the chain is gone, so the NF stops).
+    fn wait(&self) -> Option<UnixStream> {
+        loop {
+            std::thread::sleep(Self::EVERY);
+            let Ok(conn) = UnixStream::connect(&self.path) else { continue };
+            if proto::send(&conn, &self.msg, &[]).is_err() {
+                continue;
+            }
+            match proto::recv(&conn) {
+                Ok((Msg::Ok, _)) => return Some(conn),
+                Ok((Msg::Error { message }, _)) => {
+                    eprintln!("ferry: ferryd did not take this NF back: {message}");
+                    return None;
+                }
+                // Closed before answering: a ferryd starting or stopping.
+                _ => continue,
+            }
+        }
     }
 }
 

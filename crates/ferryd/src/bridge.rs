@@ -5,7 +5,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use ferry_chain::frames::FrameCache;
@@ -23,9 +24,20 @@ struct Target {
     pending: Vec<Desc>,
 }
 
+/// How long a stopping bridge tries to hand on what it copied already.
+const FLUSH_GRACE: Duration = Duration::from_secs(1);
+
 /// Starts copy bridge `plan` between two of `domains` in thread `name`,
-/// until `stop`.
-pub fn start(domains: Arc<Vec<Domain>>, stop: Arc<AtomicBool>, plan: &BridgePlan, name: String) -> Result<()> {
+/// until `stop`. When stopped, it hands on what it copied already (given
+/// room within [`FLUSH_GRACE`]) and returns its cached frames to the
+/// pools: a ferryd that leaves its chains (`--persist`) loses no frame in
+/// its bridges; one killed may lose the burst a bridge held.
+pub fn start(
+    domains: Arc<Vec<Domain>>,
+    stop: Arc<AtomicBool>,
+    plan: &BridgePlan,
+    name: String,
+) -> Result<JoinHandle<()>> {
     let plan = plan.clone();
     let (from, to) = (&domains[plan.from_domain], &domains[plan.to_domain]);
     let mut consumer = from.ring(plan.ring).consumer()?;
@@ -40,7 +52,7 @@ pub fn start(domains: Arc<Vec<Domain>>, stop: Arc<AtomicBool>, plan: &BridgePlan
     }
     from.block(plan.from_tid).set(shm::T_STATE, shm::STATE_ALIVE);
     to.block(plan.to_tid).set(shm::T_STATE, shm::STATE_ALIVE);
-    std::thread::Builder::new().name(name).spawn(move || {
+    let thread = std::thread::Builder::new().name(name).spawn(move || {
         let (from, to) = (&domains[plan.from_domain], &domains[plan.to_domain]);
         let fs_from = from.plan.frame_size as u64;
         let fs_to = to.plan.frame_size as u64;
@@ -142,7 +154,23 @@ pub fn start(domains: Arc<Vec<Domain>>, stop: Arc<AtomicBool>, plan: &BridgePlan
                 bf.add(c::COPIED, 1);
             }
         }
+        let deadline = Instant::now() + FLUSH_GRACE;
+        for t in targets.iter_mut() {
+            while !t.pending.is_empty() && Instant::now() < deadline {
+                let n = t.producer.enqueue_batch(&t.pending);
+                if n > 0 && t.producer.wake_consumer().unwrap_or(false) {
+                    bt.add(c::WAKEUPS_SENT, 1);
+                }
+                bt.add(c::TO_NF, n as u64);
+                t.pending.drain(..n);
+                if !t.pending.is_empty() {
+                    let _ = t.producer.wait_for_room(BURST as u64, Some(Duration::from_millis(20)));
+                }
+            }
+        }
+        dst.spill_all();
+        src.spill_all();
         let _ = (from.data.first().map(|e| e.notify(1)), to.data.first().map(|e| e.notify(1)));
     })?;
-    Ok(())
+    Ok(thread)
 }

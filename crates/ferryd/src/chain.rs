@@ -26,11 +26,23 @@ use crate::domain::Domain;
 use crate::fastpath::{FastPathEnd, FastPathIds};
 use crate::hybrid::Hybrids;
 use crate::keys::NfKey;
+use crate::persist::NfRecord;
 use crate::ports::{Port, PortParts, PostParts, XSK_RINGS};
 use crate::process::{log, signalled};
 use crate::spawn;
 use crate::tap::Tap;
 use crate::users::{self, Creds, Lease, UidRange};
+
+mod adopt;
+pub use adopt::abandon;
+
+/// An NF process a supervisor waits for.
+enum Running {
+    /// One this ferryd started.
+    Child(std::process::Child),
+    /// One an earlier ferryd started, by pidfd (`--persist`).
+    Adopted(Arc<OwnedFd>),
+}
 
 #[derive(Default)]
 struct NfState {
@@ -44,6 +56,9 @@ struct NfState {
     /// The admitted process, by pidfd: signals never reach a process that
     /// reused its pid.
     pidfd: Option<Arc<OwnedFd>>,
+    /// The admitted process's start time: with its pid, what a persistent
+    /// ferryd records to know it again.
+    start: Option<u64>,
     connected: bool,
     restarts: u32,
     generation: u64,
@@ -70,11 +85,13 @@ pub struct Chain {
     creds: Vec<Creds>,
     /// Per NF: its key, if ferryd does not start it.
     keys: Vec<Option<NfKey>>,
-    _leases: Vec<Lease>,
+    leases: Vec<Lease>,
     ferry_bin: Option<PathBuf>,
     spawn: bool,
     /// Set when the chain is removed (or ferryd stops).
     pub stop: Arc<AtomicBool>,
+    /// The copy bridges' threads.
+    bridges: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// NFs placed in XDP (their ids and counters live with their port).
     offloaded: usize,
     /// The hybrid NFs' fast paths; None once the chain stops.
@@ -85,6 +102,12 @@ pub struct Chain {
     flow_tables: Vec<Option<FlowTable>>,
     /// Where each NF runs and why.
     placement: String,
+    /// Started by `ferryd --persist`: the chain outlives ferryd, which
+    /// keeps its state file current ([`crate::persist`]).
+    persist: bool,
+    /// Per NF: what the state file says of it. Locked after an NF's lock,
+    /// never before.
+    records: Mutex<Vec<NfRecord>>,
 }
 
 /// An XDP program's verdict counters as (verdict, packets, bytes).
@@ -123,6 +146,8 @@ pub struct ChainSetup {
     pub whole: Vec<HybridNf>,
     /// `Placement::explain`.
     pub placement: String,
+    /// Make the chain outlive ferryd (`--persist`).
+    pub persist: bool,
 }
 
 impl Chain {
@@ -143,7 +168,11 @@ impl Chain {
             ahead_ids,
             whole,
             placement,
+            persist,
         } = c;
+        if persist {
+            adopt::check_persistable(&plan, &xdp, &post, &hybrid, &whole)?;
+        }
         let (creds, leases) = users::resolve(&plan, uids)?;
         for (d, dom) in plan.domains.iter().enumerate() {
             let runs_as: Vec<&str> =
@@ -202,10 +231,12 @@ impl Chain {
                 ports.push(Some(Mutex::new(port)));
                 continue;
             }
+            let pin = persist.then(|| adopt::pin_dir(id, index));
             ports.push(match (p.nf, &fast) {
                 (None, None) => None,
                 _ => Some(Mutex::new(
-                    Port::open(p, PortParts { fast, post, hybrid }).with_context(|| format!("port {}", p.name))?,
+                    Port::open(p, PortParts { fast, post, hybrid, pin: pin.as_deref() })
+                        .with_context(|| format!("port {}", p.name))?,
                 )),
             });
         }
@@ -233,6 +264,7 @@ impl Chain {
         }
         let taps = plan.kernel.iter().map(Tap::create).collect::<Result<Vec<_>>>()?;
         let nfs = plan.nfs.iter().map(|_| Mutex::new(NfState::default())).collect();
+        let records = Mutex::new(plan.nfs.iter().map(|_| NfRecord::default()).collect());
         // Keys last: nothing after them can fail and leave them behind.
         let mut keys = Vec::new();
         for (nf, c) in plan.nfs.iter().zip(&creds) {
@@ -261,28 +293,37 @@ impl Chain {
             nfs,
             creds,
             keys,
-            _leases: leases,
+            leases,
             ferry_bin,
             spawn,
             stop: Arc::new(AtomicBool::new(false)),
+            bridges: Mutex::new(Vec::new()),
             offloaded,
             hybrids,
             splits,
             flow_tables,
             placement,
+            persist,
+            records,
         })
     }
 
     /// Starts the copy bridges and the NFs ferryd starts.
     pub fn start(self: &Arc<Self>) -> Result<()> {
-        for b in &self.plan.bridges {
-            let name = format!("bridge-{}-{}", self.plan.nfs[b.from_nf].name, self.plan.nfs[b.to_nf].name);
-            bridge::start(self.domains.clone(), self.stop.clone(), b, name)?;
-        }
+        self.start_bridges()?;
         for i in 0..self.plan.nfs.len() {
             if self.spawn && self.plan.nfs[i].spawn {
                 Chain::start_nf(self, i)?;
             }
+        }
+        Ok(())
+    }
+
+    fn start_bridges(&self) -> Result<()> {
+        for b in &self.plan.bridges {
+            let name = format!("bridge-{}-{}", self.plan.nfs[b.from_nf].name, self.plan.nfs[b.to_nf].name);
+            let thread = bridge::start(self.domains.clone(), self.stop.clone(), b, name)?;
+            self.bridges.lock().expect("bridges lock").push(thread);
         }
         Ok(())
     }
@@ -345,6 +386,7 @@ impl Chain {
         // holding the chain lets go of it: a redeploy may attach at once.
         // Classifiers first: nothing is redirected into an entry whose
         // port lost its program (its frames would reach the edge's stack).
+        let pins: Vec<PathBuf> = self.pin_dirs().into_iter().flatten().collect();
         let mut classifiers = self.classifiers.lock().expect("classifiers lock");
         classifiers.iter_mut().for_each(EdgeClassifier::detach);
         for port in self.ports.iter().flatten() {
@@ -353,6 +395,9 @@ impl Chain {
         classifiers.clear();
         drop(classifiers);
         *self.hybrids.lock().expect("hybrids lock") = None;
+        if self.persist {
+            adopt::forget(&self.socket, &self.plan.name, &pins);
+        }
     }
 
     /// Starts NF `i` under a supervisor thread that restarts it after it
@@ -374,52 +419,72 @@ impl Chain {
                     return;
                 }
             };
-            let name = d.plan.nfs[i].name.clone();
-            let mut child = Some(first);
-            while let Some(mut c) = child.take() {
-                let pid = c.id();
-                log(format!("started NF {name} (pid {pid}, {})", d.creds[i].shown));
-                if let Err(e) = spawn::wait_exited(pid) {
-                    log(format!("waiting for NF {name} (pid {pid}): {e}"));
-                }
-                // Forget the pid before reaping frees it for reuse.
-                d.nfs[i].lock().expect("nf lock").child = None;
-                let status = c.wait();
-                log(format!("NF {name} exited: {status:?}"));
-                // Its connection handler reclaims its frames and resets its
-                // rings; a new process before that would find them taken.
-                let waited = Instant::now();
-                let mut told = false;
-                while d.nfs[i].lock().expect("nf lock").connected {
-                    if d.stop.load(Ordering::Acquire) || signalled() {
-                        return;
-                    }
-                    if !told && waited.elapsed() > Duration::from_secs(5) {
-                        log(format!("NF {name}: still waiting to reclaim its frames before restarting it"));
-                        told = true;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if d.stop.load(Ordering::Acquire) || signalled() || !d.plan.nfs[i].restart {
-                    return;
-                }
-                let restarts = {
-                    let mut st = d.nfs[i].lock().expect("nf lock");
-                    st.restarts += 1;
-                    st.restarts
-                };
-                // Back off a little more for an NF that keeps dying.
-                std::thread::sleep(Duration::from_millis(50 * restarts.min(20) as u64));
-                match d.spawn_child(i) {
-                    Ok(c) => child = Some(c),
-                    Err(e) => log(format!("restarting NF {name}: {e:#}")),
-                }
-            }
+            d.supervise(i, Running::Child(first));
         })?;
         first_result
             .recv()
             .map_err(|_| anyhow!("NF {}'s supervisor ended", daemon.plan.nfs[i].name))?
             .map_err(|e| anyhow!(e))
+    }
+
+    /// Waits for NF `i`'s process to exit; once its frames are reclaimed,
+    /// starts it again if ferryd starts it and it restarts; and so on.
+    fn supervise(&self, i: usize, first: Running) {
+        let name = self.plan.nfs[i].name.clone();
+        let mut running = Some(first);
+        while let Some(r) = running.take() {
+            match r {
+                Running::Child(mut c) => {
+                    let pid = c.id();
+                    log(format!("started NF {name} (pid {pid}, {})", self.creds[i].shown));
+                    if let Err(e) = spawn::wait_exited(pid) {
+                        log(format!("waiting for NF {name} (pid {pid}): {e}"));
+                    }
+                    // Forget the pid before reaping frees it for reuse.
+                    self.nfs[i].lock().expect("nf lock").child = None;
+                    let status = c.wait();
+                    log(format!("NF {name} exited: {status:?}"));
+                }
+                Running::Adopted(fd) => {
+                    spawn::pidfd_exited(&fd, -1);
+                    log(format!("NF {name} (adopted) exited"));
+                    // One that rejoined is reclaimed by its connection's
+                    // handler, as any NF; one that never did, here.
+                    if self.nfs[i].lock().expect("nf lock").conn.is_none() {
+                        self.nf_gone(i);
+                    }
+                }
+            }
+            // Its connection handler reclaims its frames and resets its
+            // rings; a new process before that would find them taken.
+            let waited = Instant::now();
+            let mut told = false;
+            while self.nfs[i].lock().expect("nf lock").connected {
+                if self.stop.load(Ordering::Acquire) || signalled() {
+                    return;
+                }
+                if !told && waited.elapsed() > Duration::from_secs(5) {
+                    log(format!("NF {name}: still waiting to reclaim its frames before restarting it"));
+                    told = true;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let starts_it = self.spawn && self.plan.nfs[i].spawn && self.plan.nfs[i].restart;
+            if self.stop.load(Ordering::Acquire) || signalled() || !starts_it {
+                return;
+            }
+            let restarts = {
+                let mut st = self.nfs[i].lock().expect("nf lock");
+                st.restarts += 1;
+                st.restarts
+            };
+            // Back off a little more for an NF that keeps dying.
+            std::thread::sleep(Duration::from_millis(50 * restarts.min(20) as u64));
+            match self.spawn_child(i) {
+                Ok(c) => running = Some(Running::Child(c)),
+                Err(e) => log(format!("restarting NF {name}: {e:#}")),
+            }
+        }
     }
 
     /// Starts NF `i`'s process and records its pid, under the NF's lock so
@@ -432,7 +497,9 @@ impl Chain {
         if self.stop.load(Ordering::Acquire) {
             bail!("chain {} is stopping", self.plan.name);
         }
-        let child = spawn::spawn_nf(&self.plan.name, &self.plan.nfs[i], &self.creds[i], &self.socket, &ferry)?;
+        let log = self.persist.then(|| adopt::nf_log(&self.socket, &self.plan.name, &self.plan.nfs[i].name));
+        let child =
+            spawn::spawn_nf(&self.plan.name, &self.plan.nfs[i], &self.creds[i], &self.socket, &ferry, log.as_deref())?;
         st.child = Some(child.id());
         Ok(child)
     }
@@ -444,6 +511,9 @@ impl Chain {
         for st in &self.nfs {
             let st = st.lock().expect("nf lock");
             if let Some(c) = &st.conn {
+                // Said, not just closed: an NF of a persistent ferryd takes
+                // a bare EOF for ferryd going away, and waits for the next.
+                let _ = proto::send(c, &Msg::Shutdown, &[]);
                 let _ = c.shutdown(std::net::Shutdown::Both);
             }
             if let Some(fd) = &st.pidfd {
@@ -567,9 +637,24 @@ impl Chain {
             fds.push(fd.as_raw_fd());
         }
         let pidfd = Arc::new(spawn::pidfd_open(pid).with_context(|| format!("pidfd of NF pid {pid}"))?);
-        let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
-        dom.attach(&threads, pid, pidfd.clone());
+        let start = crate::persist::start_time(pid).ok_or_else(|| anyhow!("NF pid {pid} is gone"))?;
         st.generation += 1;
+        // The next ferryd must know the process before it holds anything
+        // that outlives this one.
+        if self.persist {
+            let record = NfRecord {
+                process: Some((pid, start)),
+                generation: st.generation,
+                restarts: st.restarts,
+                counters: counters.clone(),
+            };
+            if let Err(e) = self.record(i, record) {
+                st.generation -= 1;
+                return Err(e);
+            }
+        }
+        let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
+        dom.attach(&threads, pid, pidfd.clone(), true);
         let welcome = Welcome {
             chain: self.plan.name.clone(),
             nf_index: i,
@@ -579,6 +664,7 @@ impl Chain {
             xsk_rings: [XSK_RINGS.rx, XSK_RINGS.tx, XSK_RINGS.fill, XSK_RINGS.comp],
             port_rx: self.plan.ports.iter().map(|p| p.rx).collect(),
             generation: st.generation,
+            outlives_ferryd: self.persist,
         };
         if let Err(e) = proto::send(stream, &Msg::Welcome(Box::new(welcome)), &fds) {
             for t in &nf.threads {
@@ -593,6 +679,7 @@ impl Chain {
         st.pid = Some(pid);
         st.conn = stream.try_clone().ok();
         st.pidfd = Some(pidfd);
+        st.start = Some(start);
         st.counters = counters;
         log(format!("NF {name} connected (pid {pid}, uid {uid})"));
         Ok(i)
@@ -673,6 +760,13 @@ impl Chain {
         st.pid = None;
         st.conn = None;
         st.pidfd = None;
+        st.start = None;
+        if self.persist {
+            let record = NfRecord { process: None, ..self.records.lock().expect("records lock")[i].clone() };
+            if let Err(e) = self.record(i, record) {
+                log(format!("NF {}: {e:#}", nf.name));
+            }
+        }
     }
 
     /// Re-reads the configuration files its hybrid NFs name and applies

@@ -4,18 +4,19 @@
 //! every frame is in exactly one place.
 
 use std::collections::HashSet;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use ferry_chain::plan::DomainPlan;
 use ferry_chain::proto::AuditReport;
 use ferry_chain::shm::{self, ThreadBlock, NO_OWNER};
 use ferry_ring::{EventFd, FramePool, MpscRing, Notify, PoolConfig, RegionLayout, RingConfig, SharedWords, ShmRegion};
 use ferry_xsk::{Umem, UmemConfig};
 
+use crate::persist::{self, DomainIds, Harvest};
 use crate::spawn;
 
 pub struct Domain {
@@ -29,6 +30,9 @@ pub struct Domain {
     pub control: SharedWords,
     pub owners: SharedWords,
     pub pool: FramePool,
+    /// What the kernel calls its memory and eventfds (for the state a
+    /// persistent ferryd leaves).
+    pub ids: DomainIds,
     /// What ferryd alone knows of the threads; its lock serialises audits
     /// and attaches.
     life: Mutex<Life>,
@@ -44,15 +48,16 @@ struct Life {
 }
 
 struct Process {
-    pidfd: Arc<OwnedFd>,
+    /// None: a thread found dead when a persistent ferryd adopted its
+    /// domain (its process had gone while no ferryd watched).
+    pidfd: Option<Arc<OwnedFd>>,
     /// The thread's receive ring, reset when it dies.
     ring: u32,
 }
 
 impl Domain {
-    pub fn create(plan: &DomainPlan) -> Result<Domain> {
-        let cfg = UmemConfig { frame_count: plan.frames, frame_size: plan.frame_size, headroom: 0 };
-        let umem = Arc::new(Umem::create(&format!("ferry-{}", plan.name), cfg).context("creating the UMEM")?);
+    /// The region a domain of `plan` has.
+    fn layout(plan: &DomainPlan) -> Result<RegionLayout> {
         let producers = u16::try_from(plan.tids.max(1)).context("too many threads")?;
         let ring = RingConfig::new(plan.ring_size, producers)?.with_low_watermark(plan.ring_size / 2)?;
         let mut layout = RegionLayout::new();
@@ -60,23 +65,64 @@ impl Domain {
             layout = layout.ring(ring);
         }
         let layout = layout.pool(PoolConfig::new(plan.frames)?).words(shm::control_words(plan.tids)).words(plan.frames);
-        let region = ShmRegion::create(&layout).context("creating the shared region")?;
-        let pool = region.pool(shm::POOL)?;
-        let control = region.words(shm::CONTROL_WORDS)?;
+        Ok(layout)
+    }
+
+    pub fn create(plan: &DomainPlan) -> Result<Domain> {
+        let cfg = UmemConfig { frame_count: plan.frames, frame_size: plan.frame_size, headroom: 0 };
+        let umem = Arc::new(Umem::create(&format!("ferry-{}", plan.name), cfg).context("creating the UMEM")?);
+        let region = ShmRegion::create(&Self::layout(plan)?).context("creating the shared region")?;
         let owners = region.words(shm::OWNER_WORDS)?;
         for w in owners.as_slice() {
             w.store(NO_OWNER, Ordering::Relaxed);
         }
         let frames: Vec<u64> = (0..plan.frames).map(|i| umem.frame_addr(i)).collect();
-        pool.seed(&frames)?;
+        region.pool(shm::POOL)?.seed(&frames)?;
         let mut data = Vec::new();
         let mut room = Vec::new();
         for _ in 0..plan.rings {
             data.push(EventFd::new()?);
             room.push(EventFd::new_semaphore()?);
         }
+        Self::assemble(plan, umem, region, data, room)
+    }
+
+    /// The domain of a chain the ferryd before this one set up, from the
+    /// objects taken from one of its NFs (`persist::harvest`). Nothing in
+    /// the memory is reset: the NFs never stopped using it.
+    pub fn adopt(plan: &DomainPlan, h: Harvest) -> Result<Domain> {
+        let cfg = UmemConfig { frame_count: plan.frames, frame_size: plan.frame_size, headroom: 0 };
+        let umem = Arc::new(Umem::from_fd(h.umem, cfg).context("mapping the UMEM")?);
+        let region = ShmRegion::from_fd(h.region).context("mapping the shared region")?;
+        if region.layout() != &Self::layout(plan)? {
+            bail!("domain {}: the region's layout is not the one its plan gives", plan.name);
+        }
+        let wrap = |fds: Vec<std::os::fd::OwnedFd>| -> Result<Vec<EventFd>> {
+            Ok(fds.into_iter().map(EventFd::from_owned).collect::<Result<_, _>>()?)
+        };
+        let dom = Self::assemble(plan, umem, region, wrap(h.data)?, wrap(h.room)?)?;
+        // A thread takes a pause request equal to the last one it answered
+        // for one it answered already (and its answer is still there): the
+        // epochs go on from the highest answered, never again from 0.
+        let answered = (0..plan.tids).map(|t| dom.block(t).get(shm::T_PAUSE_ACK)).max().unwrap_or(0);
+        dom.life.lock().expect("audit lock").epoch =
+            answered.max(dom.control.as_slice()[shm::PAUSE_REQ].load(Ordering::Acquire));
+        Ok(dom)
+    }
+
+    fn assemble(
+        plan: &DomainPlan,
+        umem: Arc<Umem>,
+        region: ShmRegion,
+        data: Vec<EventFd>,
+        room: Vec<EventFd>,
+    ) -> Result<Domain> {
+        let ids = persist::domain_ids(umem.as_fd(), region.fd(), &data, &room)?;
+        let pool = region.pool(shm::POOL)?;
+        let control = region.words(shm::CONTROL_WORDS)?;
+        let owners = region.words(shm::OWNER_WORDS)?;
         let life = Life { epoch: 0, procs: (0..plan.tids).map(|_| None).collect() };
-        Ok(Domain { plan: plan.clone(), umem, region, data, room, control, owners, pool, life: Mutex::new(life) })
+        Ok(Domain { plan: plan.clone(), umem, region, data, room, control, owners, pool, ids, life: Mutex::new(life) })
     }
 
     pub fn block(&self, tid: u32) -> ThreadBlock<'_> {
@@ -100,20 +146,36 @@ impl Domain {
     /// `pid` (`pidfd`). Under the audit lock, so no audit sees a thread half
     /// attached. An audit asks the pidfd, not /proc or the shared memory,
     /// whether the process still lives.
-    pub fn attach(&self, threads: &[(u32, u32)], pid: u32, pidfd: Arc<OwnedFd>) {
+    ///
+    /// A new process starts from zero; an adopted one (`fresh` false) keeps
+    /// the counters it has been counting all along.
+    pub fn attach(&self, threads: &[(u32, u32)], pid: u32, pidfd: Arc<OwnedFd>, fresh: bool) {
         let mut life = self.life.lock().expect("audit lock");
         for &(tid, ring) in threads {
             let b = self.block(tid);
-            b.reset_counters();
+            if fresh {
+                b.reset_counters();
+            }
             b.set(shm::T_PID, pid as u64);
-            life.procs[tid as usize] = Some(Process { pidfd: pidfd.clone(), ring });
+            life.procs[tid as usize] = Some(Process { pidfd: Some(pidfd.clone()), ring });
             b.set(shm::T_STATE, shm::STATE_ALIVE);
+        }
+    }
+
+    /// Marks NF threads `threads` (tid, receive ring) dead: their process
+    /// exited while no ferryd watched. The next audit reclaims their
+    /// frames and resets their rings.
+    pub fn mark_dead(&self, threads: &[(u32, u32)]) {
+        let mut life = self.life.lock().expect("audit lock");
+        for &(tid, ring) in threads {
+            life.procs[tid as usize] = Some(Process { pidfd: None, ring });
+            self.block(tid).set(shm::T_STATE, shm::STATE_DEAD);
         }
     }
 
     /// Whether thread `tid` runs in a process that has exited.
     fn process_exited(life: &Life, tid: u32) -> bool {
-        life.procs[tid as usize].as_ref().is_some_and(|p| spawn::pidfd_exited(&p.pidfd, 0))
+        life.procs[tid as usize].as_ref().and_then(|p| p.pidfd.as_ref()).is_some_and(|fd| spawn::pidfd_exited(fd, 0))
     }
 
     /// Pauses the domain, reclaims the frames of every dead thread, resets
@@ -133,7 +195,8 @@ impl Domain {
     /// `unresponsive`; callers that need the reclaim try again.
     pub fn audit(&self, dead: &[u32]) -> AuditReport {
         let mut life = self.life.lock().expect("audit lock");
-        life.epoch += 1;
+        // 0 means "no pause": skipped when the count wraps.
+        life.epoch = life.epoch.wrapping_add(1).max(1);
         let ep = life.epoch;
         let ctl = self.control.as_slice();
         for &t in dead {

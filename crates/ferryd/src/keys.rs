@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 pub enum KeyError {
     #[error("writing NF key {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
+    #[error("reading key {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
     #[error("getrandom: {0}")]
     Random(std::io::Error),
 }
@@ -47,6 +49,14 @@ impl NfKey {
         f.write_all(text.as_bytes()).map_err(werr)?;
         std::os::unix::fs::fchown(&f, Some(uid), Some(gid)).map_err(werr)?;
         Ok(NfKey(text))
+    }
+
+    /// The key an earlier ferryd issued, from its file: a persistent
+    /// ferryd adopting a chain keeps its NFs' keys.
+    pub fn read(path: &Path) -> Result<NfKey, KeyError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| KeyError::Read { path: path.to_path_buf(), source })?;
+        Ok(NfKey(text.trim().to_string()))
     }
 
     /// Whether `given` is this key; in time that does not depend on where

@@ -14,12 +14,12 @@
 //! between domains and, when an NF dies, reclaims every frame it held.
 //!
 //! # When ferryd itself goes away
-//! NFs treat the closed control socket as "stop": they leave their data
-//! loop and exit (status 75 from `ferry nf serve`), and NFs ferryd started
-//! die with it anyway (PR_SET_PDEATHSIG). Nothing is shared between two
-//! ferryd instances — a restarted ferryd builds new memfds, sockets and XDP
-//! programs and starts the NFs again — so no process can ever see memory
-//! that another instance reinitialised. In-flight packets are lost.
+//! By default NFs treat the closed control socket as "stop": they leave
+//! their data loop and exit (status 75 from `ferry nf serve`), and NFs
+//! ferryd started die with it anyway (PR_SET_PDEATHSIG). A restarted
+//! ferryd builds everything anew. With `--persist`, chains outlive
+//! ferryd: the NFs keep forwarding and the next ferryd adopts them
+//! (`chain::adopt`, `persist`).
 
 mod bridge;
 mod chain;
@@ -31,6 +31,7 @@ mod iproute;
 mod keys;
 mod loopdev;
 pub mod metrics;
+mod persist;
 mod ports;
 mod process;
 mod server;

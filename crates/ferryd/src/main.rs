@@ -24,6 +24,10 @@ struct Args {
     /// Serve no metrics.
     #[arg(long, conflicts_with = "metrics")]
     no_metrics: bool,
+    /// Chains outlive ferryd: SIGTERM (or a crash) leaves them forwarding,
+    /// and a ferryd started with --persist on the same socket adopts them.
+    #[arg(long)]
+    persist: bool,
     /// uids to allocate to domains that name no user, FIRST-LAST.
     #[arg(long, default_value = "2130706432-2130771967")]
     uid_range: ferryd::users::UidRange,
@@ -40,6 +44,7 @@ fn main() -> ExitCode {
         spawn: !a.no_spawn,
         uids: a.uid_range,
         metrics: (!a.no_metrics).then_some(a.metrics),
+        persist: a.persist,
     };
     match ferryd::run(&opts) {
         Ok(()) => ExitCode::SUCCESS,

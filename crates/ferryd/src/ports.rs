@@ -3,10 +3,12 @@
 //! loop device in front of a sending port with post-server NFs, and the
 //! sockets ferryd creates (in the port's namespace) for an NF thread.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use ferry_bpf::abi::Verdicts;
+use ferry_bpf::pinned::PinnedRedirect;
 use ferry_bpf::{AttachMode, LoadedXdp, Object};
 use ferry_chain::plan::PortPlan;
 use ferry_chain::proto::OffloadedStatus;
@@ -27,6 +29,8 @@ pub enum Steering {
     Redirect(LoadedXdp),
     /// Through the NFs placed in XDP first.
     Pipeline(FastPath),
+    /// As `Redirect`, pinned in bpffs: it outlives ferryd (`--persist`).
+    Pinned(PinnedRedirect),
 }
 
 pub struct Port {
@@ -59,6 +63,9 @@ pub struct PortParts<'a> {
     pub post: Option<PostParts<'a>>,
     /// A hybrid path starts at the port.
     pub hybrid: bool,
+    /// Pin the redirect program here (`--persist`); only a port with no
+    /// XDP parts gets one.
+    pub pin: Option<&'a Path>,
 }
 
 /// A port's post-server part, as it is opened.
@@ -80,7 +87,7 @@ impl Port {
     /// Opens the port with its XDP parts. A hybrid path's port gets no
     /// program here: the pipeline of the chain's hybrid NFs holds its hook, and its
     /// slow-path sockets are registered there ([`crate::hybrid::Hybrids`]).
-    pub fn open(plan: &PortPlan, PortParts { fast, post, hybrid }: PortParts) -> Result<Port> {
+    pub fn open(plan: &PortPlan, PortParts { fast, post, hybrid, pin }: PortParts) -> Result<Port> {
         let ns = plan.netns.as_deref();
         let device = Port::ifindex(plan)?;
         let mode = attach_mode(plan);
@@ -106,6 +113,14 @@ impl Port {
                     .with_context(|| format!("XDP part on {} ({})", plan.netdev, plan.name))?,
             )),
             None if !plan.rx || hybrid => None,
+            None if pin.is_some() => {
+                let dir = pin.expect("just checked");
+                let prog =
+                    ferry_testbed::in_netns(ns, || PinnedRedirect::attach(device, mode, dir))?.with_context(|| {
+                        format!("attaching XDP to {} ({}), pinned in {}", plan.netdev, plan.name, dir.display())
+                    })?;
+                Some(Steering::Pinned(prog))
+            }
             None => {
                 let prog = ferry_testbed::in_netns(ns, || {
                     LoadedXdp::attach(Object::XskRedirect, "ferry_xsk_redirect", device, mode)
@@ -116,6 +131,27 @@ impl Port {
         };
         let ifindex = post.as_ref().map_or(device, |p| p.dev.send_ifindex);
         Ok(Port { plan: plan.clone(), ifindex, xdp, post })
+    }
+
+    /// The port of a chain an earlier ferryd set up: its redirect program
+    /// (if it receives) from the pins in `pin`.
+    pub fn adopt(plan: &PortPlan, pin: Option<&Path>) -> Result<Port> {
+        let ifindex = Port::ifindex(plan)?;
+        let xdp = match pin {
+            Some(dir) => Some(Steering::Pinned(
+                PinnedRedirect::open(dir).with_context(|| format!("port {}: its pinned program", plan.name))?,
+            )),
+            None => None,
+        };
+        Ok(Port { plan: plan.clone(), ifindex, xdp, post: None })
+    }
+
+    /// The pin directory of its program, if pinned.
+    pub fn pin_dir(&self) -> Option<PathBuf> {
+        match &self.xdp {
+            Some(Steering::Pinned(p)) => Some(p.dir().to_path_buf()),
+            _ => None,
+        }
     }
 
     /// The port through which a split NF's process gets the misses of
@@ -145,6 +181,9 @@ impl Port {
 
     /// Takes the port's XDP programs and its loop device away.
     pub fn detach(&mut self) {
+        if let Some(Steering::Pinned(p)) = self.xdp.take() {
+            p.remove();
+        }
         self.xdp = None;
         self.post = None;
     }
@@ -162,6 +201,9 @@ impl Port {
             Some(Steering::Redirect(xdp)) => {
                 xdp.register_xsk(queue, &sock).context("registering the socket in the XSKMAP")?
             }
+            Some(Steering::Pinned(xdp)) => {
+                xdp.register_xsk(queue, &sock).context("registering the socket in the pinned XSKMAP")?
+            }
             Some(Steering::Pipeline(fast)) => {
                 fast.register_xsk(queue, &sock).context("registering the socket in the pipeline's XSKMAP")?
             }
@@ -175,6 +217,7 @@ impl Port {
     pub fn verdicts(&self) -> Option<Verdicts> {
         match (&self.xdp, &self.post) {
             (Some(Steering::Redirect(xdp)), _) => xdp.verdicts().ok(),
+            (Some(Steering::Pinned(xdp)), _) => xdp.verdicts().ok(),
             (Some(Steering::Pipeline(fast)), _) => fast.verdicts(),
             (None, Some(post)) => post.fast.verdicts(),
             (None, None) => None,

@@ -39,6 +39,10 @@ pub struct Options {
     pub uids: UidRange,
     /// Where to serve Prometheus metrics (None: nowhere).
     pub metrics: Option<std::net::SocketAddr>,
+    /// Chains outlive ferryd: on SIGTERM (or a crash) it leaves them
+    /// forwarding, and at start it adopts those a ferryd before it left
+    /// (see `chain::adopt`).
+    pub persist: bool,
 }
 
 /// How long a removed chain's NFs get between SIGTERM and SIGKILL.
@@ -57,6 +61,7 @@ pub struct Daemon {
     admin: PathBuf,
     spawn: bool,
     uids: UidRange,
+    persist: bool,
     chains: Mutex<Vec<Arc<Chain>>>,
     /// Serialises deploys and removes (a deploy takes a while; status and
     /// hellos keep being served meanwhile).
@@ -95,6 +100,7 @@ pub fn run(opts: &Options) -> Result<()> {
         admin,
         spawn: opts.spawn,
         uids: opts.uids,
+        persist: opts.persist,
         chains: Mutex::new(Vec::new()),
         changes: Mutex::new(()),
         next_chain: AtomicU32::new(1),
@@ -108,6 +114,11 @@ pub fn run(opts: &Options) -> Result<()> {
     // per connection. The admin socket is root's.
     let nf_listener = listen(&daemon.socket, 0o666)?;
     let admin_listener = listen(&daemon.admin, 0o600)?;
+    // Bound first (so no other ferryd serves these chains), served after:
+    // NFs knocking meanwhile wait in the backlog for their chain.
+    if daemon.persist {
+        daemon.adopt_all();
+    }
     if let Some(addr) = opts.metrics {
         let d = daemon.clone();
         let bound = crate::metrics::serve(addr, move || d.chains.lock().expect("chains lock").clone())?;
@@ -116,7 +127,10 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     if let Some(file) = &opts.chain {
         let file = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
-        if let Err(e) = daemon.deploy(&file) {
+        let name = ferry_catalog::parse_chain(&file)?.name();
+        if daemon.persist && daemon.chain(&name).is_ok() {
+            log(format!("chain {name:?} of {} was adopted: not deployed again", file.display()));
+        } else if let Err(e) = daemon.deploy(&file) {
             daemon.shutdown();
             return Err(e);
         }
@@ -143,7 +157,11 @@ pub fn run(opts: &Options) -> Result<()> {
             }
         }
     }
-    daemon.shutdown();
+    if daemon.persist && !daemon.stop.load(Ordering::Acquire) {
+        daemon.leave();
+    } else {
+        daemon.shutdown();
+    }
     log("stopped");
     Ok(())
 }
@@ -182,6 +200,62 @@ impl Daemon {
         let _ = std::fs::remove_file(&self.admin);
         // Only if empty: it is ours, but say nothing of what else is there.
         let _ = std::fs::remove_dir(proto::keys_dir(&self.socket));
+    }
+
+    /// ferryd goes, its chains stay (`--persist`, on a signal): they go on
+    /// forwarding, and the next ferryd adopts them.
+    fn leave(&self) {
+        let chains: Vec<Arc<Chain>> = self.chains.lock().expect("chains lock").drain(..).collect();
+        for c in &chains {
+            c.leave();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(&self.admin);
+        log(format!("left {} chains running for the next ferryd", chains.len()));
+    }
+
+    /// Adopts every chain a ferryd before this one left (`--persist`). A
+    /// chain that cannot be adopted is abandoned: what of it still runs is
+    /// stopped, so nothing lingers unsupervised.
+    fn adopt_all(&self) {
+        for (file, state) in crate::persist::ChainState::load_all(&self.socket) {
+            let state = match state {
+                Ok(s) => s,
+                Err(e) => {
+                    log(format!("{e:#}; moved aside"));
+                    let _ = std::fs::rename(&file, file.with_extension("json.bad"));
+                    continue;
+                }
+            };
+            let name = state.plan.name.clone();
+            let (id, last_nf) = (state.id, state.nf_ids.iter().copied().max().unwrap_or(0));
+            let adopted = Chain::adopt(state.clone(), self.socket.clone(), self.spawn).map(Arc::new).and_then(|c| {
+                self.chains.lock().expect("chains lock").push(c.clone());
+                c.start_adopted().map(|()| c)
+            });
+            match adopted {
+                Ok(c) => {
+                    self.next_chain.fetch_max(id + 1, Ordering::Relaxed);
+                    self.next_nf.fetch_max(last_nf + 1, Ordering::Relaxed);
+                    let running = c.summary().connected;
+                    log(format!("adopted chain {name:?} (id {id}): {running} NF processes running"));
+                }
+                Err(e) => {
+                    log(format!("chain {name:?} cannot be adopted: {e:#}; stopping what is left of it"));
+                    if let Some(c) = self.chains.lock().expect("chains lock").iter().find(|c| c.id == id).cloned() {
+                        self.chains.lock().expect("chains lock").retain(|c| c.id != id);
+                        c.stop(REMOVE_GRACE);
+                    }
+                    crate::chain::abandon(&self.socket, &state);
+                    // A new ferryd whose state version differs (its region
+                    // layout may too) comes here: the chain starts afresh.
+                    match self.deploy(&state.file) {
+                        Ok(_) => log(format!("chain {name:?} deployed afresh from {}", state.file.display())),
+                        Err(e) => log(format!("chain {name:?} not deployed afresh: {e:#}")),
+                    }
+                }
+            }
+        }
     }
 
     /// The chain named `name`; an empty name means the only one.
@@ -252,11 +326,12 @@ impl Daemon {
             ahead_ids,
             whole: placement.whole.clone(),
             placement: placement.explain(),
+            persist: self.persist,
         };
         let chain = Arc::new(Chain::setup(setup).with_context(|| format!("chain from {}", file.display()))?);
         // Listed before its NFs start: their hellos look it up.
         self.chains.lock().expect("chains lock").push(chain.clone());
-        if let Err(e) = chain.start() {
+        if let Err(e) = chain.start().and_then(|()| chain.save_state()) {
             self.chains.lock().expect("chains lock").retain(|c| c.id != id);
             chain.stop(REMOVE_GRACE);
             return Err(e);
@@ -341,6 +416,23 @@ impl Daemon {
                     }
                 }
             }
+            Ok((Msg::Rejoin { chain, nf, key }, _)) => {
+                let _ = stream.set_read_timeout(None);
+                match self.chain(&chain).and_then(|c| Ok((c.rejoin(&stream, &nf, &key)?, c))) {
+                    Ok((i, c)) => {
+                        if proto::send(&stream, &Msg::Ok, &[]).is_ok() {
+                            c.nf_lifetime(&stream, i);
+                        } else {
+                            // It will knock again.
+                            c.unjoin(i);
+                        }
+                    }
+                    Err(e) => {
+                        log(format!("refused NF {} rejoining: {e:#}", proto::echoed(&nf)));
+                        reply_error(format!("{e:#}"));
+                    }
+                }
+            }
             Ok((other, _)) => reply_error(format!(
                 "unexpected message {:?} on the NF socket (admin requests go to {})",
                 kind_name(&other),
@@ -417,6 +509,7 @@ fn kind_name(m: &Msg) -> &'static str {
     match m {
         Msg::Hello { .. } => "hello",
         Msg::Welcome(_) => "welcome",
+        Msg::Rejoin { .. } => "rejoin",
         Msg::Status { .. } => "status",
         Msg::StatusReply(_) => "status-reply",
         Msg::Audit { .. } => "audit",

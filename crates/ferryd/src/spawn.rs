@@ -29,8 +29,17 @@ pub fn ferry_bin() -> Result<PathBuf> {
 /// Starts NF `nf` so that it connects back to `socket`. The child runs as
 /// `creds`: std drops supplementary groups and, since the uid changes
 /// from root to non-root, the kernel clears every capability; no_new_privs
-/// stops it from regaining any, and it dies with ferryd.
-pub fn spawn_nf(chain: &str, nf: &NfPlan, creds: &Creds, socket: &Path, ferry: &Path) -> Result<Child> {
+/// stops it from regaining any. It dies with ferryd, unless `outlive`
+/// names a log file: then it outlives ferryd (`--persist`), and its stdout
+/// and stderr go to that file rather than to ferryd's, which may be gone.
+pub fn spawn_nf(
+    chain: &str,
+    nf: &NfPlan,
+    creds: &Creds,
+    socket: &Path,
+    ferry: &Path,
+    outlive: Option<&Path>,
+) -> Result<Child> {
     let (uid, gid) = (creds.uid, creds.gid);
     let mut cmd = match (&nf.kind, &nf.exec) {
         (Some(kind), _) => {
@@ -52,14 +61,28 @@ pub fn spawn_nf(chain: &str, nf: &NfPlan, creds: &Creds, socket: &Path, ferry: &
     if uid != 0 {
         cmd.uid(uid).gid(gid);
     }
+    if let Some(file) = outlive {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+            .with_context(|| format!("NF {}'s log {}", nf.name, file.display()))?;
+        cmd.stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    }
+    let die_with_ferryd = outlive.is_none();
     let cpus = cpu_set(&nf.cpus);
-    // SAFETY: only async-signal-safe calls (prctl, sched_setaffinity on a
+    // SAFETY: only async-signal-safe calls (prctl, setsid, sched_setaffinity on a
     // set built before the fork) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+                || (die_with_ferryd && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0)
             {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Outliving ferryd includes its terminal's Ctrl-C: a session
+            // of its own.
+            if !die_with_ferryd && libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             if let Some(set) = &cpus {

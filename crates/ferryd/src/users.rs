@@ -30,6 +30,8 @@ pub enum UserError {
     RangeExhausted { first: u32, count: u32 },
     #[error("uid lease {path}: {source}")]
     Lease { path: PathBuf, source: std::io::Error },
+    #[error("uid {uid}: leased to another ferryd")]
+    Taken { uid: u32 },
     #[error("bad uid range {given:?}: expected FIRST-LAST, FIRST > 0 and FIRST <= LAST < 2^31")]
     BadRange { given: String },
 }
@@ -128,6 +130,22 @@ pub fn lease(range: UidRange, dir: &Path) -> Result<Lease, UserError> {
         }
     }
     Err(UserError::RangeExhausted { first: range.first, count: range.count })
+}
+
+/// Leases `uid` again, for a chain a persistent ferryd adopts: its NFs
+/// run as that uid already, so it cannot be allocated afresh.
+pub fn lease_again(uid: u32, dir: &Path) -> Result<Lease, UserError> {
+    let path = dir.join(uid.to_string());
+    let lease_err = |e| UserError::Lease { path: path.clone(), source: e };
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(&lease_err)?;
+    let file =
+        OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).map_err(&lease_err)?;
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.kind() == std::io::ErrorKind::WouldBlock { UserError::Taken { uid } } else { lease_err(e) });
+    }
+    Ok(Lease { uid, _lock: file })
 }
 
 /// The real uids of every process now running.

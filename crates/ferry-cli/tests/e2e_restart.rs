@@ -1,0 +1,254 @@
+//! ferryd restarted while its chains forward (`ferryd --persist`): the
+//! NF processes outlive it, a new ferryd adopts their memory from them
+//! and the ports' pinned programs, and they rejoin it. Nothing is lost.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::chain::*;
+use common::*;
+use ferry_chain::proto::{self, Msg, Status};
+use ferry_cli::chainctl::{self, RunningChain};
+
+/// A `ferryd --persist` on `socket`, deploying `chain` if given (else it
+/// adopts what the ferryd before it left); returns once it serves chain
+/// `name`.
+fn persistent_ferryd(socket: &Path, chain: Option<&Path>, name: &str) -> RunningChain {
+    let mut cmd = Command::new(chainctl::ferryd_bin().expect("ferryd"));
+    cmd.args(chain)
+        .arg("--socket")
+        .arg(socket)
+        .args(["--persist", "--metrics", "127.0.0.1:0"])
+        .env("FERRY_BIN", chainctl::ferry_bin().expect("ferry"))
+        .stdin(Stdio::null());
+    let child = cmd.spawn().expect("starting ferryd");
+    let mut rc =
+        RunningChain { child, socket: socket.to_path_buf(), admin: proto::admin_socket(socket), name: name.into() };
+    wait_until("ferryd serving the chain", || {
+        assert!(rc.child.try_wait().unwrap().is_none(), "ferryd exited before it served {name}");
+        rc.status().is_ok()
+    });
+    rc
+}
+
+/// Ends ferryd with `signal` and waits for it to exit.
+fn end_ferryd(mut rc: RunningChain, signal: i32) {
+    // SAFETY: plain kill of our child.
+    assert_eq!(unsafe { libc::kill(rc.child.id() as i32, signal) }, 0);
+    rc.child.wait().unwrap();
+}
+
+fn pids(s: &Status) -> Vec<(String, Option<u32>)> {
+    s.nfs.iter().map(|n| (n.name.clone(), n.pid)).collect()
+}
+
+fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z"))
+}
+
+/// Kills what a failed test leaves running: NFs outlive ferryd here.
+struct Reaper(Vec<u32>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if !gone(pid) {
+                // SAFETY: plain kill of a leftover NF of this test.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+const MADE: u64 = 600_000;
+
+/// src -> mid -> snk, src making MADE frames at 200 kpps; `snk` in domain
+/// `snk_domain` (a copy link from mid when it is not `main`).
+fn counted_chain(name: &str, snk_domain: &str) -> String {
+    let other = if snk_domain == "main" { String::new() } else { format!(", {{ name: {snk_domain} }}") };
+    format!(
+        r#"
+name: {name}
+domains: [ {{ name: main, frames: 4096, ring_size: 512 }}{other} ]
+nfs:
+  - {{ name: src, domain: main, kind: source, args: ["rate=200000", "count={MADE}"] }}
+  - {{ name: mid, domain: main, kind: fwd }}
+  - {{ name: snk, domain: {snk_domain}, kind: sink }}
+links:
+  - {{ from: src, to: mid }}
+  - {{ from: mid, to: snk }}
+"#
+    )
+}
+
+/// Runs `yaml` (chain `name`) under a persistent ferryd and ends ferryd
+/// once per `signals` while frames flow, each time replaced by a new one.
+/// Block backpressure drops nothing, so every frame made must be sunk: 0
+/// lost, the same processes all along, counters that kept counting, a
+/// conserved audit.
+fn restart_under_load(name: &str, yaml: &str, signals: &[i32]) {
+    let dir = TempDir::new(name);
+    let chain = dir.path("chain.yaml");
+    std::fs::write(&chain, yaml).unwrap();
+    let socket = dir.path("ferryd.sock");
+    let mut rc = persistent_ferryd(&socket, Some(&chain), name);
+    let first = rc.wait_connected(HANG_GUARD).expect("NFs connected");
+    let procs = pids(&first);
+    let _reaper = Reaper(procs.iter().filter_map(|(_, p)| *p).collect());
+    let sunk = |rc: &RunningChain| rc.status().map_or(0, |s| c(&s, "snk", "sunk"));
+    for (round, &signal) in signals.iter().enumerate() {
+        let share = (round as u64 + 1) * MADE / (signals.len() as u64 + 2);
+        wait_until("traffic before ferryd goes", || sunk(&rc) > share);
+        let at_stop = sunk(&rc);
+        end_ferryd(rc, signal);
+        // (That they forward meanwhile is shown on veth ports below.)
+        assert!(procs.iter().all(|(_, p)| !gone(p.unwrap())), "NFs outlive ferryd ({signal})");
+        rc = persistent_ferryd(&socket, None, name);
+        let st = rc.status().unwrap();
+        assert_eq!(pids(&st), procs, "the new ferryd adopted the same processes");
+        assert!(st.nfs.iter().all(|n| n.connected && n.restarts == 0), "{st:?}");
+        assert!(c(&st, "snk", "sunk") >= at_stop, "counters kept counting across the restart");
+        // Only the NFs' own processes may rejoin.
+        let impostor =
+            proto::request(&socket, &Msg::Rejoin { chain: name.into(), nf: "mid".into(), key: String::new() })
+                .expect("an answer");
+        assert!(
+            matches!(&impostor, Msg::Error { message } if message.contains("is not the running NF")),
+            "{impostor:?}"
+        );
+    }
+    wait_until("every frame made to be sunk", || sunk(&rc) == MADE);
+    let st = rc.status().unwrap();
+    eprintln!("{}", chainctl::status_table(&st));
+    assert_eq!(c(&st, "src", "made"), MADE);
+    for nf in ["src", "mid", "snk"] {
+        for drop in ["drop_full", "drop_down", "drop_malformed"] {
+            assert_eq!(c(&st, nf, drop), 0, "{nf} {drop}");
+        }
+    }
+    assert_eq!(pids(&st), procs, "no NF was restarted");
+    for d in &st.domains {
+        assert_eq!((d.lost, d.duplicated, d.reclaimed), (0, 0, 0), "{d:?}");
+    }
+    assert_conserved(&rc);
+    let state = dir.path("ferryd.sock.state").join(format!("{name}.json"));
+    assert!(state.exists(), "the state file is kept current");
+    // What cannot outlive ferryd yet is refused, saying so.
+    let flows = dir.path("flows.yaml");
+    std::fs::write(&flows, counted_chain("flows", "main").replace("kind: fwd", "kind: flow-monitor")).unwrap();
+    let refused = chainctl::deploy(&rc.admin, &flows).expect_err("a flow monitor under --persist");
+    assert!(format!("{refused:#}").contains("not supported with ferryd --persist yet"), "{refused:#}");
+    rc.shutdown().unwrap();
+    wait_until("the NFs stopped with the chain", || procs.iter().all(|(_, p)| gone(p.unwrap())));
+    assert!(!state.exists(), "a stopped chain leaves no state");
+}
+
+/// One domain: ferryd stopped (SIGTERM), then killed (SIGKILL).
+#[test]
+fn ferryd_restarts_under_200_kpps_and_loses_no_frame() {
+    if !privileged("ferryd_restarts") {
+        return;
+    }
+    restart_under_load("persist", &counted_chain("persist", "main"), &[libc::SIGTERM, libc::SIGKILL]);
+}
+
+/// A copy link: the bridge is a ferryd thread, so it stops with ferryd,
+/// handing on what it copied, and the next ferryd starts it again.
+#[test]
+fn a_copy_link_survives_ferryd_restarts_with_no_frame_lost() {
+    if !privileged("copy_link_restarts") {
+        return;
+    }
+    restart_under_load("bridged", &counted_chain("bridged", "other"), &[libc::SIGTERM, libc::SIGTERM]);
+}
+
+/// The XDP device traffic of d0, as ip shows it: whether a program is on.
+fn xdp_attached(ns: &str, dev: &str) -> bool {
+    let out = Command::new("ip").args(["-n", ns, "link", "show", "dev", dev]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+}
+
+/// tx packets of `dev` in namespace `ns`.
+fn tx_packets(ns: &str, dev: &str) -> u64 {
+    let out = Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show", dev]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
+    v[0]["stats64"]["tx"]["packets"].as_u64().unwrap_or(0)
+}
+
+/// A chain between two veth ports: its redirect program is pinned, so it
+/// stays on d0 and frames keep reaching the NFs' sockets while no ferryd
+/// runs. The new ferryd registers a restarted NF's fresh socket in the
+/// same pinned XSKMAP. Removing the chain takes program and pins away.
+#[test]
+fn pinned_ports_keep_forwarding_while_ferryd_is_away() {
+    if !privileged("pinned_ports") {
+        return;
+    }
+    let tb = testbed(PORTS_TESTBED, "restart-e2e.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let dir = TempDir::new("pinned");
+    let chain = dir.path("chain.yaml");
+    std::fs::write(
+        &chain,
+        format!(
+            r#"
+name: pinned
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: in, netns: {dut}, netdev: d0 }}
+  - {{ name: out, netns: {dut}, netdev: d1 }}
+nfs:
+  - {{ name: a, domain: main, kind: fwd }}
+  - {{ name: b, domain: main, kind: l2fwd }}
+links:
+  - {{ from: in, to: a }}
+  - {{ from: a, to: b }}
+  - {{ from: b, to: out }}
+"#
+        ),
+    )
+    .unwrap();
+    let socket = dir.path("ferryd.sock");
+    let mut rc = persistent_ferryd(&socket, Some(&chain), "pinned");
+    let st = rc.wait_connected(HANG_GUARD).expect("NFs connected");
+    let _reaper = Reaper(pids(&st).iter().filter_map(|(_, p)| *p).collect());
+    let pins: Vec<PathBuf> = std::fs::read_dir("/sys/fs/bpf/ferry")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("port0/link").exists() && p.to_string_lossy().ends_with(&format!("{}-1", rc.child.id())))
+        .collect();
+    assert_eq!(pins.len(), 1, "port in's program is pinned: {pins:?}");
+    let sink = spawn_sink(&tb, "sink", "s0", &["--idle-exit", "3s"]);
+    let sent = 60_000u64;
+    let args = ["gen", "xsk", "--dev", "g0", "--count", "60000", "--rate", "10000", "--dst-mac", "02:00:00:00:01:02"];
+    let gen = Ferry::spawn(&tb, "gen", &[&args[..], &["--set", "flows=64", "--json"]].concat());
+    wait_until("traffic through the chain", || rc.status().is_ok_and(|s| c(&s, "b", "tx_port") > 5000));
+    end_ferryd(rc, libc::SIGTERM);
+    assert!(xdp_attached(&dut, "d0"), "the pinned program stays on d0 without ferryd");
+    let out = tx_packets(&dut, "d1");
+    wait_until("frames forwarded while no ferryd runs", || tx_packets(&dut, "d1") > out + 2000);
+    let rc = persistent_ferryd(&socket, None, "pinned");
+    // A restarted NF gets fresh sockets, registered in the pinned XSKMAP.
+    let a = pid_of(&rc.status().unwrap(), "a");
+    // SAFETY: plain kill of the NF process.
+    assert_eq!(unsafe { libc::kill(a as i32, libc::SIGKILL) }, 0);
+    wait_until("a restarted by the new ferryd", || {
+        rc.status().is_ok_and(|s| s.nfs.iter().any(|n| n.name == "a" && n.connected && n.restarts == 1))
+    });
+    let through = c(&rc.status().unwrap(), "b", "tx_port");
+    wait_until("traffic through the restarted a", || rc.status().is_ok_and(|s| c(&s, "b", "tx_port") > through + 2000));
+    let gen = gen.wait_json(HANG_GUARD);
+    assert_eq!(u(&gen, "/sent"), sent, "{gen:#}");
+    let report = sink.wait_json(HANG_GUARD);
+    let st = rc.status().unwrap();
+    eprintln!("{}", chainctl::status_table(&st));
+    assert_eq!(c(&st, "b", "tx_port"), u(&report, "/packets"), "b's counter survived both ferryds: {report:#}");
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+    assert!(!xdp_attached(&dut, "d0"), "the chain's removal takes the program away");
+    assert!(!pins[0].exists(), "and its pins");
+    down_and_check(tb);
+}

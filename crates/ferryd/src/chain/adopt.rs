@@ -1,0 +1,390 @@
+//! Chains that outlive ferryd (`ferryd --persist`): what such a chain may
+//! hold, the state file it keeps current, and how the next ferryd adopts
+//! it while its NFs go on forwarding.
+//!
+//! What survives ferryd, and where:
+//! * the NF processes (no PR_SET_PDEATHSIG; a session and a log file of
+//!   their own), with their UMEM, region, eventfds and AF_XDP sockets;
+//! * each receiving port's redirect program and maps, pinned in bpffs;
+//! * the state file, the NFs' keys and the uid leases' files.
+//!
+//! What does not: the copy bridges (ferryd threads), so frames between
+//! domains wait in rings (or upstream) until the next ferryd starts them
+//! again; and the supervision of NFs, so one that dies meanwhile is
+//! reclaimed and restarted only when the next ferryd comes.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use ferry_chain::plan::ChainPlan;
+use ferry_chain::proto;
+use ferry_place::{HybridNf, HybridPath, PostPath, XdpPath};
+
+use super::{Chain, NfState, Running};
+use crate::domain::Domain;
+use crate::keys::NfKey;
+use crate::persist::{self, ChainState, NfRecord, STATE_VERSION};
+use crate::ports::Port;
+use crate::process::log;
+use crate::spawn;
+use crate::users::{self, Creds};
+
+/// Refuses, at deploy, what a persistent ferryd cannot hand over yet:
+/// everything whose state lives only in ferryd (XDP parts, hybrid NFs'
+/// fast paths, classifiers, TAPs, flow tables).
+pub(super) fn check_persistable(
+    plan: &ChainPlan,
+    xdp: &[(XdpPath, Vec<u32>)],
+    post: &[(PostPath, Vec<u32>)],
+    hybrid: &[HybridPath],
+    whole: &[HybridNf],
+) -> Result<()> {
+    let what = if let Some((p, _)) = xdp.first() {
+        format!("NFs placed in XDP on port {}", p.port)
+    } else if let Some((p, _)) = post.first() {
+        format!("NFs placed in XDP in front of port {}", p.port)
+    } else if let Some(h) = hybrid.first() {
+        format!("hybrid NFs on port {}", h.port)
+    } else if let Some(h) = whole.first() {
+        format!("hybrid NF {}", h.name)
+    } else if let Some(p) = plan.ports.iter().find(|p| p.classify.is_some()) {
+        format!("tenant classification on port {}", p.name)
+    } else if let Some(k) = plan.kernel.first() {
+        format!("kernel hop {}", k.name)
+    } else if let Some(n) = plan.nfs.iter().find(|n| n.kind.as_deref() == Some("flow-monitor")) {
+        format!("flow monitor {} (its flow table)", n.name)
+    } else {
+        return Ok(());
+    };
+    bail!(
+        "chain {:?}: not supported with ferryd --persist yet: {what}. Only NF processes, zero-copy and copy links, \
+         and ports can outlive ferryd; deploy this chain on a ferryd without --persist",
+        plan.name
+    )
+}
+
+/// Where port `index` of chain `id` pins its program.
+pub(super) fn pin_dir(id: u32, index: usize) -> PathBuf {
+    Path::new(ferry_bpf::pinned::BPFFS)
+        .join("ferry")
+        .join(format!("{}-{id}", std::process::id()))
+        .join(format!("port{index}"))
+}
+
+/// The log file of an NF that outlives ferryd.
+pub(super) fn nf_log(socket: &Path, chain: &str, nf: &str) -> PathBuf {
+    let dir = persist::state_dir(socket);
+    let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir);
+    dir.join(format!("{chain}.{nf}.log"))
+}
+
+/// Removes what a removed chain left for a next ferryd: its state file and
+/// the directory of its ports' pins (`pins`: each port's pin directory,
+/// already emptied by the ports).
+pub(super) fn forget(socket: &Path, chain: &str, pins: &[PathBuf]) {
+    ChainState::remove(socket, chain);
+    for dir in pins {
+        ferry_bpf::pinned::remove_pins(dir);
+        if let Some(parent) = dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+/// A chain that could not be adopted: its NFs still running are killed,
+/// its programs leave their devices and its state and keys are removed,
+/// so nothing of it lingers unsupervised.
+pub fn abandon(socket: &Path, state: &ChainState) {
+    for r in &state.nfs {
+        if let Some(fd) = r.process.and_then(persist::find_process) {
+            spawn::pidfd_signal(&fd, libc::SIGKILL);
+        }
+    }
+    let pins: Vec<PathBuf> = state.pins.iter().flatten().cloned().collect();
+    forget(socket, &state.plan.name, &pins);
+    for nf in &state.plan.nfs {
+        let _ = std::fs::remove_file(proto::key_path(socket, &state.plan.name, &nf.name));
+    }
+    if let Some(dir) = proto::key_path(socket, &state.plan.name, "-").parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+/// Audits a domain until every live thread answered, a few times at most.
+const ADOPT_AUDITS: u32 = 20;
+
+impl Chain {
+    /// Sets NF `i`'s record and writes the state file.
+    pub(super) fn record(&self, i: usize, record: NfRecord) -> Result<()> {
+        let mut records = self.records.lock().expect("records lock");
+        records[i] = record;
+        self.state(&records).save(&self.socket)
+    }
+
+    /// Writes the state file as it stands (after a deploy or an adoption);
+    /// nothing without `--persist`.
+    pub fn save_state(&self) -> Result<()> {
+        if !self.persist {
+            return Ok(());
+        }
+        let records = self.records.lock().expect("records lock");
+        self.state(&records).save(&self.socket)
+    }
+
+    fn state(&self, records: &[NfRecord]) -> ChainState {
+        ChainState {
+            version: STATE_VERSION,
+            id: self.id,
+            nf_ids: self.nf_ids.clone(),
+            file: self.file.clone(),
+            placement: self.placement.clone(),
+            plan: self.plan.clone(),
+            creds: self.creds.iter().map(|c| (c.uid, c.gid, c.shown.clone())).collect(),
+            leases: self.leases.iter().map(|l| l.uid).collect(),
+            domains: self.domains.iter().map(|d| d.ids.clone()).collect(),
+            pins: self.pin_dirs(),
+            nfs: records.to_vec(),
+        }
+    }
+
+    /// Per port: its pin directory, if pinned.
+    pub(super) fn pin_dirs(&self) -> Vec<Option<PathBuf>> {
+        self.ports.iter().map(|p| p.as_ref().and_then(|p| p.lock().expect("port lock").pin_dir())).collect()
+    }
+
+    /// The chain an earlier ferryd left in `state`, taken over as it runs:
+    /// its uids leased again, each domain's memory and eventfds taken from
+    /// one of its running NFs, its ports' programs from their pins. Starts
+    /// nothing (see [`Chain::start_adopted`]).
+    pub fn adopt(state: ChainState, socket: PathBuf, spawn: bool) -> Result<Chain> {
+        if state.version != STATE_VERSION {
+            bail!("state version {} (this ferryd reads {STATE_VERSION})", state.version);
+        }
+        let plan = state.plan;
+        let leases = state
+            .leases
+            .iter()
+            .map(|&uid| users::lease_again(uid, Path::new(users::LEASE_DIR)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let procs: Vec<Option<Arc<OwnedFd>>> =
+            state.nfs.iter().map(|r| r.process.and_then(persist::find_process)).collect();
+        let mut domains = Vec::new();
+        for (d, dplan) in plan.domains.iter().enumerate() {
+            let ids = state.domains.get(d).ok_or_else(|| anyhow!("no identities of domain {}", dplan.name))?;
+            let mut tried = Vec::new();
+            let mut found = None;
+            for (i, _) in plan.nfs.iter().enumerate().filter(|(_, n)| n.domain == d) {
+                let (Some(fd), Some((pid, _))) = (&procs[i], state.nfs[i].process) else { continue };
+                match persist::harvest(pid, fd, ids).and_then(|h| Domain::adopt(dplan, h)) {
+                    Ok(dom) => {
+                        found = Some(dom);
+                        break;
+                    }
+                    Err(e) => tried.push(format!("pid {pid}: {e:#}")),
+                }
+            }
+            let dom = found.ok_or_else(|| {
+                anyhow!("domain {}: no running NF holds its memory ({})", dplan.name, tried.join("; "))
+            })?;
+            domains.push(dom);
+        }
+        let mut ports = Vec::new();
+        for (p, pin) in plan.ports.iter().zip(&state.pins) {
+            ports.push(match p.nf {
+                None => None,
+                Some(_) => Some(Mutex::new(Port::adopt(p, pin.as_deref())?)),
+            });
+        }
+        let mut keys = Vec::new();
+        for nf in &plan.nfs {
+            keys.push(if spawn && nf.spawn {
+                None
+            } else {
+                Some(NfKey::read(&proto::key_path(&socket, &plan.name, &nf.name))?)
+            });
+        }
+        let creds: Vec<Creds> = state.creds.into_iter().map(|(uid, gid, shown)| Creds { uid, gid, shown }).collect();
+        let mut nfs = Vec::new();
+        for (i, (nf, r)) in plan.nfs.iter().zip(&state.nfs).enumerate() {
+            let dom = &domains[nf.domain];
+            let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
+            let st = match (&procs[i], r.process) {
+                (Some(fd), Some((pid, start))) => {
+                    dom.attach(&threads, pid, fd.clone(), false);
+                    NfState {
+                        pid: Some(pid),
+                        pidfd: Some(fd.clone()),
+                        start: Some(start),
+                        connected: true,
+                        ..NfState::default()
+                    }
+                }
+                _ => {
+                    dom.mark_dead(&threads);
+                    NfState::default()
+                }
+            };
+            nfs.push(Mutex::new(NfState {
+                restarts: r.restarts,
+                generation: r.generation,
+                counters: r.counters.clone(),
+                ..st
+            }));
+        }
+        let records = state
+            .nfs
+            .iter()
+            .zip(&procs)
+            .map(|(r, p)| NfRecord { process: p.as_ref().and(r.process), ..r.clone() })
+            .collect();
+        let ferry_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
+            Some(spawn::ferry_bin()?)
+        } else {
+            None
+        };
+        Ok(Chain {
+            id: state.id,
+            nf_ids: state.nf_ids,
+            file: state.file,
+            socket,
+            domains: Arc::new(domains),
+            ports,
+            classifiers: Mutex::new(Vec::new()),
+            taps: Vec::new(),
+            nfs,
+            creds,
+            keys,
+            leases,
+            ferry_bin,
+            spawn,
+            stop: Arc::new(AtomicBool::new(false)),
+            bridges: Mutex::new(Vec::new()),
+            offloaded: 0,
+            hybrids: Mutex::new(None),
+            splits: Vec::new(),
+            flow_tables: plan.nfs.iter().map(|_| None).collect(),
+            placement: state.placement,
+            persist: true,
+            records: Mutex::new(records),
+            plan,
+        })
+    }
+
+    /// Starts an adopted chain: reclaims what the dead held (the last
+    /// ferryd's bridges, maybe stopped mid-copy, and NFs that died while no
+    /// ferryd watched), starts the bridges again, supervises the running
+    /// NFs and starts the dead ones ferryd starts.
+    pub fn start_adopted(self: &Arc<Self>) -> Result<()> {
+        for (d, dom) in self.domains.iter().enumerate() {
+            let mut dead: Vec<u32> = Vec::new();
+            for b in &self.plan.bridges {
+                if b.from_domain == d {
+                    dead.push(b.from_tid);
+                }
+                if b.to_domain == d {
+                    dead.push(b.to_tid);
+                }
+            }
+            for (nf, st) in self.plan.nfs.iter().zip(&self.nfs) {
+                if nf.domain == d && st.lock().expect("nf lock").pidfd.is_none() {
+                    dead.extend(nf.threads.iter().map(|t| t.tid));
+                }
+            }
+            let mut tries = 0;
+            let report = loop {
+                let report = dom.audit(&dead);
+                tries += 1;
+                if report.unresponsive.is_empty() || tries == ADOPT_AUDITS {
+                    break report;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            };
+            log(format!(
+                "chain {}: adopted domain {}: reclaimed {} frames; {} in pool, {} in rings, {} held, {} lost, {} \
+                 duplicated{}",
+                self.plan.name,
+                report.domain,
+                report.reclaimed,
+                report.in_pool,
+                report.in_rings,
+                report.held_by_threads,
+                report.lost,
+                report.duplicated,
+                if report.unresponsive.is_empty() {
+                    String::new()
+                } else {
+                    format!("; threads {:?} did not pause, so nothing was reclaimed yet", report.unresponsive)
+                }
+            ));
+        }
+        self.start_bridges()?;
+        for i in 0..self.plan.nfs.len() {
+            let adopted = self.nfs[i].lock().expect("nf lock").pidfd.clone();
+            match adopted {
+                Some(fd) => {
+                    let d = self.clone();
+                    std::thread::Builder::new()
+                        .name(format!("nf-{}", self.plan.nfs[i].name))
+                        .spawn(move || d.supervise(i, Running::Adopted(fd)))?;
+                }
+                None if self.spawn && self.plan.nfs[i].spawn => Chain::start_nf(self, i)?,
+                None => {}
+            }
+        }
+        self.save_state()
+    }
+
+    /// An adopted NF's `Rejoin`: checks it is the very process the state
+    /// recorded (pid, and the pidfd taken at adoption still running, so
+    /// the pid still names it), of the NF's uid, not dumpable, with its key
+    /// if ferryd does not start it; then its connection is the NF's.
+    pub fn rejoin(&self, stream: &UnixStream, name: &str, key: &str) -> Result<usize> {
+        let i = self
+            .plan
+            .nf_index(name)
+            .ok_or_else(|| anyhow!("no NF {} in chain {:?}", proto::echoed(name), self.plan.name))?;
+        let (pid, uid, _) = spawn::peer_cred(stream)?;
+        let mut st = self.nfs[i].lock().expect("nf lock");
+        let alive = st.pidfd.as_ref().is_some_and(|fd| !spawn::pidfd_exited(fd, 0));
+        if st.pid != Some(pid) || !alive {
+            bail!("pid {pid} is not the running NF {name:?} this ferryd adopted");
+        }
+        if uid != self.creds[i].uid {
+            bail!("peer uid {uid} is not NF {name:?}'s uid {}", self.creds[i].uid);
+        }
+        if let Some(k) = &self.keys[i] {
+            if !k.matches(key) {
+                bail!("NF {name:?} rejoined without its key");
+            }
+        }
+        if uid != 0 && spawn::is_dumpable(pid)? {
+            bail!("NF {name:?} (pid {pid}) is dumpable");
+        }
+        if st.conn.is_some() {
+            bail!("NF {name:?} has rejoined already");
+        }
+        st.conn = Some(stream.try_clone().context("keeping the NF's connection")?);
+        log(format!("NF {name} rejoined (pid {pid}, uid {uid})"));
+        Ok(i)
+    }
+
+    /// Forgets a rejoin whose answer did not reach the NF.
+    pub fn unjoin(&self, i: usize) {
+        self.nfs[i].lock().expect("nf lock").conn = None;
+    }
+
+    /// ferryd leaves (`--persist`): its bridges stop, handing on what they
+    /// copied, and everything else stays as it is for the next ferryd.
+    pub fn leave(&self) {
+        self.stop.store(true, Ordering::Release);
+        for thread in self.bridges.lock().expect("bridges lock").drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
