@@ -40,6 +40,10 @@ impl std::str::FromStr for AttachMode {
     }
 }
 
+/// One device's attachment of a program ([`LoadedXdp::attach_one`]).
+#[derive(Debug)]
+pub struct Attachment(aya::programs::xdp::XdpLinkId);
+
 /// A loaded object with one program loaded (and maybe attached).
 /// Dropping it detaches the program and frees the maps.
 pub struct LoadedXdp {
@@ -77,6 +81,22 @@ impl LoadedXdp {
         let prog = xdp_mut(&mut self.ebpf, self.object, &name)?;
         prog.attach_to_if_index(ifindex, mode.flags()).map_err(|source| BpfError::Program { name, source })?;
         Ok(())
+    }
+
+    /// As [`LoadedXdp::attach_to`], returning the attachment so that
+    /// [`LoadedXdp::detach_from`] can take it off that device alone.
+    pub fn attach_one(&mut self, ifindex: u32, mode: AttachMode) -> Result<Attachment, BpfError> {
+        let name = self.program.clone();
+        let prog = xdp_mut(&mut self.ebpf, self.object, &name)?;
+        let id = prog.attach_to_if_index(ifindex, mode.flags()).map_err(|source| BpfError::Program { name, source })?;
+        Ok(Attachment(id))
+    }
+
+    /// Takes the program off the device of `attachment`.
+    pub fn detach_from(&mut self, attachment: Attachment) -> Result<(), BpfError> {
+        let name = self.program.clone();
+        let prog = xdp_mut(&mut self.ebpf, self.object, &name)?;
+        prog.detach(attachment.0).map_err(|source| BpfError::Program { name, source })
     }
 
     /// The loaded object, for typed map access by the program's own module.

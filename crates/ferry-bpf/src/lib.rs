@@ -19,7 +19,7 @@ pub mod state;
 mod test_run;
 
 pub use abi::{GenConfig, GenState, Verdicts, SLOT_MALFORMED, VERDICT_NAMES, VERDICT_SLOTS};
-pub use attach::{AttachMode, LoadedXdp};
+pub use attach::{AttachMode, Attachment, LoadedXdp};
 pub use test_run::{run_live_frames, test_run, TestRunOutput};
 
 /// An embedded BPF object file.

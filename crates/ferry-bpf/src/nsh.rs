@@ -169,6 +169,24 @@ impl NshSff {
         self.xdp.attach_to(ifindex, mode)
     }
 
+    /// As [`NshSff::attach`], for a device the program must leave again
+    /// while the forwarder stays ([`NshSff::detach`]).
+    pub fn attach_one(&mut self, ifindex: u32, mode: AttachMode) -> Result<crate::Attachment, BpfError> {
+        self.xdp.attach_one(ifindex, mode)
+    }
+
+    pub fn detach(&mut self, attachment: crate::Attachment) -> Result<(), BpfError> {
+        self.xdp.detach_from(attachment)
+    }
+
+    /// Device `ifindex` has no role any more (its frames go to the kernel).
+    pub fn clear_role(&mut self, ifindex: u32) -> Result<(), BpfError> {
+        let map = self.xdp.ebpf_mut().map_mut(PORTS).ok_or(BpfError::NoMap { name: PORTS })?;
+        let mut ports: HashMap<_, u32, NshPortRaw> =
+            HashMap::try_from(map).map_err(|source| BpfError::Map { name: PORTS, source })?;
+        ports.remove(&ifindex).map_err(|source| BpfError::Map { name: PORTS, source })
+    }
+
     pub fn set_role(&mut self, ifindex: u32, role: NshRole) -> Result<(), BpfError> {
         let raw = match role {
             NshRole::Classify => NshPortRaw { role: 1, ..NshPortRaw::default() },

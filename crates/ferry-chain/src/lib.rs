@@ -13,6 +13,7 @@
 
 pub mod classify;
 pub mod frames;
+pub mod hosts;
 pub mod plan;
 pub mod proto;
 pub mod shm;

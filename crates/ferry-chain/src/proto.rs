@@ -153,6 +153,27 @@ pub enum Msg {
     InfoReply {
         /// `host:port` of `GET /metrics`, if served.
         metrics: Option<String>,
+        /// `host:port` of its mutual-TLS admin listener, if it has one.
+        #[serde(default)]
+        listen: Option<String>,
+    },
+    /// Admin -> the ferryd of one host of a chain over hosts
+    /// ([`crate::hosts`]): the chain file's text; it answers with the MAC
+    /// of its fabric device, which the other hosts' forwarders send to.
+    Fabric {
+        text: String,
+        origin: String,
+    },
+    FabricReply {
+        host: String,
+        mac: String,
+    },
+    /// Deploy this host's part of the chain file `text` (`origin` names it
+    /// in errors), given every host's fabric MAC (host, MAC).
+    DeployPart {
+        text: String,
+        origin: String,
+        macs: Vec<(String, String)>,
     },
     /// Stop every chain and exit.
     Shutdown,
@@ -242,6 +263,10 @@ pub struct Status {
     /// NFs the orchestrator placed in XDP.
     #[serde(default)]
     pub offloaded: Vec<OffloadedStatus>,
+    /// A chain over hosts: this host's NSH forwarder's counters (shared by
+    /// its chains), by name.
+    #[serde(default)]
+    pub nsh: Vec<(String, u64)>,
 }
 
 /// An NF running as elements of the XDP pipeline on a port.
@@ -401,11 +426,14 @@ fn kind_of(m: &Msg) -> u16 {
         Msg::Reload { .. } => 17,
         Msg::Reloaded { .. } => 18,
         Msg::Rejoin { .. } => 19,
+        Msg::Fabric { .. } => 20,
+        Msg::FabricReply { .. } => 21,
+        Msg::DeployPart { .. } => 22,
     }
 }
 
-/// Writes one frame, with `fds` attached to its first byte.
-pub fn send(sock: &UnixStream, msg: &Msg, fds: &[RawFd]) -> Result<(), ProtoError> {
+/// One frame: header and JSON body.
+fn frame(msg: &Msg) -> Result<Vec<u8>, ProtoError> {
     let body = serde_json::to_vec(msg)?;
     let mut frame = Vec::with_capacity(HEADER_LEN + body.len());
     frame.extend_from_slice(&MAGIC);
@@ -414,6 +442,12 @@ pub fn send(sock: &UnixStream, msg: &Msg, fds: &[RawFd]) -> Result<(), ProtoErro
     frame.extend_from_slice(&[0, 0]);
     frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
     frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// Writes one frame, with `fds` attached to its first byte.
+pub fn send(sock: &UnixStream, msg: &Msg, fds: &[RawFd]) -> Result<(), ProtoError> {
+    let frame = frame(msg)?;
     if fds.is_empty() {
         let mut s = sock;
         s.write_all(&frame)?;
@@ -424,6 +458,27 @@ pub fn send(sock: &UnixStream, msg: &Msg, fds: &[RawFd]) -> Result<(), ProtoErro
         s.write_all(&frame[HEADER_LEN..])?;
     }
     Ok(())
+}
+
+/// Writes one frame to a stream that carries no fds (a TLS connection).
+pub fn write_msg(w: &mut impl Write, msg: &Msg) -> Result<(), ProtoError> {
+    w.write_all(&frame(msg)?)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads one frame from a stream that carries no fds.
+pub fn read_msg(r: &mut impl Read) -> Result<Msg, ProtoError> {
+    let mut hdr = [0u8; HEADER_LEN];
+    let mut got = 0;
+    while got < HEADER_LEN {
+        match r.read(&mut hdr[got..])? {
+            0 if got == 0 => return Err(ProtoError::Closed),
+            0 => return Err(ProtoError::BadFrame("short header".into())),
+            n => got += n,
+        }
+    }
+    body(r, &hdr)
 }
 
 /// Reads one frame and the fds that came with it.
@@ -437,6 +492,11 @@ pub fn recv(sock: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), ProtoError> {
     if n < HEADER_LEN {
         s.read_exact(&mut hdr[n..]).map_err(|_| ProtoError::BadFrame("short header".into()))?;
     }
+    Ok((body(&mut s, &hdr)?, fds))
+}
+
+/// Checks header `hdr` and reads the body it announces.
+fn body(s: &mut impl Read, hdr: &[u8; HEADER_LEN]) -> Result<Msg, ProtoError> {
     if hdr[..2] != MAGIC {
         return Err(ProtoError::BadFrame(format!("bad magic {:02x?}", &hdr[..2])));
     }
@@ -455,7 +515,7 @@ pub fn recv(sock: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), ProtoError> {
     if kind != kind_of(&msg) {
         return Err(ProtoError::BadFrame(format!("header kind {kind} does not match the body")));
     }
-    Ok((msg, fds))
+    Ok(msg)
 }
 
 /// Where ferryd listens for NFs unless told otherwise (its admin socket:

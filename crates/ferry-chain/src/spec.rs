@@ -46,6 +46,7 @@ use std::path::Path;
 use ferry_testbed::yamlloc::{parse_located, Seg, YamlError};
 
 use crate::classify::ClassifySpec;
+use crate::hosts::HostSpec;
 use serde::{Deserialize, Serialize};
 
 /// A whole chain.
@@ -71,6 +72,12 @@ pub struct ChainSpec {
     /// Customers: each owns domains and runs all their NFs as its own uid.
     #[serde(default)]
     pub tenants: Vec<TenantSpec>,
+    /// The hosts a chain over several hosts runs on ([`crate::hosts`]).
+    #[serde(default)]
+    pub hosts: Vec<HostSpec>,
+    /// Its NSH service path id.
+    #[serde(default)]
+    pub spi: Option<u32>,
     #[serde(skip)]
     pub origin: String,
 }
@@ -136,6 +143,10 @@ pub struct PortSpec {
     /// A tenant entry's tenant.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// The host it is on (a chain over `hosts`); its namespace is the
+    /// host's.
+    #[serde(default)]
+    pub location: Option<String>,
 }
 
 /// A hop into the kernel's network stack. AF_XDP cannot hand a frame
@@ -216,6 +227,9 @@ pub struct NfSpec {
     /// the scheduler tick.
     #[serde(default)]
     pub cpus: Vec<u32>,
+    /// The host it runs on (a chain over `hosts`).
+    #[serde(default)]
+    pub location: Option<String>,
 }
 
 /// Highest CPU number `cpus:` may name (the size of a `cpu_set_t`).
@@ -254,6 +268,7 @@ impl NfSpec {
             restart: yes(),
             offload: OffloadPolicy::default(),
             cpus: Vec::new(),
+            location: None,
         }
     }
 }
@@ -413,7 +428,7 @@ pub(crate) fn valid_name(s: &str) -> bool {
 }
 
 /// A node a link can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Node {
     Nf(usize),
     Port(usize),
@@ -432,6 +447,11 @@ impl ChainSpec {
         })?;
         spec.lower_routers().expect("lowered once already");
         spec.place_entries();
+        for p in &mut spec.ports {
+            if let Some(h) = spec.hosts.iter().find(|h| Some(&h.name) == p.location.as_ref()) {
+                p.netns = h.netns.clone();
+            }
+        }
         spec.origin = origin.to_string();
         Ok(spec)
     }
@@ -495,6 +515,7 @@ impl ChainSpec {
             }
         }
         self.check_tenants()?;
+        self.check_hosts()?;
         let mut nodes = HashSet::new();
         for (i, p) in self.ports.iter().enumerate() {
             let at = |f| vec![Key("ports"), Index(i), Key(f)];

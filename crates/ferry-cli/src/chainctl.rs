@@ -199,7 +199,7 @@ pub fn list(admin: &Path) -> Result<Vec<ChainSummary>> {
 /// Where ferryd serves its metrics (`host:port`), if it does.
 pub fn metrics_addr(admin: &Path) -> Result<Option<String>> {
     match admin_request(admin, &Msg::Info)? {
-        Msg::InfoReply { metrics } => Ok(metrics),
+        Msg::InfoReply { metrics, .. } => Ok(metrics),
         other => bail!("unexpected reply {other:?}"),
     }
 }
@@ -278,6 +278,10 @@ pub fn status_table(s: &Status) -> String {
         let parts: Vec<String> = n.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
         out += &format!("  {:<10} id {:<4} in XDP on port {}: {}\n", n.name, n.id, n.port, parts.join(" "));
         out += &flows_table(&n.flows, n.flows_total);
+    }
+    if !s.nsh.is_empty() {
+        let parts: Vec<String> = s.nsh.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
+        out += &format!("  NSH forwarder (this host's, every chain's): {}\n", parts.join(" "));
     }
     for (port, c) in s.ports.iter().filter_map(|p| Some((&p.name, p.classified.as_ref()?))) {
         out += &format!("  port {port} classifies: {} frames no rule took\n", c.unmatched);

@@ -15,6 +15,7 @@ pub mod chainctl;
 pub mod demo;
 pub mod genlive;
 pub mod genxsk;
+pub mod hostctl;
 pub mod inproc;
 pub mod kchain;
 pub mod nfrun;

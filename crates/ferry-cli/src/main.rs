@@ -58,6 +58,9 @@ enum Cmd {
     /// Kubernetes: the kubelet device plugin for NF pods.
     #[command(subcommand)]
     K8s(K8sCmd),
+    /// Keys for the control channel between hosts (mutual TLS).
+    #[command(subcommand)]
+    Tls(TlsCmd),
     /// Traffic generators.
     #[command(subcommand)]
     Gen(GenCmd),
@@ -206,9 +209,13 @@ enum ChainCmd {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
-    /// Deploy FILE on a running ferryd, next to its other chains.
+    /// Deploy FILE on a running ferryd, next to its other chains; a chain
+    /// over hosts (`hosts:`) on each host's ferryd.
     Deploy {
         file: PathBuf,
+        /// The TLS directory of the operator, for hosts reached over TLS.
+        #[arg(long)]
+        tls: Option<PathBuf>,
         /// Print where ferryd placed each NF (XDP or a process) and why.
         #[arg(long)]
         explain: bool,
@@ -222,6 +229,11 @@ enum ChainCmd {
         name: String,
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
+        /// A chain over hosts: remove it from every host FILE names.
+        #[arg(long)]
+        over: Option<PathBuf>,
+        #[arg(long)]
+        tls: Option<PathBuf>,
     },
     /// Re-read the configuration files chain NAME's hybrid NFs name
     /// (config=FILE) and apply them without a restart: rules, nftables,
@@ -246,6 +258,11 @@ enum ChainCmd {
         admin: PathBuf,
         #[arg(long)]
         json: bool,
+        /// A chain over hosts: each host FILE names, in turn.
+        #[arg(long)]
+        over: Option<PathBuf>,
+        #[arg(long)]
+        tls: Option<PathBuf>,
     },
     /// Pause chain NAME's domains and check that every frame is in exactly one place.
     Audit {
@@ -258,6 +275,19 @@ enum ChainCmd {
     Down {
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum TlsCmd {
+    /// Write a deployment CA and a key and certificate for each host (for
+    /// `ferryd --host H --listen ADDR --tls-dir DIR`) and for the operator
+    /// (`ferry chain deploy --tls DIR`) into DIR.
+    Init {
+        dir: PathBuf,
+        /// The hosts, as the chain files name them.
+        #[arg(long, value_delimiter = ',', required = true)]
+        hosts: Vec<String>,
     },
 }
 
@@ -767,14 +797,30 @@ fn run(cli: Cli) -> Result<()> {
             println!("ferryd exited: {status}");
             Ok(())
         }
-        Cmd::Chain(ChainCmd::Deploy { file, explain, admin, json }) => {
+        Cmd::Chain(ChainCmd::Deploy { file, tls, explain, admin: _, json })
+            if ferry_cli::hostctl::spans_hosts(&file) =>
+        {
+            let parts = ferry_cli::hostctl::deploy(&file, tls.as_deref())?;
+            emit(json, &parts, |parts| {
+                let mut out = String::new();
+                for (host, c) in parts {
+                    let placed = if explain { c.placement.clone() } else { String::new() };
+                    out += &format!("{placed}host {host}: deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs);
+                }
+                out
+            })
+        }
+        Cmd::Chain(ChainCmd::Deploy { file, tls: _, explain, admin, json }) => {
             let summary = chainctl::deploy(&admin, &file)?;
             emit(json, &summary, |c| {
                 let placed = if explain { c.placement.clone() } else { String::new() };
                 format!("{placed}deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs)
             })
         }
-        Cmd::Chain(ChainCmd::Remove { name, admin }) => chainctl::remove(&admin, &name),
+        Cmd::Chain(ChainCmd::Remove { name: _, admin: _, over: Some(file), tls }) => {
+            ferry_cli::hostctl::remove(&file, tls.as_deref())
+        }
+        Cmd::Chain(ChainCmd::Remove { name, admin, over: None, tls: _ }) => chainctl::remove(&admin, &name),
         Cmd::Chain(ChainCmd::Reload { name, admin }) => {
             let outcomes = chainctl::reload(&admin, &name)?;
             for r in &outcomes {
@@ -787,7 +833,13 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Chain(ChainCmd::List { admin, json }) => emit(json, &chainctl::list(&admin)?, chainctl::list_table),
-        Cmd::Chain(ChainCmd::Show { name, admin, json }) => {
+        Cmd::Chain(ChainCmd::Show { name: _, admin: _, json, over: Some(file), tls }) => {
+            let parts = ferry_cli::hostctl::status(&file, tls.as_deref())?;
+            emit(json, &parts, |parts| {
+                parts.iter().map(|(host, s)| format!("host {host}:\n{}", chainctl::status_table(s))).collect()
+            })
+        }
+        Cmd::Chain(ChainCmd::Show { name, admin, json, over: None, tls: _ }) => {
             let s = chainctl::status(&admin, &name)?;
             emit(json, &s, chainctl::status_table)
         }
@@ -831,6 +883,11 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Chain(ChainCmd::Down { admin }) => chainctl::shutdown(&admin),
         Cmd::Top { admin, interval, count, no_clear } => ferry_cli::top::run(&admin, interval, count, !no_clear),
+        Cmd::Tls(TlsCmd::Init { dir, hosts }) => {
+            ferry_remote::issue(&dir, &hosts)?;
+            println!("wrote a CA and keys for {} and admin into {}", hosts.join(", "), dir.display());
+            Ok(())
+        }
         Cmd::K8s(K8sCmd::DevicePlugin { resource, slots, ferryd_socket, plugin_dir, endpoint }) => {
             install_stop_handler();
             let cfg = ferry_k8s::PluginConfig { resource_name: resource, slots, ferryd_socket, plugin_dir, endpoint };

@@ -26,6 +26,7 @@ use crate::domain::Domain;
 use crate::fastpath::{FastPathEnd, FastPathIds};
 use crate::hybrid::Hybrids;
 use crate::keys::NfKey;
+use crate::nsh::{NshInstall, NshSetup};
 use crate::persist::NfRecord;
 use crate::ports::{Port, PortParts, PostParts, XSK_RINGS};
 use crate::process::{log, signalled};
@@ -90,6 +91,8 @@ pub struct Chain {
     spawn: bool,
     /// Set when the chain is removed (or ferryd stops).
     pub stop: Arc<AtomicBool>,
+    /// Its part of a service path over hosts; None once the chain stops.
+    nsh: Mutex<Option<NshInstall>>,
     /// The copy bridges' threads.
     bridges: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// NFs placed in XDP (their ids and counters live with their port).
@@ -148,6 +151,8 @@ pub struct ChainSetup {
     pub placement: String,
     /// Make the chain outlive ferryd (`--persist`).
     pub persist: bool,
+    /// This host's part of a chain over hosts.
+    pub nsh: Option<NshSetup>,
 }
 
 impl Chain {
@@ -169,9 +174,10 @@ impl Chain {
             whole,
             placement,
             persist,
+            nsh,
         } = c;
         if persist {
-            adopt::check_persistable(&plan, &xdp, &post, &hybrid, &whole)?;
+            adopt::check_persistable(&plan, &xdp, &post, &hybrid, &whole, nsh.is_some())?;
         }
         let (creds, leases) = users::resolve(&plan, uids)?;
         for (d, dom) in plan.domains.iter().enumerate() {
@@ -197,6 +203,14 @@ impl Chain {
                 classifiers.push(EdgeClassifier::open(&mut plan, c).with_context(|| format!("port {name}"))?);
             }
         }
+        // NSH attachments next: the same.
+        let nsh = match &nsh {
+            Some(s) => Some(
+                NshInstall::open(&s.fabric, &plan.name.clone(), &s.part, &s.peers, &s.macs, Some(&mut plan))
+                    .context("this host's part of the service path")?,
+            ),
+            None => None,
+        };
         let mut ports: Vec<Option<Mutex<Port>>> = Vec::new();
         for (index, p) in plan.ports.iter().enumerate() {
             let fast = match xdp.iter().find(|(path, _)| path.port == p.name) {
@@ -297,6 +311,7 @@ impl Chain {
             ferry_bin,
             spawn,
             stop: Arc::new(AtomicBool::new(false)),
+            nsh: Mutex::new(nsh),
             bridges: Mutex::new(Vec::new()),
             offloaded,
             hybrids,
@@ -395,6 +410,7 @@ impl Chain {
         classifiers.clear();
         drop(classifiers);
         *self.hybrids.lock().expect("hybrids lock") = None;
+        *self.nsh.lock().expect("nsh lock") = None;
         if self.persist {
             adopt::forget(&self.socket, &self.plan.name, &pins);
         }
@@ -911,6 +927,9 @@ impl Chain {
         }
         if let Some(h) = self.hybrids.lock().expect("hybrids lock").as_ref() {
             s.offloaded.extend(h.offloaded());
+        }
+        if let Some(n) = self.nsh.lock().expect("nsh lock").as_ref() {
+            s.nsh = n.counters();
         }
         s
     }

@@ -31,6 +31,7 @@ mod iproute;
 mod keys;
 mod loopdev;
 pub mod metrics;
+mod nsh;
 mod persist;
 mod ports;
 mod process;

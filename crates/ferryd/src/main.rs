@@ -28,6 +28,17 @@ struct Args {
     /// and a ferryd started with --persist on the same socket adopts them.
     #[arg(long)]
     persist: bool,
+    /// This ferryd's host in chains over hosts (the chain file's `hosts`).
+    #[arg(long)]
+    host: Option<String>,
+    /// Serve admin requests of other hosts' operators on this TCP address,
+    /// over mutual TLS (needs --host and --tls-dir).
+    #[arg(long, requires_all = ["host", "tls_dir"])]
+    listen: Option<std::net::SocketAddr>,
+    /// The TLS directory (`ferry tls init`): ca.pem, and this host's
+    /// <host>.pem and <host>.key.
+    #[arg(long)]
+    tls_dir: Option<PathBuf>,
     /// uids to allocate to domains that name no user, FIRST-LAST.
     #[arg(long, default_value = "2130706432-2130771967")]
     uid_range: ferryd::users::UidRange,
@@ -45,6 +56,8 @@ fn main() -> ExitCode {
         uids: a.uid_range,
         metrics: (!a.no_metrics).then_some(a.metrics),
         persist: a.persist,
+        host: a.host,
+        listen: a.listen.zip(a.tls_dir),
     };
     match ferryd::run(&opts) {
         Ok(()) => ExitCode::SUCCESS,

@@ -20,6 +20,7 @@ use ferry_chain::plan::ChainPlan;
 use ferry_chain::proto::{self, ChainSummary, Msg, NfReload, ProtoError};
 
 use crate::chain::{Chain, ChainSetup};
+use crate::nsh::{Fabric, NshInstall, NshSetup};
 use crate::process::{install_signal_handlers, log, signalled};
 use crate::spawn;
 use crate::users::UidRange;
@@ -43,6 +44,11 @@ pub struct Options {
     /// forwarding, and at start it adopts those a ferryd before it left
     /// (see `chain::adopt`).
     pub persist: bool,
+    /// The host this ferryd is in chains over hosts (`--host`).
+    pub host: Option<String>,
+    /// Where to serve admin requests over mutual TLS, with which TLS
+    /// directory (`ferry_remote`).
+    pub listen: Option<(std::net::SocketAddr, PathBuf)>,
 }
 
 /// How long a removed chain's NFs get between SIGTERM and SIGKILL.
@@ -72,6 +78,14 @@ pub struct Daemon {
     waiting_hellos: AtomicUsize,
     /// The address metrics are served on.
     metrics: Mutex<Option<std::net::SocketAddr>>,
+    /// The address of its mutual-TLS admin listener.
+    listen: Mutex<Option<std::net::SocketAddr>>,
+    /// This ferryd's host in chains over hosts (`--host`).
+    host: Option<String>,
+    /// The NSH forwarder on the host's fabric, once a chain needs it.
+    fabric: Mutex<Option<Arc<Mutex<Fabric>>>>,
+    /// Parts of chains over hosts with no NF here: NSH entries only.
+    paths: Mutex<Vec<(String, NshInstall)>>,
 }
 
 /// Binds `path` with mode `mode`, unless another ferryd serves it.
@@ -108,6 +122,10 @@ pub fn run(opts: &Options) -> Result<()> {
         stop: AtomicBool::new(false),
         waiting_hellos: AtomicUsize::new(0),
         metrics: Mutex::new(None),
+        listen: Mutex::new(None),
+        host: opts.host.clone(),
+        fabric: Mutex::new(None),
+        paths: Mutex::new(Vec::new()),
     });
     install_signal_handlers();
     // Anyone may connect to the NF socket: who may be which NF is checked
@@ -118,6 +136,18 @@ pub fn run(opts: &Options) -> Result<()> {
     // NFs knocking meanwhile wait in the backlog for their chain.
     if daemon.persist {
         daemon.adopt_all();
+    }
+    if let Some((addr, dir)) = &opts.listen {
+        let host = daemon.host.clone().ok_or_else(|| anyhow!("--listen needs --host"))?;
+        let config = ferry_remote::TlsDir::new(dir).server(&host)?;
+        let listener = std::net::TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
+        let bound = listener.local_addr()?;
+        let (d, s) = (daemon.clone(), daemon.clone());
+        let answer = move |m: Msg| d.answer(m).unwrap_or_else(|e| Msg::Error { message: format!("{e:#}") });
+        let stop = move || s.stop.load(Ordering::Acquire) || signalled();
+        ferry_remote::serve(listener, config, Arc::new(answer), Arc::new(stop))?;
+        log(format!("admin requests over mutual TLS on {bound} (host {host})"));
+        *daemon.listen.lock().expect("listen lock") = Some(bound);
     }
     if let Some(addr) = opts.metrics {
         let d = daemon.clone();
@@ -279,7 +309,86 @@ impl Daemon {
     /// kernel hops are another chain's is refused.
     pub fn deploy(&self, file: &Path) -> Result<ChainSummary> {
         let _changing = self.changes.lock().expect("changes lock");
-        let (_, placement) = ferry_place::load(file)?;
+        let (spec, placement) = ferry_place::load(file)?;
+        if !spec.hosts.is_empty() {
+            bail!(
+                "{} is a chain over hosts: deploy it with `ferry chain deploy`, which gives each host's ferryd its part",
+                file.display()
+            );
+        }
+        self.deploy_placed(file, placement, None)
+    }
+
+    /// Deploys this host's part of the chain over hosts in `text`
+    /// ([`ferry_chain::hosts`]): its NFs and ports as a chain of this
+    /// ferryd, and its NSH attachments and entries on the host's
+    /// forwarder; a part with no NF is only the entries.
+    pub fn deploy_part(&self, text: &str, origin: &str, macs: &[(String, String)]) -> Result<ChainSummary> {
+        let _changing = self.changes.lock().expect("changes lock");
+        let host = self.host.as_deref().ok_or_else(|| {
+            anyhow!("this ferryd was started without --host, so it has no part in a chain over hosts")
+        })?;
+        let spec = ferry_catalog::parse_chain_str(text, origin)?;
+        let part = spec.host_part(host).map_err(|e| anyhow!("{origin}: {e}"))?;
+        let mut by_host = std::collections::HashMap::new();
+        for (h, mac) in macs {
+            let mac = mac.parse::<ferry_testbed::MacAddr>().map_err(|e| anyhow!("host {h}: {e}"))?;
+            by_host.insert(h.clone(), mac.0);
+        }
+        let fabric = self.fabric(&part.host)?;
+        let name = spec.name();
+        let setup = NshSetup { fabric, part, peers: spec.hosts.clone(), macs: by_host };
+        let Some(local) = setup.part.chain.clone() else {
+            if self.chain(&name).is_ok() || self.paths.lock().expect("paths lock").iter().any(|(n, _)| *n == name) {
+                bail!("chain {name:?} is already deployed");
+            }
+            let install = NshInstall::open(&setup.fabric, &name, &setup.part, &setup.peers, &setup.macs, None)?;
+            self.paths.lock().expect("paths lock").push((name.clone(), install));
+            log(format!("deployed chain {name:?}: NSH forwarding only on host {host}"));
+            let id = self.next_chain.fetch_add(1, Ordering::Relaxed);
+            return Ok(ChainSummary {
+                id,
+                name,
+                file: origin.to_string(),
+                placement: "nsh only".into(),
+                ..Default::default()
+            });
+        };
+        let placement = ferry_place::place(&local).map_err(|e| anyhow!("{origin}: {}", e.message))?;
+        self.deploy_placed(Path::new(origin), placement, Some(setup))
+    }
+
+    /// The forwarder on this host's fabric, loaded for the first chain
+    /// over hosts; every later one must name the same fabric.
+    fn fabric(&self, host: &ferry_chain::hosts::HostSpec) -> Result<Arc<Mutex<Fabric>>> {
+        let mut fabric = self.fabric.lock().expect("fabric lock");
+        if let Some(f) = fabric.as_ref() {
+            let have = f.lock().expect("fabric lock").host.clone();
+            if have != *host {
+                bail!("host {:?}: its fabric is {:?}; this chain gives {:?}", have.name, have.fabric, host.fabric);
+            }
+            return Ok(f.clone());
+        }
+        let f = Arc::new(Mutex::new(Fabric::open(host)?));
+        *fabric = Some(f.clone());
+        Ok(f)
+    }
+
+    /// This host's fabric MAC, for a chain over hosts.
+    fn fabric_mac(&self, text: &str, origin: &str) -> Result<Msg> {
+        let host = self.host.as_deref().ok_or_else(|| anyhow!("this ferryd was started without --host"))?;
+        let spec = ferry_catalog::parse_chain_str(text, origin)?;
+        let me = spec.hosts.iter().find(|h| h.name == host).ok_or_else(|| anyhow!("{origin}: no host {host:?}"))?;
+        let mac = crate::nsh::mac_of(me.netns.as_deref(), &me.fabric.dev)?;
+        Ok(Msg::FabricReply { host: host.to_string(), mac: ferry_testbed::MacAddr(mac).to_string() })
+    }
+
+    fn deploy_placed(
+        &self,
+        file: &Path,
+        placement: ferry_place::Placement,
+        nsh: Option<NshSetup>,
+    ) -> Result<ChainSummary> {
         let plan = ChainPlan::compile(&placement.server);
         for nf in &plan.nfs {
             let offline = crate::spawn::offline_cpus(&nf.cpus);
@@ -327,6 +436,7 @@ impl Daemon {
             whole: placement.whole.clone(),
             placement: placement.explain(),
             persist: self.persist,
+            nsh,
         };
         let chain = Arc::new(Chain::setup(setup).with_context(|| format!("chain from {}", file.display()))?);
         // Listed before its NFs start: their hellos look it up.
@@ -378,6 +488,13 @@ impl Daemon {
     /// and everything it holds is released. Other chains are not touched.
     pub fn remove(&self, name: &str) -> Result<()> {
         let _changing = self.changes.lock().expect("changes lock");
+        let mut paths = self.paths.lock().expect("paths lock");
+        if let Some(i) = paths.iter().position(|(n, _)| n == name) {
+            paths.remove(i);
+            log(format!("removed chain {name:?} (NSH forwarding only)"));
+            return Ok(());
+        }
+        drop(paths);
         let chain = self.chain(name)?;
         self.chains.lock().expect("chains lock").retain(|c| c.id != chain.id);
         chain.stop(REMOVE_GRACE);
@@ -470,7 +587,7 @@ impl Daemon {
 
     fn answer(&self, msg: Msg) -> Result<Msg> {
         Ok(match msg {
-            Msg::Status { chain } => Msg::StatusReply(Box::new(self.chain(&chain)?.status())),
+            Msg::Status { chain } => Msg::StatusReply(Box::new(self.status(&chain)?)),
             Msg::Audit { chain } => {
                 Msg::AuditReply { domains: self.chain(&chain)?.domains.iter().map(|d| d.audit(&[])).collect() }
             }
@@ -483,16 +600,36 @@ impl Daemon {
                 // Copied out first: a summary takes each NF's lock, which an
                 // admission can hold for a while.
                 let chains: Vec<Arc<Chain>> = self.chains.lock().expect("chains lock").clone();
-                Msg::ListReply { chains: chains.iter().map(|c| c.summary()).collect() }
+                let mut list: Vec<ChainSummary> = chains.iter().map(|c| c.summary()).collect();
+                for (name, _) in self.paths.lock().expect("paths lock").iter() {
+                    list.push(ChainSummary { name: name.clone(), placement: "nsh only".into(), ..Default::default() });
+                }
+                Msg::ListReply { chains: list }
             }
             Msg::Reload { chain } => Msg::Reloaded { nfs: self.reload(&chain)? },
-            Msg::Info => Msg::InfoReply { metrics: self.metrics.lock().expect("metrics lock").map(|a| a.to_string()) },
+            Msg::Fabric { text, origin } => self.fabric_mac(&text, &origin)?,
+            Msg::DeployPart { text, origin, macs } => Msg::Deployed(Box::new(self.deploy_part(&text, &origin, &macs)?)),
+            Msg::Info => Msg::InfoReply {
+                metrics: self.metrics.lock().expect("metrics lock").map(|a| a.to_string()),
+                listen: self.listen.lock().expect("listen lock").map(|a| a.to_string()),
+            },
             Msg::Shutdown => {
                 self.stop.store(true, Ordering::Release);
                 Msg::Ok
             }
             other => bail!("unexpected message {:?} on the admin socket", kind_name(&other)),
         })
+    }
+}
+
+impl Daemon {
+    /// Chain `name`'s status; a part over hosts with no NF here shows the
+    /// forwarder's counters alone.
+    fn status(&self, name: &str) -> Result<proto::Status> {
+        if let Some((n, install)) = self.paths.lock().expect("paths lock").iter().find(|(n, _)| n == name) {
+            return Ok(proto::Status { chain: n.clone(), nsh: install.counters(), ..Default::default() });
+        }
+        Ok(self.chain(name)?.status())
     }
 }
 
@@ -510,6 +647,9 @@ fn kind_name(m: &Msg) -> &'static str {
         Msg::Hello { .. } => "hello",
         Msg::Welcome(_) => "welcome",
         Msg::Rejoin { .. } => "rejoin",
+        Msg::Fabric { .. } => "fabric",
+        Msg::FabricReply { .. } => "fabric-reply",
+        Msg::DeployPart { .. } => "deploy-part",
         Msg::Status { .. } => "status",
         Msg::StatusReply(_) => "status-reply",
         Msg::Audit { .. } => "audit",

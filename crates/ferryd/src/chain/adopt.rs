@@ -44,8 +44,11 @@ pub(super) fn check_persistable(
     post: &[(PostPath, Vec<u32>)],
     hybrid: &[HybridPath],
     whole: &[HybridNf],
+    over_hosts: bool,
 ) -> Result<()> {
-    let what = if let Some((p, _)) = xdp.first() {
+    let what = if over_hosts {
+        "a part of a chain over hosts (NSH)".to_string()
+    } else if let Some((p, _)) = xdp.first() {
         format!("NFs placed in XDP on port {}", p.port)
     } else if let Some((p, _)) = post.first() {
         format!("NFs placed in XDP in front of port {}", p.port)
@@ -264,6 +267,7 @@ impl Chain {
             ferry_bin,
             spawn,
             stop: Arc::new(AtomicBool::new(false)),
+            nsh: Mutex::new(None),
             bridges: Mutex::new(Vec::new()),
             offloaded: 0,
             hybrids: Mutex::new(None),

@@ -1,0 +1,108 @@
+//! A chain over several hosts (`hosts:` in the chain file): deploying it
+//! gives each host's ferryd the whole file and lets it take its own part;
+//! removing and showing it asks every host.
+//!
+//! A host's `control` is `unix:PATH` (the admin socket of a ferryd on this
+//! machine: root's, checked by the peer's uid) or `ADDR:PORT`, a ferryd's
+//! mutual-TLS listener (`ferry tls`), reached with the client certificate
+//! in `--tls DIR`.
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context, Result};
+use ferry_chain::hosts::HostSpec;
+use ferry_chain::proto::{self, ChainSummary, Msg, Status};
+use ferry_chain::ChainSpec;
+
+/// One request to `host`'s ferryd; an error reply is an error.
+pub fn request(host: &HostSpec, tls: Option<&Path>, msg: &Msg) -> Result<Msg> {
+    let control = host.control.as_deref().ok_or_else(|| anyhow!("host {} has no `control` endpoint", host.name))?;
+    let reply = match control.strip_prefix("unix:") {
+        Some(path) => proto::request(Path::new(path), msg).with_context(|| format!("host {} at {path}", host.name))?,
+        None => {
+            let dir = tls.ok_or_else(|| anyhow!("host {} is reached over TLS: give --tls DIR", host.name))?;
+            ferry_remote::request(control, &host.name, dir, msg)
+                .with_context(|| format!("host {} at {control}", host.name))?
+        }
+    };
+    match reply {
+        Msg::Error { message } => bail!("host {}: {message}", host.name),
+        reply => Ok(reply),
+    }
+}
+
+fn read(file: &Path) -> Result<(ChainSpec, String, String)> {
+    let (text, origin) = ferry_testbed::yamlloc::read_file(file)?;
+    let spec = ferry_catalog::parse_chain_str(&text, &origin)?;
+    if spec.hosts.is_empty() {
+        bail!("{origin} names no hosts: deploy it on one ferryd");
+    }
+    Ok((spec, text, origin))
+}
+
+/// Whether `file` is a chain over hosts.
+pub fn spans_hosts(file: &Path) -> bool {
+    ferry_catalog::parse_chain(file).is_ok_and(|s| !s.hosts.is_empty())
+}
+
+/// Deploys each host's part of the chain in `file`: first every host's
+/// fabric MAC, then the parts, the path's last host first (so that
+/// nothing is sent to a host before its part is there). A host that
+/// refuses its part undoes the deploy on the hosts that took theirs.
+pub fn deploy(file: &Path, tls: Option<&Path>) -> Result<Vec<(String, ChainSummary)>> {
+    let (spec, text, origin) = read(file)?;
+    let mut macs = Vec::new();
+    for h in &spec.hosts {
+        match request(h, tls, &Msg::Fabric { text: text.clone(), origin: origin.clone() })? {
+            Msg::FabricReply { host, mac } if host == h.name => macs.push((host, mac)),
+            other => bail!("host {}: unexpected reply {other:?}", h.name),
+        }
+    }
+    let mut done: Vec<(String, ChainSummary)> = Vec::new();
+    for h in spec.hosts.iter().rev() {
+        let msg = Msg::DeployPart { text: text.clone(), origin: origin.clone(), macs: macs.clone() };
+        match request(h, tls, &msg) {
+            Ok(Msg::Deployed(s)) => done.push((h.name.clone(), *s)),
+            outcome => {
+                for (name, _) in &done {
+                    let host = spec.hosts.iter().find(|x| &x.name == name).expect("deployed there");
+                    let _ = request(host, tls, &Msg::Remove { chain: spec.name() });
+                }
+                return Err(match outcome {
+                    Err(e) => e,
+                    Ok(other) => anyhow!("host {}: unexpected reply {other:?}", h.name),
+                });
+            }
+        }
+    }
+    done.reverse();
+    Ok(done)
+}
+
+/// Removes the chain in `file` from every host (each one tried).
+pub fn remove(file: &Path, tls: Option<&Path>) -> Result<()> {
+    let (spec, _, _) = read(file)?;
+    let failed: Vec<String> = spec
+        .hosts
+        .iter()
+        .filter_map(|h| request(h, tls, &Msg::Remove { chain: spec.name() }).err().map(|e| format!("{e:#}")))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", failed.join("; "))
+    }
+}
+
+/// Each host's status of the chain in `file`.
+pub fn status(file: &Path, tls: Option<&Path>) -> Result<Vec<(String, Status)>> {
+    let (spec, _, _) = read(file)?;
+    let mut out = Vec::new();
+    for h in &spec.hosts {
+        match request(h, tls, &Msg::Status { chain: spec.name() })? {
+            Msg::StatusReply(s) => out.push((h.name.clone(), *s)),
+            other => bail!("host {}: unexpected reply {other:?}", h.name),
+        }
+    }
+    Ok(out)
+}
