@@ -23,10 +23,12 @@ const VERDICTS: &str = "ferry_verdicts";
 /// Where bpffs must be mounted for pins.
 pub const BPFFS: &str = "/sys/fs/bpf";
 
-/// A pinned `ferry_xsk_redirect` on one device. Dropping it leaves the
-/// program attached; [`PinnedRedirect::remove`] detaches it.
+/// A pinned `ferry_xsk_redirect` on one device. Dropping it removes the
+/// pins (the program leaves the device), unless [`PinnedRedirect::keep`]
+/// said it is to outlive this process.
 pub struct PinnedRedirect {
     dir: PathBuf,
+    keep: bool,
     _link: PinnedLink,
     xsks: XskMap<MapData>,
     verdicts: PerCpuArray<MapData, Verdicts>,
@@ -85,7 +87,7 @@ impl PinnedRedirect {
             XskMap::try_from(Map::XskMap(map("xsks", XSKS)?)).map_err(|source| BpfError::Map { name: XSKS, source })?;
         let verdicts = PerCpuArray::try_from(Map::PerCpuArray(map("verdicts", VERDICTS)?))
             .map_err(|source| BpfError::Map { name: VERDICTS, source })?;
-        Ok(PinnedRedirect { dir: dir.to_path_buf(), _link: link, xsks, verdicts })
+        Ok(PinnedRedirect { dir: dir.to_path_buf(), keep: false, _link: link, xsks, verdicts })
     }
 
     /// Registers an AF_XDP socket for receive queue `queue`.
@@ -108,10 +110,20 @@ impl PinnedRedirect {
         &self.dir
     }
 
-    /// Unpins link and maps: the program leaves the device once this
-    /// handle's fds close, which is now.
-    pub fn remove(self) {
-        remove_pins(&self.dir);
+    /// The pins stay when this handle goes: the program outlives the
+    /// process, for the next one to open.
+    pub fn keep(&mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for PinnedRedirect {
+    /// Unpins link and maps, unless kept: the program leaves the device
+    /// once this handle's fds close, which is now.
+    fn drop(&mut self) {
+        if !self.keep {
+            remove_pins(&self.dir);
+        }
     }
 }
 

@@ -312,6 +312,10 @@ pub struct NfStatus {
     pub uid: Option<u32>,
     pub connected: bool,
     pub restarts: u32,
+    /// Adopted by this ferryd from the one before (`--persist`) and
+    /// running, but not rejoined yet.
+    #[serde(default)]
+    pub awaiting_rejoin: bool,
     /// Per thread: framework counters by name, then NF counters by name.
     pub threads: Vec<Vec<(String, u64)>>,
     /// Per thread: its receive ring (frames queued, slots) and its loop

@@ -30,6 +30,8 @@ fn persistent_ferryd(socket: &Path, chain: Option<&Path>, name: &str) -> Running
         assert!(rc.child.try_wait().unwrap().is_none(), "ferryd exited before it served {name}");
         rc.status().is_ok()
     });
+    // An adopting ferryd: every running NF rejoins it.
+    wait_until("every NF rejoined", || rc.status().is_ok_and(|s| s.nfs.iter().all(|n| !n.awaiting_rejoin)));
     rc
 }
 
@@ -48,21 +50,43 @@ fn gone(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z"))
 }
 
-/// Kills what a failed test leaves running: NFs outlive ferryd here.
-struct Reaper(Vec<u32>);
+/// Kills what a failed test leaves running (NFs outlive ferryd here):
+/// every process whose environment names this test's socket, and the pins
+/// of this test's ferryds.
+struct Reaper {
+    socket: PathBuf,
+    ferryds: Vec<u32>,
+}
 
 impl Drop for Reaper {
     fn drop(&mut self) {
-        for &pid in &self.0 {
-            if !gone(pid) {
+        let mine = format!("FERRY_SOCKET={}", self.socket.display());
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let environ = std::fs::read(e.path().join("environ")).unwrap_or_default();
+            if environ.split(|&b| b == 0).any(|v| v == mine.as_bytes()) {
                 // SAFETY: plain kill of a leftover NF of this test.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        for pid in &self.ferryds {
+            for d in std::fs::read_dir("/sys/fs/bpf/ferry").into_iter().flatten().flatten() {
+                if d.file_name().to_string_lossy().starts_with(&format!("{pid}-")) {
+                    for port in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+                        ferry_bpf::pinned::remove_pins(&port.path());
+                    }
+                    let _ = std::fs::remove_dir(d.path());
+                }
             }
         }
     }
 }
 
-const MADE: u64 = 600_000;
+const MADE: u64 = 1_200_000;
+
+/// Frames a copy bridge can hold when ferryd is killed: what it copied and
+/// has not queued yet (a burst), which the next ferryd reclaims.
+const BRIDGE_HOLDS: u64 = 64;
 
 /// src -> mid -> snk, src making MADE frames at 200 kpps; `snk` in domain
 /// `snk_domain` (a copy link from mid when it is not `main`).
@@ -85,10 +109,11 @@ links:
 
 /// Runs `yaml` (chain `name`) under a persistent ferryd and ends ferryd
 /// once per `signals` while frames flow, each time replaced by a new one.
-/// Block backpressure drops nothing, so every frame made must be sunk: 0
-/// lost, the same processes all along, counters that kept counting, a
-/// conserved audit.
-fn restart_under_load(name: &str, yaml: &str, signals: &[i32]) {
+/// Block backpressure drops nothing, so every frame made must be sunk,
+/// but for what `may_lose` allows (a killed ferryd's bridge's burst): the
+/// same processes all along, every one rejoined, counters that kept
+/// counting, a conserved audit.
+fn restart_under_load(name: &str, yaml: &str, signals: &[i32], may_lose: u64) {
     let dir = TempDir::new(name);
     let chain = dir.path("chain.yaml");
     std::fs::write(&chain, yaml).unwrap();
@@ -96,7 +121,7 @@ fn restart_under_load(name: &str, yaml: &str, signals: &[i32]) {
     let mut rc = persistent_ferryd(&socket, Some(&chain), name);
     let first = rc.wait_connected(HANG_GUARD).expect("NFs connected");
     let procs = pids(&first);
-    let _reaper = Reaper(procs.iter().filter_map(|(_, p)| *p).collect());
+    let mut reaper = Reaper { socket: socket.clone(), ferryds: vec![rc.child.id()] };
     let sunk = |rc: &RunningChain| rc.status().map_or(0, |s| c(&s, "snk", "sunk"));
     for (round, &signal) in signals.iter().enumerate() {
         let share = (round as u64 + 1) * MADE / (signals.len() as u64 + 2);
@@ -106,6 +131,7 @@ fn restart_under_load(name: &str, yaml: &str, signals: &[i32]) {
         // (That they forward meanwhile is shown on veth ports below.)
         assert!(procs.iter().all(|(_, p)| !gone(p.unwrap())), "NFs outlive ferryd ({signal})");
         rc = persistent_ferryd(&socket, None, name);
+        reaper.ferryds.push(rc.child.id());
         let st = rc.status().unwrap();
         assert_eq!(pids(&st), procs, "the new ferryd adopted the same processes");
         assert!(st.nfs.iter().all(|n| n.connected && n.restarts == 0), "{st:?}");
@@ -119,10 +145,12 @@ fn restart_under_load(name: &str, yaml: &str, signals: &[i32]) {
             "{impostor:?}"
         );
     }
-    wait_until("every frame made to be sunk", || sunk(&rc) == MADE);
+    wait_until("every frame made to be sunk", || sunk(&rc) + may_lose >= MADE);
     let st = rc.status().unwrap();
     eprintln!("{}", chainctl::status_table(&st));
     assert_eq!(c(&st, "src", "made"), MADE);
+    let reclaimed: u64 = st.domains.iter().map(|d| d.reclaimed).sum();
+    assert!(may_lose > 0 || reclaimed == 0, "nothing to reclaim without a killed bridge: {:?}", st.domains);
     for nf in ["src", "mid", "snk"] {
         for drop in ["drop_full", "drop_down", "drop_malformed"] {
             assert_eq!(c(&st, nf, drop), 0, "{nf} {drop}");
@@ -130,10 +158,10 @@ fn restart_under_load(name: &str, yaml: &str, signals: &[i32]) {
     }
     assert_eq!(pids(&st), procs, "no NF was restarted");
     for d in &st.domains {
-        assert_eq!((d.lost, d.duplicated, d.reclaimed), (0, 0, 0), "{d:?}");
+        assert_eq!((d.lost, d.duplicated), (0, 0), "{d:?}");
     }
     assert_conserved(&rc);
-    let state = dir.path("ferryd.sock.state").join(format!("{name}.json"));
+    let state = dir.path("ferryd.sock.admin.state").join(format!("{name}.json"));
     assert!(state.exists(), "the state file is kept current");
     // What cannot outlive ferryd yet is refused, saying so.
     let flows = dir.path("flows.yaml");
@@ -151,17 +179,20 @@ fn ferryd_restarts_under_200_kpps_and_loses_no_frame() {
     if !privileged("ferryd_restarts") {
         return;
     }
-    restart_under_load("persist", &counted_chain("persist", "main"), &[libc::SIGTERM, libc::SIGKILL]);
+    restart_under_load("persist", &counted_chain("persist", "main"), &[libc::SIGTERM, libc::SIGKILL], 0);
 }
 
-/// A copy link: the bridge is a ferryd thread, so it stops with ferryd,
-/// handing on what it copied, and the next ferryd starts it again.
+/// A copy link: the bridge is a ferryd thread. Stopped (SIGTERM), it
+/// hands on what it copied; killed (SIGKILL), it may lose the burst it
+/// held, which the next ferryd reclaims before it starts the bridge
+/// again on the same ring.
 #[test]
-fn a_copy_link_survives_ferryd_restarts_with_no_frame_lost() {
+fn a_copy_link_survives_ferryd_restarts() {
     if !privileged("copy_link_restarts") {
         return;
     }
-    restart_under_load("bridged", &counted_chain("bridged", "other"), &[libc::SIGTERM, libc::SIGTERM]);
+    let chain = counted_chain("bridged", "other");
+    restart_under_load("bridged", &chain, &[libc::SIGTERM, libc::SIGKILL], BRIDGE_HOLDS);
 }
 
 /// The XDP device traffic of d0, as ip shows it: whether a program is on.
@@ -212,25 +243,22 @@ links:
     .unwrap();
     let socket = dir.path("ferryd.sock");
     let mut rc = persistent_ferryd(&socket, Some(&chain), "pinned");
-    let st = rc.wait_connected(HANG_GUARD).expect("NFs connected");
-    let _reaper = Reaper(pids(&st).iter().filter_map(|(_, p)| *p).collect());
-    let pins: Vec<PathBuf> = std::fs::read_dir("/sys/fs/bpf/ferry")
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.join("port0/link").exists() && p.to_string_lossy().ends_with(&format!("{}-1", rc.child.id())))
-        .collect();
-    assert_eq!(pins.len(), 1, "port in's program is pinned: {pins:?}");
-    let sink = spawn_sink(&tb, "sink", "s0", &["--idle-exit", "3s"]);
-    let sent = 60_000u64;
-    let args = ["gen", "xsk", "--dev", "g0", "--count", "60000", "--rate", "10000", "--dst-mac", "02:00:00:00:01:02"];
-    let gen = Ferry::spawn(&tb, "gen", &[&args[..], &["--set", "flows=64", "--json"]].concat());
+    rc.wait_connected(HANG_GUARD).expect("NFs connected");
+    let mut reaper = Reaper { socket: socket.clone(), ferryds: vec![rc.child.id()] };
+    let pins = [Path::new("/sys/fs/bpf/ferry").join(format!("{}-1", rc.child.id())).join("port0")];
+    assert!(pins[0].join("link").exists(), "port in's program is pinned in {}", pins[0].display());
+    let sink = spawn_sink(&tb, "sink", "s0", &["--idle-exit", "2s"]);
+    // Flowing until stopped, whatever the restarts take.
+    let args =
+        ["gen", "xsk", "--dev", "g0", "--count", "100000000", "--rate", "10000", "--dst-mac", "02:00:00:00:01:02"];
+    let gen = Ferry::spawn(&tb, "gen", &[&args[..], &["--set", "flows=64"]].concat());
     wait_until("traffic through the chain", || rc.status().is_ok_and(|s| c(&s, "b", "tx_port") > 5000));
     end_ferryd(rc, libc::SIGTERM);
     assert!(xdp_attached(&dut, "d0"), "the pinned program stays on d0 without ferryd");
     let out = tx_packets(&dut, "d1");
     wait_until("frames forwarded while no ferryd runs", || tx_packets(&dut, "d1") > out + 2000);
     let rc = persistent_ferryd(&socket, None, "pinned");
+    reaper.ferryds.push(rc.child.id());
     // A restarted NF gets fresh sockets, registered in the pinned XSKMAP.
     let a = pid_of(&rc.status().unwrap(), "a");
     // SAFETY: plain kill of the NF process.
@@ -240,8 +268,7 @@ links:
     });
     let through = c(&rc.status().unwrap(), "b", "tx_port");
     wait_until("traffic through the restarted a", || rc.status().is_ok_and(|s| c(&s, "b", "tx_port") > through + 2000));
-    let gen = gen.wait_json(HANG_GUARD);
-    assert_eq!(u(&gen, "/sent"), sent, "{gen:#}");
+    drop(gen);
     let report = sink.wait_json(HANG_GUARD);
     let st = rc.status().unwrap();
     eprintln!("{}", chainctl::status_table(&st));

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use ferry_chain::frames::FrameCache;
 use ferry_chain::plan::OutLink;
-use ferry_chain::proto::{self, FdRole, Msg, ProtoError, Welcome};
+use ferry_chain::proto::{self, FdRole, Msg, Welcome};
 use ferry_chain::shm::{self, ThreadBlock};
 use ferry_ring::{EventFd, Notify, ShmRegion};
 use ferry_xsk::{RingSizes, Umem, UmemConfig, XskSocket};
@@ -129,7 +129,9 @@ impl Nf {
             .filter_map(|t| data.get(&t.ring).and_then(|e: &EventFd| e.try_clone().ok()))
             .collect();
         std::thread::Builder::new().name("ferry-ctrl".into()).spawn(move || {
-            while let Err(ProtoError::Closed) = proto::recv(&watch) {
+            // A message is "stop"; a closed or broken connection is ferryd
+            // going away.
+            while proto::recv(&watch).is_err() {
                 match rejoin.as_ref().and_then(Rejoin::wait) {
                     Some(again) => watch = Arc::new(again),
                     None => break,
@@ -336,7 +338,10 @@ impl Rejoin {
             match proto::recv(&conn) {
                 Ok((Msg::Ok, _)) => return Some(conn),
                 Ok((Msg::Error { message }, _)) => {
-                    eprintln!("ferry: ferryd did not take this NF back: {message}");
+                    // Said if it can be: a full or closed stderr must not
+                    // stop this thread before it stops the NF.
+                    use std::io::Write;
+                    let _ = writeln!(std::io::stderr(), "ferry: ferryd did not take this NF back: {message}");
                     return None;
                 }
                 // Closed before answering: a ferryd starting or stopping.

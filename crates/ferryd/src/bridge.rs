@@ -29,9 +29,9 @@ const FLUSH_GRACE: Duration = Duration::from_secs(1);
 
 /// Starts copy bridge `plan` between two of `domains` in thread `name`,
 /// until `stop`. When stopped, it hands on what it copied already (given
-/// room within [`FLUSH_GRACE`]) and returns its cached frames to the
-/// pools: a ferryd that leaves its chains (`--persist`) loses no frame in
-/// its bridges; one killed may lose the burst a bridge held.
+/// room within [`FLUSH_GRACE`]; what is still pending then is left held,
+/// and the next audit reclaims it: dropped) and returns its cached frames
+/// to the pools. A killed ferryd's bridge may lose the burst it held.
 pub fn start(
     domains: Arc<Vec<Domain>>,
     stop: Arc<AtomicBool>,

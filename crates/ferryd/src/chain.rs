@@ -60,6 +60,10 @@ struct NfState {
     /// The admitted process's start time: with its pid, what a persistent
     /// ferryd records to know it again.
     start: Option<u64>,
+    /// Adopted from an earlier ferryd, and not rejoined yet.
+    awaiting_rejoin: bool,
+    /// Its frames are being reclaimed (by [`Chain::nf_gone`]).
+    reclaiming: bool,
     connected: bool,
     restarts: u32,
     generation: u64,
@@ -106,8 +110,9 @@ pub struct Chain {
     /// Where each NF runs and why.
     placement: String,
     /// Started by `ferryd --persist`: the chain outlives ferryd, which
-    /// keeps its state file current ([`crate::persist`]).
-    persist: bool,
+    /// keeps its state file current in this directory
+    /// ([`crate::persist`]).
+    persist: Option<PathBuf>,
     /// Per NF: what the state file says of it. Locked after an NF's lock,
     /// never before.
     records: Mutex<Vec<NfRecord>>,
@@ -149,8 +154,9 @@ pub struct ChainSetup {
     pub whole: Vec<HybridNf>,
     /// `Placement::explain`.
     pub placement: String,
-    /// Make the chain outlive ferryd (`--persist`).
-    pub persist: bool,
+    /// Make the chain outlive ferryd (`--persist`), with its state in this
+    /// directory.
+    pub persist: Option<PathBuf>,
     /// This host's part of a chain over hosts.
     pub nsh: Option<NshSetup>,
 }
@@ -176,7 +182,7 @@ impl Chain {
             persist,
             nsh,
         } = c;
-        if persist {
+        if persist.is_some() {
             adopt::check_persistable(&plan, &xdp, &post, &hybrid, &whole, nsh.is_some())?;
         }
         let (creds, leases) = users::resolve(&plan, uids)?;
@@ -245,7 +251,7 @@ impl Chain {
                 ports.push(Some(Mutex::new(port)));
                 continue;
             }
-            let pin = persist.then(|| adopt::pin_dir(id, index));
+            let pin = persist.is_some().then(|| adopt::pin_dir(id, index));
             ports.push(match (p.nf, &fast) {
                 (None, None) => None,
                 _ => Some(Mutex::new(
@@ -348,7 +354,17 @@ impl Chain {
     /// (memory, sockets, XDP programs, TAPs, uids) goes with the last
     /// reference.
     pub fn stop(&self, grace: Duration) {
-        self.stop.store(true, Ordering::Release);
+        // Forgotten first: a ferryd that dies while this one stops the
+        // chain must not bring it back. Under the records' lock, so no
+        // state written meanwhile brings it back either.
+        let pins: Vec<PathBuf> = self.pin_dirs().into_iter().flatten().collect();
+        {
+            let _records = self.records.lock().expect("records lock");
+            self.stop.store(true, Ordering::Release);
+            if let Some(dir) = &self.persist {
+                crate::persist::ChainState::remove(dir, &self.plan.name);
+            }
+        }
         self.stop_nfs();
         let start = Instant::now();
         let mut killed = false;
@@ -401,7 +417,6 @@ impl Chain {
         // holding the chain lets go of it: a redeploy may attach at once.
         // Classifiers first: nothing is redirected into an entry whose
         // port lost its program (its frames would reach the edge's stack).
-        let pins: Vec<PathBuf> = self.pin_dirs().into_iter().flatten().collect();
         let mut classifiers = self.classifiers.lock().expect("classifiers lock");
         classifiers.iter_mut().for_each(EdgeClassifier::detach);
         for port in self.ports.iter().flatten() {
@@ -411,9 +426,7 @@ impl Chain {
         drop(classifiers);
         *self.hybrids.lock().expect("hybrids lock") = None;
         *self.nsh.lock().expect("nsh lock") = None;
-        if self.persist {
-            adopt::forget(&self.socket, &self.plan.name, &pins);
-        }
+        adopt::forget(&pins);
     }
 
     /// Starts NF `i` under a supervisor thread that restarts it after it
@@ -462,13 +475,11 @@ impl Chain {
                     log(format!("NF {name} exited: {status:?}"));
                 }
                 Running::Adopted(fd) => {
-                    spawn::pidfd_exited(&fd, -1);
+                    while !spawn::pidfd_exited(&fd, 1000) {}
                     log(format!("NF {name} (adopted) exited"));
-                    // One that rejoined is reclaimed by its connection's
-                    // handler, as any NF; one that never did, here.
-                    if self.nfs[i].lock().expect("nf lock").conn.is_none() {
-                        self.nf_gone(i);
-                    }
+                    // Its connection's handler may reclaim it too, if it
+                    // rejoined: whichever comes first does, once.
+                    self.nf_gone(i, &fd);
                 }
             }
             // Its connection handler reclaims its frames and resets its
@@ -513,7 +524,7 @@ impl Chain {
         if self.stop.load(Ordering::Acquire) {
             bail!("chain {} is stopping", self.plan.name);
         }
-        let log = self.persist.then(|| adopt::nf_log(&self.socket, &self.plan.name, &self.plan.nfs[i].name));
+        let log = self.persist.as_ref().map(|dir| adopt::nf_log(dir, &self.plan.name, &self.plan.nfs[i].name));
         let child =
             spawn::spawn_nf(&self.plan.name, &self.plan.nfs[i], &self.creds[i], &self.socket, &ferry, log.as_deref())?;
         st.child = Some(child.id());
@@ -524,14 +535,22 @@ impl Chain {
     /// (the SDK stops on EOF), and every NF process with SIGTERM too (a
     /// parallel NF drains on it; one that has not said hello yet stops).
     pub fn stop_nfs(&self) {
+        // Said, not just closed: an NF of a persistent ferryd takes a bare
+        // EOF for ferryd going away, and waits for the next. Said outside
+        // the NFs' locks, and never waiting long for an NF that does not
+        // read.
+        let conns: Vec<UnixStream> = self
+            .nfs
+            .iter()
+            .filter_map(|st| st.lock().expect("nf lock").conn.as_ref().and_then(|c| c.try_clone().ok()))
+            .collect();
+        for c in &conns {
+            let _ = c.set_write_timeout(Some(Duration::from_millis(100)));
+            let _ = proto::send(c, &Msg::Shutdown, &[]);
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
         for st in &self.nfs {
             let st = st.lock().expect("nf lock");
-            if let Some(c) = &st.conn {
-                // Said, not just closed: an NF of a persistent ferryd takes
-                // a bare EOF for ferryd going away, and waits for the next.
-                let _ = proto::send(c, &Msg::Shutdown, &[]);
-                let _ = c.shutdown(std::net::Shutdown::Both);
-            }
             if let Some(fd) = &st.pidfd {
                 spawn::pidfd_signal(fd, libc::SIGTERM);
             }
@@ -657,7 +676,7 @@ impl Chain {
         st.generation += 1;
         // The next ferryd must know the process before it holds anything
         // that outlives this one.
-        if self.persist {
+        if self.persist.is_some() {
             let record = NfRecord {
                 process: Some((pid, start)),
                 generation: st.generation,
@@ -680,7 +699,7 @@ impl Chain {
             xsk_rings: [XSK_RINGS.rx, XSK_RINGS.tx, XSK_RINGS.fill, XSK_RINGS.comp],
             port_rx: self.plan.ports.iter().map(|p| p.rx).collect(),
             generation: st.generation,
-            outlives_ferryd: self.persist,
+            outlives_ferryd: self.persist.is_some(),
         };
         if let Err(e) = proto::send(stream, &Msg::Welcome(Box::new(welcome)), &fds) {
             for t in &nf.threads {
@@ -703,19 +722,34 @@ impl Chain {
 
     /// Waits for an admitted NF's connection to close, then recovers.
     pub fn nf_lifetime(&self, stream: &UnixStream, i: usize) {
+        let pidfd = self.nfs[i].lock().expect("nf lock").pidfd.clone();
+        // An NF that keeps talking without reading must not block this
+        // thread in a reply: then its connection's end would go unseen.
+        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
         while proto::recv(stream).is_ok() {
             let m = Msg::Error { message: "an NF sends nothing after hello".into() };
             let _ = proto::send(stream, &m, &[]);
         }
-        self.nf_gone(i);
+        if let Some(fd) = pidfd {
+            self.nf_gone(i, &fd);
+        }
     }
 
     /// The NF's connection closed: make sure the process is gone, then
     /// reclaim every frame it held or had queued.
-    fn nf_gone(&self, i: usize) {
+    ///
+    /// For the process of `gone` only, and once: its connection's handler
+    /// and an adopted NF's supervisor may both call it, and a call for a
+    /// process that was already reclaimed (and maybe followed by a new one)
+    /// does nothing.
+    fn nf_gone(&self, i: usize, gone: &Arc<OwnedFd>) {
         let nf = &self.plan.nfs[i];
         let (pid, pidfd) = {
-            let st = self.nfs[i].lock().expect("nf lock");
+            let mut st = self.nfs[i].lock().expect("nf lock");
+            if st.reclaiming || !st.pidfd.as_ref().is_some_and(|fd| Arc::ptr_eq(fd, gone)) {
+                return;
+            }
+            st.reclaiming = true;
             (st.pid, st.pidfd.clone())
         };
         if let (Some(pid), Some(fd)) = (pid, pidfd) {
@@ -777,7 +811,9 @@ impl Chain {
         st.conn = None;
         st.pidfd = None;
         st.start = None;
-        if self.persist {
+        st.reclaiming = false;
+        st.awaiting_rejoin = false;
+        if self.persist.is_some() && !self.stop.load(Ordering::Acquire) {
             let record = NfRecord { process: None, ..self.records.lock().expect("records lock")[i].clone() };
             if let Err(e) = self.record(i, record) {
                 log(format!("NF {}: {e:#}", nf.name));
@@ -891,6 +927,7 @@ impl Chain {
                 uid: Some(self.creds[i].uid),
                 connected: st.connected,
                 restarts: st.restarts,
+                awaiting_rejoin: st.awaiting_rejoin,
                 threads,
                 rings,
                 cpu_seconds: st.pid.and_then(spawn::cpu_seconds),

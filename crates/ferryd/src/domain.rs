@@ -19,6 +19,9 @@ use ferry_xsk::{Umem, UmemConfig};
 use crate::persist::{self, DomainIds, Harvest};
 use crate::spawn;
 
+/// How far an adopting ferryd's first pause epoch lies past any it finds.
+const EPOCH_MARGIN: u64 = 1 << 16;
+
 pub struct Domain {
     pub plan: DomainPlan,
     pub umem: Arc<Umem>,
@@ -30,9 +33,6 @@ pub struct Domain {
     pub control: SharedWords,
     pub owners: SharedWords,
     pub pool: FramePool,
-    /// What the kernel calls its memory and eventfds (for the state a
-    /// persistent ferryd leaves).
-    pub ids: DomainIds,
     /// What ferryd alone knows of the threads; its lock serialises audits
     /// and attaches.
     life: Mutex<Life>,
@@ -103,10 +103,12 @@ impl Domain {
         let dom = Self::assemble(plan, umem, region, wrap(h.data)?, wrap(h.room)?)?;
         // A thread takes a pause request equal to the last one it answered
         // for one it answered already (and its answer is still there): the
-        // epochs go on from the highest answered, never again from 0.
+        // epochs go on past the highest answered or asked, never again from
+        // 0, with a margin for a thread that read a request it has not
+        // answered yet.
         let answered = (0..plan.tids).map(|t| dom.block(t).get(shm::T_PAUSE_ACK)).max().unwrap_or(0);
-        dom.life.lock().expect("audit lock").epoch =
-            answered.max(dom.control.as_slice()[shm::PAUSE_REQ].load(Ordering::Acquire));
+        let asked = dom.control.as_slice()[shm::PAUSE_REQ].load(Ordering::Acquire);
+        dom.life.lock().expect("audit lock").epoch = answered.max(asked).wrapping_add(EPOCH_MARGIN);
         Ok(dom)
     }
 
@@ -117,12 +119,17 @@ impl Domain {
         data: Vec<EventFd>,
         room: Vec<EventFd>,
     ) -> Result<Domain> {
-        let ids = persist::domain_ids(umem.as_fd(), region.fd(), &data, &room)?;
         let pool = region.pool(shm::POOL)?;
         let control = region.words(shm::CONTROL_WORDS)?;
         let owners = region.words(shm::OWNER_WORDS)?;
         let life = Life { epoch: 0, procs: (0..plan.tids).map(|_| None).collect() };
-        Ok(Domain { plan: plan.clone(), umem, region, data, room, control, owners, pool, ids, life: Mutex::new(life) })
+        Ok(Domain { plan: plan.clone(), umem, region, data, room, control, owners, pool, life: Mutex::new(life) })
+    }
+
+    /// What the kernel calls its memory and eventfds (for the state a
+    /// persistent ferryd leaves; needs eventfd ids in fdinfo).
+    pub fn ids(&self) -> Result<DomainIds> {
+        persist::domain_ids(self.umem.as_fd(), self.region.fd(), &self.data, &self.room)
     }
 
     pub fn block(&self, tid: u32) -> ThreadBlock<'_> {

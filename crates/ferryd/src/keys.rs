@@ -1,7 +1,8 @@
 //! Keys of the NFs ferryd does not start itself (`spawn: false`, or
 //! ferryd's `--no-spawn`). ferryd cannot vouch for their pid, so such an
-//! NF proves who it is with a secret: 32 random bytes, fresh each time
-//! ferryd starts, in a file only the NF's user can read
+//! NF proves who it is with a secret: 32 random bytes, fresh for each
+//! deploy (a persistent ferryd keeps them across its restarts, in its
+//! state), in a file only the NF's user can read
 //! ([`ferry_chain::proto::key_path`]). The SDK reads it and sends it in
 //! hello.
 
@@ -13,8 +14,6 @@ use std::path::{Path, PathBuf};
 pub enum KeyError {
     #[error("writing NF key {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
-    #[error("reading key {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
     #[error("getrandom: {0}")]
     Random(std::io::Error),
 }
@@ -51,12 +50,16 @@ impl NfKey {
         Ok(NfKey(text))
     }
 
-    /// The key an earlier ferryd issued, from its file: a persistent
-    /// ferryd adopting a chain keeps its NFs' keys.
-    pub fn read(path: &Path) -> Result<NfKey, KeyError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| KeyError::Read { path: path.to_path_buf(), source })?;
-        Ok(NfKey(text.trim().to_string()))
+    /// A key an earlier ferryd issued, as its state kept it: a persistent
+    /// ferryd adopting a chain keeps its NFs' keys (not read back from the
+    /// file, which its NF's user owns).
+    pub fn known(text: &str) -> NfKey {
+        NfKey(text.to_string())
+    }
+
+    /// The key's text, for the state of a persistent ferryd.
+    pub fn text(&self) -> &str {
+        &self.0
     }
 
     /// Whether `given` is this key; in time that does not depend on where

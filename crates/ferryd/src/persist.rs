@@ -1,7 +1,7 @@
 //! What a persistent ferryd (`--persist`) leaves for the next one: a state
-//! file per chain under `<socket>.state/`, root's alone, rewritten before
-//! any NF learns something the next ferryd must know (before a Welcome
-//! goes out). The memory and eventfds themselves are not in it: they live
+//! file per chain under `<admin>.state/` (next to the admin socket, and
+//! root's alone), rewritten before any NF learns something the next
+//! ferryd must know (before a Welcome goes out). The memory and eventfds themselves are not in it: they live
 //! on in the NF processes, and the next ferryd takes its own copies from
 //! them (`pidfd_getfd`), knowing each by an identity the kernel gives and
 //! no NF can choose: a memfd by its inode, an eventfd by its id.
@@ -23,11 +23,42 @@ use crate::spawn;
 /// laid out would be misread), and removes the rest's chains.
 pub const STATE_VERSION: u32 = 1;
 
-/// The directory of the state files: `<socket>.state`.
-pub fn state_dir(socket: &Path) -> PathBuf {
-    let mut dir = socket.as_os_str().to_owned();
+/// The directory of the state files and persistent NFs' logs, next to
+/// ferryd's admin socket (root's): `<admin>.state`.
+pub fn state_dir(admin: &Path) -> PathBuf {
+    let mut dir = admin.as_os_str().to_owned();
     dir.push(".state");
     PathBuf::from(dir)
+}
+
+/// `dir`, made if missing (mode 0700), and checked: a real directory, of
+/// ferryd's user, that nobody else may write or read. Everything in it
+/// is believed (uids, commands to run), so nothing else may put it there.
+pub fn secure_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(dir).with_context(|| format!("{}", dir.display()))?;
+    // SAFETY: plain getter.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        bail!("{}: not a directory of uid {me} that only it may use (mode 0700): refusing to trust it", dir.display());
+    }
+    Ok(())
+}
+
+/// Opens `path` for appending or writing, never through a symlink.
+pub fn open_private(path: &Path, append: bool) -> Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    if append {
+        o.append(true);
+    } else {
+        o.write(true).truncate(true);
+    }
+    o.create(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path).with_context(|| format!("{}", path.display()))
 }
 
 /// Everything the next ferryd needs to adopt a running chain.
@@ -48,12 +79,16 @@ pub struct ChainState {
     /// Per port: the pin directory of its redirect program, if it has one.
     pub pins: Vec<Option<PathBuf>>,
     pub nfs: Vec<NfRecord>,
+    /// Per NF: its key, if ferryd does not start it (kept here, not read
+    /// back from the file its user owns).
+    pub keys: Vec<Option<String>>,
 }
 
 /// A domain's shared objects, as the kernel names them.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DomainIds {
-    /// (st_dev, st_ino) of the UMEM memfd and of the region memfd.
+    /// (mnt_id, ino) of the UMEM memfd and of the region memfd, as fdinfo
+    /// shows them (the memfds' internal mount, and their inodes).
     pub umem: (u64, u64),
     pub region: (u64, u64),
     /// Per ring: the eventfd-id of its data and of its room eventfd.
@@ -73,37 +108,35 @@ pub struct NfRecord {
 }
 
 impl ChainState {
-    fn path(socket: &Path, chain: &str) -> PathBuf {
-        state_dir(socket).join(format!("{chain}.json"))
+    fn path(dir: &Path, chain: &str) -> PathBuf {
+        dir.join(format!("{chain}.json"))
     }
 
-    /// Writes the state atomically (a new file renamed over the old one).
-    pub fn save(&self, socket: &Path) -> Result<()> {
-        let dir = state_dir(socket);
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
-        let path = Self::path(socket, &self.plan.name);
+    /// Writes the state into `dir` atomically (a new file renamed over the
+    /// old one).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        secure_dir(dir)?;
+        let path = Self::path(dir, &self.plan.name);
         let tmp = path.with_extension("json.new");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("writing {}", tmp.display()))?;
+        let mut f = open_private(&tmp, false)?;
         f.write_all(&serde_json::to_vec_pretty(self)?)?;
         f.sync_data()?;
         std::fs::rename(&tmp, &path).with_context(|| format!("renaming {}", tmp.display()))?;
         Ok(())
     }
 
-    /// Every state file in `<socket>.state/`, each parsed or with the
-    /// error that names it.
-    pub fn load_all(socket: &Path) -> Vec<(PathBuf, Result<ChainState>)> {
-        let Ok(dir) = std::fs::read_dir(state_dir(socket)) else { return Vec::new() };
+    /// Every state file in `dir`, each parsed or with the error that names
+    /// it; none from a directory others could have written.
+    pub fn load_all(dir: &Path) -> Result<Vec<(PathBuf, Result<ChainState>)>> {
+        if !dir.exists() {
+            return Ok(Vec::new());
+        }
+        secure_dir(dir)?;
+        let Ok(dir) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
         let mut files: Vec<PathBuf> =
             dir.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
         files.sort();
-        files
+        Ok(files
             .into_iter()
             .map(|p| {
                 let state = std::fs::read(&p)
@@ -112,12 +145,21 @@ impl ChainState {
                     .with_context(|| format!("state file {}", p.display()));
                 (p, state)
             })
-            .collect()
+            .collect())
     }
 
-    pub fn remove(socket: &Path, chain: &str) {
-        let _ = std::fs::remove_file(Self::path(socket, chain));
-        let _ = std::fs::remove_dir(state_dir(socket));
+    /// Removes chain `chain`'s state file, and its NFs' logs.
+    pub fn remove(dir: &Path, chain: &str) {
+        let _ = std::fs::remove_file(Self::path(dir, chain));
+        if let Ok(files) = std::fs::read_dir(dir) {
+            for f in files.flatten() {
+                let name = f.file_name().to_string_lossy().into_owned();
+                if name.starts_with(&format!("{chain}.")) && (name.ends_with(".log") || name.ends_with(".log.old")) {
+                    let _ = std::fs::remove_file(f.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
     }
 }
 
@@ -138,24 +180,22 @@ pub fn find_process((pid, start): (u32, u64)) -> Option<Arc<OwnedFd>> {
     (start_time(pid) == Some(start) && !spawn::pidfd_exited(&fd, 0)).then(|| Arc::new(fd))
 }
 
-/// (st_dev, st_ino) of an open file.
-pub fn file_id(fd: BorrowedFd<'_>) -> Result<(u64, u64)> {
-    // SAFETY: fstat into a zeroed struct we own.
-    let st = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
-            bail!("fstat: {}", std::io::Error::last_os_error());
-        }
-        st
-    };
-    Ok((st.st_dev, st.st_ino))
+/// Field `key` of fd `fd`'s fdinfo in process `pid`, as a number.
+fn fdinfo(pid: u32, fd: RawFd, key: &str) -> Option<u64> {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
+    info.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?.trim().parse().ok()
+}
+
+/// (mnt_id, ino) of fd `fd` of process `pid`, from fdinfo: read without
+/// touching the file, which a hostile process could make hang (FUSE).
+pub fn file_id(pid: u32, fd: RawFd) -> Option<(u64, u64)> {
+    Some((fdinfo(pid, fd, "mnt_id")?, fdinfo(pid, fd, "ino")?))
 }
 
 /// The kernel's id of an eventfd (its `eventfd-id` in fdinfo), unique
 /// among the eventfds that exist.
 pub fn eventfd_id(pid: u32, fd: RawFd) -> Option<u64> {
-    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
-    info.lines().find_map(|l| l.strip_prefix("eventfd-id:"))?.trim().parse().ok()
+    fdinfo(pid, fd, "eventfd-id")
 }
 
 /// The identities of a domain's objects as this process holds them.
@@ -171,9 +211,12 @@ pub fn domain_ids(
             anyhow!("not supported: needs a kernel that shows eventfd-id in fdinfo (fd {})", fd.as_raw_fd())
         })
     };
+    let file = |fd: BorrowedFd<'_>| {
+        file_id(me, fd.as_raw_fd()).ok_or_else(|| anyhow!("no mnt_id and ino in fdinfo (fd {})", fd.as_raw_fd()))
+    };
     Ok(DomainIds {
-        umem: file_id(umem)?,
-        region: file_id(region)?,
+        umem: file(umem)?,
+        region: file(region)?,
         data: data.iter().map(|e| id(e.as_fd())).collect::<Result<_>>()?,
         room: room.iter().map(|e| id(e.as_fd())).collect::<Result<_>>()?,
     })
@@ -214,12 +257,16 @@ pub fn harvest(pid: u32, pidfd: &OwnedFd, ids: &DomainIds) -> Result<Harvest> {
                 }
             }
         } else if target.starts_with("/memfd:") {
-            let got = getfd(pidfd, fd)?;
-            let id = file_id(got.as_fd())?;
-            if id == ids.umem && umem.is_none() {
-                umem = Some(got);
-            } else if id == ids.region && region.is_none() {
-                region = Some(got);
+            // Known before the fd is taken: only the domain's own memfds
+            // are ever touched.
+            let Some(id) = file_id(pid, fd).filter(|&id| id == ids.umem || id == ids.region) else { continue };
+            let slot = if id == ids.umem { &mut umem } else { &mut region };
+            if slot.is_none() {
+                let got = getfd(pidfd, fd)?;
+                // Checked again on our copy: the fd may have changed since.
+                if file_id(std::process::id(), got.as_raw_fd()) == Some(id) {
+                    *slot = Some(got);
+                }
             }
         }
     }
@@ -286,8 +333,8 @@ mod tests {
             }
             Err(e) => panic!("{e:#}"),
         };
-        assert_eq!(file_id(h.umem.as_fd()).unwrap(), ids.umem);
-        assert_eq!(file_id(h.region.as_fd()).unwrap(), ids.region);
+        assert_eq!(file_id(me, h.umem.as_raw_fd()), Some(ids.umem));
+        assert_eq!(file_id(me, h.region.as_raw_fd()), Some(ids.region));
         for (got, want) in h.data.iter().chain(&h.room).zip(ids.data.iter().chain(&ids.room)) {
             assert_eq!(eventfd_id(me, got.as_raw_fd()), Some(*want));
         }

@@ -146,6 +146,13 @@ impl Port {
         Ok(Port { plan: plan.clone(), ifindex, xdp, post: None })
     }
 
+    /// Its pinned program stays on the device after ferryd is gone.
+    pub fn keep_pinned(&mut self) {
+        if let Some(Steering::Pinned(p)) = &mut self.xdp {
+            p.keep();
+        }
+    }
+
     /// The pin directory of its program, if pinned.
     pub fn pin_dir(&self) -> Option<PathBuf> {
         match &self.xdp {
@@ -181,9 +188,6 @@ impl Port {
 
     /// Takes the port's XDP programs and its loop device away.
     pub fn detach(&mut self) {
-        if let Some(Steering::Pinned(p)) = self.xdp.take() {
-            p.remove();
-        }
         self.xdp = None;
         self.post = None;
     }

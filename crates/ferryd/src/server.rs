@@ -68,6 +68,9 @@ pub struct Daemon {
     spawn: bool,
     uids: UidRange,
     persist: bool,
+    /// Where a persistent ferryd keeps its chains' state (next to its
+    /// admin socket, root's).
+    state_dir: PathBuf,
     chains: Mutex<Vec<Arc<Chain>>>,
     /// Serialises deploys and removes (a deploy takes a while; status and
     /// hellos keep being served meanwhile).
@@ -109,12 +112,14 @@ fn listen(path: &Path, mode: u32) -> Result<UnixListener> {
 pub fn run(opts: &Options) -> Result<()> {
     let socket = opts.socket.clone().unwrap_or_else(proto::default_socket);
     let admin = opts.admin.clone().unwrap_or_else(|| proto::admin_socket(&socket));
+    let state_dir = crate::persist::state_dir(&admin);
     let daemon = Arc::new(Daemon {
         socket,
         admin,
         spawn: opts.spawn,
         uids: opts.uids,
         persist: opts.persist,
+        state_dir,
         chains: Mutex::new(Vec::new()),
         changes: Mutex::new(()),
         next_chain: AtomicU32::new(1),
@@ -161,7 +166,12 @@ pub fn run(opts: &Options) -> Result<()> {
         if daemon.persist && daemon.chain(&name).is_ok() {
             log(format!("chain {name:?} of {} was adopted: not deployed again", file.display()));
         } else if let Err(e) = daemon.deploy(&file) {
-            daemon.shutdown();
+            // The chains adopted meanwhile run on for the next ferryd.
+            if daemon.persist {
+                daemon.leave();
+            } else {
+                daemon.shutdown();
+            }
             return Err(e);
         }
     }
@@ -245,10 +255,19 @@ impl Daemon {
     }
 
     /// Adopts every chain a ferryd before this one left (`--persist`). A
-    /// chain that cannot be adopted is abandoned: what of it still runs is
-    /// stopped, so nothing lingers unsupervised.
+    /// chain that cannot be adopted is abandoned (what of it still runs is
+    /// stopped, so nothing lingers unsupervised) and, once every other
+    /// chain is adopted, deployed afresh from its file.
     fn adopt_all(&self) {
-        for (file, state) in crate::persist::ChainState::load_all(&self.socket) {
+        let states = match crate::persist::ChainState::load_all(&self.state_dir) {
+            Ok(s) => s,
+            Err(e) => {
+                log(format!("adopting nothing: {e:#}"));
+                return;
+            }
+        };
+        let mut failed = Vec::new();
+        for (file, state) in states {
             let state = match state {
                 Ok(s) => s,
                 Err(e) => {
@@ -257,33 +276,36 @@ impl Daemon {
                     continue;
                 }
             };
-            let name = state.plan.name.clone();
-            let (id, last_nf) = (state.id, state.nf_ids.iter().copied().max().unwrap_or(0));
-            let adopted = Chain::adopt(state.clone(), self.socket.clone(), self.spawn).map(Arc::new).and_then(|c| {
-                self.chains.lock().expect("chains lock").push(c.clone());
-                c.start_adopted().map(|()| c)
-            });
-            match adopted {
-                Ok(c) => {
-                    self.next_chain.fetch_max(id + 1, Ordering::Relaxed);
-                    self.next_nf.fetch_max(last_nf + 1, Ordering::Relaxed);
-                    let running = c.summary().connected;
-                    log(format!("adopted chain {name:?} (id {id}): {running} NF processes running"));
-                }
+            let (name, id) = (state.plan.name.clone(), state.id);
+            let last_nf = state.nf_ids.iter().copied().max().unwrap_or(0);
+            let chain = match Chain::adopt(state.clone(), self.socket.clone(), self.state_dir.clone(), self.spawn) {
+                Ok(c) => Arc::new(c),
                 Err(e) => {
-                    log(format!("chain {name:?} cannot be adopted: {e:#}; stopping what is left of it"));
-                    if let Some(c) = self.chains.lock().expect("chains lock").iter().find(|c| c.id == id).cloned() {
-                        self.chains.lock().expect("chains lock").retain(|c| c.id != id);
-                        c.stop(REMOVE_GRACE);
-                    }
-                    crate::chain::abandon(&self.socket, &state);
-                    // A new ferryd whose state version differs (its region
-                    // layout may too) comes here: the chain starts afresh.
-                    match self.deploy(&state.file) {
-                        Ok(_) => log(format!("chain {name:?} deployed afresh from {}", state.file.display())),
-                        Err(e) => log(format!("chain {name:?} not deployed afresh: {e:#}")),
-                    }
+                    failed.push((state, e));
+                    continue;
                 }
+            };
+            // Listed before it starts: its NFs' rejoins look it up.
+            self.chains.lock().expect("chains lock").push(chain.clone());
+            if let Err(e) = chain.start_adopted() {
+                self.chains.lock().expect("chains lock").retain(|c| !Arc::ptr_eq(c, &chain));
+                chain.stop(REMOVE_GRACE);
+                failed.push((state, e));
+                continue;
+            }
+            self.next_chain.fetch_max(id + 1, Ordering::Relaxed);
+            self.next_nf.fetch_max(last_nf + 1, Ordering::Relaxed);
+            log(format!("adopted chain {name:?} (id {id}): {} NF processes running", chain.summary().connected));
+        }
+        for (state, e) in failed {
+            let name = &state.plan.name;
+            log(format!("chain {name:?} cannot be adopted: {e:#}; stopping what is left of it"));
+            crate::chain::abandon(&self.socket, &self.state_dir, &state);
+            // A new ferryd whose state version differs (its region layout
+            // may too) comes here: the chain starts afresh.
+            match self.deploy(&state.file) {
+                Ok(_) => log(format!("chain {name:?} deployed afresh from {}", state.file.display())),
+                Err(e) => log(format!("chain {name:?} not deployed afresh: {e:#}")),
             }
         }
     }
@@ -435,7 +457,7 @@ impl Daemon {
             ahead_ids,
             whole: placement.whole.clone(),
             placement: placement.explain(),
-            persist: self.persist,
+            persist: self.persist.then(|| self.state_dir.clone()),
             nsh,
         };
         let chain = Arc::new(Chain::setup(setup).with_context(|| format!("chain from {}", file.display()))?);

@@ -62,11 +62,12 @@ pub fn spawn_nf(
         cmd.uid(uid).gid(gid);
     }
     if let Some(file) = outlive {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(file)
-            .with_context(|| format!("NF {}'s log {}", nf.name, file.display()))?;
+        // One old log kept: an NF restarted again and again, or chatty,
+        // does not fill /run.
+        if std::fs::metadata(file).is_ok_and(|m| m.len() > MAX_LOG) {
+            let _ = std::fs::rename(file, file.with_extension("log.old"));
+        }
+        let log = crate::persist::open_private(file, true).with_context(|| format!("NF {}'s log", nf.name))?;
         cmd.stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
     }
     let die_with_ferryd = outlive.is_none();
@@ -95,6 +96,9 @@ pub fn spawn_nf(
     }
     cmd.spawn().map_err(|e| anyhow!("starting NF {}: {e}", nf.name))
 }
+
+/// Size past which an outliving NF's log is set aside when it starts.
+const MAX_LOG: u64 = 8 << 20;
 
 /// The affinity mask of `cpus:` (None: any CPU).
 fn cpu_set(cpus: &[u32]) -> Option<libc::cpu_set_t> {

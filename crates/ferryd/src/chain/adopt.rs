@@ -14,7 +14,6 @@
 //! reclaimed and restarted only when the next ferryd comes.
 
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,18 +79,16 @@ pub(super) fn pin_dir(id: u32, index: usize) -> PathBuf {
         .join(format!("port{index}"))
 }
 
-/// The log file of an NF that outlives ferryd.
-pub(super) fn nf_log(socket: &Path, chain: &str, nf: &str) -> PathBuf {
-    let dir = persist::state_dir(socket);
-    let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir);
+/// The log file of an NF that outlives ferryd, in the state directory.
+pub(super) fn nf_log(dir: &Path, chain: &str, nf: &str) -> PathBuf {
+    let _ = persist::secure_dir(dir);
     dir.join(format!("{chain}.{nf}.log"))
 }
 
-/// Removes what a removed chain left for a next ferryd: its state file and
-/// the directory of its ports' pins (`pins`: each port's pin directory,
-/// already emptied by the ports).
-pub(super) fn forget(socket: &Path, chain: &str, pins: &[PathBuf]) {
-    ChainState::remove(socket, chain);
+/// Removes the pins a removed chain left for a next ferryd (`pins`: each
+/// port's pin directory, which the port empties as it goes) and their
+/// directory.
+pub(super) fn forget(pins: &[PathBuf]) {
     for dir in pins {
         ferry_bpf::pinned::remove_pins(dir);
         if let Some(parent) = dir.parent() {
@@ -103,14 +100,15 @@ pub(super) fn forget(socket: &Path, chain: &str, pins: &[PathBuf]) {
 /// A chain that could not be adopted: its NFs still running are killed,
 /// its programs leave their devices and its state and keys are removed,
 /// so nothing of it lingers unsupervised.
-pub fn abandon(socket: &Path, state: &ChainState) {
+pub fn abandon(socket: &Path, dir: &Path, state: &ChainState) {
     for r in &state.nfs {
         if let Some(fd) = r.process.and_then(persist::find_process) {
             spawn::pidfd_signal(&fd, libc::SIGKILL);
         }
     }
+    ChainState::remove(dir, &state.plan.name);
     let pins: Vec<PathBuf> = state.pins.iter().flatten().cloned().collect();
-    forget(socket, &state.plan.name, &pins);
+    forget(&pins);
     for nf in &state.plan.nfs {
         let _ = std::fs::remove_file(proto::key_path(socket, &state.plan.name, &nf.name));
     }
@@ -119,29 +117,34 @@ pub fn abandon(socket: &Path, state: &ChainState) {
     }
 }
 
-/// Audits a domain until every live thread answered, a few times at most.
-const ADOPT_AUDITS: u32 = 20;
+/// Audits a domain until every live thread answered, a few times at most
+/// (each waits up to 2 s); then the adoption fails.
+const ADOPT_AUDITS: u32 = 5;
 
 impl Chain {
     /// Sets NF `i`'s record and writes the state file.
     pub(super) fn record(&self, i: usize, record: NfRecord) -> Result<()> {
         let mut records = self.records.lock().expect("records lock");
         records[i] = record;
-        self.state(&records).save(&self.socket)
+        // A chain being removed (or left) has its last state already: an
+        // NF admitted now would be unknown to the next ferryd, so none is.
+        if self.stop.load(Ordering::Acquire) {
+            bail!("chain {} is stopping", self.plan.name);
+        }
+        let dir = self.persist.as_ref().ok_or_else(|| anyhow!("not a persistent chain"))?;
+        self.state(&records)?.save(dir)
     }
 
     /// Writes the state file as it stands (after a deploy or an adoption);
     /// nothing without `--persist`.
     pub fn save_state(&self) -> Result<()> {
-        if !self.persist {
-            return Ok(());
-        }
+        let Some(dir) = &self.persist else { return Ok(()) };
         let records = self.records.lock().expect("records lock");
-        self.state(&records).save(&self.socket)
+        self.state(&records)?.save(dir)
     }
 
-    fn state(&self, records: &[NfRecord]) -> ChainState {
-        ChainState {
+    fn state(&self, records: &[NfRecord]) -> Result<ChainState> {
+        Ok(ChainState {
             version: STATE_VERSION,
             id: self.id,
             nf_ids: self.nf_ids.clone(),
@@ -150,10 +153,11 @@ impl Chain {
             plan: self.plan.clone(),
             creds: self.creds.iter().map(|c| (c.uid, c.gid, c.shown.clone())).collect(),
             leases: self.leases.iter().map(|l| l.uid).collect(),
-            domains: self.domains.iter().map(|d| d.ids.clone()).collect(),
+            domains: self.domains.iter().map(Domain::ids).collect::<Result<_>>()?,
             pins: self.pin_dirs(),
             nfs: records.to_vec(),
-        }
+            keys: self.keys.iter().map(|k| k.as_ref().map(|k| k.text().to_string())).collect(),
+        })
     }
 
     /// Per port: its pin directory, if pinned.
@@ -165,7 +169,7 @@ impl Chain {
     /// its uids leased again, each domain's memory and eventfds taken from
     /// one of its running NFs, its ports' programs from their pins. Starts
     /// nothing (see [`Chain::start_adopted`]).
-    pub fn adopt(state: ChainState, socket: PathBuf, spawn: bool) -> Result<Chain> {
+    pub fn adopt(state: ChainState, socket: PathBuf, dir: PathBuf, spawn: bool) -> Result<Chain> {
         if state.version != STATE_VERSION {
             bail!("state version {} (this ferryd reads {STATE_VERSION})", state.version);
         }
@@ -205,11 +209,11 @@ impl Chain {
             });
         }
         let mut keys = Vec::new();
-        for nf in &plan.nfs {
-            keys.push(if spawn && nf.spawn {
-                None
-            } else {
-                Some(NfKey::read(&proto::key_path(&socket, &plan.name, &nf.name))?)
+        for (nf, key) in plan.nfs.iter().zip(state.keys.iter().chain(std::iter::repeat(&None))) {
+            keys.push(match (spawn && nf.spawn, key) {
+                (true, _) => None,
+                (false, Some(k)) => Some(NfKey::known(k)),
+                (false, None) => bail!("NF {}: the state holds no key of it", nf.name),
             });
         }
         let creds: Vec<Creds> = state.creds.into_iter().map(|(uid, gid, shown)| Creds { uid, gid, shown }).collect();
@@ -225,6 +229,7 @@ impl Chain {
                         pidfd: Some(fd.clone()),
                         start: Some(start),
                         connected: true,
+                        awaiting_rejoin: true,
                         ..NfState::default()
                     }
                 }
@@ -274,7 +279,7 @@ impl Chain {
             splits: Vec::new(),
             flow_tables: plan.nfs.iter().map(|_| None).collect(),
             placement: state.placement,
-            persist: true,
+            persist: Some(dir),
             records: Mutex::new(records),
             plan,
         })
@@ -304,8 +309,16 @@ impl Chain {
             let report = loop {
                 let report = dom.audit(&dead);
                 tries += 1;
-                if report.unresponsive.is_empty() || tries == ADOPT_AUDITS {
+                if report.unresponsive.is_empty() {
                     break report;
+                }
+                // Bridges must not start on rings nobody repaired.
+                if tries == ADOPT_AUDITS {
+                    bail!(
+                        "domain {}: threads {:?} did not pause in {ADOPT_AUDITS} audits",
+                        report.domain,
+                        report.unresponsive
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(100));
             };
@@ -320,12 +333,12 @@ impl Chain {
                 report.held_by_threads,
                 report.lost,
                 report.duplicated,
-                if report.unresponsive.is_empty() {
-                    String::new()
-                } else {
-                    format!("; threads {:?} did not pause, so nothing was reclaimed yet", report.unresponsive)
-                }
+                String::new()
             ));
+        }
+        // A killed ferryd's bridges never let go of their input rings.
+        for b in &self.plan.bridges {
+            self.domains[b.from_domain].ring(b.ring).force_detach_consumer();
         }
         self.start_bridges()?;
         for i in 0..self.plan.nfs.len() {
@@ -374,19 +387,29 @@ impl Chain {
             bail!("NF {name:?} has rejoined already");
         }
         st.conn = Some(stream.try_clone().context("keeping the NF's connection")?);
+        st.awaiting_rejoin = false;
         log(format!("NF {name} rejoined (pid {pid}, uid {uid})"));
         Ok(i)
     }
 
     /// Forgets a rejoin whose answer did not reach the NF.
     pub fn unjoin(&self, i: usize) {
-        self.nfs[i].lock().expect("nf lock").conn = None;
+        let mut st = self.nfs[i].lock().expect("nf lock");
+        st.conn = None;
+        st.awaiting_rejoin = true;
     }
 
     /// ferryd leaves (`--persist`): its bridges stop, handing on what they
     /// copied, and everything else stays as it is for the next ferryd.
     pub fn leave(&self) {
-        self.stop.store(true, Ordering::Release);
+        {
+            // Under the records' lock: no state is being written as it stops.
+            let _records = self.records.lock().expect("records lock");
+            self.stop.store(true, Ordering::Release);
+        }
+        for port in self.ports.iter().flatten() {
+            port.lock().expect("port lock").keep_pinned();
+        }
         for thread in self.bridges.lock().expect("bridges lock").drain(..) {
             let _ = thread.join();
         }
