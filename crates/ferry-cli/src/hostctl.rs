@@ -11,20 +11,18 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_chain::hosts::HostSpec;
-use ferry_chain::proto::{self, ChainSummary, Msg, Status};
+use ferry_chain::proto::{ChainSummary, Msg, Status};
 use ferry_chain::ChainSpec;
+
+/// How long a host may stay silent on a request.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// One request to `host`'s ferryd; an error reply is an error.
 pub fn request(host: &HostSpec, tls: Option<&Path>, msg: &Msg) -> Result<Msg> {
     let control = host.control.as_deref().ok_or_else(|| anyhow!("host {} has no `control` endpoint", host.name))?;
-    let reply = match control.strip_prefix("unix:") {
-        Some(path) => proto::request(Path::new(path), msg).with_context(|| format!("host {} at {path}", host.name))?,
-        None => {
-            let dir = tls.ok_or_else(|| anyhow!("host {} is reached over TLS: give --tls DIR", host.name))?;
-            ferry_remote::request(control, &host.name, dir, msg)
-                .with_context(|| format!("host {} at {control}", host.name))?
-        }
-    };
+    // A deploy can take a while (NFs start): a long silence is allowed.
+    let reply = ferry_remote::request_control(control, &host.name, tls.map(|d| (d, ferry_remote::ADMIN)), msg, WAIT)
+        .with_context(|| format!("host {} at {control} (give --tls DIR for hosts reached over TLS)", host.name))?;
     match reply {
         Msg::Error { message } => bail!("host {}: {message}", host.name),
         reply => Ok(reply),

@@ -37,6 +37,10 @@ links:
     mtu: 1600
   - a: { ns: h3, dev: s0, mac: "02:00:00:00:02:02" }
     b: { ns: sink, dev: k0, mac: "02:00:00:00:02:01" }
+  - a: { ns: gen, dev: g1, mac: "02:00:00:00:03:01" }
+    b: { ns: h1, dev: c1, mac: "02:00:00:00:03:02" }
+  - a: { ns: h3, dev: s1, mac: "02:00:00:00:04:02" }
+    b: { ns: sink, dev: k1, mac: "02:00:00:00:04:01" }
 "#;
 
 const FABRIC_MACS: [&str; 3] = ["02:00:00:00:09:01", "02:00:00:00:09:02", "02:00:00:00:09:03"];
@@ -64,12 +68,12 @@ fn fabric(fab: &str) {
 
 /// A ferryd for host `host`, with its TLS listener on a port of its
 /// choosing; returns it and that address.
-fn host_ferryd(dir: &TempDir, host: &str, tls: &Path) -> (RunningChain, String) {
+fn host_ferryd(dir: &TempDir, host: &str, tls: &Path, listen: &str) -> (RunningChain, String) {
     let socket = dir.path(&format!("{host}.sock"));
     let child = Command::new(chainctl::ferryd_bin().unwrap())
         .arg("--socket")
         .arg(&socket)
-        .args(["--host", host, "--listen", "127.0.0.1:0", "--tls-dir"])
+        .args(["--host", host, "--listen", listen, "--tls-dir"])
         .arg(tls)
         .args(["--metrics", "127.0.0.1:0"])
         .env("FERRY_BIN", chainctl::ferry_bin().unwrap())
@@ -82,6 +86,26 @@ fn host_ferryd(dir: &TempDir, host: &str, tls: &Path) -> (RunningChain, String) 
         _ => None,
     });
     (RunningChain { child, socket, admin, name: "across".into() }, listen)
+}
+
+/// in2 (h1) -> x (h1) -> out2 (h3): a second chain, not through h2.
+fn side_chain(across: &str) -> String {
+    let hosts = &across[across.find("hosts:").unwrap()..across.find("ports:").unwrap()];
+    format!(
+        r#"
+name: side
+spi: 8
+domains: [ {{ name: main }} ]
+{hosts}ports:
+  - {{ name: in2, netdev: c1, location: h1 }}
+  - {{ name: out2, netdev: s1, location: h3 }}
+nfs:
+  - {{ name: x, domain: main, kind: fwd, offload: never, location: h1 }}
+links:
+  - {{ from: in2, to: x }}
+  - {{ from: x, to: out2 }}
+"#
+    )
 }
 
 fn chain_file(tb: &ferry_testbed::Testbed, listen: &[String]) -> String {
@@ -185,7 +209,8 @@ fn a_chain_over_three_hosts_carries_nsh_between_them() {
         let out = ferry(&["tls", "init", &d.to_string_lossy(), "--hosts", hosts]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
-    let ferryds: Vec<(RunningChain, String)> = ["h1", "h2", "h3"].iter().map(|h| host_ferryd(&dir, h, &tls)).collect();
+    let mut ferryds: Vec<(RunningChain, String)> =
+        ["h1", "h2", "h3"].iter().map(|h| host_ferryd(&dir, h, &tls, "127.0.0.1:0")).collect();
     let listen: Vec<String> = ferryds.iter().map(|(_, l)| l.clone()).collect();
     let file = dir.path("across.yaml");
     std::fs::write(&file, chain_file(&tb, &listen)).unwrap();
@@ -275,6 +300,66 @@ fn a_chain_over_three_hosts_carries_nsh_between_them() {
         assert_eq!(nsh(after, k), nsh(&before, k) + 1, "{k}");
     }
     assert_eq!(nsh(after, "forwarded"), nsh(&before, "forwarded"), "none of them went on");
+
+    // A host fails: h2's ferryd is killed (its NFs and forwarder go with
+    // it). h1 finds h2 unreachable and counts the frames for it as
+    // dropped; the chain that does not cross h2 goes on untouched; h2's
+    // next ferryd deploys its parts again and the chain recovers.
+    let side = dir.path("side.yaml");
+    std::fs::write(&side, side_chain(&std::fs::read_to_string(&file).unwrap())).unwrap();
+    let side_s = side.to_string_lossy().to_string();
+    let out = ferry(&["chain", "deploy", &side_s, "--tls", &tls.to_string_lossy()]);
+    assert!(out.status.success(), "deploy side: {}", String::from_utf8_lossy(&out.stderr));
+    // h1's status of side (x runs there), from its admin socket.
+    let h1_admin = ferryds[0].0.admin.clone();
+    let side_status = || match proto::request(&h1_admin, &Msg::Status { chain: "side".into() }) {
+        Ok(Msg::StatusReply(s)) => *s,
+        other => panic!("h1: {other:?}"),
+    };
+    wait_until("side's NF connected", || side_status().nfs.iter().all(|n| n.connected));
+    let (sink1, sink2) =
+        (spawn_sink(&tb, "sink", "k0", &["--idle-exit", "2s"]), spawn_sink(&tb, "sink", "k1", &["--idle-exit", "2s"]));
+    let flow = |dev: &str, mac: &str| {
+        let args = ["gen", "xsk", "--dev", dev, "--count", "100000000", "--rate", "2000", "--dst-mac", mac];
+        Ferry::spawn(&tb, "gen", &[&args[..], &["--set", "flows=16"]].concat())
+    };
+    let (gen1, gen2) = (flow("g0", "02:00:00:00:01:02"), flow("g1", "02:00:00:00:03:02"));
+    let ended = |st: &[(String, Status)]| nsh(&st[2].1, "ended");
+    let before = ended(&statuses(&file, &tls));
+    wait_until("both chains flowing", || ended(&statuses(&file, &tls)) > before + 500);
+    let h1_drops = |st: &[(String, Status)]| nsh(&st[0].1, "no_hop");
+    let drops_before = h1_drops(&statuses(&file, &tls));
+    let h2 = ferryds.remove(1);
+    let h2_listen = h2.1.clone();
+    let mut h2 = h2.0;
+    h2.child.kill().unwrap();
+    h2.child.wait().unwrap();
+    drop(h2);
+    let side_x = |s: &Status| chainctl::counter(s, "x", "tx_port");
+    let side_before = side_x(&side_status());
+    // Only h1 and h3 answer now: their statuses, one by one.
+    let h1_status = || match proto::request(&ferryds[0].0.admin, &Msg::Status { chain: "across".into() }) {
+        Ok(Msg::StatusReply(s)) => *s,
+        other => panic!("h1: {other:?}"),
+    };
+    wait_until("h1 counting the frames for h2 as dropped", || nsh(&h1_status(), "no_hop") > drops_before + 100);
+    wait_until("side flowing while h2 is down", || side_x(&side_status()) > side_before + 500);
+    ferryds.insert(1, host_ferryd(&dir, "h2", &tls, &h2_listen));
+    let h3_ended = || match proto::request(&ferryds[2].0.admin, &Msg::Status { chain: "across".into() }) {
+        Ok(Msg::StatusReply(s)) => nsh(&s, "ended"),
+        other => panic!("h3: {other:?}"),
+    };
+    let ended_down = h3_ended();
+    wait_until("across through the new h2 again", || h3_ended() > ended_down + 500);
+    let st = statuses(&file, &tls);
+    assert_eq!(st[1].1.nfs.iter().map(|n| n.restarts).sum::<u32>(), 0, "h2's NFs are new, not restarts");
+    assert!(h1_drops(&st) > drops_before, "h1 counted the frames for h2 while it was down");
+    drop((gen1, gen2));
+    let (r1, r2) = (sink1.wait_json(HANG_GUARD), sink2.wait_json(HANG_GUARD));
+    assert!(u(&r1, "/packets") > 0, "{r1:#}");
+    assert_eq!(u(&r2, "/packets"), side_x(&side_status()), "side lost nothing while h2 was down: {r2:#}");
+    let out = ferry(&["chain", "remove", "side", "--over", &side_s, "--tls", &tls.to_string_lossy()]);
+    assert!(out.status.success(), "remove side: {}", String::from_utf8_lossy(&out.stderr));
 
     let out = ferry(&["chain", "remove", "across", "--over", &file_s, "--tls", &tls.to_string_lossy()]);
     assert!(out.status.success(), "remove: {}", String::from_utf8_lossy(&out.stderr));

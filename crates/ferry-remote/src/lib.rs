@@ -18,7 +18,7 @@
 
 mod issue;
 
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +53,8 @@ pub enum RemoteError {
     Connect { addr: String, source: std::io::Error },
     #[error(transparent)]
     Proto(#[from] ProtoError),
+    #[error("host {host} is reached over TLS: a TLS directory is needed")]
+    NoTls { host: String },
     #[error("issuing certificates: {0}")]
     Issue(#[from] rcgen::Error),
 }
@@ -114,14 +116,58 @@ fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, RemoteError> {
 /// Sends `msg` to the ferryd of host `host` at `addr` (as the operator of
 /// TLS directory `dir`) and returns its reply.
 pub fn request(addr: &str, host: &str, dir: &Path, msg: &Msg) -> Result<Msg, RemoteError> {
-    let config = TlsDir::new(dir).client(ADMIN)?;
+    request_as(addr, host, dir, ADMIN, msg, IDLE)
+}
+
+/// As [`request`], presenting identity `me` of `dir`, and giving up after
+/// `timeout` of silence (connecting included).
+pub fn request_as(
+    addr: &str,
+    host: &str,
+    dir: &Path,
+    me: &str,
+    msg: &Msg,
+    timeout: Duration,
+) -> Result<Msg, RemoteError> {
+    let config = TlsDir::new(dir).client(me)?;
     let name = ServerName::try_from(host.to_string()).map_err(|_| RemoteError::BadName(host.into()))?;
-    let tcp = TcpStream::connect(addr).map_err(|source| RemoteError::Connect { addr: addr.into(), source })?;
-    tcp.set_read_timeout(Some(IDLE)).map_err(|source| RemoteError::Connect { addr: addr.into(), source })?;
+    let connect = |source| RemoteError::Connect { addr: addr.into(), source };
+    let to: SocketAddr =
+        addr.to_socket_addrs().map_err(connect)?.next().ok_or_else(|| connect(std::io::Error::other("no address")))?;
+    let tcp = TcpStream::connect_timeout(&to, timeout).map_err(connect)?;
+    tcp.set_read_timeout(Some(timeout)).map_err(connect)?;
+    tcp.set_write_timeout(Some(timeout)).map_err(connect)?;
     let conn = ClientConnection::new(config, name)?;
     let mut tls = StreamOwned::new(conn, tcp);
     proto::write_msg(&mut tls, msg)?;
     Ok(proto::read_msg(&mut tls)?)
+}
+
+/// Sends `msg` to host `host`'s ferryd at its control endpoint
+/// `control`: `unix:PATH` (a ferryd on this machine: its admin socket,
+/// root's) or `ADDR:PORT` over mutual TLS as identity `me` of TLS
+/// directory `tls`. Gives up after `timeout` of silence.
+pub fn request_control(
+    control: &str,
+    host: &str,
+    tls: Option<(&Path, &str)>,
+    msg: &Msg,
+    timeout: Duration,
+) -> Result<Msg, RemoteError> {
+    match control.strip_prefix("unix:") {
+        Some(path) => {
+            let connect = |source| RemoteError::Connect { addr: control.into(), source };
+            let sock = std::os::unix::net::UnixStream::connect(path).map_err(connect)?;
+            sock.set_read_timeout(Some(timeout)).map_err(connect)?;
+            sock.set_write_timeout(Some(timeout)).map_err(connect)?;
+            proto::send(&sock, msg, &[])?;
+            Ok(proto::recv(&sock)?.0)
+        }
+        None => {
+            let (dir, me) = tls.ok_or_else(|| RemoteError::NoTls { host: host.into() })?;
+            request_as(control, host, dir, me, msg, timeout)
+        }
+    }
 }
 
 /// Serves `listener` until `stop` says so: each connection on a thread of

@@ -971,6 +971,16 @@ impl Chain {
         s
     }
 
+    /// The hosts its part of a service path sends to.
+    pub fn nsh_next_hosts(&self) -> Vec<ferry_chain::hosts::HostSpec> {
+        self.nsh.lock().expect("nsh lock").as_ref().map(NshInstall::next_hosts).unwrap_or_default()
+    }
+
+    /// See [`NshInstall::set_reachable`].
+    pub fn nsh_set_reachable(&self, host: &str, up: bool) -> bool {
+        self.nsh.lock().expect("nsh lock").as_mut().is_some_and(|n| n.set_reachable(host, up))
+    }
+
     /// What `ferry chain list` shows of the chain.
     pub fn summary(&self) -> ChainSummary {
         ChainSummary {

@@ -99,6 +99,13 @@ impl Fabric {
 pub struct NshInstall {
     fabric: Arc<Mutex<Fabric>>,
     hops: Vec<PathHop>,
+    /// The entries that send to another host: taken out while that host
+    /// is unreachable (its frames then count as `no_hop` drops here), put
+    /// back when it is reachable again.
+    forwards: Vec<(PathHop, NshAction, String)>,
+    /// The chain's hosts.
+    peers: Vec<HostSpec>,
+    down: std::collections::HashSet<String>,
     roles: Vec<u32>,
     attached: Vec<Attachment>,
     classifies: bool,
@@ -127,6 +134,9 @@ impl NshInstall {
         let mut install = NshInstall {
             fabric: fabric.clone(),
             hops: Vec::new(),
+            forwards: Vec::new(),
+            peers: peers.to_vec(),
+            down: Default::default(),
             roles: Vec::new(),
             attached: Vec::new(),
             classifies: false,
@@ -184,9 +194,10 @@ impl NshInstall {
                         },
                         FabricEncap::Ethernet => NshEncap::Ethernet,
                     };
-                    let src_mac = f.mac;
-                    f.sff.set_hop(at, NshAction::Forward { dev: FABRIC_SLOT, dst_mac, src_mac, encap })?;
+                    let action = NshAction::Forward { dev: FABRIC_SLOT, dst_mac, src_mac: f.mac, encap };
+                    f.sff.set_hop(at, action)?;
                     install.hops.push(at);
+                    install.forwards.push((at, action, to.clone()));
                 }
                 HopRole::Proxy { port } => {
                     let slot = f.slot(far_end[port])?;
@@ -207,6 +218,30 @@ impl NshInstall {
     /// The host forwarder's counters.
     pub fn counters(&self) -> Vec<(String, u64)> {
         self.fabric.lock().expect("fabric lock").counters()
+    }
+
+    /// The hosts this part sends to.
+    pub fn next_hosts(&self) -> Vec<HostSpec> {
+        let names: std::collections::BTreeSet<&str> = self.forwards.iter().map(|(_, _, h)| h.as_str()).collect();
+        self.peers.iter().filter(|p| names.contains(p.name.as_str())).cloned().collect()
+    }
+
+    /// Host `host` is reachable or not: its entries go back in, or out.
+    /// Whether anything changed.
+    pub fn set_reachable(&mut self, host: &str, up: bool) -> bool {
+        if up != self.down.contains(host) {
+            return false;
+        }
+        let mut f = self.fabric.lock().expect("fabric lock");
+        for (at, action, _) in self.forwards.iter().filter(|(_, _, h)| h == host) {
+            let _ = if up { f.sff.set_hop(*at, *action) } else { f.sff.remove_hop(*at) };
+        }
+        if up {
+            self.down.remove(host);
+        } else {
+            self.down.insert(host.to_string());
+        }
+        true
     }
 }
 

@@ -163,6 +163,50 @@ impl ChainState {
     }
 }
 
+/// A part of a chain over hosts this ferryd deployed: what it was given,
+/// kept so that it deploys the part again when it starts after a crash
+/// (the other hosts' forwarders find this host again).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartRecord {
+    pub text: String,
+    pub origin: String,
+    pub macs: Vec<(String, String)>,
+}
+
+impl PartRecord {
+    fn path(dir: &Path, chain: &str) -> PathBuf {
+        dir.join("parts").join(format!("{chain}.json"))
+    }
+
+    pub fn save(&self, dir: &Path, chain: &str) -> Result<()> {
+        secure_dir(&dir.join("parts"))?;
+        let mut f = open_private(&Self::path(dir, chain), false)?;
+        f.write_all(&serde_json::to_vec(self)?)?;
+        Ok(())
+    }
+
+    /// Every part in `dir` (none from a directory others could write).
+    pub fn load_all(dir: &Path) -> Result<Vec<(String, PartRecord)>> {
+        let parts = dir.join("parts");
+        if !parts.exists() {
+            return Ok(Vec::new());
+        }
+        secure_dir(&parts)?;
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&parts)?.flatten() {
+            let p = e.path();
+            let Some(chain) = p.file_stem().map(|s| s.to_string_lossy().into_owned()) else { continue };
+            let record = std::fs::read(&p).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice(&b)?));
+            out.push((chain, record.with_context(|| format!("{}", p.display()))?));
+        }
+        Ok(out)
+    }
+
+    pub fn remove(dir: &Path, chain: &str) {
+        let _ = std::fs::remove_file(Self::path(dir, chain));
+    }
+}
+
 /// Start time of process `pid` in clock ticks after boot (field 22 of
 /// /proc/PID/stat).
 pub fn start_time(pid: u32) -> Option<u64> {

@@ -51,6 +51,13 @@ pub struct Options {
     pub listen: Option<(std::net::SocketAddr, PathBuf)>,
 }
 
+/// How often a host probes the hosts its parts send to.
+const PROBE_EVERY: Duration = Duration::from_millis(200);
+/// How long a probe waits for an answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Probes failed in a row that make a host unreachable.
+const DOWN_AFTER: u32 = 3;
+
 /// How long a removed chain's NFs get between SIGTERM and SIGKILL.
 const REMOVE_GRACE: Duration = Duration::from_secs(5);
 
@@ -83,6 +90,8 @@ pub struct Daemon {
     metrics: Mutex<Option<std::net::SocketAddr>>,
     /// The address of its mutual-TLS admin listener.
     listen: Mutex<Option<std::net::SocketAddr>>,
+    /// Its TLS directory (its host's key probes the other hosts).
+    tls_dir: Option<PathBuf>,
     /// This ferryd's host in chains over hosts (`--host`).
     host: Option<String>,
     /// The NSH forwarder on the host's fabric, once a chain needs it.
@@ -128,6 +137,7 @@ pub fn run(opts: &Options) -> Result<()> {
         waiting_hellos: AtomicUsize::new(0),
         metrics: Mutex::new(None),
         listen: Mutex::new(None),
+        tls_dir: opts.listen.as_ref().map(|(_, d)| d.clone()),
         host: opts.host.clone(),
         fabric: Mutex::new(None),
         paths: Mutex::new(Vec::new()),
@@ -153,6 +163,11 @@ pub fn run(opts: &Options) -> Result<()> {
         ferry_remote::serve(listener, config, Arc::new(answer), Arc::new(stop))?;
         log(format!("admin requests over mutual TLS on {bound} (host {host})"));
         *daemon.listen.lock().expect("listen lock") = Some(bound);
+    }
+    if daemon.host.is_some() {
+        daemon.redeploy_parts();
+        let d = daemon.clone();
+        std::thread::Builder::new().name("peers".into()).spawn(move || d.watch_peers())?;
     }
     if let Some(addr) = opts.metrics {
         let d = daemon.clone();
@@ -365,6 +380,7 @@ impl Daemon {
                 bail!("chain {name:?} is already deployed");
             }
             let install = NshInstall::open(&setup.fabric, &name, &setup.part, &setup.peers, &setup.macs, None)?;
+            self.keep_part(&name, text, origin, macs)?;
             self.paths.lock().expect("paths lock").push((name.clone(), install));
             log(format!("deployed chain {name:?}: NSH forwarding only on host {host}"));
             let id = self.next_chain.fetch_add(1, Ordering::Relaxed);
@@ -377,7 +393,87 @@ impl Daemon {
             });
         };
         let placement = ferry_place::place(&local).map_err(|e| anyhow!("{origin}: {}", e.message))?;
-        self.deploy_placed(Path::new(origin), placement, Some(setup))
+        let summary = self.deploy_placed(Path::new(origin), placement, Some(setup))?;
+        if let Err(e) = self.keep_part(&name, text, origin, macs) {
+            if let Ok(c) = self.chain(&name) {
+                self.chains.lock().expect("chains lock").retain(|x| !Arc::ptr_eq(x, &c));
+                c.stop(REMOVE_GRACE);
+            }
+            return Err(e);
+        }
+        Ok(summary)
+    }
+
+    /// Keeps a part this ferryd deployed, to deploy it again when it starts
+    /// after a crash: the other hosts' forwarders find this host again.
+    fn keep_part(&self, name: &str, text: &str, origin: &str, macs: &[(String, String)]) -> Result<()> {
+        let record = crate::persist::PartRecord { text: text.into(), origin: origin.into(), macs: macs.to_vec() };
+        record.save(&self.state_dir, name)
+    }
+
+    /// Deploys again the parts of chains over hosts this host had when its
+    /// ferryd went away.
+    fn redeploy_parts(&self) {
+        let parts = match crate::persist::PartRecord::load_all(&self.state_dir) {
+            Ok(p) => p,
+            Err(e) => {
+                log(format!("deploying no earlier part: {e:#}"));
+                return;
+            }
+        };
+        for (name, p) in parts {
+            match self.deploy_part(&p.text, &p.origin, &p.macs) {
+                Ok(_) => log(format!("deployed again this host's part of chain {name:?}")),
+                Err(e) => log(format!("this host's part of chain {name:?} not deployed again: {e:#}")),
+            }
+        }
+    }
+
+    /// Probes, every [`PROBE_EVERY`], the hosts this host's parts send to
+    /// (a status request for the chain, over the control channel). After
+    /// [`DOWN_AFTER`] failures in a row a host is unreachable: the entries
+    /// that send to it are taken out, so its frames are dropped and
+    /// counted here (`no_hop`) instead of vanishing in a host that lost its
+    /// part; its first answer puts them back.
+    fn watch_peers(self: Arc<Self>) {
+        let mut failures: std::collections::HashMap<(String, String), u32> = Default::default();
+        let me = self.host.clone().unwrap_or_default();
+        while !self.stop.load(Ordering::Acquire) && !signalled() {
+            std::thread::sleep(PROBE_EVERY);
+            let mut targets: Vec<(String, ferry_chain::hosts::HostSpec)> = Vec::new();
+            for c in self.chains.lock().expect("chains lock").iter() {
+                targets.extend(c.nsh_next_hosts().into_iter().map(|h| (c.plan.name.clone(), h)));
+            }
+            for (name, install) in self.paths.lock().expect("paths lock").iter() {
+                targets.extend(install.next_hosts().into_iter().map(|h| (name.clone(), h)));
+            }
+            for (chain, host) in targets {
+                let Some(control) = host.control.as_deref() else { continue };
+                let tls = self.tls_dir.as_deref().map(|d| (d, me.as_str()));
+                let msg = Msg::Status { chain: chain.clone() };
+                let answered = matches!(
+                    ferry_remote::request_control(control, &host.name, tls, &msg, PROBE_TIMEOUT),
+                    Ok(Msg::StatusReply(_))
+                );
+                let n = failures.entry((chain.clone(), host.name.clone())).or_default();
+                *n = if answered { 0 } else { *n + 1 };
+                let up = *n < DOWN_AFTER;
+                let changed = match self.chain(&chain) {
+                    Ok(c) => c.nsh_set_reachable(&host.name, up),
+                    Err(_) => self
+                        .paths
+                        .lock()
+                        .expect("paths lock")
+                        .iter_mut()
+                        .find(|(n, _)| *n == chain)
+                        .is_some_and(|(_, i)| i.set_reachable(&host.name, up)),
+                };
+                if changed {
+                    let now = if up { "reachable again" } else { "unreachable: its frames are dropped here" };
+                    log(format!("chain {chain:?}: host {} is {now}", host.name));
+                }
+            }
+        }
     }
 
     /// The forwarder on this host's fabric, loaded for the first chain
@@ -510,6 +606,7 @@ impl Daemon {
     /// and everything it holds is released. Other chains are not touched.
     pub fn remove(&self, name: &str) -> Result<()> {
         let _changing = self.changes.lock().expect("changes lock");
+        crate::persist::PartRecord::remove(&self.state_dir, name);
         let mut paths = self.paths.lock().expect("paths lock");
         if let Some(i) = paths.iter().position(|(n, _)| n == name) {
             paths.remove(i);
