@@ -163,6 +163,12 @@ impl ChainSpec {
                 }
             }
         }
+        // A frame leaves in the sender's encapsulation: the receivers must
+        // take the same.
+        if let Some(i) = self.hosts.iter().position(|h| h.fabric.encap != self.hosts[0].fabric.encap) {
+            let why = "every host of a chain uses the same encap (the first host's)".to_string();
+            return Err((vec![Key("hosts"), Index(i), Key("fabric"), Key("encap")], why));
+        }
         for (i, n) in self.nfs.iter().enumerate() {
             self.host_of(n.location.as_deref()).map_err(|m| (located("nfs", i), m))?;
         }
@@ -172,6 +178,10 @@ impl ChainSpec {
                 let why =
                     format!("port {:?} is on host {:?}, whose devices are in netns {:?}", p.name, h.name, h.netns);
                 return Err((vec![Key("ports"), Index(i), Key("netns")], why));
+            }
+            if p.name.starts_with("nsh-") {
+                let why = "`nsh-` names the ports of NSH attachments ferryd makes".to_string();
+                return Err((vec![Key("ports"), Index(i), Key("name")], why));
             }
             if p.classify.is_some() || p.via.is_some() {
                 return Err((vec![Key("ports"), Index(i)], "tenant classification is for chains on one host".into()));
@@ -333,7 +343,7 @@ domains: [ { name: main } ]
 hosts:
   - { name: h1, netns: n1, fabric: { dev: f1, addr: 10.9.0.1 } }
   - { name: h2, netns: n2, fabric: { dev: f2, addr: 10.9.0.2 } }
-  - { name: h3, netns: n3, fabric: { dev: f3, addr: 10.9.0.3, encap: ethernet } }
+  - { name: h3, netns: n3, fabric: { dev: f3, addr: 10.9.0.3 } }
 ports:
   - { name: in, netdev: c0, location: h1 }
   - { name: out, netdev: s0, location: h3 }
@@ -411,6 +421,8 @@ links:
                 ),
                 "ports[0].netns",
             ),
+            (ACROSS.replace("addr: 10.9.0.3 }", "addr: 10.9.0.3, encap: ethernet }"), "hosts[2].fabric.encap"),
+            (ACROSS.replace("name: out,", "name: nsh-out-1,").replace("to: out", "to: nsh-out-1"), "ports[1].name"),
         ];
         for (text, want) in bad {
             let e = ChainSpec::from_yaml_str(&text, "across.yaml", &AnyKind).expect_err(want).to_string();

@@ -38,14 +38,25 @@ fn read(file: &Path) -> Result<(ChainSpec, String, String)> {
     Ok((spec, text, origin))
 }
 
+/// Refuses a chain name that is not the one `file` holds (an empty name
+/// is that one).
+pub fn check_name(file: &Path, name: &str) -> Result<()> {
+    let (spec, _, origin) = read(file)?;
+    if !name.is_empty() && name != spec.name() {
+        bail!("{origin} holds chain {:?}, not {name:?}", spec.name());
+    }
+    Ok(())
+}
+
 /// Whether `file` is a chain over hosts.
 pub fn spans_hosts(file: &Path) -> bool {
     ferry_catalog::parse_chain(file).is_ok_and(|s| !s.hosts.is_empty())
 }
 
 /// Deploys each host's part of the chain in `file`: first every host's
-/// fabric MAC, then the parts, the path's last host first (so that
-/// nothing is sent to a host before its part is there). A host that
+/// fabric MAC, then the parts, the hosts in the reverse of the file's
+/// order (list them along the path, and nothing is sent to a host before
+/// its part is there). A host that
 /// refuses its part undoes the deploy on the hosts that took theirs.
 pub fn deploy(file: &Path, tls: Option<&Path>) -> Result<Vec<(String, ChainSummary)>> {
     let (spec, text, origin) = read(file)?;

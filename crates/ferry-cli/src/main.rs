@@ -817,7 +817,8 @@ fn run(cli: Cli) -> Result<()> {
                 format!("{placed}deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs)
             })
         }
-        Cmd::Chain(ChainCmd::Remove { name: _, admin: _, over: Some(file), tls }) => {
+        Cmd::Chain(ChainCmd::Remove { name, admin: _, over: Some(file), tls }) => {
+            ferry_cli::hostctl::check_name(&file, &name)?;
             ferry_cli::hostctl::remove(&file, tls.as_deref())
         }
         Cmd::Chain(ChainCmd::Remove { name, admin, over: None, tls: _ }) => chainctl::remove(&admin, &name),
@@ -833,7 +834,8 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Chain(ChainCmd::List { admin, json }) => emit(json, &chainctl::list(&admin)?, chainctl::list_table),
-        Cmd::Chain(ChainCmd::Show { name: _, admin: _, json, over: Some(file), tls }) => {
+        Cmd::Chain(ChainCmd::Show { name, admin: _, json, over: Some(file), tls }) => {
+            ferry_cli::hostctl::check_name(&file, &name)?;
             let parts = ferry_cli::hostctl::status(&file, tls.as_deref())?;
             emit(json, &parts, |parts| {
                 parts.iter().map(|(host, s)| format!("host {host}:\n{}", chainctl::status_table(s))).collect()

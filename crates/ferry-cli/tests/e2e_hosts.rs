@@ -45,27 +45,6 @@ links:
 
 const FABRIC_MACS: [&str; 3] = ["02:00:00:00:09:01", "02:00:00:00:09:02", "02:00:00:00:09:03"];
 
-fn ip(ns: &str, args: &[&str]) {
-    let out = Command::new("ip").args(["-n", ns]).args(args).output().unwrap();
-    assert!(out.status.success(), "ip -n {ns} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// The fabric: p1..p3 in one bridge, each host's MAC on its port for
-/// good (no flooding of the first frames to every host).
-fn fabric(fab: &str) {
-    ip(fab, &["link", "add", "br0", "type", "bridge"]);
-    for (i, mac) in FABRIC_MACS.iter().enumerate() {
-        let port = format!("p{}", i + 1);
-        ip(fab, &["link", "set", "dev", &port, "master", "br0"]);
-        let out = Command::new("bridge")
-            .args(["-n", fab, "fdb", "add", mac, "dev", &port, "master", "static"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "bridge fdb: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    ip(fab, &["link", "set", "dev", "br0", "up"]);
-}
-
 /// A ferryd for host `host`, with its TLS listener on a port of its
 /// choosing; returns it and that address.
 fn host_ferryd(dir: &TempDir, host: &str, tls: &Path, listen: &str) -> (RunningChain, String) {
@@ -202,7 +181,8 @@ fn a_chain_over_three_hosts_carries_nsh_between_them() {
     }
     let tb = testbed(TESTBED, "hosts-e2e.yaml");
     let fab = tb.ns_name("fab").to_string();
-    fabric(&fab);
+    let macs: Vec<ferry_testbed::MacAddr> = FABRIC_MACS.iter().map(|m| m.parse().unwrap()).collect();
+    tb.bridge("fab", "br0", &[("p1", macs[0]), ("p2", macs[1]), ("p3", macs[2])]).expect("the fabric");
     let dir = TempDir::new("hosts");
     let (tls, other) = (dir.path("tls"), dir.path("other-ca"));
     for (d, hosts) in [(&tls, "h1,h2,h3"), (&other, "h1,h2,h3")] {
@@ -216,7 +196,10 @@ fn a_chain_over_three_hosts_carries_nsh_between_them() {
     std::fs::write(&file, chain_file(&tb, &listen)).unwrap();
     let file_s = file.to_string_lossy().to_string();
 
-    // Another CA's key: every host refuses it, and nothing is deployed.
+    // Another deployment's operator key, even trusting our hosts: every
+    // host refuses it, and nothing is deployed.
+    let ours = tls.join(format!("{}.pem", ferry_remote::HOSTS_CA));
+    std::fs::copy(&ours, other.join(format!("{}.pem", ferry_remote::HOSTS_CA))).unwrap();
     let refused = ferry(&["chain", "deploy", &file_s, "--tls", &other.to_string_lossy()]);
     assert!(!refused.status.success(), "a deploy with another CA's key");
     for (rc, _) in &ferryds {

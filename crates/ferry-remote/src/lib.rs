@@ -4,17 +4,22 @@
 //!
 //! Why mutual TLS: a ferryd's admin requests deploy NFs and XDP programs
 //! as root, so the listener must know who asks, not just encrypt. Each
-//! host and each operator holds its own key; one deployment CA signs them
-//! all, so a stolen host key can be revoked by reissuing that host alone.
-//! The server takes only clients whose certificate the CA signed (there is
-//! no anonymous access, and no password); the client takes only a server
-//! whose certificate names the host it dialled. rustls over OpenSSL: no C
-//! library to keep patched besides ring's primitives, and no legacy
-//! protocol versions to turn off.
+//! host and each operator holds its own key, and there is no password or
+//! shared secret. Two CAs sign them: the *hosts* CA signs each host's
+//! certificate (what a server shows, and what a host's probes of the
+//! other hosts present), the *operators* CA signs the operators'. A
+//! server takes only clients one of the two signed, and answers a host
+//! only a status request ([`Role::Host`]): a host's key, which must sit on
+//! that host, is no key to the others. The client takes only a server
+//! whose certificate the hosts CA signed for the host it dialled. rustls
+//! over OpenSSL: no C library to keep patched besides ring's primitives,
+//! and no legacy protocol versions to turn off.
 //!
-//! A TLS directory (`ferry tls init DIR --hosts h1,h2`) holds `ca.pem`,
-//! `ca.key` (keep it offline once every key is issued), `<host>.pem` and
-//! `<host>.key` per host, and `admin.pem`/`admin.key` for the operator.
+//! A TLS directory (`ferry tls init DIR --hosts h1,h2`) holds
+//! `hosts-ca.pem`/`.key`, `operators-ca.pem`/`.key` (keep both keys
+//! offline once every key is issued), `<host>.pem`/`.key` per host, and
+//! `admin.pem`/`.key` for the operator. A host needs both CA certificates
+//! and its own key; the operator the hosts CA certificate and its key.
 
 mod issue;
 
@@ -33,6 +38,25 @@ pub use issue::issue;
 
 /// The operator's identity in a TLS directory.
 pub const ADMIN: &str = "admin";
+/// The CA that signs hosts' certificates.
+pub const HOSTS_CA: &str = "hosts-ca";
+/// The CA that signs operators' certificates.
+pub const OPERATORS_CA: &str = "operators-ca";
+
+/// Who a client proved to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// An operator (the operators CA signed its key): every request.
+    Operator,
+    /// Another host (the hosts CA signed its key): status only.
+    Host,
+}
+
+/// Connections served at once, at most: beyond, new ones are closed
+/// before the handshake (anyone who can reach the port may connect).
+const MAX_CONNECTIONS: usize = 64;
+/// How long a handshake may take.
+const HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// How long a peer may take to say something (a handshake, a request).
 const IDLE: Duration = Duration::from_secs(30);
@@ -67,11 +91,29 @@ impl TlsDir {
         TlsDir(dir.to_path_buf())
     }
 
-    fn roots(&self) -> Result<RootCertStore, RemoteError> {
-        let path = self.0.join("ca.pem");
+    /// Whoever may write the directory chooses whom a server trusts: it
+    /// must be this user's, and no one else's to write.
+    fn check(&self) -> Result<(), RemoteError> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(&self.0).map_err(|source| RemoteError::File { path: self.0.clone(), source })?;
+        // SAFETY: plain getter.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me || meta.mode() & 0o022 != 0 {
+            return Err(RemoteError::Pem {
+                path: self.0.clone(),
+                reason: format!("not a directory of uid {me} that only it may write: refusing to trust it"),
+            });
+        }
+        Ok(())
+    }
+
+    /// The certificates of the CAs `names`.
+    fn roots(&self, names: &[&str]) -> Result<RootCertStore, RemoteError> {
         let mut roots = RootCertStore::empty();
-        for cert in certs(&path)? {
-            roots.add(cert)?;
+        for name in names {
+            for cert in certs(&self.0.join(format!("{name}.pem")))? {
+                roots.add(cert)?;
+            }
         }
         Ok(roots)
     }
@@ -84,20 +126,47 @@ impl TlsDir {
         Ok((certs(&self.0.join(format!("{name}.pem")))?, key))
     }
 
-    /// A server of host `host`: its own certificate, and clients the CA
-    /// signed, only.
-    pub fn server(&self, host: &str) -> Result<Arc<ServerConfig>, RemoteError> {
-        let verifier = WebPkiClientVerifier::builder(Arc::new(self.roots()?))
-            .build()
-            .map_err(|e| RemoteError::Verifier(e.to_string()))?;
+    /// A server of host `host`: its own certificate, and clients either
+    /// CA signed, only; with what tells an operator from a host.
+    pub fn server(&self, host: &str) -> Result<Server, RemoteError> {
+        self.check()?;
+        let verifier = |cas: &[&str]| -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, RemoteError> {
+            WebPkiClientVerifier::builder(Arc::new(self.roots(cas)?))
+                .build()
+                .map_err(|e| RemoteError::Verifier(e.to_string()))
+        };
         let (chain, key) = self.identity(host)?;
-        Ok(Arc::new(ServerConfig::builder().with_client_cert_verifier(verifier).with_single_cert(chain, key)?))
+        let config = ServerConfig::builder()
+            .with_client_cert_verifier(verifier(&[HOSTS_CA, OPERATORS_CA])?)
+            .with_single_cert(chain, key)?;
+        Ok(Server { config: Arc::new(config), operators: verifier(&[OPERATORS_CA])? })
     }
 
-    /// A client presenting identity `name`, trusting servers the CA signed.
+    /// A client presenting identity `name`, trusting servers the hosts CA
+    /// signed.
     pub fn client(&self, name: &str) -> Result<Arc<ClientConfig>, RemoteError> {
         let (chain, key) = self.identity(name)?;
-        Ok(Arc::new(ClientConfig::builder().with_root_certificates(self.roots()?).with_client_auth_cert(chain, key)?))
+        Ok(Arc::new(
+            ClientConfig::builder()
+                .with_root_certificates(self.roots(&[HOSTS_CA])?)
+                .with_client_auth_cert(chain, key)?,
+        ))
+    }
+}
+
+/// A host's server side: its TLS configuration, and the verifier of the
+/// operators CA alone.
+pub struct Server {
+    config: Arc<ServerConfig>,
+    operators: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+}
+
+impl Server {
+    /// The role of the client of an established connection.
+    fn role(&self, conn: &ServerConnection) -> Option<Role> {
+        let (end, rest) = conn.peer_certificates()?.split_first()?;
+        let now = rustls::pki_types::UnixTime::now();
+        Some(if self.operators.verify_client_cert(end, rest, now).is_ok() { Role::Operator } else { Role::Host })
     }
 }
 
@@ -170,24 +239,39 @@ pub fn request_control(
     }
 }
 
+/// Answers a request from a client of a role.
+pub type Answer = dyn Fn(Msg, Role) -> Msg + Send + Sync;
+
 /// Serves `listener` until `stop` says so: each connection on a thread of
-/// its own, TLS-authenticated against `config`, each request answered by
-/// `answer` (refused peers are dropped during the handshake).
+/// its own (at most [`MAX_CONNECTIONS`] at once), TLS-authenticated by
+/// `server`, each request answered by `answer` with the client's role
+/// (refused peers are dropped during the handshake).
 pub fn serve(
     listener: TcpListener,
-    config: Arc<ServerConfig>,
-    answer: Arc<dyn Fn(Msg) -> Msg + Send + Sync>,
+    server: Server,
+    answer: Arc<Answer>,
     stop: Arc<dyn Fn() -> bool + Send + Sync>,
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
+    let server = Arc::new(server);
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::Builder::new().name("tls-listen".into()).spawn(move || {
+        use std::sync::atomic::Ordering;
         while !stop() {
             match listener.accept() {
                 Ok((tcp, _)) => {
-                    let (config, answer) = (config.clone(), answer.clone());
-                    let _ = std::thread::Builder::new()
-                        .name("tls-conn".into())
-                        .spawn(move || serve_one(tcp, config, answer.as_ref()));
+                    if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+                        open.fetch_sub(1, Ordering::AcqRel);
+                        continue;
+                    }
+                    let (server, answer, done) = (server.clone(), answer.clone(), open.clone());
+                    let spawned = std::thread::Builder::new().name("tls-conn".into()).spawn(move || {
+                        serve_one(tcp, &server, answer.as_ref());
+                        done.fetch_sub(1, Ordering::AcqRel);
+                    });
+                    if spawned.is_err() {
+                        open.fetch_sub(1, Ordering::AcqRel);
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(50)),
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
@@ -199,21 +283,22 @@ pub fn serve(
 
 /// One connection: requests until it closes; nothing is read before the
 /// peer's certificate checked out.
-fn serve_one(tcp: TcpStream, config: Arc<ServerConfig>, answer: &(dyn Fn(Msg) -> Msg + Send + Sync)) {
+fn serve_one(tcp: TcpStream, server: &Server, answer: &Answer) {
     let _ = tcp.set_nonblocking(false);
-    let _ = tcp.set_read_timeout(Some(IDLE));
-    let Ok(conn) = ServerConnection::new(config) else { return };
+    let _ = tcp.set_read_timeout(Some(HANDSHAKE));
+    let Ok(conn) = ServerConnection::new(server.config.clone()) else { return };
     let mut tls = StreamOwned::new(conn, tcp);
-    // The handshake completes (or fails, refusing the peer) on first use.
     while tls.conn.is_handshaking() {
         if tls.conn.complete_io(&mut tls.sock).is_err() {
             return;
         }
     }
+    let Some(role) = server.role(&tls.conn) else { return };
+    let _ = tls.sock.set_read_timeout(Some(IDLE));
     loop {
         match proto::read_msg(&mut tls) {
             Ok(msg) => {
-                if proto::write_msg(&mut tls, &answer(msg)).is_err() {
+                if proto::write_msg(&mut tls, &answer(msg, role)).is_err() {
                     return;
                 }
             }

@@ -104,6 +104,25 @@ impl TestbedNames {
         })
     }
 
+    /// A Linux bridge `name` in namespace `logical` over its devices
+    /// `ports`, each given with the MAC that lives behind it: those are
+    /// in its forwarding table from the start, so no first frame is
+    /// flooded to the other ports. (A fabric of several hosts.)
+    pub fn bridge(&self, logical: &str, name: &str, ports: &[(&str, MacAddr)]) -> Result<(), TestbedError> {
+        let real = self.real(logical)?;
+        ip(&["-n", real, "link", "add", name, "type", "bridge"])?;
+        for (port, mac) in ports {
+            ip(&["-n", real, "link", "set", "dev", port, "master", name])?;
+            let mac = mac.to_string();
+            crate::cmd::run(
+                "bridge",
+                &["-n", real, "fdb", "add", &mac, "dev", port, "master", "static"].map(String::from),
+            )?;
+        }
+        ip(&["-n", real, "link", "set", "dev", name, "up"])?;
+        Ok(())
+    }
+
     /// Deletes every namespace that exists; reports the first failure but
     /// keeps going so one stuck namespace does not leak the others.
     fn delete_all(&self) -> Result<(), TestbedError> {

@@ -34,6 +34,10 @@ pub struct Fabric {
     pub mac: [u8; 6],
     mode: AttachMode,
     next_slot: u32,
+    /// Device slots given back by removed chains.
+    free_slots: Vec<u32>,
+    /// The SPI of each chain with a part here: one chain per path.
+    spis: HashMap<u32, String>,
     /// The chain whose port classifies (the classifier table is the
     /// forwarder's, one per host).
     classifying: Option<String>,
@@ -76,7 +80,22 @@ impl Fabric {
             Ok(())
         })?
         .with_context(|| format!("the NSH forwarder on {} (host {})", host.fabric.dev, host.name))?;
-        Ok(Fabric { host: host.clone(), sff, mac, mode, next_slot: FABRIC_SLOT + 1, classifying: None })
+        Ok(Fabric {
+            host: host.clone(),
+            sff,
+            mac,
+            mode,
+            next_slot: FABRIC_SLOT + 1,
+            free_slots: Vec::new(),
+            spis: HashMap::new(),
+            classifying: None,
+        })
+    }
+
+    /// Whether two chains' entries for this host name the same fabric
+    /// (their control endpoints may be written differently).
+    pub fn same(a: &HostSpec, b: &HostSpec) -> bool {
+        a.name == b.name && a.netns == b.netns && a.fabric == b.fabric
     }
 
     /// The forwarder's counters, by name.
@@ -86,8 +105,13 @@ impl Fabric {
     }
 
     fn slot(&mut self, ifindex: u32) -> Result<u32> {
-        let slot = self.next_slot;
-        self.next_slot += 1;
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                self.next_slot += 1;
+                self.next_slot - 1
+            }
+        };
         let ns = self.host.netns.clone();
         ferry_testbed::in_netns(ns.as_deref(), || self.sff.set_dev(slot, ifindex))??;
         Ok(slot)
@@ -106,6 +130,9 @@ pub struct NshInstall {
     /// The chain's hosts.
     peers: Vec<HostSpec>,
     down: std::collections::HashSet<String>,
+    /// Its device slots, and its path's SPI (registered with the fabric).
+    slots: Vec<u32>,
+    spi: u32,
     roles: Vec<u32>,
     attached: Vec<Attachment>,
     classifies: bool,
@@ -126,9 +153,13 @@ impl NshInstall {
         mut plan: Option<&mut ChainPlan>,
     ) -> Result<NshInstall> {
         let mut f = fabric.lock().expect("fabric lock");
-        if f.host != part.host {
+        if !Fabric::same(&f.host, &part.host) {
             bail!("this ferryd forwards for host {:?} ({}); the chain's host differs", f.host.name, f.host.fabric.dev);
         }
+        if let Some(other) = f.spis.get(&part.spi) {
+            bail!("SPI {} is chain {other:?}'s on host {:?}: one path per SPI", part.spi, f.host.name);
+        }
+        f.spis.insert(part.spi, chain.to_string());
         let ns = part.host.netns.clone();
         let ns = ns.as_deref();
         let mut install = NshInstall {
@@ -137,6 +168,8 @@ impl NshInstall {
             forwards: Vec::new(),
             peers: peers.to_vec(),
             down: Default::default(),
+            slots: Vec::new(),
+            spi: part.spi,
             roles: Vec::new(),
             attached: Vec::new(),
             classifies: false,
@@ -201,11 +234,13 @@ impl NshInstall {
                 }
                 HopRole::Proxy { port } => {
                     let slot = f.slot(far_end[port])?;
+                    install.slots.push(slot);
                     f.sff.set_hop(at, NshAction::Proxy { dev: slot })?;
                     install.hops.push(at);
                 }
                 HopRole::End { dev } => {
                     let slot = f.slot(ifindex_in(ns, dev)?)?;
+                    install.slots.push(slot);
                     f.sff.set_hop(at, NshAction::End { dev: slot })?;
                     install.hops.push(at);
                 }
@@ -271,5 +306,7 @@ impl Drop for NshInstall {
             let _ = f.sff.set_classifier(&[], &[]);
             f.classifying = None;
         }
+        f.free_slots.append(&mut self.slots);
+        f.spis.remove(&self.spi);
     }
 }

@@ -158,7 +158,15 @@ pub fn run(opts: &Options) -> Result<()> {
         let listener = std::net::TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
         let bound = listener.local_addr()?;
         let (d, s) = (daemon.clone(), daemon.clone());
-        let answer = move |m: Msg| d.answer(m).unwrap_or_else(|e| Msg::Error { message: format!("{e:#}") });
+        // Another host's key asks for status (its probes) and nothing else.
+        let answer = move |m: Msg, role: ferry_remote::Role| match (role, m) {
+            (ferry_remote::Role::Host, m @ Msg::Status { .. }) | (ferry_remote::Role::Operator, m) => {
+                d.answer(m).unwrap_or_else(|e| Msg::Error { message: format!("{e:#}") })
+            }
+            (ferry_remote::Role::Host, m) => {
+                Msg::Error { message: format!("another host may only ask for status, not {:?}", kind_name(&m)) }
+            }
+        };
         let stop = move || s.stop.load(Ordering::Acquire) || signalled();
         ferry_remote::serve(listener, config, Arc::new(answer), Arc::new(stop))?;
         log(format!("admin requests over mutual TLS on {bound} (host {host})"));
@@ -482,7 +490,7 @@ impl Daemon {
         let mut fabric = self.fabric.lock().expect("fabric lock");
         if let Some(f) = fabric.as_ref() {
             let have = f.lock().expect("fabric lock").host.clone();
-            if have != *host {
+            if !Fabric::same(&have, host) {
                 bail!("host {:?}: its fabric is {:?}; this chain gives {:?}", have.name, have.fabric, host.fabric);
             }
             return Ok(f.clone());
@@ -577,6 +585,9 @@ impl Daemon {
 
     /// Refuses a chain whose name, ports or kernel hops are taken.
     fn check_free(&self, plan: &ChainPlan) -> Result<()> {
+        if self.paths.lock().expect("paths lock").iter().any(|(n, _)| *n == plan.name) {
+            bail!("chain {:?} is already deployed (its part over hosts here)", plan.name);
+        }
         for c in self.chains.lock().expect("chains lock").iter() {
             if c.plan.name == plan.name {
                 bail!("chain {:?} is already deployed (id {})", plan.name, c.id);
