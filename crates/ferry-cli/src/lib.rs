@@ -6,6 +6,7 @@ pub mod benchchain;
 pub mod benchevnf;
 pub mod benchfirewall;
 pub mod benchload;
+pub mod benchnsh;
 pub mod benchoffload;
 pub mod benchparallel;
 pub mod benchpipeline;

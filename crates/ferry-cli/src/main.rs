@@ -582,6 +582,16 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// What a host hop costs: one chain with its NFs on one, two and three
+    /// hosts (network namespaces with their own ferryd), NSH between them.
+    Nsh {
+        #[arg(long, value_delimiter = ',', default_value = "64,256,512,1024,1500")]
+        sizes: Vec<usize>,
+        #[command(flatten)]
+        measure: MeasureArgs,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// The firewall's lookups at N rules: FLASH's linear scan vs the bit-vector classifier.
     Firewall {
         #[arg(long, default_value_t = 1000)]
@@ -1016,6 +1026,19 @@ fn run(cli: Cli) -> Result<()> {
             };
             let report = ferry_cli::benchtenant::run(&opts)?;
             print!("{}", ferry_cli::benchtenant::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        Cmd::Bench(BenchCmd::Nsh { sizes, measure, json }) => {
+            ferry_cli::benchnsh::check_sizes(&sizes)?;
+            let opts = ferry_cli::benchnsh::BenchNshOptions {
+                sizes,
+                runs: measure.runs.max(1),
+                window: measure.window,
+                latency_pps: measure.latency_pps,
+                latency_frames: measure.latency_frames,
+            };
+            let report = ferry_cli::benchnsh::run(&opts)?;
+            print!("{}", ferry_cli::benchnsh::table(&report));
             write_json(json.as_deref(), &report)
         }
         Cmd::Bench(BenchCmd::Firewall { rules, packets, runs, json }) => {

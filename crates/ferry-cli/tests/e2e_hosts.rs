@@ -354,3 +354,22 @@ fn a_chain_over_three_hosts_carries_nsh_between_them() {
     }
     down_and_check(tb);
 }
+
+/// `ferry bench nsh` deploys its chain on one, two and three hosts and
+/// reports them side by side (a smoke test: figures are not asserted).
+#[test]
+fn bench_nsh_smoke() {
+    if !privileged("bench_nsh") {
+        return;
+    }
+    let dir = TempDir::new("bench-nsh");
+    let json = dir.path("nsh.json");
+    let args = ["bench", "nsh", "--sizes", "64", "--runs", "1", "--window", "300ms", "--latency-frames", "500"];
+    let out =
+        Command::new(FERRY).args(args).args(["--json", json.to_str().unwrap()]).output().expect("ferry bench nsh");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let variants: Vec<&str> = v["samples"].as_array().unwrap().iter().map(|s| s["variant"].as_str().unwrap()).collect();
+    assert_eq!(variants, ["one", "two", "three"], "{v}");
+    assert!(v["samples"].as_array().unwrap().iter().all(|s| s["mpps"].is_number()), "{v}");
+}
