@@ -24,6 +24,20 @@ struct Target {
     pending: Vec<Desc>,
 }
 
+impl Target {
+    /// Queues as many of the pending copies as the ring takes, waking its
+    /// consumer, counted in `bt`; whether some are left.
+    fn hand_on(&mut self, bt: shm::ThreadBlock<'_>) -> bool {
+        let n = self.producer.enqueue_batch(&self.pending);
+        if n > 0 && self.producer.wake_consumer().unwrap_or(false) {
+            bt.add(c::WAKEUPS_SENT, 1);
+        }
+        bt.add(c::TO_NF, n as u64);
+        self.pending.drain(..n);
+        !self.pending.is_empty()
+    }
+}
+
 /// How long a stopping bridge tries to hand on what it copied already.
 const FLUSH_GRACE: Duration = Duration::from_secs(1);
 
@@ -88,13 +102,7 @@ pub fn start(
                     }
                     continue;
                 }
-                let n = t.producer.enqueue_batch(&t.pending);
-                if n > 0 && t.producer.wake_consumer().unwrap_or(false) {
-                    bt.add(c::WAKEUPS_SENT, 1);
-                }
-                bt.add(c::TO_NF, n as u64);
-                t.pending.drain(..n);
-                if !t.pending.is_empty() {
+                if t.hand_on(bt) {
                     blocked = blocked.or(Some(i));
                 }
             }
@@ -157,13 +165,7 @@ pub fn start(
         let deadline = Instant::now() + FLUSH_GRACE;
         for t in targets.iter_mut() {
             while !t.pending.is_empty() && Instant::now() < deadline {
-                let n = t.producer.enqueue_batch(&t.pending);
-                if n > 0 && t.producer.wake_consumer().unwrap_or(false) {
-                    bt.add(c::WAKEUPS_SENT, 1);
-                }
-                bt.add(c::TO_NF, n as u64);
-                t.pending.drain(..n);
-                if !t.pending.is_empty() {
+                if t.hand_on(bt) {
                     let _ = t.producer.wait_for_room(BURST as u64, Some(Duration::from_millis(20)));
                 }
             }
