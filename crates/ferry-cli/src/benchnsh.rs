@@ -165,17 +165,22 @@ fn measure(
     let file = dir.join(format!("hop-{variant}.yaml"));
     std::fs::write(&file, chain_yaml(tb, ferryds, at))?;
     hostctl::deploy(&file, None)?;
+    // Removed whatever happens next: the next variant takes the same SPI.
+    let driven = connected(&file, variant).and_then(|()| benchoffload::drive(tb, o, size, &[]));
+    hostctl::remove(&file, None)?;
+    Ok(driven?.sample("nsh", variant, size, run))
+}
+
+/// Waits until every NF of the chain in `file` is connected on its host.
+fn connected(file: &Path, variant: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !hostctl::status(&file, None)?.iter().all(|(_, s)| s.nfs.iter().all(|n| n.connected)) {
+    while !hostctl::status(file, None)?.iter().all(|(_, s)| s.nfs.iter().all(|n| n.connected)) {
         if Instant::now() > deadline {
-            let _ = hostctl::remove(&file, None);
             bail!("the NFs of {variant} did not connect");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let driven = benchoffload::drive(tb, o, size, &[]);
-    hostctl::remove(&file, None)?;
-    Ok(driven?.sample("nsh", variant, size, run))
+    Ok(())
 }
 
 pub fn run(o: &BenchNshOptions) -> Result<BenchNshReport> {

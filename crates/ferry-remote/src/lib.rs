@@ -285,11 +285,35 @@ pub fn serve(
 /// peer's certificate checked out.
 fn serve_one(tcp: TcpStream, server: &Server, answer: &Answer) {
     let _ = tcp.set_nonblocking(false);
-    let _ = tcp.set_read_timeout(Some(HANDSHAKE));
     let Ok(conn) = ServerConnection::new(server.config.clone()) else { return };
     let mut tls = StreamOwned::new(conn, tcp);
+    // The whole handshake within HANDSHAKE, however slowly the peer
+    // drips its bytes: each read may wait only for what is left of it.
+    let deadline = std::time::Instant::now() + HANDSHAKE;
     while tls.conn.is_handshaking() {
-        if tls.conn.complete_io(&mut tls.sock).is_err() {
+        let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else { return };
+        if tls.sock.set_read_timeout(Some(left.max(Duration::from_millis(1)))).is_err() {
+            return;
+        }
+        while tls.conn.wants_write() {
+            if tls.conn.write_tls(&mut tls.sock).is_err() {
+                return;
+            }
+        }
+        if tls.conn.is_handshaking() && tls.conn.wants_read() {
+            match tls.conn.read_tls(&mut tls.sock) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if tls.conn.process_new_packets().is_err() {
+                // The alert that says why goes out before the close.
+                let _ = tls.conn.write_tls(&mut tls.sock);
+                return;
+            }
+        }
+    }
+    while tls.conn.wants_write() {
+        if tls.conn.write_tls(&mut tls.sock).is_err() {
             return;
         }
     }

@@ -35,8 +35,9 @@ struct Args {
     /// over mutual TLS (needs --host and --tls-dir).
     #[arg(long, requires_all = ["host", "tls_dir"])]
     listen: Option<std::net::SocketAddr>,
-    /// The TLS directory (`ferry tls init`): ca.pem, and this host's
-    /// <host>.pem and <host>.key.
+    /// The TLS directory (`ferry tls init`): hosts-ca.pem,
+    /// operators-ca.pem, and this host's <host>.pem and <host>.key (also
+    /// what it probes the other hosts with).
     #[arg(long)]
     tls_dir: Option<PathBuf>,
     /// uids to allocate to domains that name no user, FIRST-LAST.
@@ -57,7 +58,8 @@ fn main() -> ExitCode {
         metrics: (!a.no_metrics).then_some(a.metrics),
         persist: a.persist,
         host: a.host,
-        listen: a.listen.zip(a.tls_dir),
+        listen: a.listen,
+        tls_dir: a.tls_dir,
     };
     match ferryd::run(&opts) {
         Ok(()) => ExitCode::SUCCESS,

@@ -113,7 +113,11 @@ impl Fabric {
             }
         };
         let ns = self.host.netns.clone();
-        ferry_testbed::in_netns(ns.as_deref(), || self.sff.set_dev(slot, ifindex))??;
+        let set = ferry_testbed::in_netns(ns.as_deref(), || self.sff.set_dev(slot, ifindex));
+        if !matches!(set, Ok(Ok(()))) {
+            self.free_slots.push(slot);
+        }
+        set??;
         Ok(slot)
     }
 }
@@ -150,7 +154,7 @@ impl NshInstall {
         part: &HostPart,
         peers: &[HostSpec],
         macs: &HashMap<String, [u8; 6]>,
-        mut plan: Option<&mut ChainPlan>,
+        plan: Option<&mut ChainPlan>,
     ) -> Result<NshInstall> {
         let mut f = fabric.lock().expect("fabric lock");
         if !Fabric::same(&f.host, &part.host) {
@@ -160,8 +164,6 @@ impl NshInstall {
             bail!("SPI {} is chain {other:?}'s on host {:?}: one path per SPI", part.spi, f.host.name);
         }
         f.spis.insert(part.spi, chain.to_string());
-        let ns = part.host.netns.clone();
-        let ns = ns.as_deref();
         let mut install = NshInstall {
             fabric: fabric.clone(),
             hops: Vec::new(),
@@ -175,6 +177,26 @@ impl NshInstall {
             classifies: false,
             _devices: Vec::new(),
         };
+        let filled = install.fill(&mut f, chain, part, peers, macs, plan);
+        // The lock goes first: a half-made install's drop takes it again.
+        drop(f);
+        filled.map(|()| install)
+    }
+
+    /// What [`NshInstall::open`] does under the fabric's lock: every
+    /// attachment, role and entry, each recorded as it is made (so that
+    /// dropping a half-made install takes back what it made).
+    fn fill(
+        &mut self,
+        f: &mut Fabric,
+        chain: &str,
+        part: &HostPart,
+        peers: &[HostSpec],
+        macs: &HashMap<String, [u8; 6]>,
+        mut plan: Option<&mut ChainPlan>,
+    ) -> Result<()> {
+        let ns = part.host.netns.clone();
+        let ns = ns.as_deref();
         for p in peers.iter().filter(|p| p.name != part.host.name) {
             f.sff.add_peer(p.fabric.addr)?;
         }
@@ -188,7 +210,7 @@ impl NshInstall {
                 .with_context(|| format!("the NSH attachment {port}"))?;
             p.netdev = dev.send_end.clone();
             far_end.insert(port.clone(), dev.receive_ifindex);
-            install._devices.push(dev);
+            self._devices.push(dev);
         }
         for hop in &part.hops {
             let at = PathHop::new(part.spi, hop.si)?;
@@ -201,17 +223,17 @@ impl NshInstall {
                     f.sff.set_classifier(&[rule], &[part.spi])?;
                     let ifindex = ifindex_in(ns, dev)?;
                     f.sff.set_role(ifindex, NshRole::Classify)?;
-                    install.roles.push(ifindex);
+                    self.roles.push(ifindex);
                     let (m, sff) = (f.mode, &mut f.sff);
                     let a = ferry_testbed::in_netns(ns, || sff.attach_one(ifindex, m))??;
-                    install.attached.push(a);
+                    self.attached.push(a);
                     f.classifying = Some(chain.to_string());
-                    install.classifies = true;
+                    self.classifies = true;
                 }
                 HopRole::Return { port } => {
                     let ifindex = far_end[port];
                     f.sff.set_role(ifindex, NshRole::Return { hop: at, ttl: RETURN_TTL })?;
-                    install.roles.push(ifindex);
+                    self.roles.push(ifindex);
                     let (m, sff) = (f.mode, &mut f.sff);
                     // The device goes with the chain, and the program with it.
                     ferry_testbed::in_netns(ns, || sff.attach(ifindex, m))??;
@@ -229,25 +251,24 @@ impl NshInstall {
                     };
                     let action = NshAction::Forward { dev: FABRIC_SLOT, dst_mac, src_mac: f.mac, encap };
                     f.sff.set_hop(at, action)?;
-                    install.hops.push(at);
-                    install.forwards.push((at, action, to.clone()));
+                    self.hops.push(at);
+                    self.forwards.push((at, action, to.clone()));
                 }
                 HopRole::Proxy { port } => {
                     let slot = f.slot(far_end[port])?;
-                    install.slots.push(slot);
+                    self.slots.push(slot);
                     f.sff.set_hop(at, NshAction::Proxy { dev: slot })?;
-                    install.hops.push(at);
+                    self.hops.push(at);
                 }
                 HopRole::End { dev } => {
                     let slot = f.slot(ifindex_in(ns, dev)?)?;
-                    install.slots.push(slot);
+                    self.slots.push(slot);
                     f.sff.set_hop(at, NshAction::End { dev: slot })?;
-                    install.hops.push(at);
+                    self.hops.push(at);
                 }
             }
         }
-        drop(f);
-        Ok(install)
+        Ok(())
     }
 
     /// The host forwarder's counters.

@@ -163,6 +163,9 @@ impl ChainState {
     }
 }
 
+/// A kept part and its chain's name.
+pub type NamedPart = (String, PartRecord);
+
 /// A part of a chain over hosts this ferryd deployed: what it was given,
 /// kept so that it deploys the part again when it starts after a crash
 /// (the other hosts' forwarders find this host again).
@@ -178,28 +181,46 @@ impl PartRecord {
         dir.join("parts").join(format!("{chain}.json"))
     }
 
+    /// Writes the record atomically (a new file renamed over the old one).
     pub fn save(&self, dir: &Path, chain: &str) -> Result<()> {
+        secure_dir(dir)?;
         secure_dir(&dir.join("parts"))?;
-        let mut f = open_private(&Self::path(dir, chain), false)?;
+        let path = Self::path(dir, chain);
+        let tmp = path.with_extension("json.new");
+        let mut f = open_private(&tmp, false)?;
         f.write_all(&serde_json::to_vec(self)?)?;
+        f.sync_data()?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("renaming {}", tmp.display()))?;
         Ok(())
     }
 
-    /// Every part in `dir` (none from a directory others could write).
-    pub fn load_all(dir: &Path) -> Result<Vec<(String, PartRecord)>> {
+    /// Every part in `dir` (none from a directory others could write); a
+    /// file that does not parse is moved aside (`.json.bad`), named in the
+    /// error list, and the others still come back.
+    pub fn load_all(dir: &Path) -> Result<(Vec<NamedPart>, Vec<String>)> {
         let parts = dir.join("parts");
         if !parts.exists() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
+        secure_dir(dir)?;
         secure_dir(&parts)?;
-        let mut out = Vec::new();
+        let (mut out, mut bad) = (Vec::new(), Vec::new());
         for e in std::fs::read_dir(&parts)?.flatten() {
             let p = e.path();
+            if p.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
             let Some(chain) = p.file_stem().map(|s| s.to_string_lossy().into_owned()) else { continue };
             let record = std::fs::read(&p).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice(&b)?));
-            out.push((chain, record.with_context(|| format!("{}", p.display()))?));
+            match record {
+                Ok(r) => out.push((chain, r)),
+                Err(e) => {
+                    bad.push(format!("{}: {e:#}; moved aside", p.display()));
+                    let _ = std::fs::rename(&p, p.with_extension("json.bad"));
+                }
+            }
         }
-        Ok(out)
+        Ok((out, bad))
     }
 
     pub fn remove(dir: &Path, chain: &str) {

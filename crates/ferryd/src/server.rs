@@ -46,17 +46,20 @@ pub struct Options {
     pub persist: bool,
     /// The host this ferryd is in chains over hosts (`--host`).
     pub host: Option<String>,
-    /// Where to serve admin requests over mutual TLS, with which TLS
-    /// directory (`ferry_remote`).
-    pub listen: Option<(std::net::SocketAddr, PathBuf)>,
+    /// Where to serve admin requests over mutual TLS (`ferry_remote`).
+    pub listen: Option<std::net::SocketAddr>,
+    /// The TLS directory: the listener's, and this host's key for probing
+    /// the other hosts.
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// How often a host probes the hosts its parts send to.
 const PROBE_EVERY: Duration = Duration::from_millis(200);
 /// How long a probe waits for an answer.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Probes failed in a row that make a host unreachable.
-const DOWN_AFTER: u32 = 3;
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Probes failed in a row that make a host unreachable (a host that is
+/// gone refuses at once; one merely slow must stay silent 10 s).
+const DOWN_AFTER: u32 = 5;
 
 /// How long a removed chain's NFs get between SIGTERM and SIGKILL.
 const REMOVE_GRACE: Duration = Duration::from_secs(5);
@@ -137,7 +140,7 @@ pub fn run(opts: &Options) -> Result<()> {
         waiting_hellos: AtomicUsize::new(0),
         metrics: Mutex::new(None),
         listen: Mutex::new(None),
-        tls_dir: opts.listen.as_ref().map(|(_, d)| d.clone()),
+        tls_dir: opts.tls_dir.clone(),
         host: opts.host.clone(),
         fabric: Mutex::new(None),
         paths: Mutex::new(Vec::new()),
@@ -152,8 +155,9 @@ pub fn run(opts: &Options) -> Result<()> {
     if daemon.persist {
         daemon.adopt_all();
     }
-    if let Some((addr, dir)) = &opts.listen {
+    if let Some(addr) = &opts.listen {
         let host = daemon.host.clone().ok_or_else(|| anyhow!("--listen needs --host"))?;
+        let dir = opts.tls_dir.as_ref().ok_or_else(|| anyhow!("--listen needs --tls-dir"))?;
         let config = ferry_remote::TlsDir::new(dir).server(&host)?;
         let listener = std::net::TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
         let bound = listener.local_addr()?;
@@ -186,8 +190,11 @@ pub fn run(opts: &Options) -> Result<()> {
     if let Some(file) = &opts.chain {
         let file = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
         let name = ferry_catalog::parse_chain(&file)?.name();
-        if daemon.persist && daemon.chain(&name).is_ok() {
-            log(format!("chain {name:?} of {} was adopted: not deployed again", file.display()));
+        if daemon.chain(&name).is_ok() {
+            log(format!(
+                "chain {name:?} of {} runs already (adopted, or a part over hosts): not deployed again",
+                file.display()
+            ));
         } else if let Err(e) = daemon.deploy(&file) {
             // The chains adopted meanwhile run on for the next ferryd.
             if daemon.persist {
@@ -373,20 +380,23 @@ impl Daemon {
         let host = self.host.as_deref().ok_or_else(|| {
             anyhow!("this ferryd was started without --host, so it has no part in a chain over hosts")
         })?;
+        if self.persist {
+            bail!("parts of chains over hosts cannot outlive ferryd yet: this ferryd runs with --persist");
+        }
         let spec = ferry_catalog::parse_chain_str(text, origin)?;
         let part = spec.host_part(host).map_err(|e| anyhow!("{origin}: {e}"))?;
+        let name = spec.name();
+        if self.chain(&name).is_ok() || self.paths.lock().expect("paths lock").iter().any(|(n, _)| *n == name) {
+            bail!("chain {name:?} is already deployed");
+        }
         let mut by_host = std::collections::HashMap::new();
         for (h, mac) in macs {
             let mac = mac.parse::<ferry_testbed::MacAddr>().map_err(|e| anyhow!("host {h}: {e}"))?;
             by_host.insert(h.clone(), mac.0);
         }
         let fabric = self.fabric(&part.host)?;
-        let name = spec.name();
         let setup = NshSetup { fabric, part, peers: spec.hosts.clone(), macs: by_host };
         let Some(local) = setup.part.chain.clone() else {
-            if self.chain(&name).is_ok() || self.paths.lock().expect("paths lock").iter().any(|(n, _)| *n == name) {
-                bail!("chain {name:?} is already deployed");
-            }
             let install = NshInstall::open(&setup.fabric, &name, &setup.part, &setup.peers, &setup.macs, None)?;
             self.keep_part(&name, text, origin, macs)?;
             self.paths.lock().expect("paths lock").push((name.clone(), install));
@@ -423,7 +433,10 @@ impl Daemon {
     /// ferryd went away.
     fn redeploy_parts(&self) {
         let parts = match crate::persist::PartRecord::load_all(&self.state_dir) {
-            Ok(p) => p,
+            Ok((parts, bad)) => {
+                bad.iter().for_each(log);
+                parts
+            }
             Err(e) => {
                 log(format!("deploying no earlier part: {e:#}"));
                 return;
@@ -459,9 +472,12 @@ impl Daemon {
                 let Some(control) = host.control.as_deref() else { continue };
                 let tls = self.tls_dir.as_deref().map(|d| (d, me.as_str()));
                 let msg = Msg::Status { chain: chain.clone() };
+                // Up once its part is there and its NFs are connected: a
+                // host that is still starting them would lose frames
+                // nobody counts.
                 let answered = matches!(
                     ferry_remote::request_control(control, &host.name, tls, &msg, PROBE_TIMEOUT),
-                    Ok(Msg::StatusReply(_))
+                    Ok(Msg::StatusReply(s)) if s.nfs.iter().all(|n| n.connected)
                 );
                 let n = failures.entry((chain.clone(), host.name.clone())).or_default();
                 *n = if answered { 0 } else { *n + 1 };
