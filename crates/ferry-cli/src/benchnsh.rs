@@ -174,7 +174,8 @@ fn measure(
 /// Waits until every NF of the chain in `file` is connected on its host.
 fn connected(file: &Path, variant: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !hostctl::status(file, None)?.iter().all(|(_, s)| s.nfs.iter().all(|n| n.connected)) {
+    let all_up = |h: &hostctl::HostStatus| h.status.as_ref().is_some_and(|s| s.nfs.iter().all(|n| n.connected));
+    while !hostctl::status(file, None)?.iter().all(all_up) {
         if Instant::now() > deadline {
             bail!("the NFs of {variant} did not connect");
         }

@@ -13,6 +13,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use ferry_chain::hosts::HostSpec;
 use ferry_chain::proto::{ChainSummary, Msg, Status};
 use ferry_chain::ChainSpec;
+use serde::{Deserialize, Serialize};
 
 /// How long a host may stay silent on a request.
 const WAIT: std::time::Duration = std::time::Duration::from_secs(120);
@@ -58,7 +59,7 @@ pub fn spans_hosts(file: &Path) -> bool {
 /// order (list them along the path, and nothing is sent to a host before
 /// its part is there). A host that
 /// refuses its part undoes the deploy on the hosts that took theirs.
-pub fn deploy(file: &Path, tls: Option<&Path>) -> Result<Vec<(String, ChainSummary)>> {
+pub fn deploy(file: &Path, tls: Option<&Path>) -> Result<Vec<HostDeployed>> {
     let (spec, text, origin) = read(file)?;
     let mut macs = Vec::new();
     for h in &spec.hosts {
@@ -67,14 +68,14 @@ pub fn deploy(file: &Path, tls: Option<&Path>) -> Result<Vec<(String, ChainSumma
             other => bail!("host {}: unexpected reply {other:?}", h.name),
         }
     }
-    let mut done: Vec<(String, ChainSummary)> = Vec::new();
+    let mut done: Vec<HostDeployed> = Vec::new();
     for h in spec.hosts.iter().rev() {
         let msg = Msg::DeployPart { text: text.clone(), origin: origin.clone(), macs: macs.clone() };
         match request(h, tls, &msg) {
-            Ok(Msg::Deployed(s)) => done.push((h.name.clone(), *s)),
+            Ok(Msg::Deployed(s)) => done.push(HostDeployed { host: h.name.clone(), deployed: *s }),
             outcome => {
-                for (name, _) in &done {
-                    let host = spec.hosts.iter().find(|x| &x.name == name).expect("deployed there");
+                for d in &done {
+                    let host = spec.hosts.iter().find(|x| x.name == d.host).expect("deployed there");
                     let _ = request(host, tls, &Msg::Remove { chain: spec.name() });
                 }
                 return Err(match outcome {
@@ -103,15 +104,38 @@ pub fn remove(file: &Path, tls: Option<&Path>) -> Result<()> {
     }
 }
 
+/// One host's part of a deploy (`ferry chain deploy --json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostDeployed {
+    pub host: String,
+    pub deployed: ChainSummary,
+}
+
+/// One host's status of a chain over hosts (`ferry chain show --over
+/// --json`): its status, or why there is none (a host that is down does
+/// not hide the others).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostStatus {
+    pub host: String,
+    #[serde(default)]
+    pub status: Option<Status>,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
 /// Each host's status of the chain in `file`.
-pub fn status(file: &Path, tls: Option<&Path>) -> Result<Vec<(String, Status)>> {
+pub fn status(file: &Path, tls: Option<&Path>) -> Result<Vec<HostStatus>> {
     let (spec, _, _) = read(file)?;
-    let mut out = Vec::new();
-    for h in &spec.hosts {
-        match request(h, tls, &Msg::Status { chain: spec.name() })? {
-            Msg::StatusReply(s) => out.push((h.name.clone(), *s)),
-            other => bail!("host {}: unexpected reply {other:?}", h.name),
-        }
-    }
-    Ok(out)
+    Ok(spec
+        .hosts
+        .iter()
+        .map(|h| {
+            let (status, error) = match request(h, tls, &Msg::Status { chain: spec.name() }) {
+                Ok(Msg::StatusReply(s)) => (Some(*s), None),
+                Ok(other) => (None, Some(format!("unexpected reply {other:?}"))),
+                Err(e) => (None, Some(format!("{e:#}"))),
+            };
+            HostStatus { host: h.name.clone(), status, error }
+        })
+        .collect())
 }

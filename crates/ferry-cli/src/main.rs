@@ -813,7 +813,8 @@ fn run(cli: Cli) -> Result<()> {
             let parts = ferry_cli::hostctl::deploy(&file, tls.as_deref())?;
             emit(json, &parts, |parts| {
                 let mut out = String::new();
-                for (host, c) in parts {
+                for p in parts {
+                    let (host, c) = (&p.host, &p.deployed);
                     let placed = if explain { c.placement.clone() } else { String::new() };
                     out += &format!("{placed}host {host}: deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs);
                 }
@@ -848,8 +849,18 @@ fn run(cli: Cli) -> Result<()> {
             ferry_cli::hostctl::check_name(&file, &name)?;
             let parts = ferry_cli::hostctl::status(&file, tls.as_deref())?;
             emit(json, &parts, |parts| {
-                parts.iter().map(|(host, s)| format!("host {host}:\n{}", chainctl::status_table(s))).collect()
-            })
+                parts
+                    .iter()
+                    .map(|p| match (&p.status, &p.error) {
+                        (Some(s), _) => format!("host {}:\n{}", p.host, chainctl::status_table(s)),
+                        (None, e) => format!("host {}: no answer: {}\n", p.host, e.as_deref().unwrap_or("")),
+                    })
+                    .collect()
+            })?;
+            match parts.iter().filter(|p| p.status.is_none()).count() {
+                0 => Ok(()),
+                n => Err(anyhow!("{n} hosts did not answer")),
+            }
         }
         Cmd::Chain(ChainCmd::Show { name, admin, json, over: None, tls: _ }) => {
             let s = chainctl::status(&admin, &name)?;
