@@ -125,12 +125,7 @@ impl LoadedXdp {
         let map = self.ebpf.map(NAME).ok_or(BpfError::NoMap { name: NAME })?;
         let arr: PerCpuArray<_, Verdicts> =
             PerCpuArray::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let per_cpu = arr.get(&0, 0).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let mut sum = Verdicts::default();
-        for v in per_cpu.iter() {
-            sum.add(v);
-        }
-        Ok(sum)
+        sum_verdicts(&arr, NAME)
     }
 
     /// Registers an AF_XDP socket for receive queue `queue` (XskRedirect only).
@@ -160,6 +155,19 @@ impl LoadedXdp {
         let mut devs = DevMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
         devs.set(0, ifindex, None, 0).map_err(|source| BpfError::XdpMap { name: NAME, source })
     }
+}
+
+/// A verdict-counter array (`name` in errors), summed over CPUs.
+pub(crate) fn sum_verdicts<T: std::borrow::Borrow<aya::maps::MapData>>(
+    arr: &PerCpuArray<T, Verdicts>,
+    name: &'static str,
+) -> Result<Verdicts, BpfError> {
+    let per_cpu = arr.get(&0, 0).map_err(|source| BpfError::Map { name, source })?;
+    let mut sum = Verdicts::default();
+    for v in per_cpu.iter() {
+        sum.add(v);
+    }
+    Ok(sum)
 }
 
 /// Entries `indices` of the per-CPU `u64` array `name` of `ebpf`, each

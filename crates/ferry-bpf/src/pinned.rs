@@ -97,12 +97,7 @@ impl PinnedRedirect {
 
     /// The program's verdict counters, summed over CPUs.
     pub fn verdicts(&self) -> Result<Verdicts, BpfError> {
-        let per_cpu = self.verdicts.get(&0, 0).map_err(|source| BpfError::Map { name: VERDICTS, source })?;
-        let mut sum = Verdicts::default();
-        for v in per_cpu.iter() {
-            sum.add(v);
-        }
-        Ok(sum)
+        crate::attach::sum_verdicts(&self.verdicts, VERDICTS)
     }
 
     /// The pin directory.

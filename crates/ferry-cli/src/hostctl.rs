@@ -8,26 +8,33 @@
 //! in `--tls DIR`.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_chain::hosts::HostSpec;
 use ferry_chain::proto::{ChainSummary, Msg, Status};
 use ferry_chain::ChainSpec;
+use ferry_remote::ClientConfig;
 use serde::{Deserialize, Serialize};
 
 /// How long a host may stay silent on a request.
 const WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// One request to `host`'s ferryd; an error reply is an error.
-pub fn request(host: &HostSpec, tls: Option<&Path>, msg: &Msg) -> Result<Msg> {
+pub fn request(host: &HostSpec, tls: Option<&Arc<ClientConfig>>, msg: &Msg) -> Result<Msg> {
     let control = host.control.as_deref().ok_or_else(|| anyhow!("host {} has no `control` endpoint", host.name))?;
     // A deploy can take a while (NFs start): a long silence is allowed.
-    let reply = ferry_remote::request_control(control, &host.name, tls.map(|d| (d, ferry_remote::ADMIN)), msg, WAIT)
+    let reply = ferry_remote::request_control(control, &host.name, tls, msg, WAIT)
         .with_context(|| format!("host {} at {control} (give --tls DIR for hosts reached over TLS)", host.name))?;
     match reply {
         Msg::Error { message } => bail!("host {}: {message}", host.name),
         reply => Ok(reply),
     }
+}
+
+/// The operator's TLS client of directory `dir`, made once per command.
+fn operator(dir: Option<&Path>) -> Result<Option<Arc<ClientConfig>>> {
+    Ok(dir.map(|d| ferry_remote::TlsDir::new(d).client(ferry_remote::ADMIN)).transpose()?)
 }
 
 fn read(file: &Path) -> Result<(ChainSpec, String, String)> {
@@ -61,6 +68,8 @@ pub fn spans_hosts(file: &Path) -> bool {
 /// refuses its part undoes the deploy on the hosts that took theirs.
 pub fn deploy(file: &Path, tls: Option<&Path>) -> Result<Vec<HostDeployed>> {
     let (spec, text, origin) = read(file)?;
+    let tls = operator(tls)?;
+    let tls = tls.as_ref();
     let mut macs = Vec::new();
     for h in &spec.hosts {
         match request(h, tls, &Msg::Fabric { text: text.clone(), origin: origin.clone() })? {
@@ -92,6 +101,8 @@ pub fn deploy(file: &Path, tls: Option<&Path>) -> Result<Vec<HostDeployed>> {
 /// Removes the chain in `file` from every host (each one tried).
 pub fn remove(file: &Path, tls: Option<&Path>) -> Result<()> {
     let (spec, _, _) = read(file)?;
+    let tls = operator(tls)?;
+    let tls = tls.as_ref();
     let failed: Vec<String> = spec
         .hosts
         .iter()
@@ -126,6 +137,8 @@ pub struct HostStatus {
 /// Each host's status of the chain in `file`.
 pub fn status(file: &Path, tls: Option<&Path>) -> Result<Vec<HostStatus>> {
     let (spec, _, _) = read(file)?;
+    let tls = operator(tls)?;
+    let tls = tls.as_ref();
     Ok(spec
         .hosts
         .iter()

@@ -6,7 +6,6 @@ mod common;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::time::Duration;
 
 use common::chain::*;
@@ -281,11 +280,6 @@ links:
     rc.shutdown().unwrap();
 }
 
-fn gone(pid: u32) -> bool {
-    !Path::new(&format!("/proc/{pid}")).exists()
-        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z"))
-}
-
 #[test]
 fn nfs_stop_cleanly_when_ferryd_dies_and_a_new_ferryd_starts_afresh() {
     if !privileged("ferryd_restart") {
@@ -361,13 +355,6 @@ links:
     down_and_check(tb);
 }
 
-/// rx packets of `dev` in namespace `ns`, from `ip -s -j link`.
-fn rx_packets(ns: &str, dev: &str) -> u64 {
-    let out = std::process::Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show", dev]).output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
-    v[0]["stats64"]["rx"]["packets"].as_u64().unwrap_or(0)
-}
-
 /// Out-link to the kernel stack: ferryd's TAP device hands frames to the
 /// kernel as if they had arrived on it.
 #[test]
@@ -394,7 +381,7 @@ links:
 "#
     );
     let (rc, _) = start(&dir, &yaml);
-    let before = rx_packets(&dut, "fk0");
+    let before = link_packets(&dut, "fk0", "rx");
     send_from_gen(&tb, 2000, 20000);
     // Wait for the event itself: (nearly) all frames received, every one of
     // them handed to the kernel, and the kernel's count matching; a loss
@@ -402,7 +389,7 @@ links:
     wait_until("every frame the NF received at the kernel's fk0", || {
         rc.status().is_ok_and(|s| {
             let (rx, to_kernel) = (c(&s, "x", "rx_port"), c(&s, "x", "to_kernel"));
-            rx >= 1900 && to_kernel == rx && rx_packets(&dut, "fk0") - before == to_kernel
+            rx >= 1900 && to_kernel == rx && link_packets(&dut, "fk0", "rx") - before == to_kernel
         })
     });
     // The port's XDP program shows in the metrics: every frame the NF got

@@ -46,10 +46,6 @@ fn pids(s: &Status) -> Vec<(String, Option<u32>)> {
     s.nfs.iter().map(|n| (n.name.clone(), n.pid)).collect()
 }
 
-fn gone(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z"))
-}
-
 /// Kills what a failed test leaves running (NFs outlive ferryd here):
 /// every process whose environment names this test's socket, and the pins
 /// of this test's ferryds.
@@ -195,19 +191,6 @@ fn a_copy_link_survives_ferryd_restarts() {
     restart_under_load("bridged", &chain, &[libc::SIGTERM, libc::SIGKILL], BRIDGE_HOLDS);
 }
 
-/// The XDP device traffic of d0, as ip shows it: whether a program is on.
-fn xdp_attached(ns: &str, dev: &str) -> bool {
-    let out = Command::new("ip").args(["-n", ns, "link", "show", "dev", dev]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
-}
-
-/// tx packets of `dev` in namespace `ns`.
-fn tx_packets(ns: &str, dev: &str) -> u64 {
-    let out = Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show", dev]).output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
-    v[0]["stats64"]["tx"]["packets"].as_u64().unwrap_or(0)
-}
-
 /// A chain between two veth ports: its redirect program is pinned, so it
 /// stays on d0 and frames keep reaching the NFs' sockets while no ferryd
 /// runs. The new ferryd registers a restarted NF's fresh socket in the
@@ -255,8 +238,8 @@ links:
     wait_until("traffic through the chain", || rc.status().is_ok_and(|s| c(&s, "b", "tx_port") > 5000));
     end_ferryd(rc, libc::SIGTERM);
     assert!(xdp_attached(&dut, "d0"), "the pinned program stays on d0 without ferryd");
-    let out = tx_packets(&dut, "d1");
-    wait_until("frames forwarded while no ferryd runs", || tx_packets(&dut, "d1") > out + 2000);
+    let out = link_packets(&dut, "d1", "tx");
+    wait_until("frames forwarded while no ferryd runs", || link_packets(&dut, "d1", "tx") > out + 2000);
     let rc = persistent_ferryd(&socket, None, "pinned");
     reaper.ferryds.push(rc.child.id());
     // A restarted NF gets fresh sockets, registered in the pinned XSKMAP.

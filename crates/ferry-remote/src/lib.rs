@@ -32,9 +32,10 @@ use ferry_chain::proto::{self, Msg, ProtoError};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection, StreamOwned};
+use rustls::{ClientConnection, RootCertStore, ServerConfig, ServerConnection, StreamOwned};
 
 pub use issue::issue;
+pub use rustls::ClientConfig;
 
 /// The operator's identity in a TLS directory.
 pub const ADMIN: &str = "admin";
@@ -198,7 +199,18 @@ pub fn request_as(
     msg: &Msg,
     timeout: Duration,
 ) -> Result<Msg, RemoteError> {
-    let config = TlsDir::new(dir).client(me)?;
+    request_with(&TlsDir::new(dir).client(me)?, addr, host, msg, timeout)
+}
+
+/// As [`request_as`], with a client configuration made once
+/// ([`TlsDir::client`]) for many requests: no key files read per request.
+pub fn request_with(
+    config: &Arc<ClientConfig>,
+    addr: &str,
+    host: &str,
+    msg: &Msg,
+    timeout: Duration,
+) -> Result<Msg, RemoteError> {
     let name = ServerName::try_from(host.to_string()).map_err(|_| RemoteError::BadName(host.into()))?;
     let connect = |source| RemoteError::Connect { addr: addr.into(), source };
     let to: SocketAddr =
@@ -206,7 +218,7 @@ pub fn request_as(
     let tcp = TcpStream::connect_timeout(&to, timeout).map_err(connect)?;
     tcp.set_read_timeout(Some(timeout)).map_err(connect)?;
     tcp.set_write_timeout(Some(timeout)).map_err(connect)?;
-    let conn = ClientConnection::new(config, name)?;
+    let conn = ClientConnection::new(config.clone(), name)?;
     let mut tls = StreamOwned::new(conn, tcp);
     proto::write_msg(&mut tls, msg)?;
     Ok(proto::read_msg(&mut tls)?)
@@ -214,12 +226,12 @@ pub fn request_as(
 
 /// Sends `msg` to host `host`'s ferryd at its control endpoint
 /// `control`: `unix:PATH` (a ferryd on this machine: its admin socket,
-/// root's) or `ADDR:PORT` over mutual TLS as identity `me` of TLS
-/// directory `tls`. Gives up after `timeout` of silence.
+/// root's) or `ADDR:PORT` over mutual TLS with client configuration
+/// `tls`. Gives up after `timeout` of silence.
 pub fn request_control(
     control: &str,
     host: &str,
-    tls: Option<(&Path, &str)>,
+    tls: Option<&Arc<ClientConfig>>,
     msg: &Msg,
     timeout: Duration,
 ) -> Result<Msg, RemoteError> {
@@ -233,8 +245,8 @@ pub fn request_control(
             Ok(proto::recv(&sock)?.0)
         }
         None => {
-            let (dir, me) = tls.ok_or_else(|| RemoteError::NoTls { host: host.into() })?;
-            request_as(control, host, dir, me, msg, timeout)
+            let config = tls.ok_or_else(|| RemoteError::NoTls { host: host.into() })?;
+            request_with(config, control, host, msg, timeout)
         }
     }
 }

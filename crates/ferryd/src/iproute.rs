@@ -23,6 +23,15 @@ pub fn ip_output(ns: Option<&str>, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The word after `key` in `ip -o link show dev DEV` of namespace `ns`
+/// (`mtu`, `link/ether`).
+pub fn link_word(ns: Option<&str>, dev: &str, key: &str) -> Result<String> {
+    let text = ip_output(ns, &["-o", "link", "show", "dev", dev])?;
+    let mut words = text.split_whitespace();
+    words.by_ref().find(|w| *w == key);
+    words.next().map(str::to_string).ok_or_else(|| anyhow!("no {key} in {text:?}"))
+}
+
 /// The ifindex of device `dev` as namespace `ns` sees it.
 pub fn ifindex_in(ns: Option<&str>, dev: &str) -> Result<u32> {
     let name = dev.to_string();

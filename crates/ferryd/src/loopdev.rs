@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::iproute::{ifindex_in, ip, ip_output, sysctl};
+use crate::iproute::{ifindex_in, ip, ip_output, link_word, sysctl};
 
 pub struct LoopDevice {
     ns: Option<String>,
@@ -70,10 +70,8 @@ fn sweep_dead(ns: Option<&str>) -> Result<()> {
 
 /// The MTU of `dev` in namespace `ns`.
 fn mtu(ns: Option<&str>, dev: &str) -> Result<u32> {
-    let text = ip_output(ns, &["-o", "link", "show", "dev", dev])?;
-    let mut words = text.split_whitespace();
-    words.by_ref().find(|w| *w == "mtu");
-    words.next().and_then(|m| m.parse().ok()).ok_or_else(|| anyhow!("no mtu in {text:?}"))
+    let mtu = link_word(ns, dev, "mtu")?;
+    mtu.parse().map_err(|_| anyhow!("{dev}: mtu {mtu:?}"))
 }
 
 impl LoopDevice {

@@ -19,7 +19,7 @@ use ferry_chain::hosts::{FabricEncap, HopRole, HostPart, HostSpec};
 use ferry_chain::plan::ChainPlan;
 use ferry_chain::spec::XdpMode;
 
-use crate::iproute::{ifindex_in, ip_output};
+use crate::iproute::{ifindex_in, link_word};
 use crate::loopdev::LoopDevice;
 
 /// The forwarder's device slot of the fabric.
@@ -52,10 +52,7 @@ fn mode(m: XdpMode) -> AttachMode {
 
 /// The MAC of `dev` in `ns`.
 pub fn mac_of(ns: Option<&str>, dev: &str) -> Result<[u8; 6]> {
-    let text = ip_output(ns, &["-o", "link", "show", "dev", dev])?;
-    let mut words = text.split_whitespace();
-    words.by_ref().find(|w| *w == "link/ether");
-    let mac = words.next().ok_or_else(|| anyhow!("{dev} has no Ethernet address"))?;
+    let mac = link_word(ns, dev, "link/ether")?;
     Ok(mac.parse::<ferry_testbed::MacAddr>().map_err(|e| anyhow!("{dev}: {e}"))?.0)
 }
 

@@ -231,10 +231,8 @@ impl PartRecord {
 /// Start time of process `pid` in clock ticks after boot (field 22 of
 /// /proc/PID/stat).
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command (which may hold spaces and parentheses), the start
-    // time is the 20th field.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+    // The start time is the 22nd field of the line.
+    spawn::stat_fields(pid)?.get(19)?.parse().ok()
 }
 
 /// A pidfd of the process recorded as `(pid, start)`, if it still runs.

@@ -459,6 +459,14 @@ impl Daemon {
     fn watch_peers(self: Arc<Self>) {
         let mut failures: std::collections::HashMap<(String, String), u32> = Default::default();
         let me = self.host.clone().unwrap_or_default();
+        // Made once: a probe every 200 ms reads no key file.
+        let tls = match self.tls_dir.as_deref().map(|d| ferry_remote::TlsDir::new(d).client(&me)).transpose() {
+            Ok(t) => t,
+            Err(e) => {
+                log(format!("probing over TLS impossible: {e}"));
+                None
+            }
+        };
         while !self.stop.load(Ordering::Acquire) && !signalled() {
             std::thread::sleep(PROBE_EVERY);
             let mut targets: Vec<(String, ferry_chain::hosts::HostSpec)> = Vec::new();
@@ -470,13 +478,12 @@ impl Daemon {
             }
             for (chain, host) in targets {
                 let Some(control) = host.control.as_deref() else { continue };
-                let tls = self.tls_dir.as_deref().map(|d| (d, me.as_str()));
                 let msg = Msg::Status { chain: chain.clone() };
                 // Up once its part is there and its NFs are connected: a
                 // host that is still starting them would lose frames
                 // nobody counts.
                 let answered = matches!(
-                    ferry_remote::request_control(control, &host.name, tls, &msg, PROBE_TIMEOUT),
+                    ferry_remote::request_control(control, &host.name, tls.as_ref(), &msg, PROBE_TIMEOUT),
                     Ok(Msg::StatusReply(s)) if s.nfs.iter().all(|n| n.connected)
                 );
                 let n = failures.entry((chain.clone(), host.name.clone())).or_default();

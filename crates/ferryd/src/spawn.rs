@@ -209,12 +209,17 @@ pub fn peer_cred(sock: &std::os::unix::net::UnixStream) -> Result<(u32, u32, u32
     Ok((cred.pid as u32, cred.uid, cred.gid))
 }
 
+/// The fields of /proc/PID/stat after the command (which may hold spaces
+/// and parentheses): the first is the state, the 3rd field of the line.
+pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.rsplit_once(')')?.1.split_whitespace().map(str::to_string).collect())
+}
+
 /// CPU time (user + system) of process `pid` so far, from /proc.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command (which may hold spaces): state is the 3rd
-    // field of the line, utime the 14th and stime the 15th.
-    let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime is the 14th field of the line, stime the 15th.
+    let rest = stat_fields(pid)?;
     let ticks: u64 = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
     // SAFETY: plain getter.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };

@@ -243,9 +243,27 @@ impl Drop for Ferry {
 pub fn wait_attached(tb: &Testbed, ns: &str, dev: &str, proc: &mut Ferry) {
     wait_until(&format!("an XDP program on {dev} (ns {ns}) from {}", proc.what), || {
         assert!(proc.running(), "{} exited before attaching to {dev}", proc.what);
-        let out = Command::new("ip").args(["-n", tb.ns_name(ns), "link", "show", "dev", dev]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+        xdp_attached(tb.ns_name(ns), dev)
     });
+}
+
+/// Whether an XDP program is on `dev` in namespace `real_ns`, as ip shows it.
+pub fn xdp_attached(real_ns: &str, dev: &str) -> bool {
+    let out = Command::new("ip").args(["-n", real_ns, "link", "show", "dev", dev]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+}
+
+/// Packets `dev` in namespace `real_ns` counted in direction `dir`
+/// ("rx" or "tx"), from `ip -s -j link`.
+pub fn link_packets(real_ns: &str, dev: &str, dir: &str) -> u64 {
+    let out = Command::new("ip").args(["-n", real_ns, "-s", "-j", "link", "show", dev]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
+    v[0]["stats64"][dir]["packets"].as_u64().unwrap_or(0)
+}
+
+/// Whether process `pid` is gone (or a zombie).
+pub fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z"))
 }
 
 /// `ferry sink --dev DEV --json` plus `args` in namespace `ns`, attached
