@@ -11,7 +11,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::classify::ClassifyDefault;
-use crate::spec::{BackpressureSpec, ChainSpec, DownPolicy, LinkMode, Node, PollSpec, XdpMode};
+use crate::spec::{
+    BackpressureSpec, ChainSpec, DownPolicy, LinkMode, Node, PollSpec, XdpMode, IDLE_TIMEOUT_US_FITTING,
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChainPlan {
@@ -278,6 +280,42 @@ impl ChainPlan {
         ChainPlan { name: spec.name(), domains, ports, kernel: spec.kernel.clone(), nfs, bridges }
     }
 
+    /// Settles each NF's smart-polling idle timeout that the chain file
+    /// left out. `cpus` is how many CPUs an unpinned NF may run on.
+    ///
+    /// A thread that keeps polling after a busy burst is only cheap while
+    /// it has a CPU to itself. When an NF's CPUs are shared by more chain
+    /// threads (its own, other NFs' whose CPU sets meet its set, ferryd's
+    /// copy bridges) than there are CPUs, its polling takes turns from the
+    /// threads that would give it work, and it blocks at once instead.
+    /// Other chains on the host are not counted.
+    pub fn settle_polling(&mut self, cpus: usize) {
+        let meets = |a: &[u32], b: &[u32]| a.is_empty() || b.is_empty() || a.iter().any(|c| b.contains(c));
+        let bridges = self.bridges.len();
+        let timeouts: Vec<u64> = self
+            .nfs
+            .iter()
+            .map(|nf| {
+                let sharing: usize = self
+                    .nfs
+                    .iter()
+                    .filter(|other| meets(&nf.cpus, &other.cpus))
+                    .map(|other| other.threads.len())
+                    .sum::<usize>()
+                    + bridges;
+                let room = if nf.cpus.is_empty() { cpus } else { nf.cpus.len() };
+                if sharing > room {
+                    0
+                } else {
+                    IDLE_TIMEOUT_US_FITTING
+                }
+            })
+            .collect();
+        for (nf, t) in self.nfs.iter_mut().zip(timeouts) {
+            nf.poll.idle_timeout_us.get_or_insert(t);
+        }
+    }
+
     pub fn nf_index(&self, name: &str) -> Option<usize> {
         self.nfs.iter().position(|n| n.name == name)
     }
@@ -316,15 +354,7 @@ links:
   - { from: y, to: c }
   - { from: c, to: out }
 "#;
-        // Planning does not look at kinds: any will do here.
-        struct AnyKind;
-        impl crate::spec::KindCheck for AnyKind {
-            fn check(&self, _: &str, _: &[String]) -> Result<(), (Option<usize>, String)> {
-                Ok(())
-            }
-        }
-        let spec = ChainSpec::from_yaml_str(text, "t.yaml", &AnyKind).unwrap();
-        let p = ChainPlan::compile(&spec);
+        let p = plan_of(text);
         // Each bridge has a thread id in both domains it joins.
         assert_eq!(p.domains[0].tids, 4 + 2, "s, x, c×2 and both bridges");
         assert_eq!(p.domains[1].tids, 1 + 2, "y and both bridges");
@@ -343,5 +373,49 @@ links:
         assert_eq!((b.from_domain, b.to_domain, b.ring), (1, 0, 1));
         assert_eq!(b.to_rings, vec![2, 3]);
         assert_eq!(p.domains[1].rings, 2);
+    }
+
+    fn plan_of(text: &str) -> ChainPlan {
+        // Planning does not look at kinds: any will do here.
+        struct AnyKind;
+        impl crate::spec::KindCheck for AnyKind {
+            fn check(&self, _: &str, _: &[String]) -> Result<(), (Option<usize>, String)> {
+                Ok(())
+            }
+        }
+        ChainPlan::compile(&ChainSpec::from_yaml_str(text, "t.yaml", &AnyKind).unwrap())
+    }
+
+    fn idle_timeouts(p: &ChainPlan) -> Vec<Option<u64>> {
+        p.nfs.iter().map(|n| n.poll.idle_timeout_us).collect()
+    }
+
+    #[test]
+    fn polling_settles_by_threads_per_cpu() {
+        let chain = |extra_a: &str, extra_c: &str| {
+            format!(
+                "domains: [ {{ name: m }} ]\nnfs:\n  - {{ name: a, domain: m, kind: k{extra_a} }}\n  \
+                 - {{ name: b, domain: m, kind: k }}\n  - {{ name: c, domain: m, kind: k{extra_c} }}\n\
+                 links:\n  - {{ from: a, to: b }}\n  - {{ from: b, to: c }}\n"
+            )
+        };
+        let fit = IDLE_TIMEOUT_US_FITTING;
+        // Three unpinned threads: they fit four CPUs, not two.
+        let mut p = plan_of(&chain("", ""));
+        assert_eq!(idle_timeouts(&p), vec![None; 3], "compile leaves them to ferryd");
+        p.settle_polling(4);
+        assert_eq!(idle_timeouts(&p), vec![Some(fit); 3]);
+        let mut p = plan_of(&chain("", ""));
+        p.settle_polling(2);
+        assert_eq!(idle_timeouts(&p), vec![Some(0); 3]);
+        // a and c pinned apart: each pinned NF shares its CPU with b (any
+        // CPU) only; b may meet all three.
+        let mut p = plan_of(&chain(", cpus: [0]", ", cpus: [1]"));
+        p.settle_polling(3);
+        assert_eq!(idle_timeouts(&p), vec![Some(0), Some(fit), Some(0)]);
+        // A value the file gives is kept, whatever the CPUs.
+        let mut p = plan_of(&chain(", poll: { idle_timeout_us: 50 }", ""));
+        p.settle_polling(1);
+        assert_eq!(idle_timeouts(&p), vec![Some(50), Some(0), Some(0)]);
     }
 }

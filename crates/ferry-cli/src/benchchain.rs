@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use ferry_chain::proto::Status;
+use ferry_chain::spec::IDLE_TIMEOUT_US_FITTING;
 use serde::Serialize;
 
 use crate::chainctl::{self, counter};
@@ -41,6 +42,8 @@ pub struct BenchChainOptions {
     pub kernel: bool,
     /// Chain lengths for `load`.
     pub load_nfs: Vec<usize>,
+    /// Every NF's `poll: { idle_timeout_us }`; None: ferryd settles it.
+    pub poll_idle_us: Option<u64>,
 }
 
 impl Default for BenchChainOptions {
@@ -52,6 +55,7 @@ impl Default for BenchChainOptions {
             window: Duration::from_secs(2),
             kernel: true,
             load_nfs: vec![1, 4, 8],
+            poll_idle_us: None,
         }
     }
 }
@@ -162,6 +166,8 @@ pub(crate) struct ChainShape<'a> {
     /// Every NF a thread of one `ferry nf host` process (run as
     /// [`HOST_USER`]) instead of a process of its own.
     pub hosted: bool,
+    /// Every NF's smart-polling idle timeout; None: ferryd settles it.
+    pub poll_idle_us: Option<u64>,
 }
 
 /// The user the one-process SDK bound runs as: NFs never run as root.
@@ -178,11 +184,13 @@ pub(crate) const ZERO_COPY: ChainShape<'static> = ChainShape {
     source: true,
     source_rate: None,
     hosted: false,
+    poll_idle_us: None,
 };
 
 fn build_chain(name: &str, s: ChainShape) -> String {
     let spawn = if s.hosted { ", spawn: false" } else { "" };
-    let extra = format!(", batch: {}, backpressure: {{ mode: {} }}{spawn}", s.batch, s.backpressure);
+    let poll = s.poll_idle_us.map_or(String::new(), |us| format!(", poll: {{ idle_timeout_us: {us} }}"));
+    let extra = format!(", batch: {}, backpressure: {{ mode: {} }}{spawn}{poll}", s.batch, s.backpressure);
     let mut nfs = Vec::new();
     let dom = |i: usize| if s.copy { format!("d{i}") } else { "main".to_string() };
     if s.source {
@@ -358,7 +366,7 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
     std::fs::create_dir_all(&dir)?;
     let mut rows = Vec::new();
     let want = |s: &str| o.scenarios.iter().any(|x| x == s);
-    let zc = ZERO_COPY;
+    let zc = ChainShape { poll_idle_us: o.poll_idle_us, ..ZERO_COPY };
     if want("fig10") {
         for &n in &o.nfs {
             for (variant, copy) in [("ferry-zero-copy", false), ("ferry-copy", true)] {
@@ -409,11 +417,18 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
         }
     }
     if want("table1") {
-        for bp in ["block", "sleep", "none"] {
-            let shape = ChainShape { fwds: 4, slow: Some((2, 2000)), backpressure: bp, ..zc };
-            let (mut row, st) = measure_chain(&dir, &format!("t1-{bp}"), shape, o)?;
+        // Six threads on this machine's CPUs: ferryd settles an idle timeout
+        // of 0 where they outnumber the CPUs. `block-poll-200` keeps every
+        // NF polling for 200 µs after a busy burst, to show what that costs.
+        let variants =
+            [("block", None), ("block-poll-200", Some(IDLE_TIMEOUT_US_FITTING)), ("sleep", None), ("none", None)];
+        for (variant, poll) in variants {
+            let bp = variant.split('-').next().unwrap_or(variant);
+            let poll_idle_us = poll.or(zc.poll_idle_us);
+            let shape = ChainShape { fwds: 4, slow: Some((2, 2000)), backpressure: bp, poll_idle_us, ..zc };
+            let (mut row, st) = measure_chain(&dir, &format!("t1-{variant}"), shape, o)?;
             row.scenario = "table1".into();
-            row.variant = format!("backpressure-{bp}");
+            row.variant = format!("backpressure-{variant}");
             row.nfs = 4;
             let dropped: u64 = ["src", "nf1", "nf2", "nf3", "nf4"].iter().map(|n| counter(&st, n, "drop_full")).sum();
             row.notes.insert("drop_full".into(), dropped as f64);

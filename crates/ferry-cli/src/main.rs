@@ -689,6 +689,10 @@ enum BenchCmd {
         /// Chain lengths for load.
         #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
         load_nfs: Vec<usize>,
+        /// Every NF's smart-polling idle timeout, in µs (default: what
+        /// ferryd settles, 200 or 0 by threads per CPU).
+        #[arg(long)]
+        poll_idle_us: Option<u64>,
         #[arg(long, value_parser = parse_duration, default_value = "700ms")]
         warmup: Duration,
         #[arg(long, value_parser = parse_duration, default_value = "2s")]
@@ -1001,8 +1005,16 @@ fn run(cli: Cli) -> Result<()> {
             print!("{}", benchrealworld::table(&report));
             write_json(json.as_deref(), &report)
         }
-        Cmd::Bench(BenchCmd::Chain { scenarios, nfs, load_nfs, warmup, window, no_kernel, json }) => {
-            let opts = benchchain::BenchChainOptions { scenarios, nfs, load_nfs, warmup, window, kernel: !no_kernel };
+        Cmd::Bench(BenchCmd::Chain { scenarios, nfs, load_nfs, poll_idle_us, warmup, window, no_kernel, json }) => {
+            let opts = benchchain::BenchChainOptions {
+                scenarios,
+                nfs,
+                load_nfs,
+                poll_idle_us,
+                warmup,
+                window,
+                kernel: !no_kernel,
+            };
             let report = benchchain::run(&opts)?;
             print!("{}", benchchain::table(&report));
             write_json(json.as_deref(), &report)

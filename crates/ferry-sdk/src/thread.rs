@@ -566,7 +566,7 @@ impl NfThread {
     /// `Err(SdkError::Stopped)` when the NF must exit.
     pub fn recv_burst(&mut self, out: &mut Vec<Packet>, max: usize) -> Result<usize, SdkError> {
         let max = max.clamp(1, 1024);
-        let idle = Duration::from_micros(self.poll.idle_timeout_us);
+        let idle = self.poll.idle_timeout();
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Err(SdkError::Stopped { reason: "ferryd stopped the NF or went away" });

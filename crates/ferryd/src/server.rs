@@ -538,7 +538,9 @@ impl Daemon {
         placement: ferry_place::Placement,
         nsh: Option<NshSetup>,
     ) -> Result<ChainSummary> {
-        let plan = ChainPlan::compile(&placement.server);
+        let mut plan = ChainPlan::compile(&placement.server);
+        // NFs started without `cpus` inherit ferryd's CPU set.
+        plan.settle_polling(std::thread::available_parallelism().map_or(1, |n| n.get()));
         for nf in &plan.nfs {
             let offline = crate::spawn::offline_cpus(&nf.cpus);
             if !offline.is_empty() {
