@@ -451,10 +451,36 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
     Ok(BenchChainReport { machine: crate::bench::machine_summary(), rows })
 }
 
+/// Table 1's question: how much CPU backpressure saves against none, in
+/// total and per Mpps delivered (the variants' throughputs differ on a
+/// machine whose CPUs the chain's threads outnumber).
+fn table1_summary(rows: &[Row]) -> String {
+    let t1 = |v: &str| rows.iter().find(|x| x.scenario == "table1" && x.variant == format!("backpressure-{v}"));
+    let Some(none) = t1("none") else { return String::new() };
+    let total = |r: &Row| r.cpu_percent.values().sum::<f64>();
+    let mut out = String::new();
+    for v in ["block", "block-poll-200", "sleep"] {
+        let Some(r) = t1(v) else { continue };
+        let per_mpps = |r: &Row| if r.mpps > 0.0 { total(r) / r.mpps } else { f64::NAN };
+        out += &format!(
+            "table1 {v} vs none: CPU {:.0}% vs {:.0}% ({:.0}% less), {:.3} vs {:.3} Mpps, CPU per Mpps {:.0} vs {:.0} ({:.0}% less)\n",
+            total(r),
+            total(none),
+            100.0 * (1.0 - total(r) / total(none)),
+            r.mpps,
+            none.mpps,
+            per_mpps(r),
+            per_mpps(none),
+            100.0 * (1.0 - per_mpps(r) / per_mpps(none)),
+        );
+    }
+    out
+}
+
 pub fn table(r: &BenchChainReport) -> String {
     let mut out = format!("machine: {}\n", r.machine);
     out += &format!(
-        "{:<8} {:<24} {:>3} {:<6} {:>7} {:>9} {:>9}  {}\n",
+        "{:<8} {:<28} {:>3} {:<6} {:>7} {:>9} {:>9}  {}\n",
         "scenario", "variant", "nfs", "mode", "Mpps", "p50 us", "p99 us", "CPU % per NF / notes"
     );
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
@@ -462,7 +488,7 @@ pub fn table(r: &BenchChainReport) -> String {
         let cpu: Vec<String> = row.cpu_percent.iter().map(|(k, v)| format!("{k}={v:.0}")).collect();
         let notes: Vec<String> = row.notes.iter().map(|(k, v)| format!("{k}={v}")).collect();
         out += &format!(
-            "{:<8} {:<24} {:>3} {:<6} {:>7.3} {:>9} {:>9}  {} {}\n",
+            "{:<8} {:<28} {:>3} {:<6} {:>7.3} {:>9} {:>9}  {} {}\n",
             row.scenario,
             row.variant,
             row.nfs,
@@ -487,6 +513,7 @@ pub fn table(r: &BenchChainReport) -> String {
             }
         }
     }
+    out += &table1_summary(&r.rows);
     let load: Vec<Row> = r.rows.iter().filter(|x| x.scenario == "load").cloned().collect();
     if !load.is_empty() {
         out += &crate::benchload::table(&load);

@@ -19,6 +19,9 @@ use ferry_chain::frames::CACHE_BATCH;
 const MAX_KICKS: usize = 64;
 /// Longest single block, so pause requests and stops are seen promptly.
 const MAX_BLOCK: Duration = Duration::from_millis(50);
+/// Longest block while frames wait on a TX ring for a kick (poll()'s
+/// resolution is a millisecond).
+const TX_RETRY: Duration = Duration::from_millis(1);
 
 pub(crate) struct Target {
     pub(crate) producer: Producer,
@@ -348,16 +351,18 @@ impl NfThread {
         (left > 0).then_some(Blocked::Ring { out, target: t })
     }
 
-    /// Puts a socket's pending frames on its TX ring and kicks the kernel.
+    /// Puts a socket's pending frames on its TX ring and kicks the kernel,
+    /// also for frames an earlier kick left on the ring (copy mode sends
+    /// only inside sendto(), so nothing else would send them).
     fn flush_port(&mut self, s: usize) -> Option<Blocked> {
         let p = &mut self.ports[s];
-        if p.pending.is_empty() {
-            return None;
-        }
         let tx = p.sock.tx_ring()?;
-        let n = tx.produce(&p.pending);
+        let n = if p.pending.is_empty() { 0 } else { tx.produce(&p.pending) };
         p.pending.drain(..n);
-        let mut pending = p.sock.tx_ring().map_or(0, |t| t.pending());
+        let mut pending = tx.pending();
+        if pending == 0 {
+            return (!p.pending.is_empty()).then_some(Blocked::Port);
+        }
         // Copy mode sends only inside sendto(), at most 32 frames a call.
         for _ in 0..MAX_KICKS {
             if pending == 0 || p.sock.kick_tx().is_err() {
@@ -603,7 +608,10 @@ impl NfThread {
             self.count(c::SLEEPS, 1);
             // A sleeping thread must not sit on free frames others need.
             self.cache.spill_all();
-            let _ = self.consumer.wait_for_data(Some(MAX_BLOCK));
+            // Frames the kernel did not take on the last kick wait on a TX
+            // ring for the next one: sleep briefly, not for the full block.
+            let unsent = self.ports.iter_mut().any(|p| p.sock.tx_ring().is_some_and(|t| t.pending() > 0));
+            let _ = self.consumer.wait_for_data(Some(if unsent { TX_RETRY } else { MAX_BLOCK }));
         }
     }
 }
