@@ -11,9 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::classify::ClassifyDefault;
-use crate::spec::{
-    BackpressureSpec, ChainSpec, DownPolicy, LinkMode, Node, PollSpec, XdpMode, IDLE_TIMEOUT_US_FITTING,
-};
+use crate::spec::{BackpressureSpec, ChainSpec, DownPolicy, LinkMode, Node, PollSpec, XdpMode};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChainPlan {
@@ -280,19 +278,21 @@ impl ChainPlan {
         ChainPlan { name: spec.name(), domains, ports, kernel: spec.kernel.clone(), nfs, bridges }
     }
 
-    /// Settles each NF's smart-polling idle timeout that the chain file
+    /// Settles each NF's smart-polling `idle_polls` that the chain file
     /// left out. `cpus` is how many CPUs an unpinned NF may run on.
     ///
-    /// A thread that keeps polling after a busy burst is only cheap while
-    /// it has a CPU to itself. When an NF's CPUs are shared by more chain
-    /// threads (its own, other NFs' whose CPU sets meet its set, ferryd's
-    /// copy bridges) than there are CPUs, its polling takes turns from the
-    /// threads that would give it work, and it blocks at once instead.
-    /// Other chains on the host are not counted.
+    /// Polling after a busy burst is only cheap while the thread has a CPU
+    /// to itself. When an NF's CPUs are shared by more chain threads (its
+    /// own, other NFs' whose CPU sets meet its set, ferryd's copy bridges)
+    /// than there are CPUs, each empty poll yields to them, and after one
+    /// turn for each (their number of empty polls) it blocks: it keeps
+    /// polling while the threads it shares with keep handing it work, and
+    /// spends no more than a turn once they stop. Other chains and other
+    /// processes on those CPUs are not counted.
     pub fn settle_polling(&mut self, cpus: usize) {
         let meets = |a: &[u32], b: &[u32]| a.is_empty() || b.is_empty() || a.iter().any(|c| b.contains(c));
         let bridges = self.bridges.len();
-        let timeouts: Vec<u64> = self
+        let limits: Vec<Option<u32>> = self
             .nfs
             .iter()
             .map(|nf| {
@@ -304,15 +304,13 @@ impl ChainPlan {
                     .sum::<usize>()
                     + bridges;
                 let room = if nf.cpus.is_empty() { cpus } else { nf.cpus.len() };
-                if sharing > room {
-                    0
-                } else {
-                    IDLE_TIMEOUT_US_FITTING
-                }
+                (sharing > room).then(|| u32::try_from(sharing).unwrap_or(u32::MAX))
             })
             .collect();
-        for (nf, t) in self.nfs.iter_mut().zip(timeouts) {
-            nf.poll.idle_timeout_us.get_or_insert(t);
+        for (nf, limit) in self.nfs.iter_mut().zip(limits) {
+            if nf.poll.idle_polls.is_none() {
+                nf.poll.idle_polls = limit;
+            }
         }
     }
 
@@ -386,8 +384,8 @@ links:
         ChainPlan::compile(&ChainSpec::from_yaml_str(text, "t.yaml", &AnyKind).unwrap())
     }
 
-    fn idle_timeouts(p: &ChainPlan) -> Vec<Option<u64>> {
-        p.nfs.iter().map(|n| n.poll.idle_timeout_us).collect()
+    fn idle_polls(p: &ChainPlan) -> Vec<Option<u32>> {
+        p.nfs.iter().map(|n| n.poll.idle_polls).collect()
     }
 
     #[test]
@@ -399,23 +397,24 @@ links:
                  links:\n  - {{ from: a, to: b }}\n  - {{ from: b, to: c }}\n"
             )
         };
-        let fit = IDLE_TIMEOUT_US_FITTING;
-        // Three unpinned threads: they fit four CPUs, not two.
+        // Three unpinned threads: they fit four CPUs (no limit), not two
+        // (one turn for each of the three).
         let mut p = plan_of(&chain("", ""));
-        assert_eq!(idle_timeouts(&p), vec![None; 3], "compile leaves them to ferryd");
         p.settle_polling(4);
-        assert_eq!(idle_timeouts(&p), vec![Some(fit); 3]);
+        assert_eq!(idle_polls(&p), vec![None; 3]);
         let mut p = plan_of(&chain("", ""));
         p.settle_polling(2);
-        assert_eq!(idle_timeouts(&p), vec![Some(0); 3]);
+        assert_eq!(idle_polls(&p), vec![Some(3); 3]);
         // a and c pinned apart: each pinned NF shares its CPU with b (any
         // CPU) only; b may meet all three.
         let mut p = plan_of(&chain(", cpus: [0]", ", cpus: [1]"));
         p.settle_polling(3);
-        assert_eq!(idle_timeouts(&p), vec![Some(0), Some(fit), Some(0)]);
-        // A value the file gives is kept, whatever the CPUs.
-        let mut p = plan_of(&chain(", poll: { idle_timeout_us: 50 }", ""));
+        assert_eq!(idle_polls(&p), vec![Some(2), None, Some(2)]);
+        // A value the file gives is kept, whatever the CPUs; the timeout
+        // is never touched.
+        let mut p = plan_of(&chain(", poll: { idle_polls: 50 }", ""));
         p.settle_polling(1);
-        assert_eq!(idle_timeouts(&p), vec![Some(50), Some(0), Some(0)]);
+        assert_eq!(idle_polls(&p), vec![Some(50), Some(3), Some(3)]);
+        assert!(p.nfs.iter().all(|n| n.poll.idle_timeout_us == 200));
     }
 }

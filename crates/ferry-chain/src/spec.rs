@@ -16,7 +16,7 @@
 //!     domain: main
 //!     exec: [/usr/local/bin/my-nf, --flag]   # ... or any program using the SDK
 //!     threads: 2
-//!     poll: { busy_threshold: 8, idle_timeout_us: 200 }   # default: 200, or 0 with more threads than CPUs
+//!     poll: { busy_threshold: 8, idle_timeout_us: 200, idle_polls: 6 }   # idle_polls: see PollSpec
 //!     backpressure: { mode: block, threshold: 0.75 }
 //!     offload: never          # auto (default) | never | force: may it run in XDP?
 //!     cpus: [1]               # CPUs its process may run on (default: any)
@@ -296,30 +296,25 @@ pub struct PollSpec {
     #[serde(default = "default_busy_threshold")]
     pub busy_threshold: u32,
     /// Block after this long without a busy burst; 0 = block at once.
-    /// Left out, ferryd settles it at deploy (`ChainPlan::settle_polling`):
-    /// [`IDLE_TIMEOUT_US_FITTING`] when the NF's CPUs have room for every
-    /// chain thread that may run on them, 0 when those threads outnumber
-    /// the CPUs.
+    #[serde(default = "default_idle_timeout_us")]
+    pub idle_timeout_us: u64,
+    /// Block after this many polls in a row found nothing, even within the
+    /// idle timeout (each such poll first yields the CPU). Left out, ferryd
+    /// settles it at deploy (`ChainPlan::settle_polling`): no limit while
+    /// the NF's CPUs have room for every chain thread that may run on
+    /// them; when those threads outnumber the CPUs, their number, so that
+    /// each gets one turn to hand this thread work before it blocks.
     #[serde(default)]
-    pub idle_timeout_us: Option<u64>,
-}
-
-/// The idle timeout of an NF whose CPUs are not oversubscribed: long
-/// enough to poll through the gaps between bursts of a busy upstream.
-pub const IDLE_TIMEOUT_US_FITTING: u64 = 200;
-
-impl PollSpec {
-    /// How long a thread keeps polling after its last busy burst. An
-    /// unsettled timeout (an NF not started through ferryd's plan) counts
-    /// as fitting.
-    pub fn idle_timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_micros(self.idle_timeout_us.unwrap_or(IDLE_TIMEOUT_US_FITTING))
-    }
+    pub idle_polls: Option<u32>,
 }
 
 impl Default for PollSpec {
     fn default() -> Self {
-        PollSpec { busy_threshold: default_busy_threshold(), idle_timeout_us: None }
+        PollSpec {
+            busy_threshold: default_busy_threshold(),
+            idle_timeout_us: default_idle_timeout_us(),
+            idle_polls: None,
+        }
     }
 }
 
@@ -407,6 +402,9 @@ fn yes() -> bool {
 }
 fn default_busy_threshold() -> u32 {
     8
+}
+fn default_idle_timeout_us() -> u64 {
+    200
 }
 fn default_bp_threshold() -> f64 {
     0.75

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use ferry_chain::proto::Status;
-use ferry_chain::spec::IDLE_TIMEOUT_US_FITTING;
 use serde::Serialize;
 
 use crate::chainctl::{self, counter};
@@ -42,8 +41,9 @@ pub struct BenchChainOptions {
     pub kernel: bool,
     /// Chain lengths for `load`.
     pub load_nfs: Vec<usize>,
-    /// Every NF's `poll: { idle_timeout_us }`; None: ferryd settles it.
-    pub poll_idle_us: Option<u64>,
+    /// Every NF's `poll: { ... }` (the text between the braces); None:
+    /// the defaults, as ferryd settles them.
+    pub poll: Option<String>,
 }
 
 impl Default for BenchChainOptions {
@@ -55,7 +55,7 @@ impl Default for BenchChainOptions {
             window: Duration::from_secs(2),
             kernel: true,
             load_nfs: vec![1, 4, 8],
-            poll_idle_us: None,
+            poll: None,
         }
     }
 }
@@ -166,8 +166,9 @@ pub(crate) struct ChainShape<'a> {
     /// Every NF a thread of one `ferry nf host` process (run as
     /// [`HOST_USER`]) instead of a process of its own.
     pub hosted: bool,
-    /// Every NF's smart-polling idle timeout; None: ferryd settles it.
-    pub poll_idle_us: Option<u64>,
+    /// Every NF's `poll: { ... }` (the text between the braces); None:
+    /// the defaults, as ferryd settles them.
+    pub poll: Option<&'a str>,
 }
 
 /// The user the one-process SDK bound runs as: NFs never run as root.
@@ -184,12 +185,12 @@ pub(crate) const ZERO_COPY: ChainShape<'static> = ChainShape {
     source: true,
     source_rate: None,
     hosted: false,
-    poll_idle_us: None,
+    poll: None,
 };
 
 fn build_chain(name: &str, s: ChainShape) -> String {
     let spawn = if s.hosted { ", spawn: false" } else { "" };
-    let poll = s.poll_idle_us.map_or(String::new(), |us| format!(", poll: {{ idle_timeout_us: {us} }}"));
+    let poll = s.poll.map_or(String::new(), |p| format!(", poll: {{ {p} }}"));
     let extra = format!(", batch: {}, backpressure: {{ mode: {} }}{spawn}{poll}", s.batch, s.backpressure);
     let mut nfs = Vec::new();
     let dom = |i: usize| if s.copy { format!("d{i}") } else { "main".to_string() };
@@ -366,7 +367,7 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
     std::fs::create_dir_all(&dir)?;
     let mut rows = Vec::new();
     let want = |s: &str| o.scenarios.iter().any(|x| x == s);
-    let zc = ChainShape { poll_idle_us: o.poll_idle_us, ..ZERO_COPY };
+    let zc = ChainShape { poll: o.poll.as_deref(), ..ZERO_COPY };
     if want("fig10") {
         for &n in &o.nfs {
             for (variant, copy) in [("ferry-zero-copy", false), ("ferry-copy", true)] {
@@ -417,15 +418,20 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
         }
     }
     if want("table1") {
-        // Six threads on this machine's CPUs: ferryd settles an idle timeout
-        // of 0 where they outnumber the CPUs. `block-poll-200` keeps every
-        // NF polling for 200 µs after a busy burst, to show what that costs.
-        let variants =
-            [("block", None), ("block-poll-200", Some(IDLE_TIMEOUT_US_FITTING)), ("sleep", None), ("none", None)];
+        // Six threads: on a machine with fewer CPUs ferryd settles
+        // `idle_polls` to 6. Two more rows with `block` show the choice
+        // against its alternatives: polling for the whole 200 µs after a
+        // busy burst (the rule before), and blocking at once.
+        let variants = [
+            ("block", None),
+            ("block-poll-always", Some("idle_polls: 4294967295")),
+            ("block-poll-never", Some("idle_timeout_us: 0")),
+            ("sleep", None),
+            ("none", None),
+        ];
         for (variant, poll) in variants {
             let bp = variant.split('-').next().unwrap_or(variant);
-            let poll_idle_us = poll.or(zc.poll_idle_us);
-            let shape = ChainShape { fwds: 4, slow: Some((2, 2000)), backpressure: bp, poll_idle_us, ..zc };
+            let shape = ChainShape { fwds: 4, slow: Some((2, 2000)), backpressure: bp, poll: poll.or(zc.poll), ..zc };
             let (mut row, st) = measure_chain(&dir, &format!("t1-{variant}"), shape, o)?;
             row.scenario = "table1".into();
             row.variant = format!("backpressure-{variant}");
@@ -459,7 +465,7 @@ fn table1_summary(rows: &[Row]) -> String {
     let Some(none) = t1("none") else { return String::new() };
     let total = |r: &Row| r.cpu_percent.values().sum::<f64>();
     let mut out = String::new();
-    for v in ["block", "block-poll-200", "sleep"] {
+    for v in ["block", "block-poll-always", "block-poll-never", "sleep"] {
         let Some(r) = t1(v) else { continue };
         let per_mpps = |r: &Row| if r.mpps > 0.0 { total(r) / r.mpps } else { f64::NAN };
         out += &format!(

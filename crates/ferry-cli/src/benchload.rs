@@ -55,7 +55,7 @@ fn load_label(rate: Option<u64>) -> String {
 fn memory_rows(dir: &Path, n: usize, o: &BenchChainOptions, rows: &mut Vec<Row>) -> Result<()> {
     let chain = |rate: Option<u64>, hosted: bool| -> Result<Row> {
         let name = format!("load-{n}-{}-{hosted}", rate.unwrap_or(0));
-        let shape = ChainShape { fwds: n, source_rate: rate, hosted, poll_idle_us: o.poll_idle_us, ..ZERO_COPY };
+        let shape = ChainShape { fwds: n, source_rate: rate, hosted, poll: o.poll.as_deref(), ..ZERO_COPY };
         let (mut row, _) = measure_chain(dir, &name, shape, o)?;
         row.scenario = "load".into();
         row.variant = if hosted { "one-process-sdk" } else { "ferry-zero-copy" }.into();
@@ -86,7 +86,7 @@ fn ferry_veth(
     o: &BenchChainOptions,
 ) -> Result<Row> {
     let dut = tb.ns_name("dut");
-    let poll = o.poll_idle_us.map_or(String::new(), |us| format!(", poll: {{ idle_timeout_us: {us} }}"));
+    let poll = o.poll.as_ref().map_or(String::new(), |p| format!(", poll: {{ {p} }}"));
     let nf = |i: usize| format!("  - {{ name: nf{i}, domain: main, kind: fwd, cpus: [{CHAIN_CPU}]{poll} }}\n");
     let nodes: Vec<String> =
         std::iter::once("in".to_string()).chain((1..=n).map(|i| format!("nf{i}"))).chain(["out".into()]).collect();

@@ -689,10 +689,11 @@ enum BenchCmd {
         /// Chain lengths for load.
         #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
         load_nfs: Vec<usize>,
-        /// Every NF's smart-polling idle timeout, in µs (default: what
-        /// ferryd settles, 200 or 0 by threads per CPU).
+        /// Every NF's smart polling, as the chain file's `poll: { ... }`
+        /// says it, e.g. "idle_timeout_us: 0" (default: the file's defaults,
+        /// `idle_polls` settled by ferryd).
         #[arg(long)]
-        poll_idle_us: Option<u64>,
+        poll: Option<String>,
         #[arg(long, value_parser = parse_duration, default_value = "700ms")]
         warmup: Duration,
         #[arg(long, value_parser = parse_duration, default_value = "2s")]
@@ -1005,16 +1006,9 @@ fn run(cli: Cli) -> Result<()> {
             print!("{}", benchrealworld::table(&report));
             write_json(json.as_deref(), &report)
         }
-        Cmd::Bench(BenchCmd::Chain { scenarios, nfs, load_nfs, poll_idle_us, warmup, window, no_kernel, json }) => {
-            let opts = benchchain::BenchChainOptions {
-                scenarios,
-                nfs,
-                load_nfs,
-                poll_idle_us,
-                warmup,
-                window,
-                kernel: !no_kernel,
-            };
+        Cmd::Bench(BenchCmd::Chain { scenarios, nfs, load_nfs, poll, warmup, window, no_kernel, json }) => {
+            let opts =
+                benchchain::BenchChainOptions { scenarios, nfs, load_nfs, poll, warmup, window, kernel: !no_kernel };
             let report = benchchain::run(&opts)?;
             print!("{}", benchchain::table(&report));
             write_json(json.as_deref(), &report)

@@ -289,6 +289,7 @@ impl Nf {
             last_ack: 0,
             last_busy: Instant::now(),
             busy: false,
+            empty_polls: 0,
             scratch_desc: Vec::with_capacity(256),
             scratch_xdp: Vec::with_capacity(256),
             scratch_addr: Vec::with_capacity(1024),

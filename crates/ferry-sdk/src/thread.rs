@@ -83,6 +83,8 @@ pub struct NfThread {
     pub(crate) last_busy: Instant,
     /// The last non-empty burst reached `busy_threshold`.
     pub(crate) busy: bool,
+    /// Polls in a row that found nothing since then (`idle_polls`).
+    pub(crate) empty_polls: u32,
     pub(crate) scratch_desc: Vec<Desc>,
     pub(crate) scratch_xdp: Vec<XdpDesc>,
     pub(crate) scratch_addr: Vec<u64>,
@@ -571,7 +573,8 @@ impl NfThread {
     /// `Err(SdkError::Stopped)` when the NF must exit.
     pub fn recv_burst(&mut self, out: &mut Vec<Packet>, max: usize) -> Result<usize, SdkError> {
         let max = max.clamp(1, 1024);
-        let idle = self.poll.idle_timeout();
+        let idle = Duration::from_micros(self.poll.idle_timeout_us);
+        let idle_polls = self.poll.idle_polls.unwrap_or(u32::MAX);
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Err(SdkError::Stopped { reason: "ferryd stopped the NF or went away" });
@@ -595,15 +598,18 @@ impl NfThread {
                 if self.busy {
                     self.last_busy = Instant::now();
                 }
+                self.empty_polls = 0;
                 return Ok(n);
             }
             if self.woken.swap(false, Ordering::AcqRel) {
                 return Ok(0);
             }
-            if self.busy && self.last_busy.elapsed() < idle {
+            if self.busy && self.empty_polls < idle_polls && self.last_busy.elapsed() < idle {
+                self.empty_polls += 1;
                 std::thread::yield_now();
                 continue;
             }
+            self.empty_polls = 0;
             self.busy = false;
             self.count(c::SLEEPS, 1);
             // A sleeping thread must not sit on free frames others need.
