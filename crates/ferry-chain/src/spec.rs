@@ -288,7 +288,8 @@ pub enum OffloadPolicy {
 }
 
 /// Smart polling (FLASH §4): busy-poll while batches are large, block in
-/// poll() once no batch reached the threshold for the idle timeout.
+/// poll() once no batch reached the threshold for the idle timeout, or
+/// once `idle_polls` polls in a row found nothing.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PollSpec {
@@ -304,7 +305,9 @@ pub struct PollSpec {
     /// the NF's CPUs have room for every chain thread that may run on
     /// them; when those threads outnumber the CPUs, their number, so that
     /// each gets one turn to hand this thread work before it blocks.
-    #[serde(default)]
+    /// (Left out of the wire form when unset, so an NF built before the
+    /// field existed still reads a plan that does not limit it.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_polls: Option<u32>,
 }
 

@@ -423,14 +423,13 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
         // against its alternatives: polling for the whole 200 µs after a
         // busy burst (the rule before), and blocking at once.
         let variants = [
-            ("block", None),
-            ("block-poll-always", Some("idle_polls: 4294967295")),
-            ("block-poll-never", Some("idle_timeout_us: 0")),
-            ("sleep", None),
-            ("none", None),
+            ("block", "block", None),
+            ("block-poll-always", "block", Some("idle_polls: 4294967295")),
+            ("block-poll-never", "block", Some("idle_timeout_us: 0")),
+            ("sleep", "sleep", None),
+            ("none", "none", None),
         ];
-        for (variant, poll) in variants {
-            let bp = variant.split('-').next().unwrap_or(variant);
+        for (variant, bp, poll) in variants {
             let shape = ChainShape { fwds: 4, slow: Some((2, 2000)), backpressure: bp, poll: poll.or(zc.poll), ..zc };
             let (mut row, st) = measure_chain(&dir, &format!("t1-{variant}"), shape, o)?;
             row.scenario = "table1".into();
@@ -486,7 +485,7 @@ fn table1_summary(rows: &[Row]) -> String {
 pub fn table(r: &BenchChainReport) -> String {
     let mut out = format!("machine: {}\n", r.machine);
     out += &format!(
-        "{:<8} {:<28} {:>3} {:<6} {:>7} {:>9} {:>9}  {}\n",
+        "{:<8} {:<31} {:>3} {:<6} {:>7} {:>9} {:>9}  {}\n",
         "scenario", "variant", "nfs", "mode", "Mpps", "p50 us", "p99 us", "CPU % per NF / notes"
     );
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
@@ -494,7 +493,7 @@ pub fn table(r: &BenchChainReport) -> String {
         let cpu: Vec<String> = row.cpu_percent.iter().map(|(k, v)| format!("{k}={v:.0}")).collect();
         let notes: Vec<String> = row.notes.iter().map(|(k, v)| format!("{k}={v}")).collect();
         out += &format!(
-            "{:<8} {:<28} {:>3} {:<6} {:>7.3} {:>9} {:>9}  {} {}\n",
+            "{:<8} {:<31} {:>3} {:<6} {:>7.3} {:>9} {:>9}  {} {}\n",
             row.scenario,
             row.variant,
             row.nfs,

@@ -1007,6 +1007,12 @@ fn run(cli: Cli) -> Result<()> {
             write_json(json.as_deref(), &report)
         }
         Cmd::Bench(BenchCmd::Chain { scenarios, nfs, load_nfs, poll, warmup, window, no_kernel, json }) => {
+            if let Some(text) = &poll {
+                // Checked here, as the chain file would check it, before
+                // it goes verbatim into every chain the bench writes.
+                serde_yaml::from_str::<ferry_chain::spec::PollSpec>(&format!("{{ {text} }}"))
+                    .with_context(|| format!("--poll {text:?}: not a chain file's poll: {{ ... }}"))?;
+            }
             let opts =
                 benchchain::BenchChainOptions { scenarios, nfs, load_nfs, poll, warmup, window, kernel: !no_kernel };
             let report = benchchain::run(&opts)?;

@@ -228,7 +228,7 @@ impl Nf {
             port_slot.insert(p, ports.len());
             // Receive frames only on ports that deliver to us.
             let fill_target = if w.port_rx.get(p).copied().unwrap_or(false) { fill.min(rx) } else { 0 };
-            ports.push(PortSock { sock, pending: Vec::with_capacity(64), fill_target, on_fill: 0 });
+            ports.push(PortSock { sock, pending: Vec::with_capacity(64), fill_target, on_fill: 0, tx_moving: false });
         }
         let eventfd = self
             .data

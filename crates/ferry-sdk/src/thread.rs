@@ -51,6 +51,8 @@ pub(crate) struct PortSock {
     /// Frames to keep on the fill ring (0 for a TX-only port).
     pub(crate) fill_target: u32,
     pub(crate) on_fill: u32,
+    /// The last flush's kicks made the kernel take frames.
+    pub(crate) tx_moving: bool,
 }
 
 /// Where a flush stopped.
@@ -353,28 +355,33 @@ impl NfThread {
         (left > 0).then_some(Blocked::Ring { out, target: t })
     }
 
-    /// Puts a socket's pending frames on its TX ring and kicks the kernel,
-    /// also for frames an earlier kick left on the ring (copy mode sends
-    /// only inside sendto(), so nothing else would send them).
+    /// Puts a socket's pending frames on its TX ring and kicks the kernel:
+    /// after new frames, and whenever the kernel asks for a wakeup while
+    /// frames wait on the ring. In copy mode (which always asks) the
+    /// kernel sends only inside a kick (a sendto(), or the poll() a
+    /// sleeping thread makes), 32 frames at most, so a kick that left
+    /// frames behind is repeated on the next flush.
     fn flush_port(&mut self, s: usize) -> Option<Blocked> {
         let p = &mut self.ports[s];
         let tx = p.sock.tx_ring()?;
         let n = if p.pending.is_empty() { 0 } else { tx.produce(&p.pending) };
         p.pending.drain(..n);
         let mut pending = tx.pending();
-        if pending == 0 {
-            return (!p.pending.is_empty()).then_some(Blocked::Port);
-        }
-        // Copy mode sends only inside sendto(), at most 32 frames a call.
-        for _ in 0..MAX_KICKS {
-            if pending == 0 || p.sock.kick_tx().is_err() {
+        let kicks = if pending > 0 && (n > 0 || tx.needs_wakeup()) { MAX_KICKS } else { 0 };
+        p.tx_moving = false;
+        for _ in 0..kicks {
+            if p.sock.kick_tx().is_err() {
                 break;
             }
             let now = p.sock.tx_ring().map_or(0, |t| t.pending());
             if now == pending {
                 break;
             }
+            p.tx_moving = true;
             pending = now;
+            if pending == 0 {
+                break;
+            }
         }
         let left = p.pending.len();
         self.count(c::TX_PORT, n as u64);
@@ -614,9 +621,12 @@ impl NfThread {
             self.count(c::SLEEPS, 1);
             // A sleeping thread must not sit on free frames others need.
             self.cache.spill_all();
-            // Frames the kernel did not take on the last kick wait on a TX
-            // ring for the next one: sleep briefly, not for the full block.
-            let unsent = self.ports.iter_mut().any(|p| p.sock.tx_ring().is_some_and(|t| t.pending() > 0));
+            // Frames a kick left on a TX ring while the kernel was taking
+            // them wait for the next kick: sleep briefly, not for the full
+            // block. (A kernel that takes none, as on a link that is down,
+            // gets the full block.)
+            let unsent =
+                self.ports.iter_mut().any(|p| p.tx_moving && p.sock.tx_ring().is_some_and(|t| t.pending() > 0));
             let _ = self.consumer.wait_for_data(Some(if unsent { TX_RETRY } else { MAX_BLOCK }));
         }
     }
