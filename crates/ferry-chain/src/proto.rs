@@ -325,6 +325,9 @@ pub struct NfStatus {
     /// CPU time of the NF's process so far (user + system), while it runs.
     #[serde(default)]
     pub cpu_seconds: Option<f64>,
+    /// Its smart polling as ferryd settled it (`ChainPlan::settle_polling`).
+    #[serde(default)]
+    pub poll: crate::spec::PollSpec,
     /// A flow monitor's flows (as of its last export, at most 100 ms
     /// old): how many, and the busiest (at most 1000).
     #[serde(default)]

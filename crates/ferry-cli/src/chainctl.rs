@@ -258,15 +258,17 @@ pub fn status_table(s: &Status) -> String {
     for n in &s.nfs {
         let pid = n.pid.map_or("-".to_string(), |p| p.to_string());
         let uid = n.uid.map_or("-".to_string(), |u| u.to_string());
+        let idle_polls = n.poll.idle_polls.map_or(String::new(), |p| format!(" idle_polls {p}"));
         out += &format!(
-            "  {:<10} id {:<4} domain {:<8} uid {:<10} pid {:<8} {} restarts {}\n",
+            "  {:<10} id {:<4} domain {:<8} uid {:<10} pid {:<8} {} restarts {}{}\n",
             n.name,
             n.id,
             n.domain,
             uid,
             pid,
             if n.connected { "up  " } else { "DOWN" },
-            n.restarts
+            n.restarts,
+            idle_polls
         );
         for (i, t) in n.threads.iter().enumerate() {
             let parts: Vec<String> = t.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();

@@ -143,7 +143,8 @@ fn bad_deploys_are_refused_and_admin_is_root_only() {
 }
 
 /// `cpus:` pins an NF's process: ferryd sets the affinity when it starts
-/// it (the kernel shows it in /proc). A CPU the machine does not have is
+/// it (the kernel shows it in /proc), and settles smart polling by the
+/// threads that share each NF's CPUs. A CPU the machine does not have is
 /// refused at deploy, naming the NF.
 #[test]
 fn cpus_pin_an_nf_process() {
@@ -157,6 +158,16 @@ fn cpus_pin_an_nf_process() {
     let status = std::fs::read_to_string(format!("/proc/{}/status", pid_of(&st, "src"))).unwrap();
     let allowed = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap();
     assert_eq!(allowed.split_whitespace().nth(1), Some("0"), "{allowed}");
+    // Smart polling is settled by threads per CPU: src's one CPU carries
+    // three chain threads (its own and the unpinned mid and snk), so it
+    // blocks after 3 empty polls; mid and snk may use every CPU ferryd
+    // may, and are limited only if those are fewer than 3.
+    let idle_polls = |name: &str| st.nfs.iter().find(|n| n.name == name).unwrap().poll.idle_polls;
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(idle_polls("src"), Some(3));
+    for nf in ["mid", "snk"] {
+        assert_eq!(idle_polls(nf), (cpus < 3).then_some(3), "{nf} with {cpus} CPUs");
+    }
     let bad = write(&dir, "bad.yaml", &memory_chain("bad", 10).replace("kind: sink", "kind: sink, cpus: [1023]"));
     let err = chainctl::deploy(&rc.admin, &bad).unwrap_err().to_string();
     assert!(err.contains("NF snk: cpus: [1023] not online"), "{err}");

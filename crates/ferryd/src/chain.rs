@@ -931,6 +931,7 @@ impl Chain {
                 threads,
                 rings,
                 cpu_seconds: st.pid.and_then(spawn::cpu_seconds),
+                poll: nf.poll,
                 ..Default::default()
             });
             if let Some(table) = &self.flow_tables[i] {
