@@ -463,10 +463,10 @@ fn table1_summary(rows: &[Row]) -> String {
     let t1 = |v: &str| rows.iter().find(|x| x.scenario == "table1" && x.variant == format!("backpressure-{v}"));
     let Some(none) = t1("none") else { return String::new() };
     let total = |r: &Row| r.cpu_percent.values().sum::<f64>();
+    let per_mpps = |r: &Row| if r.mpps > 0.0 { total(r) / r.mpps } else { f64::NAN };
     let mut out = String::new();
     for v in ["block", "block-poll-always", "block-poll-never", "sleep"] {
         let Some(r) = t1(v) else { continue };
-        let per_mpps = |r: &Row| if r.mpps > 0.0 { total(r) / r.mpps } else { f64::NAN };
         out += &format!(
             "table1 {v} vs none: CPU {:.0}% vs {:.0}% ({:.0}% less), {:.3} vs {:.3} Mpps, CPU per Mpps {:.0} vs {:.0} ({:.0}% less)\n",
             total(r),

@@ -15,8 +15,6 @@ use crate::packet::{Origin, Packet, ORPHANS};
 use crate::SdkError;
 
 use ferry_chain::frames::CACHE_BATCH;
-/// Most sendto() kicks per flush in copy mode (the kernel sends 32 a kick).
-const MAX_KICKS: usize = 64;
 /// Longest single block, so pause requests and stops are seen promptly.
 const MAX_BLOCK: Duration = Duration::from_millis(50);
 /// Longest block while frames wait on a TX ring for a kick (poll()'s
@@ -366,23 +364,8 @@ impl NfThread {
         let tx = p.sock.tx_ring()?;
         let n = if p.pending.is_empty() { 0 } else { tx.produce(&p.pending) };
         p.pending.drain(..n);
-        let mut pending = tx.pending();
-        let kicks = if pending > 0 && (n > 0 || tx.needs_wakeup()) { MAX_KICKS } else { 0 };
-        p.tx_moving = false;
-        for _ in 0..kicks {
-            if p.sock.kick_tx().is_err() {
-                break;
-            }
-            let now = p.sock.tx_ring().map_or(0, |t| t.pending());
-            if now == pending {
-                break;
-            }
-            p.tx_moving = true;
-            pending = now;
-            if pending == 0 {
-                break;
-            }
-        }
+        let kick = tx.pending() > 0 && (n > 0 || tx.needs_wakeup());
+        p.tx_moving = kick && p.sock.kick_tx_until_sent().unwrap_or(false);
         let left = p.pending.len();
         self.count(c::TX_PORT, n as u64);
         (left > 0).then_some(Blocked::Port)

@@ -9,9 +9,6 @@ use std::ops::Range;
 use crate::sys::XdpDesc;
 use crate::{XskError, XskSocket};
 
-/// Most sendto() calls one send() makes to drain the TX ring.
-const MAX_KICKS: usize = 64;
-
 /// Counters kept by a port.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PortCounters {
@@ -147,25 +144,13 @@ impl Port {
             return Err(XskError::Config { field: "tx ring", reason: "this port has no TX ring" });
         };
         let n = tx.produce(descs);
-        let mut pending = tx.pending();
         for d in &descs[..n] {
             self.counters.tx_packets += 1;
             self.counters.tx_bytes += d.len as u64;
         }
         self.counters.tx_ring_full += (descs.len() - n) as u64;
-        // Copy mode transmits only inside sendto(), and at most 32 frames per
-        // call, so kick until the ring drains or a kick makes no progress.
-        // In zero-copy mode the driver drains the ring asynchronously and
-        // one kick (when the kernel asks for it) is enough.
         if n > 0 || self.sock.tx_needs_wakeup() {
-            for _ in 0..MAX_KICKS {
-                self.sock.kick_tx()?;
-                let now = self.sock.tx.as_ref().map_or(0, |t| t.pending());
-                if now == 0 || now == pending {
-                    break;
-                }
-                pending = now;
-            }
+            self.sock.kick_tx_until_sent()?;
         }
         Ok(n)
     }

@@ -8,6 +8,9 @@ use crate::ring::{ConsumerRing, ProducerRing};
 use crate::sys::*;
 use crate::{Umem, XskError};
 
+/// Most sendto() calls one [`XskSocket::kick_tx_until_sent`] makes.
+const MAX_KICKS: usize = 64;
+
 /// How the socket moves frames between the driver and the UMEM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BindMode {
@@ -241,6 +244,29 @@ impl XskSocket {
             }
         }
         Ok(())
+    }
+
+    /// Kicks the kernel until the TX ring is empty or a kick moves nothing
+    /// (at most 64 kicks): copy mode transmits only inside a
+    /// kick, at most 32 frames each; in zero-copy mode the driver drains
+    /// the ring itself after the first. Returns whether the kernel took
+    /// any frames.
+    pub fn kick_tx_until_sent(&self) -> Result<bool, XskError> {
+        let pending = || self.tx.as_ref().map_or(0, |t| t.pending());
+        let (mut before, mut moved) = (pending(), false);
+        for _ in 0..MAX_KICKS {
+            self.kick_tx()?;
+            let now = pending();
+            if now == before {
+                break;
+            }
+            moved = true;
+            before = now;
+            if now == 0 {
+                break;
+            }
+        }
+        Ok(moved)
     }
 
     /// Waits up to `timeout_ms` for received frames (also wakes the driver's
