@@ -235,9 +235,12 @@ int ferry_pipeline(struct xdp_md *ctx)
 	case SLOW_FORWARD:
 	case SLOW_MISS_PASS:
 	case SLOW_MISS_DROP:
-		action = ferry_to_slow_path(ctx, &ferry_pl_xsks, slow_reason(action), st->chain, st->nf, st->stage,
-					    action == SLOW_MISS_DROP ? XDP_DROP : XDP_PASS);
-		break;
+		if (ferry_to_slow_path(ctx, &ferry_pl_xsks, slow_reason(action), st->chain, st->nf, st->stage) ==
+		    XDP_REDIRECT)
+			return ferry_exit(ctx, XDP_REDIRECT, XDP_REDIRECT);
+		/* No socket on this queue: counted. Only a slow path that merely
+		 * inspects fails open to the kernel; the rest never leaves. */
+		return ferry_exit(ctx, FERRY_SLOT_NO_SOCKET, action == SLOW_MISS_PASS ? XDP_PASS : XDP_DROP);
 	case ROUTE:
 		action = bpf_redirect(ifindex_out, 0);
 		break;

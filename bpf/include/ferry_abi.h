@@ -24,16 +24,23 @@ _Static_assert(sizeof(struct ferry_stamp) == 16, "ferry_stamp layout");
 
 /*
  * Verdict counters: one slot per XDP action (XDP_ABORTED..XDP_REDIRECT), plus
- * one for frames a program refused as malformed before choosing an action.
+ * one for frames a program refused as malformed before choosing an action,
+ * plus one for frames bound for an AF_XDP socket that arrived on a receive
+ * queue with none (what then happens to them is the port's setting: they
+ * are dropped, or handed to the kernel only when the chain file says so).
  * Kept in a per-CPU array with one entry, summed by user space.
  */
-#define FERRY_VERDICT_SLOTS 6
+#define FERRY_VERDICT_SLOTS 7
 #define FERRY_SLOT_MALFORMED 5
+#define FERRY_SLOT_NO_SOCKET 6
+/* What the redirect program does with a frame on a queue with no socket. */
+#define FERRY_UNOWNED_DROP 0
+#define FERRY_UNOWNED_KERNEL 1
 struct ferry_verdicts {
 	__u64 packets[FERRY_VERDICT_SLOTS];
 	__u64 bytes[FERRY_VERDICT_SLOTS];
 };
-_Static_assert(sizeof(struct ferry_verdicts) == 96, "ferry_verdicts layout");
+_Static_assert(sizeof(struct ferry_verdicts) == 112, "ferry_verdicts layout");
 
 /* Configuration of the live-frames generator (xdp_gen.bpf.c), map entry 0. */
 #define FERRY_GEN_HEADERS_MAX 64

@@ -47,14 +47,12 @@ static __always_inline __u32 ferry_slot_of(int action)
 /*
  * The one slow path of every fast path: the frame goes to the AF_XDP
  * socket of its receive queue in `xsks` (an XSKMAP), with a struct
- * ferry_slow_meta in front. When no socket is bound there, `unbound` says
- * what happens: XDP_PASS hands it to the kernel stack (fail open, for
- * NFs whose slow path only inspects), XDP_DROP drops it (for NFs whose
- * slow path must change the frame before it may leave, as a NAT's).
- * Changes the packet: call last.
+ * ferry_slow_meta in front. Returns XDP_REDIRECT, or XDP_ABORTED when no
+ * socket is bound on that queue: the caller counts the frame in
+ * FERRY_SLOT_NO_SOCKET and chooses its fate. Changes the packet: call last.
  */
 static __always_inline int ferry_to_slow_path(struct xdp_md *ctx, void *xsks, __u32 reason, __u32 chain, __u32 nf,
-					      __u32 stage, __u64 unbound)
+					      __u32 stage)
 {
 	struct ferry_slow_meta *m;
 
@@ -67,7 +65,7 @@ static __always_inline int ferry_to_slow_path(struct xdp_md *ctx, void *xsks, __
 			m->stage = stage;
 		}
 	}
-	return bpf_redirect_map(xsks, ctx->rx_queue_index, unbound);
+	return bpf_redirect_map(xsks, ctx->rx_queue_index, XDP_ABORTED);
 }
 
 #endif

@@ -2,12 +2,20 @@
 //! layouts shared with the BPF programs. Sizes are checked at compile time
 //! against the same numbers the C header asserts.
 
-/// One slot per XDP action, plus [`SLOT_MALFORMED`].
-pub const VERDICT_SLOTS: usize = 6;
+/// One slot per XDP action, plus [`SLOT_MALFORMED`] and [`SLOT_NO_SOCKET`].
+pub const VERDICT_SLOTS: usize = 7;
 /// Frames a program refused as malformed before choosing an action.
 pub const SLOT_MALFORMED: usize = 5;
+/// Frames bound for an AF_XDP socket that arrived on a receive queue
+/// with none; dropped, or passed to the kernel where the port says so.
+pub const SLOT_NO_SOCKET: usize = 6;
+/// `ferry_xsk_unowned`: frames on a queue with no socket are dropped ...
+pub const UNOWNED_DROP: u32 = 0;
+/// ... or handed to the kernel stack.
+pub const UNOWNED_KERNEL: u32 = 1;
 /// Names of the verdict slots, in slot order.
-pub const VERDICT_NAMES: [&str; VERDICT_SLOTS] = ["aborted", "drop", "pass", "tx", "redirect", "malformed"];
+pub const VERDICT_NAMES: [&str; VERDICT_SLOTS] =
+    ["aborted", "drop", "pass", "tx", "redirect", "malformed", "no_socket"];
 
 /// `struct ferry_verdicts`.
 #[repr(C)]
@@ -16,7 +24,7 @@ pub struct Verdicts {
     pub packets: [u64; VERDICT_SLOTS],
     pub bytes: [u64; VERDICT_SLOTS],
 }
-const _: () = assert!(std::mem::size_of::<Verdicts>() == 96);
+const _: () = assert!(std::mem::size_of::<Verdicts>() == 112);
 
 impl Verdicts {
     /// Adds another CPU's counters to these.

@@ -136,6 +136,13 @@ impl LoadedXdp {
         xsks.set(queue, socket.as_raw_fd(), 0).map_err(|source| BpfError::Map { name: NAME, source })
     }
 
+    /// What frames on a receive queue with no registered socket get
+    /// (XskRedirect only): counted in [`crate::SLOT_NO_SOCKET`] either way,
+    /// then dropped, or handed to the kernel stack with `to_kernel`.
+    pub fn set_unowned_queues(&mut self, to_kernel: bool) -> Result<(), BpfError> {
+        set_unowned_queues(&mut self.ebpf, to_kernel)
+    }
+
     /// Writes the generator configuration (Gen only).
     pub fn set_gen_config(&mut self, config: GenConfig) -> Result<(), BpfError> {
         const NAME: &str = "ferry_gen_config";
@@ -155,6 +162,15 @@ impl LoadedXdp {
         let mut devs = DevMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
         devs.set(0, ifindex, None, 0).map_err(|source| BpfError::XdpMap { name: NAME, source })
     }
+}
+
+/// Writes the xsk-redirect program's `ferry_xsk_unowned` setting.
+pub(crate) fn set_unowned_queues(ebpf: &mut Ebpf, to_kernel: bool) -> Result<(), BpfError> {
+    const NAME: &str = "ferry_xsk_unowned";
+    let map = ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
+    let mut arr: Array<_, u32> = Array::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
+    let action = if to_kernel { crate::abi::UNOWNED_KERNEL } else { crate::abi::UNOWNED_DROP };
+    arr.set(0, action, 0).map_err(|source| BpfError::Map { name: NAME, source })
 }
 
 /// A verdict-counter array (`name` in errors), summed over CPUs.

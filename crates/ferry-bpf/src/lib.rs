@@ -18,7 +18,7 @@ pub mod scan;
 pub mod state;
 mod test_run;
 
-pub use abi::{GenConfig, GenState, Verdicts, SLOT_MALFORMED, VERDICT_NAMES, VERDICT_SLOTS};
+pub use abi::{GenConfig, GenState, Verdicts, SLOT_MALFORMED, SLOT_NO_SOCKET, VERDICT_NAMES, VERDICT_SLOTS};
 pub use attach::{AttachMode, Attachment, LoadedXdp};
 pub use test_run::{run_live_frames, test_run, TestRunOutput};
 

@@ -41,24 +41,27 @@ fn pin_err(path: &Path, reason: impl ToString) -> BpfError {
 impl PinnedRedirect {
     /// Loads the redirect program, attaches it to `ifindex` (in the
     /// calling thread's network namespace) and pins link and maps in
-    /// `dir`, which must not exist yet and must be on bpffs.
-    pub fn attach(ifindex: u32, mode: AttachMode, dir: &Path) -> Result<PinnedRedirect, BpfError> {
-        if !is_bpffs(Path::new(BPFFS)) {
-            return Err(BpfError::NotSupported {
-                need: "bpffs mounted at /sys/fs/bpf (mount -t bpf bpf /sys/fs/bpf)",
-                source: std::io::Error::from_raw_os_error(libc::ENOENT),
-            });
-        }
+    /// `dir`, which must not exist yet (bpffs is mounted if it is not).
+    /// Frames on a queue with no socket go to the kernel with
+    /// `unowned_to_kernel`, else they are dropped; counted either way.
+    pub fn attach(
+        ifindex: u32,
+        mode: AttachMode,
+        dir: &Path,
+        unowned_to_kernel: bool,
+    ) -> Result<PinnedRedirect, BpfError> {
+        ensure_bpffs()?;
         std::fs::create_dir_all(dir).map_err(|e| pin_err(dir, e))?;
-        let pinned = Self::attach_in(ifindex, mode, dir);
+        let pinned = Self::attach_in(ifindex, mode, dir, unowned_to_kernel);
         if pinned.is_err() {
             remove_pins(dir);
         }
         pinned
     }
 
-    fn attach_in(ifindex: u32, mode: AttachMode, dir: &Path) -> Result<PinnedRedirect, BpfError> {
+    fn attach_in(ifindex: u32, mode: AttachMode, dir: &Path, to_kernel: bool) -> Result<PinnedRedirect, BpfError> {
         let mut ebpf = load_object_sized(Object::XskRedirect, &[])?;
+        crate::attach::set_unowned_queues(&mut ebpf, to_kernel)?;
         let prog = xdp_mut(&mut ebpf, Object::XskRedirect, PROGRAM)?;
         let program = |source| BpfError::Program { name: PROGRAM.into(), source };
         prog.load().map_err(program)?;
@@ -129,6 +132,30 @@ pub fn remove_pins(dir: &Path) {
         let _ = std::fs::remove_file(dir.join(file));
     }
     let _ = std::fs::remove_dir(dir);
+}
+
+/// Mounts bpffs at [`BPFFS`] unless one is mounted there already, as
+/// systemd does at boot and Cilium's agent does when it starts: many VMs
+/// and containers have the directory but nothing on it. Mode 0700, so
+/// only root walks the pins. An error only when the mount itself fails
+/// (no CAP_SYS_ADMIN, a read-only /sys).
+pub fn ensure_bpffs() -> Result<(), BpfError> {
+    let root = Path::new(BPFFS);
+    if is_bpffs(root) {
+        return Ok(());
+    }
+    let mount_err = |source: std::io::Error| BpfError::Pin {
+        path: root.to_path_buf(),
+        reason: format!("mounting bpffs: {source}"),
+    };
+    std::fs::create_dir_all(root).map_err(mount_err)?;
+    let (source, fstype, target, data) = (c"bpf", c"bpf", c"/sys/fs/bpf", c"mode=0700");
+    // SAFETY: NUL-terminated constant strings; data is bpffs's option text.
+    let rc = unsafe { libc::mount(source.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, data.as_ptr().cast()) };
+    if rc != 0 {
+        return Err(mount_err(std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// Whether `path` is a mounted bpffs.

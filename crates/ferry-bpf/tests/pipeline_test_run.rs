@@ -7,7 +7,7 @@ mod common;
 
 use common::privileged;
 use ferry_bpf::pipeline::*;
-use ferry_bpf::{test_run, SLOT_MALFORMED};
+use ferry_bpf::{test_run, SLOT_MALFORMED, SLOT_NO_SOCKET};
 use ferry_wire::{build_frame, fill_l4_checksum, verify_checksums, FiveTuple, FrameSpec, L4Proto};
 
 const XDP_ABORTED: u32 = 0;
@@ -171,8 +171,9 @@ fn missing_stage_entry_goes_to_the_slow_path_with_metadata() {
         return;
     }
     let mut p = loaded();
-    // Stage 1 of NF 2 has no entry: the slow path (no AF_XDP socket on
-    // this queue, so the kernel) gets it, with the reason in the metadata.
+    // Stage 1 of NF 2 has no entry: the slow path gets it, with the
+    // reason in the metadata; no AF_XDP socket is bound on this queue,
+    // so it is counted as such and dropped, not handed to the kernel.
     p.set_ctl(
         0,
         PlKey { chain: 13, nf: 1 },
@@ -182,7 +183,8 @@ fn missing_stage_entry_goes_to_the_slow_path_with_metadata() {
     p.set_entry(LO, PlEntry { chain: 13, nf: 1, stage: 0, _pad: 0 }).unwrap();
     let f = frame(L4Proto::Udp, 9);
     let (action, out) = run(&p, &f);
-    assert_eq!(action, XDP_PASS);
+    assert_eq!(action, XDP_DROP);
+    assert_eq!(verdict(&p, SLOT_NO_SOCKET), 1);
     let meta: Vec<u32> = out[..16].chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
     assert_eq!(meta, vec![SLOW_NO_RULE, 13, 2, 1], "reason, chain, NF, stage");
     assert_eq!(&out[16..], &f[..]);

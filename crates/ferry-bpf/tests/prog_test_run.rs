@@ -5,7 +5,7 @@ mod common;
 
 use common::{pin_to_this_cpu, privileged, udp_frame};
 use ferry_bpf::abi::{GEN_HEADERS_IP, GEN_HEADERS_UDP};
-use ferry_bpf::{test_run, GenConfig, LoadedXdp, Object, SLOT_MALFORMED};
+use ferry_bpf::{test_run, GenConfig, LoadedXdp, Object, SLOT_MALFORMED, SLOT_NO_SOCKET};
 
 const XDP_ABORTED: u32 = 0;
 const XDP_DROP: u32 = 1;
@@ -81,16 +81,22 @@ fn basic_programs_table() {
     }
 }
 
+/// A frame on a queue with no socket is counted `no_socket` and dropped,
+/// or passed to the kernel only where the port says so.
 #[test]
-fn xsk_redirect_without_socket_passes_to_kernel() {
+fn xsk_redirect_without_socket_counts_and_drops_unless_told_to_pass() {
     if !privileged() {
         return;
     }
-    let prog = LoadedXdp::load(Object::XskRedirect, "ferry_xsk_redirect").unwrap();
-    let out = test_run(prog.program_fd().unwrap(), &udp_frame(), 1).unwrap();
-    assert_eq!(out.action, XDP_PASS);
-    assert_eq!(out.data, udp_frame());
-    assert_eq!(prog.verdicts().unwrap().packets[XDP_PASS as usize], 1);
+    for (to_kernel, action) in [(false, XDP_DROP), (true, XDP_PASS)] {
+        let mut prog = LoadedXdp::load(Object::XskRedirect, "ferry_xsk_redirect").unwrap();
+        prog.set_unowned_queues(to_kernel).unwrap();
+        let out = test_run(prog.program_fd().unwrap(), &udp_frame(), 1).unwrap();
+        assert_eq!(out.action, action, "to the kernel: {to_kernel}");
+        assert_eq!(out.data, udp_frame());
+        let v = prog.verdicts().unwrap();
+        assert_eq!((v.packets[SLOT_NO_SOCKET], v.total_packets()), (1, 1), "counted once, as no_socket");
+    }
 }
 
 #[test]

@@ -4,7 +4,10 @@
 //!
 //! * Fig. 13 (`flash-fig13.yaml`: ARP and ping responders, firewall,
 //!   Maglev, l2fwd in C, in a line): ping answered by the responders, a
-//!   denied source's frames dropped, stamped UDP frames all out.
+//!   denied source's frames dropped, stamped UDP frames all out. d0 has
+//!   four receive queues, so the responders run four threads (one socket
+//!   per queue): ping passes whichever queue the sender's kernel picks,
+//!   and the generator sends on each queue in turn.
 //! * Fig. 15 (`flash-fig15.yaml`: firewall on four threads -> Maglev ->
 //!   two MICA caches in C -> l2fwd in C), fed by `ferry gen xsk --mica` on
 //!   four queues, its responses checked by `ferry sink --mica`: every GET
@@ -123,7 +126,10 @@ fn chain_file(tb: &ferry_testbed::Testbed, file: &str, dir: &Path, bin: &Path) -
         .unwrap()
         .replace("{dut}", tb.ns_name("dut"))
         .replace("{examples}/flash-fw-1000.rules", &rules.display().to_string())
-        .replace("{cnf}", &bin.display().to_string());
+        .replace("{cnf}", &bin.display().to_string())
+        // A socket on each of d0's four queues (Fig. 15 has them already).
+        .replace("netdev: d0 }", "netdev: d0, queues: 4 }")
+        .replace("kind: arp-responder+icmp-echo,", "kind: arp-responder+icmp-echo, threads: 4,");
     let path = dir.join(file);
     std::fs::write(&path, text).unwrap();
     path
@@ -186,6 +192,12 @@ impl Setup {
 fn the_fig13_chain_answers_ping_drops_the_denied_and_forwards_the_rest() {
     let test = "flash_chains::the_fig13_chain_answers_ping_drops_the_denied_and_forwards_the_rest";
     let Some(s) = Setup::start(test, "fig13", "flash-fig13.yaml") else { return };
+    // Every queue of d0 has a socket: nothing reached one without.
+    let no_socket = |s: &Setup| {
+        let st = s.rc.status().unwrap();
+        let port = st.ports.iter().find(|p| p.name == "in").expect("port in");
+        port.verdicts.iter().find(|v| v.0 == "no_socket").map_or(0, |v| v.1)
+    };
     // ARP and ICMP for 10.0.0.2 are answered by the responders.
     let ping = s.tb.exec("gen", "ping", ["-c", "3", "-i", "0.2", "-W", "10", "10.0.0.2"]).output().unwrap();
     assert!(
@@ -199,7 +211,8 @@ fn the_fig13_chain_answers_ping_drops_the_denied_and_forwards_the_rest() {
     let denied = generate(&s.tb, "0", DENIED, &["src-ip=10.99.0.1"], false);
     assert_eq!(denied["sent"], DENIED);
     wait_counter(&s.rc, &["fw"], "drop_denied", DENIED);
-    let allowed = generate(&s.tb, "0", ALLOWED, &["src-ip=10.0.0.1-10.0.0.8", "flows=64"], false);
+    // From each of g0's queues, which a veth hands to a queue of d0.
+    let allowed = generate(&s.tb, "0,1,2,3", ALLOWED, &["src-ip=10.0.0.1-10.0.0.8", "flows=64"], false);
     assert_eq!(allowed["sent"], ALLOWED);
     let report = json_of(sink, "ferry sink");
     assert_eq!((report["packets"].as_u64(), report["stamped"].as_u64()), (Some(ALLOWED), Some(ALLOWED)), "{report:#}");
@@ -213,6 +226,7 @@ fn the_fig13_chain_answers_ping_drops_the_denied_and_forwards_the_rest() {
     assert!(c("resp", "tx") >= 4 && c("resp", "unclaimed") == DENIED + ALLOWED, "{table}");
     assert_eq!((c("fw", "pass"), c("fw", "drop_denied"), c("fw", "drop_malformed")), (ALLOWED, DENIED, 0));
     assert_eq!(c("fwd", "swapped"), ALLOWED, "l2fwd forwarded every allowed frame");
+    assert_eq!(no_socket(&s), 0, "{table}");
     s.finish();
 }
 

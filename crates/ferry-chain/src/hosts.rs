@@ -283,6 +283,8 @@ impl ChainSpec {
                 via: None,
                 tenant: None,
                 location: Some(host.to_string()),
+                rings: Default::default(),
+                unowned_queues: Default::default(),
             };
             if here(a) {
                 let role = match a {

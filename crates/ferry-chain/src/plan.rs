@@ -11,7 +11,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::classify::ClassifyDefault;
-use crate::spec::{BackpressureSpec, ChainSpec, DownPolicy, LinkMode, Node, PollSpec, XdpMode};
+use crate::spec::{
+    BackpressureSpec, ChainSpec, DownPolicy, LinkMode, Node, PollSpec, PortRings, UnownedQueues, XdpMode,
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChainPlan {
@@ -59,6 +61,13 @@ pub struct PortPlan {
     /// makes each entry's device and names it in the entry's `netdev`.
     #[serde(default)]
     pub classify: Option<ClassifyPlan>,
+    /// Sizes of its sockets' AF_XDP rings.
+    #[serde(default)]
+    pub rings: PortRings,
+    /// Frames on device queues with no socket of the port go to the
+    /// kernel (else they are dropped); counted either way.
+    #[serde(default)]
+    pub unowned_to_kernel: bool,
 }
 
 /// An XDP classifier's table.
@@ -208,6 +217,8 @@ impl ChainPlan {
                     nf: None,
                     rx: false,
                     classify,
+                    rings: p.rings,
+                    unowned_to_kernel: p.unowned_queues == UnownedQueues::Kernel,
                 }
             })
             .collect();

@@ -222,8 +222,8 @@ pub struct Welcome {
     pub nf: NfPlan,
     pub domain: DomainPlan,
     pub fds: Vec<FdRole>,
-    /// Ring sizes of the sockets (rx, tx, fill, comp).
-    pub xsk_rings: [u32; 4],
+    /// Per port of the chain: its sockets' ring sizes.
+    pub port_rings: Vec<crate::spec::PortRings>,
     /// Per port of the chain: whether it delivers received frames.
     pub port_rx: Vec<bool>,
     /// How many times this NF has been (re)started.
@@ -267,6 +267,10 @@ pub struct Status {
     /// its chains), by name.
     #[serde(default)]
     pub nsh: Vec<(String, u64)>,
+    /// The daemon's listeners (NF socket, admin socket, mutual TLS): what
+    /// became of their connections, by `listener.event`.
+    #[serde(default)]
+    pub listeners: Vec<(String, u64)>,
 }
 
 /// An NF running as elements of the XDP pipeline on a port.

@@ -147,6 +147,61 @@ pub struct PortSpec {
     /// host's.
     #[serde(default)]
     pub location: Option<String>,
+    /// Sizes of the AF_XDP rings of each of its sockets.
+    #[serde(default)]
+    pub rings: PortRings,
+    /// Frames that arrive on a receive queue of the device with no socket
+    /// of the port (see [`UnownedQueues`]).
+    #[serde(default)]
+    pub unowned_queues: UnownedQueues,
+}
+
+/// The AF_XDP ring sizes of a port's sockets, in descriptors (powers of
+/// two). The fill ring is what a socket keeps stocked for reception:
+/// `min(fill, rx)` frames of the domain's pool wait there per receiving
+/// socket, which is how long a burst can outlast an NF kept off its CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortRings {
+    #[serde(default = "default_xsk_ring")]
+    pub rx: u32,
+    #[serde(default = "default_xsk_ring")]
+    pub tx: u32,
+    #[serde(default = "default_xsk_ring")]
+    pub fill: u32,
+    #[serde(default = "default_xsk_ring")]
+    pub completion: u32,
+}
+
+impl Default for PortRings {
+    fn default() -> Self {
+        let n = default_xsk_ring();
+        PortRings { rx: n, tx: n, fill: n, completion: n }
+    }
+}
+
+impl PortRings {
+    /// Frames of the pool one receiving socket keeps in the kernel.
+    pub fn parked(&self) -> u32 {
+        self.fill.min(self.rx)
+    }
+}
+
+/// What happens to a frame that arrives on one of a receiving port's
+/// device queues that has no socket of the port (the port's NF has fewer
+/// threads than the device has receive queues, or the device gained
+/// queues after deploy). Counted as `no_socket` in the port's verdicts
+/// either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnownedQueues {
+    /// ferryd refuses a device with more receive queues than the port has
+    /// sockets; a frame that reaches such a queue later is dropped.
+    #[default]
+    Refuse,
+    /// Such frames go to the kernel stack: the device is shared with it
+    /// (steer Ferry's flows to its queues with `ethtool -N`).
+    Kernel,
 }
 
 /// A hop into the kernel's network stack. AF_XDP cannot hand a frame
@@ -397,6 +452,9 @@ fn default_ring_size() -> u32 {
 fn default_batch() -> u32 {
     32
 }
+fn default_xsk_ring() -> u32 {
+    512
+}
 fn one() -> u32 {
     1
 }
@@ -547,6 +605,13 @@ impl ChainSpec {
             if !(1..=64).contains(&p.queues) {
                 return Err((at("queues"), format!("{} must be in 1..=64", p.queues)));
             }
+            let r = &p.rings;
+            for (field, n) in [("rx", r.rx), ("tx", r.tx), ("fill", r.fill), ("completion", r.completion)] {
+                if !n.is_power_of_two() || !(16..=16384).contains(&n) {
+                    let path = vec![Key("ports"), Index(i), Key("rings"), Key(field)];
+                    return Err((path, format!("{n} is not a power of two in 16..=16384")));
+                }
+            }
         }
         self.check_classifiers(kinds)?;
         for (i, k) in self.kernel.iter().enumerate() {
@@ -682,7 +747,41 @@ impl ChainSpec {
         if self.links.iter().filter(|l| l.from == l.to).count() > 0 {
             return Err((vec![Key("links")], "self links are not allowed".into()));
         }
-        self.check_no_loop()
+        self.check_no_loop()?;
+        self.check_parked_frames()
+    }
+
+    /// Each receiving socket keeps `min(fill, rx)` frames of its domain's
+    /// pool waiting in the kernel. At most half the pool may wait there:
+    /// the rest carries frames through the NFs' rings and out. The port
+    /// that tips a domain over is blamed.
+    fn check_parked_frames(&self) -> Result<(), Invalid> {
+        use Seg::{Index, Key};
+        let mut parked: HashMap<&str, u64> = HashMap::new();
+        for l in &self.links {
+            let (Some(Node::Port(p)), Some(Node::Nf(n))) = (self.node(&l.from), self.node(&l.to)) else { continue };
+            let (port, nf) = (&self.ports[p], &self.nfs[n]);
+            let Some(domain) = self.domains.iter().find(|d| d.name == nf.domain) else { continue };
+            let sum = parked.entry(domain.name.as_str()).or_default();
+            *sum += u64::from(nf.threads) * u64::from(port.rings.parked());
+            let total = *sum;
+            if total > u64::from(domain.frames / 2) {
+                return Err((
+                    vec![Key("ports"), Index(p), Key("rings")],
+                    format!(
+                        "the receiving sockets of domain {:?} would keep {total} of its {} frames on their fill \
+                         rings (here {} thread(s) x min(fill, rx) = {}), more than half: too few would be left to \
+                         carry traffic. Lower `rings.fill` (or `rings.rx`), or raise the domain's `frames` to {}",
+                        domain.name,
+                        domain.frames,
+                        nf.threads,
+                        port.rings.parked(),
+                        (total * 2).next_power_of_two()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// NF-to-NF links must not loop: a frame would circle for ever. (A

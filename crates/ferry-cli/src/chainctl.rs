@@ -285,11 +285,20 @@ pub fn status_table(s: &Status) -> String {
         let parts: Vec<String> = s.nsh.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
         out += &format!("  NSH forwarder (this host's, every chain's): {}\n", parts.join(" "));
     }
+    for p in s.ports.iter().filter(|p| p.verdicts.iter().any(|v| v.1 != 0)) {
+        // no_socket: frames that reached a queue with no socket of the port.
+        let parts: Vec<String> = p.verdicts.iter().filter(|v| v.1 != 0).map(|(k, v, _)| format!("{k}={v}")).collect();
+        out += &format!("  port {} XDP verdicts: {}\n", p.name, parts.join(" "));
+    }
     for (port, c) in s.ports.iter().filter_map(|p| Some((&p.name, p.classified.as_ref()?))) {
         out += &format!("  port {port} classifies: {} frames no rule took\n", c.unmatched);
         for (rule, entry, frames) in &c.rules {
             out += &format!("    {rule:<40} -> {entry:<12} {frames} frames\n");
         }
+    }
+    if s.listeners.iter().any(|(_, v)| *v != 0) {
+        let parts: Vec<String> = s.listeners.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
+        out += &format!("  ferryd listeners: {}\n", parts.join(" "));
     }
     for d in &s.domains {
         out += &format!(

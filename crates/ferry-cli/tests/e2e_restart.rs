@@ -16,7 +16,21 @@ use ferry_cli::chainctl::{self, RunningChain};
 /// adopts what the ferryd before it left); returns once it serves chain
 /// `name`.
 fn persistent_ferryd(socket: &Path, chain: Option<&Path>, name: &str) -> RunningChain {
-    let mut cmd = Command::new(chainctl::ferryd_bin().expect("ferryd"));
+    persistent_ferryd_in(None, socket, chain, name)
+}
+
+/// As [`persistent_ferryd`], in the mount namespace of `mounts` if given.
+fn persistent_ferryd_in(
+    mounts: Option<&PrivateMounts>,
+    socket: &Path,
+    chain: Option<&Path>,
+    name: &str,
+) -> RunningChain {
+    let ferryd = chainctl::ferryd_bin().expect("ferryd");
+    let mut cmd = match mounts {
+        Some(m) => m.command(&ferryd),
+        None => Command::new(ferryd),
+    };
     cmd.args(chain)
         .arg("--socket")
         .arg(socket)
@@ -33,6 +47,56 @@ fn persistent_ferryd(socket: &Path, chain: Option<&Path>, name: &str) -> Running
     // An adopting ferryd: every running NF rejoins it.
     wait_until("every NF rejoined", || rc.status().is_ok_and(|s| s.nfs.iter().all(|n| !n.awaiting_rejoin)));
     rc
+}
+
+/// A mount namespace of its own with nothing mounted on /sys/fs/bpf, as
+/// on many a fresh VM or container, held open by a process while the
+/// test runs its ferryds in it (`nsenter -m`, which execs in place: the
+/// child is ferryd itself). Dropping it ends the holder; the namespace,
+/// and the bpffs a ferryd mounted there, go with its last process.
+struct PrivateMounts {
+    holder: std::process::Child,
+}
+
+impl PrivateMounts {
+    fn new() -> PrivateMounts {
+        let script = "while umount /sys/fs/bpf 2>/dev/null; do :; done; echo ready; exec sleep 600";
+        let mut holder = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("unshare -m");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "the private mount namespace is set up");
+        PrivateMounts { holder }
+    }
+
+    /// `program` to run in the namespace.
+    fn command(&self, program: &Path) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.args(["-t", &self.holder.id().to_string(), "-m", "--"]).arg(program);
+        cmd
+    }
+
+    /// Whether `path` exists as the namespace sees it.
+    fn exists(&self, path: &Path) -> bool {
+        self.command(Path::new("test")).arg("-e").arg(path).status().unwrap().success()
+    }
+
+    /// The file system type of /sys/fs/bpf in the namespace.
+    fn bpf_dir_type(&self) -> String {
+        let out = self.command(Path::new("stat")).args(["-f", "-c", "%T", "/sys/fs/bpf"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for PrivateMounts {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
 }
 
 /// Ends ferryd with `signal` and waits for it to exit.
@@ -260,5 +324,67 @@ links:
     rc.shutdown().unwrap();
     assert!(!xdp_attached(&dut, "d0"), "the chain's removal takes the program away");
     assert!(!pins[0].exists(), "and its pins");
+    down_and_check(tb);
+}
+
+/// `ferryd --persist` on a machine with nothing mounted on /sys/fs/bpf
+/// (a private mount namespace stands in for one): ferryd mounts bpffs
+/// itself, pins the port's program there, and a second ferryd in the same
+/// namespace adopts the pins while frames keep flowing.
+#[test]
+fn persist_mounts_bpffs_where_none_is_mounted() {
+    if !privileged("persist_mounts_bpffs") {
+        return;
+    }
+    // The testbed first: its namespaces' mounts under /run/netns are
+    // copied into the private namespace, not propagated to it later.
+    let tb = testbed(PORTS_TESTBED, "restart-bpffs.yaml");
+    let mounts = PrivateMounts::new();
+    assert_ne!(mounts.bpf_dir_type(), "bpf_fs", "nothing on /sys/fs/bpf to begin with");
+    let dut = tb.ns_name("dut").to_string();
+    let dir = TempDir::new("bpffs");
+    let chain = dir.path("chain.yaml");
+    std::fs::write(
+        &chain,
+        format!(
+            r#"
+name: bpffs
+domains: [ {{ name: main }} ]
+ports:
+  - {{ name: in, netns: {dut}, netdev: d0 }}
+  - {{ name: out, netns: {dut}, netdev: d1 }}
+nfs:
+  - {{ name: a, domain: main, kind: l2fwd }}
+links:
+  - {{ from: in, to: a }}
+  - {{ from: a, to: out }}
+"#
+        ),
+    )
+    .unwrap();
+    let socket = dir.path("ferryd.sock");
+    let mut rc = persistent_ferryd_in(Some(&mounts), &socket, Some(&chain), "bpffs");
+    let _reaper = Reaper { socket: socket.clone(), ferryds: vec![] };
+    rc.wait_connected(HANG_GUARD).expect("NFs connected");
+    assert_eq!(mounts.bpf_dir_type(), "bpf_fs", "ferryd mounted bpffs");
+    let pin = Path::new("/sys/fs/bpf/ferry").join(format!("{}-1", rc.child.id())).join("port0").join("link");
+    assert!(mounts.exists(&pin), "port in's program is pinned at {}", pin.display());
+    let args =
+        ["gen", "xsk", "--dev", "g0", "--count", "100000000", "--rate", "10000", "--dst-mac", "02:00:00:00:01:02"];
+    let gen = Ferry::spawn(&tb, "gen", &args);
+    wait_until("traffic through the chain", || rc.status().is_ok_and(|s| c(&s, "a", "tx_port") > 2000));
+    end_ferryd(rc, libc::SIGTERM);
+    assert!(xdp_attached(&dut, "d0"), "the pinned program stays on d0 without ferryd");
+    let out = link_packets(&dut, "d1", "tx");
+    wait_until("frames forwarded while no ferryd runs", || link_packets(&dut, "d1", "tx") > out + 2000);
+    let rc = persistent_ferryd_in(Some(&mounts), &socket, None, "bpffs");
+    let through = c(&rc.status().unwrap(), "a", "tx_port");
+    wait_until("traffic through the adopted chain", || {
+        rc.status().is_ok_and(|s| c(&s, "a", "tx_port") > through + 2000)
+    });
+    drop(gen);
+    rc.shutdown().unwrap();
+    assert!(!xdp_attached(&dut, "d0"), "the chain's removal takes the program away");
+    assert!(!mounts.exists(&pin), "and its pins");
     down_and_check(tb);
 }

@@ -22,8 +22,9 @@
 //! and its own key; the operator the hosts CA certificate and its key.
 
 mod issue;
+mod listen;
 
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConnection, RootCertStore, ServerConfig, ServerConnection, StreamOwned};
 
 pub use issue::issue;
+pub use listen::{serve, Answer, ListenerStats};
 pub use rustls::ClientConfig;
 
 /// The operator's identity in a TLS directory.
@@ -53,13 +55,7 @@ pub enum Role {
     Host,
 }
 
-/// Connections served at once, at most: beyond, new ones are closed
-/// before the handshake (anyone who can reach the port may connect).
-const MAX_CONNECTIONS: usize = 64;
-/// How long a handshake may take.
-const HANDSHAKE: Duration = Duration::from_secs(10);
-
-/// How long a peer may take to say something (a handshake, a request).
+/// How long a peer may take to say something (a request, a reply).
 const IDLE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
@@ -247,103 +243,6 @@ pub fn request_control(
         None => {
             let config = tls.ok_or_else(|| RemoteError::NoTls { host: host.into() })?;
             request_with(config, control, host, msg, timeout)
-        }
-    }
-}
-
-/// Answers a request from a client of a role.
-pub type Answer = dyn Fn(Msg, Role) -> Msg + Send + Sync;
-
-/// Serves `listener` until `stop` says so: each connection on a thread of
-/// its own (at most [`MAX_CONNECTIONS`] at once), TLS-authenticated by
-/// `server`, each request answered by `answer` with the client's role
-/// (refused peers are dropped during the handshake).
-pub fn serve(
-    listener: TcpListener,
-    server: Server,
-    answer: Arc<Answer>,
-    stop: Arc<dyn Fn() -> bool + Send + Sync>,
-) -> std::io::Result<()> {
-    listener.set_nonblocking(true)?;
-    let server = Arc::new(server);
-    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    std::thread::Builder::new().name("tls-listen".into()).spawn(move || {
-        use std::sync::atomic::Ordering;
-        while !stop() {
-            match listener.accept() {
-                Ok((tcp, _)) => {
-                    if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-                        open.fetch_sub(1, Ordering::AcqRel);
-                        continue;
-                    }
-                    let (server, answer, done) = (server.clone(), answer.clone(), open.clone());
-                    let spawned = std::thread::Builder::new().name("tls-conn".into()).spawn(move || {
-                        serve_one(tcp, &server, answer.as_ref());
-                        done.fetch_sub(1, Ordering::AcqRel);
-                    });
-                    if spawned.is_err() {
-                        open.fetch_sub(1, Ordering::AcqRel);
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(50)),
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
-    })?;
-    Ok(())
-}
-
-/// One connection: requests until it closes; nothing is read before the
-/// peer's certificate checked out.
-fn serve_one(tcp: TcpStream, server: &Server, answer: &Answer) {
-    let _ = tcp.set_nonblocking(false);
-    let Ok(conn) = ServerConnection::new(server.config.clone()) else { return };
-    let mut tls = StreamOwned::new(conn, tcp);
-    // The whole handshake within HANDSHAKE, however slowly the peer
-    // drips its bytes: each read may wait only for what is left of it.
-    let deadline = std::time::Instant::now() + HANDSHAKE;
-    while tls.conn.is_handshaking() {
-        let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else { return };
-        if tls.sock.set_read_timeout(Some(left.max(Duration::from_millis(1)))).is_err() {
-            return;
-        }
-        while tls.conn.wants_write() {
-            if tls.conn.write_tls(&mut tls.sock).is_err() {
-                return;
-            }
-        }
-        if tls.conn.is_handshaking() && tls.conn.wants_read() {
-            match tls.conn.read_tls(&mut tls.sock) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            if tls.conn.process_new_packets().is_err() {
-                // The alert that says why goes out before the close.
-                let _ = tls.conn.write_tls(&mut tls.sock);
-                return;
-            }
-        }
-    }
-    while tls.conn.wants_write() {
-        if tls.conn.write_tls(&mut tls.sock).is_err() {
-            return;
-        }
-    }
-    let Some(role) = server.role(&tls.conn) else { return };
-    let _ = tls.sock.set_read_timeout(Some(IDLE));
-    loop {
-        match proto::read_msg(&mut tls) {
-            Ok(msg) => {
-                if proto::write_msg(&mut tls, &answer(msg, role)).is_err() {
-                    return;
-                }
-            }
-            Err(ProtoError::Closed) => return,
-            // A stream that framed badly is out of step: said, and closed.
-            Err(e) => {
-                let _ = proto::write_msg(&mut tls, &Msg::Error { message: e.to_string() });
-                return;
-            }
         }
     }
 }

@@ -218,13 +218,14 @@ impl Nf {
         consumer.set_room_notify(Self::eventfd(&self.room, plan.ring)?);
         let mut ports = Vec::new();
         let mut port_slot = HashMap::new();
-        let [rx, tx, fill, comp] = w.xsk_rings;
         for &p in &plan.ports {
+            let r = w.port_rings.get(p).copied().unwrap_or_default();
+            let (rx, fill) = (r.rx, r.fill);
             let fd = self.sockets.lock().expect("not poisoned").remove(&(plan.index, p)).ok_or(SdkError::Refused {
                 nf: w.nf.name.clone(),
                 message: format!("no socket for thread {} port {p}", plan.index),
             })?;
-            let sock = XskSocket::from_fd(fd, self.umem.clone(), RingSizes { rx, tx, fill, comp })?;
+            let sock = XskSocket::from_fd(fd, self.umem.clone(), RingSizes { rx, tx: r.tx, fill, comp: r.completion })?;
             port_slot.insert(p, ports.len());
             // Receive frames only on ports that deliver to us.
             let fill_target = if w.port_rx.get(p).copied().unwrap_or(false) { fill.min(rx) } else { 0 };

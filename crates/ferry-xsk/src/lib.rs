@@ -63,3 +63,11 @@ pub fn ifindex(name: &str) -> Option<u32> {
     let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
     (idx != 0).then_some(idx)
 }
+
+/// The (receive, transmit) queues device `name` (in the caller's network
+/// namespace) uses: its current RX (TX) plus combined channels, as
+/// `ethtool -l` shows them. A socket binds only to a queue below both.
+/// None when the driver does not report channels (ask netlink then).
+pub fn queues(name: &str) -> std::io::Result<Option<(u32, u32)>> {
+    sys::channels(name).map(|c| c.map(|c| (c.rx_count + c.combined_count, c.tx_count + c.combined_count)))
+}

@@ -112,3 +112,61 @@ pub fn getsockopt<T: Default>(fd: libc::c_int, level: libc::c_int, name: libc::c
         Ok(value)
     }
 }
+
+/// `SIOCETHTOOL`, the ioctl behind `ethtool`.
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+/// `ETHTOOL_GCHANNELS`: a device's channel counts.
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+/// `struct ethtool_channels`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EthtoolChannels {
+    pub cmd: u32,
+    pub max_rx: u32,
+    pub max_tx: u32,
+    pub max_other: u32,
+    pub max_combined: u32,
+    pub rx_count: u32,
+    pub tx_count: u32,
+    pub other_count: u32,
+    pub combined_count: u32,
+}
+
+/// `struct ifreq` with `ifr_data`.
+#[repr(C)]
+struct IfreqData {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    data: *mut libc::c_void,
+    _pad: [u8; 16],
+}
+
+/// Device `name`'s channel counts (`ethtool -l`), None when its driver
+/// does not report them.
+pub fn channels(name: &str) -> std::io::Result<Option<EthtoolChannels>> {
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(std::io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    let mut ch = EthtoolChannels { cmd: ETHTOOL_GCHANNELS, ..Default::default() };
+    let mut req =
+        IfreqData { name: [0; libc::IFNAMSIZ], data: (&mut ch as *mut EthtoolChannels).cast(), _pad: [0; 16] };
+    for (d, s) in req.name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: a datagram socket we close below; the ioctl reads req and
+    // writes ch, both alive across the call.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let rc = libc::ioctl(fd, SIOCETHTOOL as _, &mut req);
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        match rc {
+            0 => Ok(Some(ch)),
+            _ if err.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(None),
+            _ => Err(err),
+        }
+    }
+}

@@ -28,7 +28,7 @@ use crate::hybrid::Hybrids;
 use crate::keys::NfKey;
 use crate::nsh::{NshInstall, NshSetup};
 use crate::persist::NfRecord;
-use crate::ports::{Port, PortParts, PostParts, XSK_RINGS};
+use crate::ports::{Port, PortParts, PostParts};
 use crate::process::{log, signalled};
 use crate::spawn;
 use crate::tap::Tap;
@@ -696,7 +696,7 @@ impl Chain {
             nf: nf.clone(),
             domain: dom.plan.clone(),
             fds: roles,
-            xsk_rings: [XSK_RINGS.rx, XSK_RINGS.tx, XSK_RINGS.fill, XSK_RINGS.comp],
+            port_rings: self.plan.ports.iter().map(|p| p.rings).collect(),
             port_rx: self.plan.ports.iter().map(|p| p.rx).collect(),
             generation: st.generation,
             outlives_ferryd: self.persist.is_some(),

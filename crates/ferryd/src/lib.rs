@@ -24,6 +24,7 @@
 mod bridge;
 mod chain;
 mod classify;
+mod devices;
 mod domain;
 mod fastpath;
 mod hybrid;
@@ -39,5 +40,6 @@ mod server;
 mod spawn;
 mod tap;
 pub mod users;
+mod waiting;
 
 pub use server::{run, Daemon, Options};

@@ -68,6 +68,13 @@ fn sweep_dead(ns: Option<&str>) -> Result<()> {
     Ok(())
 }
 
+/// The largest MTU a loop device gets. It carries only frames an NF built
+/// in one UMEM frame (at most 4096 - 256 bytes), so a jumbo port needs no
+/// jumbo loop; and veth takes an XDP program without multi-buffer support
+/// only up to about 3.5 kB (a page, less XDP headroom and the skb's shared
+/// info), so a loop device copying a 9000-byte port MTU could not attach.
+const LOOP_MTU_MAX: u32 = 3500;
+
 /// The MTU of `dev` in namespace `ns`.
 fn mtu(ns: Option<&str>, dev: &str) -> Result<u32> {
     let mtu = link_word(ns, dev, "mtu")?;
@@ -76,10 +83,10 @@ fn mtu(ns: Option<&str>, dev: &str) -> Result<u32> {
 
 impl LoopDevice {
     /// Creates the pair for port `port`, whose device is `dev` in `ns`, with `queues` queues (thread i sends on queue i) and
-    /// the port's MTU, so every frame the NF may send fits.
+    /// the port's MTU up to [`LOOP_MTU_MAX`], so every frame the NF may send fits.
     pub fn create(ns: Option<&str>, port: &str, dev: &str, queues: u32) -> Result<LoopDevice> {
         let (send_end, receive_end) = names();
-        let (q, mtu) = (queues.to_string(), mtu(ns, dev)?.to_string());
+        let (q, mtu) = (queues.to_string(), mtu(ns, dev)?.min(LOOP_MTU_MAX).to_string());
         sweep_dead(ns).context("sweeping the devices of ferryds that are gone")?;
         // A device of this very name can only be left by a killed ferryd
         // whose pid this one now has.

@@ -26,6 +26,10 @@
 //!   NFs the orchestrator placed in XDP (a flow monitor's flows are not
 //!   exported: one label set per flow would be unbounded; `ferry chain
 //!   show --json` has them);
+//! * `ferry_listener_events_total{listener,event}`: what became of the
+//!   connections to ferryd's NF socket, admin socket and mutual-TLS
+//!   listener (accepted, timed out, closed for a limit, refused
+//!   handshakes...: fixed names);
 //! * `ferry_chains`: chains deployed.
 
 use std::fmt::Write;
@@ -52,12 +56,22 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(Stri
     }
 }
 
-/// The whole exposition for `chains`.
-pub fn render(chains: &[Arc<Chain>]) -> String {
+/// The whole exposition for `chains` and ferryd's `listeners` counters
+/// (`listener.event`).
+pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# HELP ferry_chains Chains deployed on this ferryd.");
     let _ = writeln!(out, "# TYPE ferry_chains gauge");
     let _ = writeln!(out, "ferry_chains {}", chains.len());
+    let events: Vec<(String, u64)> = listeners
+        .iter()
+        .filter_map(|(k, v)| {
+            let (listener, event) = k.split_once('.')?;
+            Some((format!("listener=\"{}\",event=\"{}\"", esc(listener), esc(event)), *v))
+        })
+        .collect();
+    let help = "Connections to ferryd's listeners, by what became of them.";
+    family(&mut out, "ferry_listener_events_total", "counter", help, &events);
     let statuses: Vec<_> = chains.iter().map(|c| c.status()).collect();
     let thread_labels =
         |chain: &str, nf: &str, t: usize| format!("chain=\"{}\",nf=\"{}\",thread=\"{t}\"", esc(chain), esc(nf));
@@ -193,7 +207,11 @@ pub fn render(chains: &[Arc<Chain>]) -> String {
 
 /// Serves `GET /metrics` on `addr` from a thread; returns the address
 /// bound (port 0 picks one).
-pub fn serve(addr: SocketAddr, chains: impl Fn() -> Vec<Arc<Chain>> + Send + 'static) -> Result<SocketAddr> {
+pub fn serve(
+    addr: SocketAddr,
+    chains: impl Fn() -> Vec<Arc<Chain>> + Send + 'static,
+    listeners: impl Fn() -> Vec<(String, u64)> + Send + 'static,
+) -> Result<SocketAddr> {
     let server = tiny_http::Server::http(addr)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("metrics on {addr}"))?;
@@ -203,7 +221,7 @@ pub fn serve(addr: SocketAddr, chains: impl Fn() -> Vec<Arc<Chain>> + Send + 'st
             let reply = if req.url() == "/metrics" && *req.method() == tiny_http::Method::Get {
                 let header = tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                     .expect("a valid header");
-                tiny_http::Response::from_string(render(&chains())).with_header(header)
+                tiny_http::Response::from_string(render(&chains(), &listeners())).with_header(header)
             } else {
                 tiny_http::Response::from_string("ferryd serves GET /metrics\n").with_status_code(404)
             };
@@ -226,7 +244,7 @@ mod tests {
 
     #[test]
     fn no_chain_still_renders_every_family() {
-        let text = render(&[]);
+        let text = render(&[], &[]);
         assert!(text.starts_with("# HELP ferry_chains"), "{text}");
         assert!(text.contains("ferry_chains 0\n"));
         for f in [
@@ -234,6 +252,7 @@ mod tests {
             "ferry_nf_counter_total",
             "ferry_xdp_packets_total",
             "ferry_xdp_nf_counter_total",
+            "ferry_listener_events_total",
         ] {
             assert!(text.contains(&format!("# TYPE {f} ")), "{f}");
         }

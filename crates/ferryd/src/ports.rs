@@ -20,9 +20,6 @@ use crate::fastpath::{FastPath, FastPathEnd, FastPathIds};
 use crate::iproute::ifindex_in;
 use crate::loopdev::LoopDevice;
 
-/// Ring sizes of every chain socket (rx, tx, fill, completion).
-pub const XSK_RINGS: RingSizes = RingSizes { rx: 512, tx: 512, fill: 512, comp: 512 };
-
 /// The XDP program that steers a receiving port's frames to its sockets.
 pub enum Steering {
     /// Every frame to the socket of its queue.
@@ -116,14 +113,18 @@ impl Port {
             None if pin.is_some() => {
                 let dir = pin.expect("just checked");
                 let prog =
-                    ferry_testbed::in_netns(ns, || PinnedRedirect::attach(device, mode, dir))?.with_context(|| {
-                        format!("attaching XDP to {} ({}), pinned in {}", plan.netdev, plan.name, dir.display())
-                    })?;
+                    ferry_testbed::in_netns(ns, || PinnedRedirect::attach(device, mode, dir, plan.unowned_to_kernel))?
+                        .with_context(|| {
+                            format!("attaching XDP to {} ({}), pinned in {}", plan.netdev, plan.name, dir.display())
+                        })?;
                 Some(Steering::Pinned(prog))
             }
             None => {
                 let prog = ferry_testbed::in_netns(ns, || {
-                    LoadedXdp::attach(Object::XskRedirect, "ferry_xsk_redirect", device, mode)
+                    let mut prog = LoadedXdp::load(Object::XskRedirect, "ferry_xsk_redirect")?;
+                    prog.set_unowned_queues(plan.unowned_to_kernel)?;
+                    prog.attach_to(device, mode)?;
+                    Ok::<_, ferry_bpf::BpfError>(prog)
                 })?
                 .with_context(|| format!("attaching XDP to {} ({})", plan.netdev, plan.name))?;
                 Some(Steering::Redirect(prog))
@@ -196,7 +197,9 @@ impl Port {
     /// the port receives. The NF gets the only fd that stays open, so the
     /// kernel releases the socket (and its frames) when the NF dies.
     pub fn socket(&mut self, umem: &Arc<Umem>, queue: u32) -> Result<XskSocket> {
-        let cfg = SocketConfig { rings: XSK_RINGS, bind: BindMode::Auto, need_wakeup: true, busy_poll: None };
+        let r = self.plan.rings;
+        let rings = RingSizes { rx: r.rx, tx: r.tx, fill: r.fill, comp: r.completion };
+        let cfg = SocketConfig { rings, bind: BindMode::Auto, need_wakeup: true, busy_poll: None };
         let ns = self.plan.netns.clone();
         let (ifindex, umem) = (self.ifindex, umem.clone());
         let sock = ferry_testbed::in_netns(ns.as_deref(), move || XskSocket::create(umem, ifindex, queue, &cfg, None))?

@@ -7,11 +7,11 @@
 //!   own uid): deploy, remove, list, status, audit, shutdown.
 
 use std::io::ErrorKind;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use crate::nsh::{Fabric, NshInstall, NshSetup};
 use crate::process::{install_signal_handlers, log, signalled};
 use crate::spawn;
 use crate::users::UidRange;
+use crate::waiting::WaitingRoom;
 
 /// What `ferryd` is started with.
 #[derive(Debug, Clone)]
@@ -64,13 +65,13 @@ const DOWN_AFTER: u32 = 5;
 /// How long a removed chain's NFs get between SIGTERM and SIGKILL.
 const REMOVE_GRACE: Duration = Duration::from_secs(5);
 
-/// How long a connection to the NF socket may take to say hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Connections to the NF socket that have not said hello yet, at most:
-/// beyond, new ones are closed at once (anyone may connect, and each
-/// waiting one holds a thread).
-const MAX_WAITING_HELLOS: usize = 64;
+/// Connections to the NF socket waiting to say hello: at most 16 of one
+/// uid, 256 in all (anyone may connect; each holds a thread).
+const NF_WAITING: (usize, usize) = (16, 256);
+/// Connections to the admin socket waiting to ask (root's, so one uid).
+const ADMIN_WAITING: usize = 64;
+/// Connections taken from one socket's backlog before the other's turn.
+const ACCEPT_BURST: usize = 64;
 
 pub struct Daemon {
     socket: PathBuf,
@@ -88,7 +89,12 @@ pub struct Daemon {
     next_chain: AtomicU32,
     next_nf: AtomicU32,
     stop: AtomicBool,
-    waiting_hellos: AtomicUsize,
+    /// Connections to the NF socket that have not said hello yet.
+    nf_waiting: WaitingRoom,
+    /// Connections to the admin socket that have not asked yet.
+    admin_waiting: WaitingRoom,
+    /// What became of the connections to the mutual-TLS listener.
+    tls_stats: Mutex<Option<Arc<ferry_remote::ListenerStats>>>,
     /// The address metrics are served on.
     metrics: Mutex<Option<std::net::SocketAddr>>,
     /// The address of its mutual-TLS admin listener.
@@ -120,8 +126,22 @@ fn listen(path: &Path, mode: u32) -> Result<UnixListener> {
     Ok(l)
 }
 
+/// Raises the soft limit on open files to the hard one: every connection
+/// waiting in a listener's limits (up to about 1,400) holds an fd.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// Serves until `Shutdown` or SIGTERM/SIGINT, then stops every chain.
 pub fn run(opts: &Options) -> Result<()> {
+    raise_fd_limit();
     let socket = opts.socket.clone().unwrap_or_else(proto::default_socket);
     let admin = opts.admin.clone().unwrap_or_else(|| proto::admin_socket(&socket));
     let state_dir = crate::persist::state_dir(&admin);
@@ -137,7 +157,9 @@ pub fn run(opts: &Options) -> Result<()> {
         next_chain: AtomicU32::new(1),
         next_nf: AtomicU32::new(1),
         stop: AtomicBool::new(false),
-        waiting_hellos: AtomicUsize::new(0),
+        nf_waiting: WaitingRoom::new(NF_WAITING.0, NF_WAITING.1),
+        admin_waiting: WaitingRoom::new(ADMIN_WAITING, ADMIN_WAITING),
+        tls_stats: Mutex::new(None),
         metrics: Mutex::new(None),
         listen: Mutex::new(None),
         tls_dir: opts.tls_dir.clone(),
@@ -153,6 +175,8 @@ pub fn run(opts: &Options) -> Result<()> {
     // Bound first (so no other ferryd serves these chains), served after:
     // NFs knocking meanwhile wait in the backlog for their chain.
     if daemon.persist {
+        // Pins are what outlives ferryd: no bpffs, no persistence.
+        ferry_bpf::pinned::ensure_bpffs().context("--persist pins its ports' programs in bpffs")?;
         daemon.adopt_all();
     }
     if let Some(addr) = &opts.listen {
@@ -172,7 +196,8 @@ pub fn run(opts: &Options) -> Result<()> {
             }
         };
         let stop = move || s.stop.load(Ordering::Acquire) || signalled();
-        ferry_remote::serve(listener, config, Arc::new(answer), Arc::new(stop))?;
+        let stats = ferry_remote::serve(listener, config, Arc::new(answer), Arc::new(stop))?;
+        *daemon.tls_stats.lock().expect("tls stats lock") = Some(stats);
         log(format!("admin requests over mutual TLS on {bound} (host {host})"));
         *daemon.listen.lock().expect("listen lock") = Some(bound);
     }
@@ -182,8 +207,12 @@ pub fn run(opts: &Options) -> Result<()> {
         std::thread::Builder::new().name("peers".into()).spawn(move || d.watch_peers())?;
     }
     if let Some(addr) = opts.metrics {
-        let d = daemon.clone();
-        let bound = crate::metrics::serve(addr, move || d.chains.lock().expect("chains lock").clone())?;
+        let (d, l) = (daemon.clone(), daemon.clone());
+        let bound = crate::metrics::serve(
+            addr,
+            move || d.chains.lock().expect("chains lock").clone(),
+            move || l.listener_counters(),
+        )?;
         log(format!("metrics on http://{bound}/metrics"));
         *daemon.metrics.lock().expect("metrics lock") = Some(bound);
     }
@@ -215,14 +244,19 @@ pub fn run(opts: &Options) -> Result<()> {
         // SAFETY: two valid pollfds.
         unsafe { libc::poll(pfds.as_mut_ptr(), 2, 100) };
         for (listener, admin) in [(&nf_listener, false), (&admin_listener, true)] {
-            match listener.accept() {
-                Ok((stream, _)) => daemon.clone().take(stream, admin),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => {
-                    // Out of fds, say: the socket stays readable, so back
-                    // off instead of spinning.
-                    log(format!("accept: {e}"));
-                    std::thread::sleep(Duration::from_millis(100));
+            // A burst of what waits: a flood must not hold a prompt client
+            // long in the backlog behind it, nor starve the other socket.
+            for _ in 0..ACCEPT_BURST {
+                match listener.accept() {
+                    Ok((stream, _)) => daemon.clone().take(stream, admin),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        // Out of fds, say: the socket stays readable, so
+                        // back off instead of spinning.
+                        log(format!("accept: {e}"));
+                        std::thread::sleep(Duration::from_millis(100));
+                        break;
+                    }
                 }
             }
         }
@@ -237,27 +271,38 @@ pub fn run(opts: &Options) -> Result<()> {
 }
 
 impl Daemon {
-    /// Serves an accepted connection on a thread of its own; an NF-socket
-    /// connection only while fewer than [`MAX_WAITING_HELLOS`] wait.
+    /// Serves an accepted connection on a thread of its own, which waits
+    /// for its first message in the listener's [`WaitingRoom`].
     fn take(self: Arc<Self>, stream: UnixStream, admin: bool) {
         let _ = stream.set_nonblocking(false);
-        if !admin {
-            if self.waiting_hellos.fetch_add(1, Ordering::AcqRel) >= MAX_WAITING_HELLOS {
-                self.waiting_hellos.fetch_sub(1, Ordering::AcqRel);
-                return;
-            }
-            let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
-        }
-        let d = self.clone();
         let spawned = std::thread::Builder::new()
             .name(if admin { "admin".into() } else { "nf-conn".into() })
-            .spawn(move || if admin { d.serve_admin(stream) } else { d.serve_nf(stream) });
+            .spawn(move || if admin { self.serve_admin(stream) } else { self.serve_nf(stream) });
         if let Err(e) = spawned {
             log(format!("no thread for a connection: {e}"));
-            if !admin {
-                self.waiting_hellos.fetch_sub(1, Ordering::AcqRel);
-            }
         }
+    }
+
+    /// The first message on `stream`, waited for in `room`.
+    fn first_message(room: &WaitingRoom, stream: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), ProtoError> {
+        let seat = room.enter(stream)?;
+        let first = proto::recv(stream);
+        if matches!(&first, Err(ProtoError::Io(e)) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)) {
+            seat.timed_out();
+        }
+        first
+    }
+
+    /// The counters of ferryd's listeners, by `listener.counter`.
+    fn listener_counters(&self) -> Vec<(String, u64)> {
+        let mut all = Vec::new();
+        for (listener, room) in [("nf_socket", &self.nf_waiting), ("admin_socket", &self.admin_waiting)] {
+            all.extend(room.counters().iter().map(|(k, v)| (format!("{listener}.{k}"), *v)));
+        }
+        if let Some(tls) = self.tls_stats.lock().expect("tls stats lock").as_ref() {
+            all.extend(tls.counters().into_iter().map(|(k, v)| (format!("tls.{k}"), v)));
+        }
+        all
     }
 
     fn shutdown(&self) {
@@ -361,14 +406,15 @@ impl Daemon {
     /// kernel hops are another chain's is refused.
     pub fn deploy(&self, file: &Path) -> Result<ChainSummary> {
         let _changing = self.changes.lock().expect("changes lock");
-        let (spec, placement) = ferry_place::load(file)?;
+        let (text, origin) = ferry_testbed::yamlloc::read_file(file)?;
+        let (spec, placement) = ferry_place::load_str(&text, &origin)?;
         if !spec.hosts.is_empty() {
             bail!(
                 "{} is a chain over hosts: deploy it with `ferry chain deploy`, which gives each host's ferryd its part",
                 file.display()
             );
         }
-        self.deploy_placed(file, placement, None)
+        self.deploy_placed(file, &text, placement, None)
     }
 
     /// Deploys this host's part of the chain over hosts in `text`
@@ -411,7 +457,7 @@ impl Daemon {
             });
         };
         let placement = ferry_place::place(&local).map_err(|e| anyhow!("{origin}: {}", e.message))?;
-        let summary = self.deploy_placed(Path::new(origin), placement, Some(setup))?;
+        let summary = self.deploy_placed(Path::new(origin), text, placement, Some(setup))?;
         if let Err(e) = self.keep_part(&name, text, origin, macs) {
             if let Ok(c) = self.chain(&name) {
                 self.chains.lock().expect("chains lock").retain(|x| !Arc::ptr_eq(x, &c));
@@ -535,10 +581,12 @@ impl Daemon {
     fn deploy_placed(
         &self,
         file: &Path,
+        text: &str,
         placement: ferry_place::Placement,
         nsh: Option<NshSetup>,
     ) -> Result<ChainSummary> {
         let mut plan = ChainPlan::compile(&placement.server);
+        crate::devices::check(&plan, text, &file.display().to_string())?;
         // NFs started without `cpus` inherit ferryd's CPU set.
         plan.settle_polling(std::thread::available_parallelism().map_or(1, |n| n.get()));
         for nf in &plan.nfs {
@@ -672,9 +720,7 @@ impl Daemon {
         let reply_error = |message: String| {
             let _ = proto::send(&stream, &Msg::Error { message }, &[]);
         };
-        let hello = proto::recv(&stream);
-        self.waiting_hellos.fetch_sub(1, Ordering::AcqRel);
-        match hello {
+        match Self::first_message(&self.nf_waiting, &stream) {
             Ok((Msg::Hello { chain, nf, pid, counters, key }, _)) => {
                 let admitted = self.chain(&chain).and_then(|c| Ok((c.admit(&stream, &nf, pid, counters, &key)?, c)));
                 // An NF's lifetime is one long wait for its connection to
@@ -721,8 +767,11 @@ impl Daemon {
             let _ = proto::send(&stream, &Msg::Error { message: format!("{e:#}") }, &[]);
             return;
         }
+        let mut first = Some(Self::first_message(&self.admin_waiting, &stream));
+        // Root's own connection: no deadline once it has asked.
+        let _ = stream.set_read_timeout(None);
         loop {
-            let msg = match proto::recv(&stream) {
+            let msg = match first.take().unwrap_or_else(|| proto::recv(&stream)) {
                 Ok((m, _fds)) => m,
                 Err(ProtoError::Closed) => return,
                 Err(e) => {
@@ -782,9 +831,10 @@ impl Daemon {
     /// forwarder's counters alone.
     fn status(&self, name: &str) -> Result<proto::Status> {
         if let Some((n, install)) = self.paths.lock().expect("paths lock").iter().find(|(n, _)| n == name) {
-            return Ok(proto::Status { chain: n.clone(), nsh: install.counters(), ..Default::default() });
+            let listeners = self.listener_counters();
+            return Ok(proto::Status { chain: n.clone(), nsh: install.counters(), listeners, ..Default::default() });
         }
-        Ok(self.chain(name)?.status())
+        Ok(proto::Status { listeners: self.listener_counters(), ..self.chain(name)?.status() })
     }
 }
 

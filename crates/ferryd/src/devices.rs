@@ -1,0 +1,144 @@
+//! What a chain's receiving ports ask of their devices, checked before
+//! anything is set up, with errors that name the chain file's line, the
+//! field and the fix:
+//!
+//! * **Every receive queue has a socket.** A device spreads flows over
+//!   its receive queues (RSS on a NIC; a veth by its sender's transmit
+//!   queue), and the port's NF has one socket per thread, on queues
+//!   `0..threads`. A frame on any other queue would reach no NF, so a
+//!   device with more queues is refused, unless the port hands those
+//!   frames to the kernel (`unowned_queues: kernel`). Why refuse rather
+//!   than shrink the device (`ethtool -L`) for the operator: ferryd would
+//!   change a shared NIC behind the kernel's back and must then restore
+//!   it even when it crashes; the operator chooses the queue count once.
+//! * **A received frame fits one UMEM frame.** In copy mode the kernel
+//!   writes a frame after `XDP_PACKET_HEADROOM` bytes of its chunk; one
+//!   that does not fit is dropped. Frames spanning chunks need AF_XDP
+//!   multi-buffer (`XDP_USE_SG`), which Ferry's sockets do not use.
+
+use anyhow::{anyhow, Result};
+use ferry_chain::plan::ChainPlan;
+use ferry_testbed::yamlloc::{locate, path_string, Seg, YamlError};
+
+use crate::iproute::{ip_output, link_word};
+
+/// Bytes the kernel keeps in front of every frame it writes to a chunk.
+const XDP_PACKET_HEADROOM: u32 = 256;
+/// An Ethernet header with one VLAN tag.
+const L2_HEADER: u32 = 18;
+
+/// Refuses a plan whose receiving ports' devices have queues without a
+/// socket, or frames larger than a UMEM frame. `text` is the chain file
+/// (`origin`), for the errors' positions.
+pub fn check(plan: &ChainPlan, text: &str, origin: &str) -> Result<()> {
+    // Devices ferryd makes itself (a tenant entry's, an NSH attachment's)
+    // have no name yet, and get the queues their NFs need.
+    for port in plan.ports.iter().filter(|p| p.classify.is_none() && !p.netdev.is_empty()) {
+        let Some(nf) = port.nf.map(|i| &plan.nfs[i]) else { continue };
+        let (ns, dev) = (port.netns.as_deref(), port.netdev.as_str());
+        let located = |field: &'static str, message: String| located(text, origin, &port.name, field, message);
+        let sockets = nf.threads.len() as u32;
+        let (queues, tx_queues) = queues(ns, dev)?;
+        if queues.min(tx_queues) < sockets {
+            return Err(located(
+                "queues",
+                format!(
+                    "NF {:?} has {sockets} threads, each with a socket on its own queue of {dev}, but {dev} has \
+                     {queues} receive and {tx_queues} transmit queue(s). Give it {sockets} (`ethtool -L {dev} rx \
+                     {sockets} tx {sockets}`, `combined {sockets}` on most NICs), or the NF fewer `threads`",
+                    nf.name
+                ),
+            )
+            .into());
+        }
+        if !port.rx {
+            continue;
+        }
+        if queues > sockets && !port.unowned_to_kernel {
+            let owned = match sockets {
+                1 => "a socket on queue 0".to_string(),
+                n => format!("sockets on queues 0 to {}", n - 1),
+            };
+            return Err(located(
+                "queues",
+                format!(
+                    "{dev} receives on {queues} queues, but NF {:?} has {sockets} thread(s), so port {:?} has {owned} \
+                     only: frames on the others would reach no NF. Give the NF `threads: {queues}` (and the port \
+                     `queues: {queues}`), or shrink the device (`ethtool -L {dev} rx {sockets} tx {sockets}`, \
+                     `combined {sockets}` on most NICs), or hand the other queues' frames to the kernel with \
+                     `unowned_queues: kernel`",
+                    nf.name, port.name
+                ),
+            )
+            .into());
+        }
+        let frame_size = plan.domains[nf.domain].frame_size;
+        let room = frame_size - XDP_PACKET_HEADROOM;
+        let mtu: u32 = link_word(ns, dev, "mtu")?.parse().map_err(|e| anyhow!("{dev}: mtu: {e}"))?;
+        if mtu + L2_HEADER > room {
+            let fits = room - L2_HEADER;
+            let more = if frame_size < 4096 { "; or `frame_size: 4096` on its domain (MTU up to 3822)" } else { "" };
+            return Err(located(
+                "netdev",
+                format!(
+                    "{dev}'s MTU {mtu} lets frames of {} bytes arrive, more than the {room} a {frame_size}-byte UMEM \
+                     frame holds after the kernel's {XDP_PACKET_HEADROOM}-byte headroom (frames spanning several, \
+                     AF_XDP multi-buffer, are not supported). Lower it to {fits} or less (`ip link set {dev} mtu \
+                     {fits}`){more}",
+                    mtu + L2_HEADER
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// The (receive, transmit) queues `dev` uses, in namespace `ns`: its
+/// channels, or (a driver that does not report them) what netlink counts.
+pub fn queues(ns: Option<&str>, dev: &str) -> Result<(u32, u32)> {
+    let name = dev.to_string();
+    let channels = ferry_testbed::in_netns(ns, move || ferry_xsk::queues(&name))?
+        .map_err(|e| anyhow!("reading {dev}'s channels: {e}"))?;
+    if let Some((rx, tx)) = channels {
+        return Ok((rx.max(1), tx.max(1)));
+    }
+    let text = ip_output(ns, &["-d", "-o", "link", "show", "dev", dev])?;
+    let word = |key: &str| {
+        let mut words = text.split_whitespace();
+        words.by_ref().find(|w| *w == key);
+        words.next().and_then(|n| n.parse().ok()).ok_or_else(|| anyhow!("{dev}: no {key} in {text:?}"))
+    };
+    Ok((word("numrxqueues")?, word("numtxqueues")?))
+}
+
+/// An error at field `field` of the port named `port` in the chain file
+/// (at the port itself when the field is left to its default).
+fn located(text: &str, origin: &str, port: &str, field: &'static str, message: String) -> YamlError {
+    let index = port_index(text, port);
+    let at = |path: &[Seg]| locate(text, path);
+    let (path, loc) = match index {
+        Some(i) => {
+            let full = vec![Seg::Key("ports"), Seg::Index(i), Seg::Key(field)];
+            let port = vec![Seg::Key("ports"), Seg::Index(i)];
+            match at(&full) {
+                Some(l) => (full, Some(l)),
+                None => (full, at(&port)),
+            }
+        }
+        None => (vec![Seg::Key("ports")], None),
+    };
+    YamlError {
+        origin: origin.to_string(),
+        line: loc.map(|l| l.0),
+        column: loc.map(|l| l.1),
+        field: path_string(&path),
+        message,
+    }
+}
+
+/// The index of the port named `name` among the file's `ports:`.
+fn port_index(text: &str, name: &str) -> Option<usize> {
+    let spec = ferry_catalog::parse_chain_str(text, "").ok()?;
+    spec.ports.iter().position(|p| p.name == name)
+}
