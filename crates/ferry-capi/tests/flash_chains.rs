@@ -33,10 +33,14 @@ use ferry_cli::chainctl::{self, counter, RunningChain};
 /// A hang guard only: every wait is for frames, counters or exits.
 const HANG_GUARD: Duration = Duration::from_secs(60);
 const WORKLOAD: &str = "keys=100000,get=0.9,dist=zipf:0.99,value=64,batch=4";
-/// Frames of the allowed run, 125 per queue: fewer than the port's
-/// receive ring holds, so none is lost even while the NFs are off CPU.
+/// Frames of the allowed run, 125 per queue.
 const ALLOWED: u64 = 500;
 const DENIED: u64 = 100;
+/// The receive and fill rings of port in's sockets: each can hold every
+/// frame of a test, on whichever queue they land, so none is lost even
+/// while the NFs are kept off their CPUs however long.
+const PORT_RING: u64 = 1024;
+const _: () = assert!(ALLOWED + DENIED + 3 * ONE_FLOW <= PORT_RING);
 const ONE_FLOW: u64 = 100;
 
 /// d0's MAC: the Fig. 13 chain's ARP responder answers with it.
@@ -129,6 +133,10 @@ fn chain_file(tb: &ferry_testbed::Testbed, file: &str, dir: &Path, bin: &Path) -
         .replace("{cnf}", &bin.display().to_string())
         // A socket on each of d0's four queues (Fig. 15 has them already).
         .replace("netdev: d0 }", "netdev: d0, queues: 4 }")
+        .replace(
+            "netdev: d0, queues: 4 }",
+            &format!("netdev: d0, queues: 4, rings: {{ rx: {PORT_RING}, fill: {PORT_RING} }} }}"),
+        )
         .replace("kind: arp-responder+icmp-echo,", "kind: arp-responder+icmp-echo, threads: 4,");
     let path = dir.join(file);
     std::fs::write(&path, text).unwrap();

@@ -1040,6 +1040,32 @@ links:
     }
 
     #[test]
+    fn port_rings_are_powers_of_two_the_pool_can_feed() {
+        let bad = GOOD.replace("netdev: d0 }", "netdev: d0, rings: { fill: 1000 } }");
+        assert!(err(&bad).contains("ports[0].rings.fill: 1000 is not a power of two"), "{}", err(&bad));
+        // Domain a's 4096 frames: 2048 may wait on fill rings, not 4096.
+        let ok = GOOD.replace("netdev: d0 }", "netdev: d0, rings: { rx: 2048, fill: 2048 } }");
+        assert_eq!(parse(&ok).unwrap().ports[0].rings.parked(), 2048);
+        let greedy = GOOD.replace("netdev: d0 }", "netdev: d0, rings: { rx: 4096, fill: 4096 } }");
+        let e = err(&greedy);
+        assert!(e.contains("ports[0].rings: the receiving sockets of domain \"a\" would keep 4096"), "{e}");
+        assert!(e.contains("raise the domain's `frames` to 8192"), "{e}");
+        // The smaller of fill and rx is what waits.
+        assert!(parse(&GOOD.replace("netdev: d0 }", "netdev: d0, rings: { rx: 64, fill: 4096 } }")).is_ok());
+    }
+
+    #[test]
+    fn unowned_queues_are_refused_or_the_kernels() {
+        let spec = parse(&GOOD.replace("netdev: d0 }", "netdev: d0, unowned_queues: kernel }")).unwrap();
+        assert_eq!(
+            (spec.ports[0].unowned_queues, spec.ports[1].unowned_queues),
+            (UnownedQueues::Kernel, UnownedQueues::Refuse)
+        );
+        let bad = GOOD.replace("netdev: d0 }", "netdev: d0, unowned_queues: pass }");
+        assert!(err(&bad).contains("ports[0].unowned_queues: unknown variant `pass`"), "{}", err(&bad));
+    }
+
+    #[test]
     fn threads_need_queues() {
         let bad =
             GOOD.replace("{ name: x, domain: a, kind: l2fwd }", "{ name: x, domain: a, kind: l2fwd, threads: 2 }");

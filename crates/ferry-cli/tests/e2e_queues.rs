@@ -9,7 +9,9 @@
 //!   the file, line and field, unless it says `unowned_queues: kernel`;
 //!   then what arrives on the other queues is counted and passed;
 //! * a device that gains queues after deploy: frames on the new queues
-//!   are counted and dropped, never silently passed to the kernel.
+//!   are counted and dropped, never silently passed to the kernel;
+//! * a receiving port whose MTU lets in frames larger than a UMEM frame
+//!   is refused (Ferry's sockets do not use AF_XDP multi-buffer).
 
 mod common;
 
@@ -37,17 +39,20 @@ links:
     queues: 4
 "#;
 
-/// Frames sent from each of g0's queues: fewer than a socket's fill ring
-/// (512) holds, so none is lost while the NF is off its CPU.
+/// Frames sent from each of g0's queues.
 const PER_QUEUE: u64 = 200;
+/// The receive and fill rings of port in's sockets: one can hold every
+/// frame of a run, so none is lost however long the NF is off its CPU.
+const PORT_RING: u64 = 1024;
+const _: () = assert!(4 * PER_QUEUE <= PORT_RING);
 
 /// in -> fwd (`threads`) -> out, with `extra` on port in.
 fn chain(name: &str, dut: &str, threads: u32, extra: &str) -> String {
     format!(
         r#"name: {name}
-domains: [ {{ name: main }} ]
+domains: [ {{ name: main, frames: 8192 }} ]
 ports:
-  - {{ name: in, netns: {dut}, netdev: d0, queues: {threads}{extra} }}
+  - {{ name: in, netns: {dut}, netdev: d0, queues: {threads}, rings: {{ rx: {PORT_RING}, fill: {PORT_RING} }}{extra} }}
   - {{ name: out, netns: {dut}, netdev: d1, queues: {threads} }}
 nfs:
   - {{ name: fwd, domain: main, kind: fwd, threads: {threads} }}
@@ -116,6 +121,15 @@ fn every_frame_on_every_queue_is_received_or_counted() {
     let e = format!("{:#}", chainctl::deploy(&rc.admin, &one).unwrap_err());
     assert!(e.contains("one.yaml:4:") && e.contains("ports[0].queues: d0 receives on 4 queues"), "{e}");
     assert!(e.contains("threads: 4") && e.contains("unowned_queues: kernel"), "the error says the fixes: {e}");
+
+    // A jumbo MTU on a receiving port: refused, saying why and the fix.
+    let mtu = |m: &str| assert!(tb.exec("dut", "ip", ["link", "set", "d0", "mtu", m]).status().unwrap().success());
+    mtu("9000");
+    let jumbo = dir.path("jumbo.yaml");
+    std::fs::write(&jumbo, chain("jumbo", &dut, 4, "")).unwrap();
+    let e = format!("{:#}", chainctl::deploy(&rc.admin, &jumbo).unwrap_err());
+    assert!(e.contains("ports[0].netdev: d0's MTU 9000") && e.contains("multi-buffer"), "{e}");
+    mtu("1500");
 
     // Unless the other queues' frames are the kernel's: counted, passed.
     let shared = dir.path("shared.yaml");
