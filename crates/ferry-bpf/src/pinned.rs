@@ -155,7 +155,23 @@ pub fn ensure_bpffs() -> Result<(), BpfError> {
     if rc != 0 {
         return Err(mount_err(std::io::Error::last_os_error()));
     }
+    if !same_mount_namespace_as_init() {
+        // As Cilium warns: pins in a bpffs that only this namespace sees
+        // go with it (a container restarted, a unit with PrivateMounts).
+        tracing::warn!(
+            "mounted bpffs on {BPFFS} in a mount namespace of its own: pinned programs outlive this process \
+             only while the namespace does; give it the host's /sys/fs/bpf (Kubernetes: a hostPath with \
+             mountPropagation: Bidirectional)"
+        );
+    }
     Ok(())
+}
+
+/// Whether this process shares PID 1's mount namespace (the host's, on a
+/// host; false in a container or a private mount namespace).
+fn same_mount_namespace_as_init() -> bool {
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    matches!((ns("self"), ns("1")), (Some(a), Some(b)) if a == b)
 }
 
 /// Whether `path` is a mounted bpffs.

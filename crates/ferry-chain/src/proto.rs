@@ -443,8 +443,9 @@ fn kind_of(m: &Msg) -> u16 {
     }
 }
 
-/// One frame: header and JSON body.
-fn frame(msg: &Msg) -> Result<Vec<u8>, ProtoError> {
+/// One frame: header and JSON body (what [`write_msg`] writes, for a
+/// writer of another kind, an asynchronous one).
+pub fn frame(msg: &Msg) -> Result<Vec<u8>, ProtoError> {
     let body = serde_json::to_vec(msg)?;
     let mut frame = Vec::with_capacity(HEADER_LEN + body.len());
     frame.extend_from_slice(&MAGIC);

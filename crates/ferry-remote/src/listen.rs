@@ -181,13 +181,14 @@ async fn handshake(shared: Arc<Shared>, id: u64, tcp: tokio::net::TcpStream) {
         Ok(Err(_)) => return ListenerStats::count(&stats.refused),
         Ok(Ok(tls)) => tls,
     };
-    let (tcp, conn) = tls.into_inner();
-    let Some(role) = shared.server.role(&conn) else { return ListenerStats::count(&stats.refused) };
+    let Some(role) = shared.server.role(tls.get_ref().1) else { return ListenerStats::count(&stats.refused) };
     ListenerStats::count(&stats.authenticated);
     if shared.sessions.fetch_add(1, Ordering::AcqRel) >= MAX_SESSIONS {
         shared.sessions.fetch_sub(1, Ordering::AcqRel);
-        return ListenerStats::count(&stats.sessions_refused);
+        ListenerStats::count(&stats.sessions_refused);
+        return say_busy(tls).await;
     }
+    let (tcp, conn) = tls.into_inner();
     let Ok(tcp) = tcp.into_std() else {
         shared.sessions.fetch_sub(1, Ordering::AcqRel);
         return;
@@ -202,10 +203,24 @@ async fn handshake(shared: Arc<Shared>, id: u64, tcp: tokio::net::TcpStream) {
     }
 }
 
+/// Tells an authenticated client that every session is taken, within
+/// [`HANDSHAKE`], and closes.
+async fn say_busy(mut tls: tokio_rustls::server::TlsStream<tokio::net::TcpStream>) {
+    use tokio::io::AsyncWriteExt;
+    let message = format!("ferryd serves {MAX_SESSIONS} sessions at once: try again when one ends");
+    let Ok(frame) = proto::frame(&Msg::Error { message }) else { return };
+    let _ = tokio::time::timeout(HANDSHAKE, async {
+        tls.write_all(&frame).await?;
+        tls.shutdown().await
+    })
+    .await;
+}
+
 /// An authenticated client's requests, until it closes or stays silent
-/// for [`IDLE`].
+/// (or does not read its answers) for [`IDLE`].
 fn session(conn: ServerConnection, tcp: std::net::TcpStream, role: Role, answer: &Answer) {
-    if tcp.set_nonblocking(false).is_err() || tcp.set_read_timeout(Some(IDLE)).is_err() {
+    let blocking = tcp.set_nonblocking(false).and_then(|()| tcp.set_read_timeout(Some(IDLE)));
+    if blocking.and_then(|()| tcp.set_write_timeout(Some(IDLE))).is_err() {
         return;
     }
     let mut tls = StreamOwned::new(conn, tcp);

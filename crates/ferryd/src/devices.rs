@@ -18,6 +18,7 @@
 
 use anyhow::{anyhow, Result};
 use ferry_chain::plan::ChainPlan;
+use ferry_place::Placement;
 use ferry_testbed::yamlloc::{locate, path_string, Seg, YamlError};
 
 use crate::iproute::{ip_output, link_word};
@@ -29,14 +30,31 @@ const L2_HEADER: u32 = 18;
 
 /// Refuses a plan whose receiving ports' devices have queues without a
 /// socket, or frames larger than a UMEM frame. `text` is the chain file
-/// (`origin`), for the errors' positions.
-pub fn check(plan: &ChainPlan, text: &str, origin: &str) -> Result<()> {
+/// (`origin`), for the errors' positions; `placement` tells the ports
+/// with XDP parts.
+pub fn check(plan: &ChainPlan, placement: &Placement, text: &str, origin: &str) -> Result<()> {
     // Devices ferryd makes itself (a tenant entry's, an NSH attachment's)
-    // have no name yet, and get the queues their NFs need.
-    for port in plan.ports.iter().filter(|p| p.classify.is_none() && !p.netdev.is_empty()) {
+    // have no name yet, and get the queues their NFs need; so does the
+    // loop device in front of a port with post-server NFs, where that
+    // port's sockets are.
+    let ports = plan.ports.iter().filter(|p| p.classify.is_none() && !p.netdev.is_empty());
+    for port in ports.filter(|p| !placement.post.iter().any(|post| post.port == p.name)) {
         let Some(nf) = port.nf.map(|i| &plan.nfs[i]) else { continue };
         let (ns, dev) = (port.netns.as_deref(), port.netdev.as_str());
         let located = |field: &'static str, message: String| located(text, origin, &port.name, field, message);
+        let xdp_parts =
+            placement.xdp.iter().any(|x| x.port == port.name) || placement.hybrid.iter().any(|h| h.port == port.name);
+        if port.unowned_to_kernel && xdp_parts {
+            return Err(located(
+                "unowned_queues",
+                "`kernel` is for a port whose frames go straight to its NF's sockets: this port's NFs placed in \
+                 XDP hand their frames on themselves, and drop what reaches a queue with no socket (counted as \
+                 no_socket). Give the NF a thread per queue, or keep the NFs in front of it out of XDP (`offload: \
+                 never`)"
+                    .to_string(),
+            )
+            .into());
+        }
         let sockets = nf.threads.len() as u32;
         let (queues, tx_queues) = queues(ns, dev)?;
         if queues.min(tx_queues) < sockets {

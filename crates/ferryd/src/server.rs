@@ -24,7 +24,7 @@ use crate::nsh::{Fabric, NshInstall, NshSetup};
 use crate::process::{install_signal_handlers, log, signalled};
 use crate::spawn;
 use crate::users::UidRange;
-use crate::waiting::WaitingRoom;
+use crate::waiting::{Seat, WaitingRoom};
 
 /// What `ferryd` is started with.
 #[derive(Debug, Clone)]
@@ -90,9 +90,9 @@ pub struct Daemon {
     next_nf: AtomicU32,
     stop: AtomicBool,
     /// Connections to the NF socket that have not said hello yet.
-    nf_waiting: WaitingRoom,
+    nf_waiting: Arc<WaitingRoom>,
     /// Connections to the admin socket that have not asked yet.
-    admin_waiting: WaitingRoom,
+    admin_waiting: Arc<WaitingRoom>,
     /// What became of the connections to the mutual-TLS listener.
     tls_stats: Mutex<Option<Arc<ferry_remote::ListenerStats>>>,
     /// The address metrics are served on.
@@ -157,8 +157,8 @@ pub fn run(opts: &Options) -> Result<()> {
         next_chain: AtomicU32::new(1),
         next_nf: AtomicU32::new(1),
         stop: AtomicBool::new(false),
-        nf_waiting: WaitingRoom::new(NF_WAITING.0, NF_WAITING.1),
-        admin_waiting: WaitingRoom::new(ADMIN_WAITING, ADMIN_WAITING),
+        nf_waiting: Arc::new(WaitingRoom::new(NF_WAITING.0, NF_WAITING.1)),
+        admin_waiting: Arc::new(WaitingRoom::new(ADMIN_WAITING, ADMIN_WAITING)),
         tls_stats: Mutex::new(None),
         metrics: Mutex::new(None),
         listen: Mutex::new(None),
@@ -271,21 +271,26 @@ pub fn run(opts: &Options) -> Result<()> {
 }
 
 impl Daemon {
-    /// Serves an accepted connection on a thread of its own, which waits
-    /// for its first message in the listener's [`WaitingRoom`].
+    /// Seats an accepted connection in its listener's [`WaitingRoom`] and
+    /// serves it on a thread of its own, which waits for its first message.
     fn take(self: Arc<Self>, stream: UnixStream, admin: bool) {
         let _ = stream.set_nonblocking(false);
+        let room = if admin { &self.admin_waiting } else { &self.nf_waiting };
+        let seat = match room.enter(&stream) {
+            Ok(Some(seat)) => seat,
+            Ok(None) => return,
+            Err(e) => return log(format!("a connection with no credentials: {e}")),
+        };
         let spawned = std::thread::Builder::new()
             .name(if admin { "admin".into() } else { "nf-conn".into() })
-            .spawn(move || if admin { self.serve_admin(stream) } else { self.serve_nf(stream) });
+            .spawn(move || if admin { self.serve_admin(stream, seat) } else { self.serve_nf(stream, seat) });
         if let Err(e) = spawned {
             log(format!("no thread for a connection: {e}"));
         }
     }
 
-    /// The first message on `stream`, waited for in `room`.
-    fn first_message(room: &WaitingRoom, stream: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), ProtoError> {
-        let seat = room.enter(stream)?;
+    /// The first message on `stream`, which leaves its seat then.
+    fn first_message(seat: Seat, stream: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), ProtoError> {
         let first = proto::recv(stream);
         if matches!(&first, Err(ProtoError::Io(e)) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)) {
             seat.timed_out();
@@ -296,7 +301,7 @@ impl Daemon {
     /// The counters of ferryd's listeners, by `listener.counter`.
     fn listener_counters(&self) -> Vec<(String, u64)> {
         let mut all = Vec::new();
-        for (listener, room) in [("nf_socket", &self.nf_waiting), ("admin_socket", &self.admin_waiting)] {
+        for (listener, room) in [("nf_socket", &*self.nf_waiting), ("admin_socket", &*self.admin_waiting)] {
             all.extend(room.counters().iter().map(|(k, v)| (format!("{listener}.{k}"), *v)));
         }
         if let Some(tls) = self.tls_stats.lock().expect("tls stats lock").as_ref() {
@@ -586,7 +591,7 @@ impl Daemon {
         nsh: Option<NshSetup>,
     ) -> Result<ChainSummary> {
         let mut plan = ChainPlan::compile(&placement.server);
-        crate::devices::check(&plan, text, &file.display().to_string())?;
+        crate::devices::check(&plan, &placement, text, &file.display().to_string())?;
         // NFs started without `cpus` inherit ferryd's CPU set.
         plan.settle_polling(std::thread::available_parallelism().map_or(1, |n| n.get()));
         for nf in &plan.nfs {
@@ -716,11 +721,11 @@ impl Daemon {
     }
 
     /// An NF's connection: one hello, then its lifetime.
-    fn serve_nf(self: Arc<Self>, stream: UnixStream) {
+    fn serve_nf(self: Arc<Self>, stream: UnixStream, seat: Seat) {
         let reply_error = |message: String| {
             let _ = proto::send(&stream, &Msg::Error { message }, &[]);
         };
-        match Self::first_message(&self.nf_waiting, &stream) {
+        match Self::first_message(seat, &stream) {
             Ok((Msg::Hello { chain, nf, pid, counters, key }, _)) => {
                 let admitted = self.chain(&chain).and_then(|c| Ok((c.admit(&stream, &nf, pid, counters, &key)?, c)));
                 // An NF's lifetime is one long wait for its connection to
@@ -762,12 +767,12 @@ impl Daemon {
     }
 
     /// An admin connection: requests until it closes.
-    fn serve_admin(self: Arc<Self>, stream: UnixStream) {
+    fn serve_admin(self: Arc<Self>, stream: UnixStream, seat: Seat) {
         if let Err(e) = require_admin(&stream) {
             let _ = proto::send(&stream, &Msg::Error { message: format!("{e:#}") }, &[]);
             return;
         }
-        let mut first = Some(Self::first_message(&self.admin_waiting, &stream));
+        let mut first = Some(Self::first_message(seat, &stream));
         // Root's own connection: no deadline once it has asked.
         let _ = stream.set_read_timeout(None);
         loop {

@@ -7,17 +7,21 @@
 //! * at most `per_peer` connections of one uid wait at once (the kernel
 //!   records the peer's uid at connect, SO_PEERCRED: nothing is read);
 //! * at most `total` wait in all;
-//! * one more closes the oldest waiting connection of that uid (or of
-//!   all), rather than the new one: a client that speaks at once waits
-//!   microseconds, so only silent connections are pushed out, and a uid
-//!   can push out only its own until the room is full;
+//! * one more closes the oldest *silent* waiting connection of that uid
+//!   (or of all), rather than the new one: one whose first message is
+//!   already in its socket is never pushed out (if all are, the newcomer
+//!   is closed instead), so a restarting NF or root's request is served,
+//!   and a uid can push out only its own until the room is full;
+//! * seats are taken in the accept loop, before a thread is spawned, so
+//!   threads are bounded by the room and "oldest" is the accept order;
 //! * each has [`WAIT_TIMEOUT`] to speak.
 
 use std::collections::VecDeque;
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::spawn::peer_cred;
@@ -43,8 +47,8 @@ struct Waiting {
 }
 
 /// A connection's place in the room: it leaves when this is dropped.
-pub struct Seat<'a> {
-    room: &'a WaitingRoom,
+pub struct Seat {
+    room: Arc<WaitingRoom>,
     id: u64,
 }
 
@@ -61,24 +65,33 @@ impl WaitingRoom {
     }
 
     /// Seats `stream` (with a read timeout of [`WAIT_TIMEOUT`]), closing
-    /// the connections it pushes out.
-    pub fn enter(&self, stream: &UnixStream) -> std::io::Result<Seat<'_>> {
+    /// the connection it pushes out; None when it was closed itself (the
+    /// room was full of connections that have spoken).
+    pub fn enter(self: &Arc<Self>, stream: &UnixStream) -> std::io::Result<Option<Seat>> {
         let handle = stream.try_clone()?;
         stream.set_read_timeout(Some(WAIT_TIMEOUT))?;
         let uid = peer_cred(stream).map(|(_, uid, _)| uid).map_err(std::io::Error::other)?;
         self.accepted.fetch_add(1, Ordering::Relaxed);
         let mut w = self.waiting.lock().expect("waiting lock");
-        if w.seats.iter().filter(|s| s.1 == uid).count() >= self.per_peer {
-            let oldest = w.seats.iter().position(|s| s.1 == uid).expect("the uid has seats");
-            self.evict(&mut w, oldest);
-        }
-        if w.seats.len() >= self.total {
-            self.evict(&mut w, 0);
+        let full = [
+            (w.seats.iter().filter(|s| s.1 == uid).count() >= self.per_peer).then_some(Some(uid)),
+            (w.seats.len() >= self.total).then_some(None),
+        ];
+        for of in full.into_iter().flatten() {
+            let silent = w.seats.iter().position(|s| of.is_none_or(|uid| s.1 == uid) && !has_data(&s.2));
+            match silent {
+                Some(at) => self.evict(&mut w, at),
+                None => {
+                    let _ = stream.shutdown(Shutdown::Both);
+                    self.evicted.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
+            }
         }
         let id = w.next;
         w.next += 1;
         w.seats.push_back((id, uid, handle));
-        Ok(Seat { room: self, id })
+        Ok(Some(Seat { room: self.clone(), id }))
     }
 
     /// Closes seat `at`: its thread's read ends at once.
@@ -101,14 +114,21 @@ impl WaitingRoom {
     }
 }
 
-impl Seat<'_> {
+/// Whether bytes wait unread on `stream` (its first message has come).
+fn has_data(stream: &UnixStream) -> bool {
+    let mut p = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
+}
+
+impl Seat {
     /// The connection stayed silent past [`WAIT_TIMEOUT`].
     pub fn timed_out(&self) {
         self.room.timed_out.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-impl Drop for Seat<'_> {
+impl Drop for Seat {
     fn drop(&mut self) {
         self.room.waiting.lock().expect("waiting lock").seats.retain(|s| s.0 != self.id);
     }
@@ -126,16 +146,22 @@ mod tests {
     }
 
     #[test]
-    fn a_full_room_closes_its_oldest_and_seats_the_newcomer() {
-        let room = WaitingRoom::new(2, 3);
-        let pairs: Vec<(UnixStream, UnixStream)> = (0..3).map(|_| UnixStream::pair().unwrap()).collect();
+    fn a_full_room_closes_its_oldest_silent_one_and_seats_the_newcomer() {
+        use std::io::Write;
+        let room = Arc::new(WaitingRoom::new(2, 3));
+        let mut pairs: Vec<(UnixStream, UnixStream)> = (0..4).map(|_| UnixStream::pair().unwrap()).collect();
+        // The oldest has spoken: it is never pushed out.
+        pairs[0].1.write_all(b"hello").unwrap();
         // One uid (ours) for every pair: the per-peer limit of 2 rules.
-        let seats: Vec<Seat> = pairs.iter().map(|(server, _)| room.enter(server).unwrap()).collect();
-        let (mut first, mut second, mut third) =
-            (pairs[0].1.try_clone().unwrap(), pairs[1].1.try_clone().unwrap(), pairs[2].1.try_clone().unwrap());
-        assert!(closed(&mut first), "the third of one uid pushed out its oldest");
-        assert!(!closed(&mut second) && !closed(&mut third));
+        let seats: Vec<Seat> = pairs[..3].iter().map(|(server, _)| room.enter(server).unwrap().unwrap()).collect();
+        let [mut spoke, mut silent, mut third] = [0, 1, 2].map(|i| pairs[i].1.try_clone().unwrap());
+        assert!(closed(&mut silent), "the third pushed out the oldest silent one");
+        assert!(!closed(&mut spoke) && !closed(&mut third));
         assert_eq!(room.counters()[2], ("closed_for_limit", 1));
+        // Both seats of the uid have spoken: the newcomer is closed.
+        pairs[2].1.write_all(b"hello").unwrap();
+        assert!(room.enter(&pairs[3].0).unwrap().is_none(), "no silent seat to free");
+        assert!(closed(&mut pairs[3].1));
         drop(seats);
         assert!(room.waiting.lock().unwrap().seats.is_empty(), "dropped seats leave");
     }
