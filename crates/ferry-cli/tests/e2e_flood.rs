@@ -69,6 +69,15 @@ impl Flood {
         Flood { stop, held, thread: Some(thread) }
     }
 
+    /// A flood of the Unix socket at `path`.
+    fn unix(path: std::path::PathBuf) -> Flood {
+        Flood::start(move || {
+            let c = UnixStream::connect(&path)?;
+            c.set_nonblocking(true)?;
+            Ok(Box::new(c))
+        })
+    }
+
     /// Waits until the flood has held HELD connections at once.
     fn wait_full(&self) {
         wait_until("the flood holding its connections", || self.held.load(Ordering::Relaxed) >= HELD);
@@ -174,12 +183,7 @@ fn floods_of_silent_connections_lock_no_one_out() {
     eprintln!("TLS flood: {opened} connections opened, {HELD} held");
 
     // The NF socket: a killed NF restarts and rejoins.
-    let socket = rc.socket.clone();
-    let flood = Flood::start(move || {
-        let c = UnixStream::connect(&socket)?;
-        c.set_nonblocking(true)?;
-        Ok(Box::new(c))
-    });
+    let flood = Flood::unix(rc.socket.clone());
     flood.wait_full();
     // SAFETY: plain kill of the NF process.
     assert_eq!(unsafe { libc::kill(pid_of(&rc.status().unwrap(), "snk") as i32, libc::SIGKILL) }, 0);
@@ -193,12 +197,7 @@ fn floods_of_silent_connections_lock_no_one_out() {
     eprintln!("NF socket flood: {opened} connections opened, {HELD} held");
 
     // The admin socket: root's requests are answered.
-    let admin = rc.admin.clone();
-    let flood = Flood::start(move || {
-        let c = UnixStream::connect(&admin)?;
-        c.set_nonblocking(true)?;
-        Ok(Box::new(c))
-    });
+    let flood = Flood::unix(rc.admin.clone());
     flood.wait_full();
     for _ in 0..REQUESTS {
         let s = chainctl::status(&rc.admin, "flood").expect("root's request under a flood of the admin socket");

@@ -20,24 +20,17 @@ use common::*;
 use ferry_chain::proto::Status;
 use ferry_cli::chainctl::{self, RunningChain};
 
-/// gen (g0) -- (d0) dut (d1) -- (s0) sink, four queues on each link.
-const QUEUES_TESTBED: &str = r#"
-name: queues
-namespaces:
-  - name: gen
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: dut
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-  - name: sink
-    sysctls: { net.ipv6.conf.all.disable_ipv6: "1" }
-links:
-  - a: { ns: gen, dev: g0, mac: "02:00:00:00:01:01" }
-    b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }
-    queues: 4
-  - a: { ns: dut, dev: d1, mac: "02:00:00:00:02:02" }
-    b: { ns: sink, dev: s0, mac: "02:00:00:00:02:01" }
-    queues: 4
-"#;
+/// PORTS_TESTBED with four queues on each link.
+fn queues_testbed() -> String {
+    let four = |end: &str| format!("{end}\n    queues: 4");
+    let (d0, s0) = (
+        r#"b: { ns: dut, dev: d0, mac: "02:00:00:00:01:02" }"#,
+        r#"b: { ns: sink, dev: s0, mac: "02:00:00:00:02:01" }"#,
+    );
+    let text = PORTS_TESTBED.replace(d0, &four(d0)).replace(s0, &four(s0));
+    assert_eq!(text.matches("queues: 4").count(), 2, "PORTS_TESTBED's links changed: {text}");
+    text
+}
 
 /// Frames sent from each of g0's queues.
 const PER_QUEUE: u64 = 200;
@@ -115,7 +108,7 @@ fn every_frame_on_every_queue_is_received_or_counted() {
     if !privileged("every_queue") {
         return;
     }
-    let tb = testbed(QUEUES_TESTBED, "queues.yaml");
+    let tb = testbed(&queues_testbed(), "queues.yaml");
     let dut = tb.ns_name("dut").to_string();
     let dir = TempDir::new("queues");
 

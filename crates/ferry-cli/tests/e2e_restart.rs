@@ -255,24 +255,14 @@ fn a_copy_link_survives_ferryd_restarts() {
     restart_under_load("bridged", &chain, &[libc::SIGTERM, libc::SIGKILL], BRIDGE_HOLDS);
 }
 
-/// A chain between two veth ports: its redirect program is pinned, so it
-/// stays on d0 and frames keep reaching the NFs' sockets while no ferryd
-/// runs. The new ferryd registers a restarted NF's fresh socket in the
-/// same pinned XSKMAP. Removing the chain takes program and pins away.
-#[test]
-fn pinned_ports_keep_forwarding_while_ferryd_is_away() {
-    if !privileged("pinned_ports") {
-        return;
-    }
-    let tb = testbed(PORTS_TESTBED, "restart-e2e.yaml");
-    let dut = tb.ns_name("dut").to_string();
-    let dir = TempDir::new("pinned");
+/// Writes chain `name`: in (d0 of `dut`) -> a (fwd) -> b (l2fwd) -> out (d1).
+fn two_port_chain(dir: &TempDir, name: &str, dut: &str) -> PathBuf {
     let chain = dir.path("chain.yaml");
     std::fs::write(
         &chain,
         format!(
             r#"
-name: pinned
+name: {name}
 domains: [ {{ name: main }} ]
 ports:
   - {{ name: in, netns: {dut}, netdev: d0 }}
@@ -288,6 +278,22 @@ links:
         ),
     )
     .unwrap();
+    chain
+}
+
+/// A chain between two veth ports: its redirect program is pinned, so it
+/// stays on d0 and frames keep reaching the NFs' sockets while no ferryd
+/// runs. The new ferryd registers a restarted NF's fresh socket in the
+/// same pinned XSKMAP. Removing the chain takes program and pins away.
+#[test]
+fn pinned_ports_keep_forwarding_while_ferryd_is_away() {
+    if !privileged("pinned_ports") {
+        return;
+    }
+    let tb = testbed(PORTS_TESTBED, "restart-e2e.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let dir = TempDir::new("pinned");
+    let chain = two_port_chain(&dir, "pinned", &dut);
     let socket = dir.path("ferryd.sock");
     let mut rc = persistent_ferryd(&socket, Some(&chain), "pinned");
     rc.wait_connected(HANG_GUARD).expect("NFs connected");
@@ -343,25 +349,7 @@ fn persist_mounts_bpffs_where_none_is_mounted() {
     assert_ne!(mounts.bpf_dir_type(), "bpf_fs", "nothing on /sys/fs/bpf to begin with");
     let dut = tb.ns_name("dut").to_string();
     let dir = TempDir::new("bpffs");
-    let chain = dir.path("chain.yaml");
-    std::fs::write(
-        &chain,
-        format!(
-            r#"
-name: bpffs
-domains: [ {{ name: main }} ]
-ports:
-  - {{ name: in, netns: {dut}, netdev: d0 }}
-  - {{ name: out, netns: {dut}, netdev: d1 }}
-nfs:
-  - {{ name: a, domain: main, kind: l2fwd }}
-links:
-  - {{ from: in, to: a }}
-  - {{ from: a, to: out }}
-"#
-        ),
-    )
-    .unwrap();
+    let chain = two_port_chain(&dir, "bpffs", &dut);
     let socket = dir.path("ferryd.sock");
     let mut rc = persistent_ferryd_in(Some(&mounts), &socket, Some(&chain), "bpffs");
     let _reaper = Reaper { socket: socket.clone(), ferryds: vec![] };
@@ -372,15 +360,15 @@ links:
     let args =
         ["gen", "xsk", "--dev", "g0", "--count", "100000000", "--rate", "10000", "--dst-mac", "02:00:00:00:01:02"];
     let gen = Ferry::spawn(&tb, "gen", &args);
-    wait_until("traffic through the chain", || rc.status().is_ok_and(|s| c(&s, "a", "tx_port") > 2000));
+    wait_until("traffic through the chain", || rc.status().is_ok_and(|s| c(&s, "b", "tx_port") > 2000));
     end_ferryd(rc, libc::SIGTERM);
     assert!(xdp_attached(&dut, "d0"), "the pinned program stays on d0 without ferryd");
     let out = link_packets(&dut, "d1", "tx");
     wait_until("frames forwarded while no ferryd runs", || link_packets(&dut, "d1", "tx") > out + 2000);
     let rc = persistent_ferryd_in(Some(&mounts), &socket, None, "bpffs");
-    let through = c(&rc.status().unwrap(), "a", "tx_port");
+    let through = c(&rc.status().unwrap(), "b", "tx_port");
     wait_until("traffic through the adopted chain", || {
-        rc.status().is_ok_and(|s| c(&s, "a", "tx_port") > through + 2000)
+        rc.status().is_ok_and(|s| c(&s, "b", "tx_port") > through + 2000)
     });
     drop(gen);
     rc.shutdown().unwrap();

@@ -17,7 +17,7 @@
 //!   multi-buffer (`XDP_USE_SG`), which Ferry's sockets do not use.
 
 use anyhow::{anyhow, Result};
-use ferry_chain::plan::ChainPlan;
+use ferry_chain::plan::{ChainPlan, NfPlan, PortPlan};
 use ferry_place::Placement;
 use ferry_testbed::yamlloc::{locate, path_string, Seg, YamlError};
 
@@ -27,6 +27,10 @@ use crate::iproute::{ip_output, link_word};
 const XDP_PACKET_HEADROOM: u32 = 256;
 /// An Ethernet header with one VLAN tag.
 const L2_HEADER: u32 = 18;
+
+/// Why a port does not fit its device: the chain file's field at fault,
+/// and what is wrong and how to fix it.
+type Refusal = (&'static str, String);
 
 /// Refuses a plan whose receiving ports' devices have queues without a
 /// socket, or frames larger than a UMEM frame. `text` is the chain file
@@ -40,76 +44,90 @@ pub fn check(plan: &ChainPlan, placement: &Placement, text: &str, origin: &str) 
     let ports = plan.ports.iter().filter(|p| p.classify.is_none() && !p.netdev.is_empty());
     for port in ports.filter(|p| !placement.post.iter().any(|post| post.port == p.name)) {
         let Some(nf) = port.nf.map(|i| &plan.nfs[i]) else { continue };
-        let (ns, dev) = (port.netns.as_deref(), port.netdev.as_str());
-        let located = |field: &'static str, message: String| located(text, origin, &port.name, field, message);
         let xdp_parts =
             placement.xdp.iter().any(|x| x.port == port.name) || placement.hybrid.iter().any(|h| h.port == port.name);
-        if port.unowned_to_kernel && xdp_parts {
-            return Err(located(
-                "unowned_queues",
-                "`kernel` is for a port whose frames go straight to its NF's sockets: this port's NFs placed in \
-                 XDP hand their frames on themselves, and drop what reaches a queue with no socket (counted as \
-                 no_socket). Give the NF a thread per queue, or keep the NFs in front of it out of XDP (`offload: \
-                 never`)"
-                    .to_string(),
-            )
-            .into());
-        }
-        let sockets = nf.threads.len() as u32;
-        let (queues, tx_queues) = queues(ns, dev)?;
-        if queues.min(tx_queues) < sockets {
-            return Err(located(
-                "queues",
-                format!(
-                    "NF {:?} has {sockets} threads, each with a socket on its own queue of {dev}, but {dev} has \
-                     {queues} receive and {tx_queues} transmit queue(s). Give it {sockets} (`ethtool -L {dev} rx \
-                     {sockets} tx {sockets}`, `combined {sockets}` on most NICs), or the NF fewer `threads`",
-                    nf.name
-                ),
-            )
-            .into());
-        }
-        if !port.rx {
-            continue;
-        }
-        if queues > sockets && !port.unowned_to_kernel {
-            let owned = match sockets {
-                1 => "a socket on queue 0".to_string(),
-                n => format!("sockets on queues 0 to {}", n - 1),
-            };
-            return Err(located(
-                "queues",
-                format!(
-                    "{dev} receives on {queues} queues, but NF {:?} has {sockets} thread(s), so port {:?} has {owned} \
-                     only: frames on the others would reach no NF. Give the NF `threads: {queues}` (and the port \
-                     `queues: {queues}`), or shrink the device (`ethtool -L {dev} rx {sockets} tx {sockets}`, \
-                     `combined {sockets}` on most NICs), or hand the other queues' frames to the kernel with \
-                     `unowned_queues: kernel`",
-                    nf.name, port.name
-                ),
-            )
-            .into());
-        }
         let frame_size = plan.domains[nf.domain].frame_size;
-        let room = frame_size - XDP_PACKET_HEADROOM;
-        let mtu: u32 = link_word(ns, dev, "mtu")?.parse().map_err(|e| anyhow!("{dev}: mtu: {e}"))?;
-        if mtu + L2_HEADER > room {
-            let fits = room - L2_HEADER;
-            let more = if frame_size < 4096 { "; or `frame_size: 4096` on its domain (MTU up to 3822)" } else { "" };
-            return Err(located(
-                "netdev",
-                format!(
-                    "{dev}'s MTU {mtu} lets frames of {} bytes arrive, more than the {room} a {frame_size}-byte UMEM \
-                     frame holds after the kernel's {XDP_PACKET_HEADROOM}-byte headroom (frames spanning several, \
-                     AF_XDP multi-buffer, are not supported). Lower it to {fits} or less (`ip link set {dev} mtu \
-                     {fits}`){more}",
-                    mtu + L2_HEADER
-                ),
-            )
-            .into());
+        if let Some((field, message)) = port_refusal(port, nf, frame_size, xdp_parts)? {
+            return Err(located(text, origin, &port.name, field, message).into());
         }
     }
     Ok(())
+}
+
+/// Why `port` (its NF `nf`, `frame_size` bytes a UMEM frame) does not
+/// fit its device, if it does not.
+fn port_refusal(port: &PortPlan, nf: &NfPlan, frame_size: u32, xdp_parts: bool) -> Result<Option<Refusal>> {
+    if port.unowned_to_kernel && xdp_parts {
+        let message = "`kernel` is for a port whose frames go straight to its NF's sockets: this port's NFs placed \
+                       in XDP hand their frames on themselves, and drop what reaches a queue with no socket (counted \
+                       as no_socket). Give the NF a thread per queue, or keep the NFs in front of it out of XDP \
+                       (`offload: never`)";
+        return Ok(Some(("unowned_queues", message.to_string())));
+    }
+    let (ns, dev) = (port.netns.as_deref(), port.netdev.as_str());
+    let (rx, tx) = queues(ns, dev)?;
+    if let Some(refusal) = queue_refusal(port, nf, rx, tx) {
+        return Ok(Some(refusal));
+    }
+    if !port.rx {
+        return Ok(None);
+    }
+    let mtu: u32 = link_word(ns, dev, "mtu")?.parse().map_err(|e| anyhow!("{dev}: mtu: {e}"))?;
+    Ok(mtu_refusal(dev, mtu, frame_size))
+}
+
+/// Why `port`'s device, with `rx` receive and `tx` transmit queues, does
+/// not fit the sockets of `nf`'s threads (thread i on queue i), if not.
+fn queue_refusal(port: &PortPlan, nf: &NfPlan, rx: u32, tx: u32) -> Option<Refusal> {
+    let (dev, sockets) = (&port.netdev, nf.threads.len() as u32);
+    if rx.min(tx) < sockets {
+        return Some((
+            "queues",
+            format!(
+                "NF {:?} has {sockets} threads, each with a socket on its own queue of {dev}, but {dev} has {rx} \
+                 receive and {tx} transmit queue(s). Give it {sockets} (`ethtool -L {dev} rx {sockets} tx \
+                 {sockets}`, `combined {sockets}` on most NICs), or the NF fewer `threads`",
+                nf.name
+            ),
+        ));
+    }
+    if !port.rx || rx <= sockets || port.unowned_to_kernel {
+        return None;
+    }
+    let owned = match sockets {
+        1 => "a socket on queue 0".to_string(),
+        n => format!("sockets on queues 0 to {}", n - 1),
+    };
+    Some((
+        "queues",
+        format!(
+            "{dev} receives on {rx} queues, but NF {:?} has {sockets} thread(s), so port {:?} has {owned} only: \
+             frames on the others would reach no NF. Give the NF `threads: {rx}` (and the port `queues: {rx}`), or \
+             shrink the device (`ethtool -L {dev} rx {sockets} tx {sockets}`, `combined {sockets}` on most NICs), \
+             or hand the other queues' frames to the kernel with `unowned_queues: kernel`",
+            nf.name, port.name
+        ),
+    ))
+}
+
+/// Why a receiving device `dev` of MTU `mtu` does not fit UMEM frames of
+/// `frame_size` bytes, if not.
+fn mtu_refusal(dev: &str, mtu: u32, frame_size: u32) -> Option<Refusal> {
+    let room = frame_size - XDP_PACKET_HEADROOM;
+    if mtu + L2_HEADER <= room {
+        return None;
+    }
+    let fits = room - L2_HEADER;
+    let more = if frame_size < 4096 { "; or `frame_size: 4096` on its domain (MTU up to 3822)" } else { "" };
+    Some((
+        "netdev",
+        format!(
+            "{dev}'s MTU {mtu} lets frames of {} bytes arrive, more than the {room} a {frame_size}-byte UMEM frame \
+             holds after the kernel's {XDP_PACKET_HEADROOM}-byte headroom (frames spanning several, AF_XDP \
+             multi-buffer, are not supported). Lower it to {fits} or less (`ip link set {dev} mtu {fits}`){more}",
+            mtu + L2_HEADER
+        ),
+    ))
 }
 
 /// The (receive, transmit) queues `dev` uses, in namespace `ns`: its
@@ -159,4 +177,48 @@ fn located(text: &str, origin: &str, port: &str, field: &'static str, message: S
 fn port_index(text: &str, name: &str) -> Option<usize> {
     let spec = ferry_catalog::parse_chain_str(text, "").ok()?;
     spec.ports.iter().position(|p| p.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port of `threads` sockets, receiving or not.
+    fn port_and_nf(threads: u32, rx: bool, unowned_to_kernel: bool) -> (PortPlan, NfPlan) {
+        let text = format!(
+            "name: t\ndomains: [ {{ name: main }} ]\nports: [ {{ name: in, netdev: d0, queues: {threads} }} ]\n\
+             nfs: [ {{ name: fwd, domain: main, kind: fwd, threads: {threads} }} ]\nlinks: [ {{ from: in, to: fwd }} ]\n"
+        );
+        let plan = ChainPlan::compile(&ferry_catalog::parse_chain_str(&text, "t.yaml").unwrap());
+        let port = PortPlan { rx, unowned_to_kernel, ..plan.ports[0].clone() };
+        (port, plan.nfs[0].clone())
+    }
+
+    #[test]
+    fn a_receiving_port_needs_a_socket_on_every_queue() {
+        let (port, nf) = port_and_nf(1, true, false);
+        let (field, message) = queue_refusal(&port, &nf, 4, 4).expect("refused");
+        assert_eq!(field, "queues");
+        assert!(message.starts_with("d0 receives on 4 queues") && message.contains("threads: 4"), "{message}");
+        assert_eq!(queue_refusal(&port, &nf, 1, 1), None);
+        let (shared, _) = port_and_nf(1, true, true);
+        assert_eq!(queue_refusal(&shared, &nf, 4, 4), None, "unowned_queues: kernel");
+        let (sending, _) = port_and_nf(1, false, false);
+        assert_eq!(queue_refusal(&sending, &nf, 4, 4), None, "a port that only sends");
+        let (four, nf4) = port_and_nf(4, true, false);
+        assert_eq!(queue_refusal(&four, &nf4, 4, 4), None);
+        let (field, message) = queue_refusal(&four, &nf4, 4, 2).expect("a socket per thread");
+        assert!(field == "queues" && message.contains("4 receive and 2 transmit"), "{message}");
+    }
+
+    #[test]
+    fn a_received_frame_must_fit_a_umem_frame() {
+        assert_eq!(mtu_refusal("d0", 1500, 2048), None);
+        assert_eq!(mtu_refusal("d0", 1774, 2048), None, "1774 + 18 = 2048 - 256");
+        let (field, message) = mtu_refusal("d0", 9000, 2048).expect("jumbo");
+        assert_eq!(field, "netdev");
+        assert!(message.contains("Lower it to 1774") && message.contains("frame_size: 4096"), "{message}");
+        assert_eq!(mtu_refusal("d0", 3822, 4096), None);
+        assert!(mtu_refusal("d0", 3823, 4096).is_some_and(|(_, m)| !m.contains("frame_size: 4096")));
+    }
 }
