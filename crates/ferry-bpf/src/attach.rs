@@ -71,7 +71,7 @@ impl LoadedXdp {
         let mut loaded = Self::load(object, program)?;
         let name = loaded.program.clone();
         let prog = xdp_mut(&mut loaded.ebpf, object, &name)?;
-        prog.attach_to_if_index(ifindex, mode.flags()).map_err(|source| BpfError::Program { name, source })?;
+        prog.attach_to_if_index(ifindex, mode.flags()).map_err(|source| attach_error(name, source))?;
         Ok(loaded)
     }
 
@@ -79,7 +79,7 @@ impl LoadedXdp {
     pub fn attach_to(&mut self, ifindex: u32, mode: AttachMode) -> Result<(), BpfError> {
         let name = self.program.clone();
         let prog = xdp_mut(&mut self.ebpf, self.object, &name)?;
-        prog.attach_to_if_index(ifindex, mode.flags()).map_err(|source| BpfError::Program { name, source })?;
+        prog.attach_to_if_index(ifindex, mode.flags()).map_err(|source| attach_error(name, source))?;
         Ok(())
     }
 
@@ -88,7 +88,7 @@ impl LoadedXdp {
     pub fn attach_one(&mut self, ifindex: u32, mode: AttachMode) -> Result<Attachment, BpfError> {
         let name = self.program.clone();
         let prog = xdp_mut(&mut self.ebpf, self.object, &name)?;
-        let id = prog.attach_to_if_index(ifindex, mode.flags()).map_err(|source| BpfError::Program { name, source })?;
+        let id = prog.attach_to_if_index(ifindex, mode.flags()).map_err(|source| attach_error(name, source))?;
         Ok(Attachment(id))
     }
 
@@ -161,6 +161,22 @@ impl LoadedXdp {
         let map = self.ebpf.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
         let mut devs = DevMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
         devs.set(0, ifindex, None, 0).map_err(|source| BpfError::XdpMap { name: NAME, source })
+    }
+}
+
+/// Why program `name` could not be attached. A device whose MTU takes
+/// frames larger than a page refuses an XDP program without multi-buffer
+/// support (ERANGE: veth in driver mode, most NIC drivers): said plainly.
+pub(crate) fn attach_error(name: String, source: aya::programs::ProgramError) -> BpfError {
+    match &source {
+        aya::programs::ProgramError::SyscallError(e) if e.io_error.raw_os_error() == Some(libc::ERANGE) => {
+            BpfError::NotSupported {
+                need: "a device MTU of at most about 3.5 kB: XDP above that needs multi-buffer programs, which \
+                       Ferry's are not (lower the MTU, or attach in generic mode)",
+                source: std::io::Error::from_raw_os_error(libc::ERANGE),
+            }
+        }
+        _ => BpfError::Program { name, source },
     }
 }
 

@@ -65,7 +65,9 @@ impl PinnedRedirect {
         let prog = xdp_mut(&mut ebpf, Object::XskRedirect, PROGRAM)?;
         let program = |source| BpfError::Program { name: PROGRAM.into(), source };
         prog.load().map_err(program)?;
-        let id = prog.attach_to_if_index(ifindex, mode.flags()).map_err(program)?;
+        let id = prog
+            .attach_to_if_index(ifindex, mode.flags())
+            .map_err(|e| crate::attach::attach_error(PROGRAM.into(), e))?;
         let link = prog.take_link(id).map_err(program)?;
         let link = FdLink::try_from(link).map_err(|e| BpfError::NotSupported {
             need: "XDP through a bpf_link (Linux 5.9)",

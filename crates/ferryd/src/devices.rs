@@ -40,9 +40,11 @@ pub fn check(plan: &ChainPlan, placement: &Placement, text: &str, origin: &str) 
     // Devices ferryd makes itself (a tenant entry's, an NSH attachment's)
     // have no name yet, and get the queues their NFs need; so does the
     // loop device in front of a port with post-server NFs, where that
-    // port's sockets are.
+    // port's sockets are, and those of its split NF's miss port.
+    let on_loop_device =
+        |name: &str| placement.post.iter().any(|post| post.port == name || post.miss_port().is_some_and(|m| m == name));
     let ports = plan.ports.iter().filter(|p| p.classify.is_none() && !p.netdev.is_empty());
-    for port in ports.filter(|p| !placement.post.iter().any(|post| post.port == p.name)) {
+    for port in ports.filter(|p| !on_loop_device(&p.name)) {
         let Some(nf) = port.nf.map(|i| &plan.nfs[i]) else { continue };
         let xdp_parts =
             placement.xdp.iter().any(|x| x.port == port.name) || placement.hybrid.iter().any(|h| h.port == port.name);
