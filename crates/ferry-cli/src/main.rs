@@ -741,7 +741,9 @@ fn split_nf_args(args: &[String]) -> Vec<Vec<&str>> {
 fn main() {
     // The libraries' warnings (hybrid NFs, BPF loading) on stderr; an NF
     // ferryd started logs there too.
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(tracing::Level::WARN).init();
+    // RUST_LOG filters as everywhere in the tracing world (`RUST_LOG=ferry_bpf=debug`); warnings by default.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
     if let Err(e) = run(Cli::parse()) {
         eprintln!("ferry: {}", render_error(&e));
         std::process::exit(1);

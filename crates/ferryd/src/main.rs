@@ -47,7 +47,9 @@ struct Args {
 
 fn main() -> ExitCode {
     // The libraries' warnings (hybrid NFs, BPF loading) on stderr.
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(tracing::Level::WARN).init();
+    // RUST_LOG filters as everywhere in the tracing world (`RUST_LOG=ferry_bpf=debug`); warnings by default.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
     let a = Args::parse();
     let opts = ferryd::Options {
         chain: a.chain,
