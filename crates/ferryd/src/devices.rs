@@ -214,6 +214,14 @@ mod tests {
     }
 
     #[test]
+    fn kernel_for_unowned_queues_only_where_frames_go_straight_to_sockets() {
+        let (shared, nf) = port_and_nf(1, true, true);
+        // Refused before any device is looked at: d0 need not exist.
+        let (field, message) = port_refusal(&shared, &nf, 2048, true).unwrap().expect("refused");
+        assert!(field == "unowned_queues" && message.contains("offload: never"), "{message}");
+    }
+
+    #[test]
     fn a_received_frame_must_fit_a_umem_frame() {
         assert_eq!(mtu_refusal("d0", 1500, 2048), None);
         assert_eq!(mtu_refusal("d0", 1774, 2048), None, "1774 + 18 = 2048 - 256");
