@@ -185,6 +185,11 @@ impl PortRings {
     pub fn parked(&self) -> u32 {
         self.fill.min(self.rx)
     }
+
+    /// The sizes a socket is made (ferryd) and mapped (the NF) with.
+    pub fn sizes(&self) -> ferry_xsk::RingSizes {
+        ferry_xsk::RingSizes { rx: self.rx, tx: self.tx, fill: self.fill, comp: self.completion }
+    }
 }
 
 /// What happens to a frame that arrives on one of a receiving port's

@@ -222,6 +222,13 @@ pub fn list_table(chains: &Vec<ChainSummary>) -> String {
 }
 
 /// A counter of thread `t` of NF `nf` in a status.
+/// Port `port`'s XDP verdict `name` (`redirect`, `no_socket`...): 0 when
+/// the port has no program or no such verdict.
+pub fn port_verdict(s: &Status, port: &str, name: &str) -> u64 {
+    let verdicts = s.ports.iter().filter(|p| p.name == port).flat_map(|p| p.verdicts.iter());
+    verdicts.filter(|v| v.0 == name).map(|v| v.1).sum()
+}
+
 pub fn counter(s: &Status, nf: &str, name: &str) -> u64 {
     s.nfs
         .iter()

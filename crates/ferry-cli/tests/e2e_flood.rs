@@ -114,6 +114,11 @@ fn listener(s: &Status, key: &str) -> u64 {
     s.listeners.iter().find(|(k, _)| k == key).map_or(0, |(_, v)| *v)
 }
 
+/// Waits until ferryd's listener counter `key` has counted something.
+fn wait_counted(rc: &RunningChain, key: &str) {
+    wait_until(key, || rc.status().is_ok_and(|s| listener(&s, key) > 0));
+}
+
 /// src -> snk, in memory.
 const CHAIN: &str = r#"
 name: flood
@@ -176,9 +181,7 @@ fn floods_of_silent_connections_lock_no_one_out() {
             other => panic!("the operator's request under a flood of the TLS port: {other:?}"),
         }
     }
-    wait_until("the flood's handshakes timing out", || {
-        rc.status().is_ok_and(|s| listener(&s, "tls.handshakes_timed_out") > 0)
-    });
+    wait_counted(&rc, "tls.handshakes_timed_out");
     let opened = flood.stop();
     eprintln!("TLS flood: {opened} connections opened, {HELD} held");
 
@@ -190,9 +193,7 @@ fn floods_of_silent_connections_lock_no_one_out() {
     wait_until("snk restarted and rejoined under a flood of the NF socket", || {
         rc.status().is_ok_and(|s| s.nfs.iter().any(|n| n.name == "snk" && n.connected && n.restarts == 1))
     });
-    wait_until("the NF socket closing waiting connections", || {
-        rc.status().is_ok_and(|s| listener(&s, "nf_socket.closed_for_limit") > 0)
-    });
+    wait_counted(&rc, "nf_socket.closed_for_limit");
     let opened = flood.stop();
     eprintln!("NF socket flood: {opened} connections opened, {HELD} held");
 

@@ -17,7 +17,6 @@ mod common;
 
 use common::chain::*;
 use common::*;
-use ferry_chain::proto::Status;
 use ferry_cli::chainctl::{self, RunningChain};
 
 /// PORTS_TESTBED with four queues on each link.
@@ -67,19 +66,13 @@ fn send_on_every_queue(tb: &ferry_testbed::Testbed) {
     }
 }
 
-/// Port `port`'s verdict `name`.
-fn verdict(s: &Status, port: &str, name: &str) -> u64 {
-    let p = s.ports.iter().find(|p| p.name == port).unwrap_or_else(|| panic!("no port {port}"));
-    p.verdicts.iter().find(|v| v.0 == name).map_or(0, |v| v.1)
-}
-
 /// Waits until every frame sent is received by fwd or counted on port
 /// in as having no socket; returns the (received, no_socket) split.
 fn all_accounted(rc: &RunningChain, chain: &str) -> (u64, u64) {
     let sent = 4 * PER_QUEUE;
     wait_for("every frame received or counted", || {
         let s = chainctl::status(&rc.admin, chain).ok()?;
-        let (got, counted) = (c(&s, "fwd", "rx_port"), verdict(&s, "in", "no_socket"));
+        let (got, counted) = (c(&s, "fwd", "rx_port"), chainctl::port_verdict(&s, "in", "no_socket"));
         assert!(got + counted <= sent, "more frames than were sent: {}", chainctl::status_table(&s));
         (got + counted == sent).then_some((got, counted))
     })

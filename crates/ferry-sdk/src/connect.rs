@@ -13,7 +13,7 @@ use ferry_chain::plan::OutLink;
 use ferry_chain::proto::{self, FdRole, Msg, Welcome};
 use ferry_chain::shm::{self, ThreadBlock};
 use ferry_ring::{EventFd, Notify, ShmRegion};
-use ferry_xsk::{RingSizes, Umem, UmemConfig, XskSocket};
+use ferry_xsk::{Umem, UmemConfig, XskSocket};
 
 use crate::thread::{NfThread, Out, PortSock, Target};
 use crate::wait::PollSet;
@@ -219,16 +219,15 @@ impl Nf {
         let mut ports = Vec::new();
         let mut port_slot = HashMap::new();
         for &p in &plan.ports {
-            let r = w.port_rings.get(p).copied().unwrap_or_default();
-            let (rx, fill) = (r.rx, r.fill);
+            let rings = w.port_rings.get(p).copied().unwrap_or_default();
             let fd = self.sockets.lock().expect("not poisoned").remove(&(plan.index, p)).ok_or(SdkError::Refused {
                 nf: w.nf.name.clone(),
                 message: format!("no socket for thread {} port {p}", plan.index),
             })?;
-            let sock = XskSocket::from_fd(fd, self.umem.clone(), RingSizes { rx, tx: r.tx, fill, comp: r.completion })?;
+            let sock = XskSocket::from_fd(fd, self.umem.clone(), rings.sizes())?;
             port_slot.insert(p, ports.len());
             // Receive frames only on ports that deliver to us.
-            let fill_target = if w.port_rx.get(p).copied().unwrap_or(false) { fill.min(rx) } else { 0 };
+            let fill_target = if w.port_rx.get(p).copied().unwrap_or(false) { rings.parked() } else { 0 };
             ports.push(PortSock { sock, pending: Vec::with_capacity(64), fill_target, on_fill: 0, tx_moving: false });
         }
         let eventfd = self

@@ -21,7 +21,7 @@ use ferry_chain::plan::{ChainPlan, NfPlan, PortPlan};
 use ferry_place::Placement;
 use ferry_testbed::yamlloc::{locate, path_string, Seg, YamlError};
 
-use crate::iproute::{ip_output, link_word};
+use crate::iproute::link_number;
 
 /// Bytes the kernel keeps in front of every frame it writes to a chunk.
 const XDP_PACKET_HEADROOM: u32 = 256;
@@ -74,8 +74,7 @@ fn port_refusal(port: &PortPlan, nf: &NfPlan, frame_size: u32, xdp_parts: bool) 
     if !port.rx {
         return Ok(None);
     }
-    let mtu: u32 = link_word(ns, dev, "mtu")?.parse().map_err(|e| anyhow!("{dev}: mtu: {e}"))?;
-    Ok(mtu_refusal(dev, mtu, frame_size))
+    Ok(mtu_refusal(dev, link_number(ns, dev, "mtu")?, frame_size))
 }
 
 /// Why `port`'s device, with `rx` receive and `tx` transmit queues, does
@@ -141,13 +140,7 @@ pub fn queues(ns: Option<&str>, dev: &str) -> Result<(u32, u32)> {
     if let Some((rx, tx)) = channels {
         return Ok((rx.max(1), tx.max(1)));
     }
-    let text = ip_output(ns, &["-d", "-o", "link", "show", "dev", dev])?;
-    let word = |key: &str| {
-        let mut words = text.split_whitespace();
-        words.by_ref().find(|w| *w == key);
-        words.next().and_then(|n| n.parse().ok()).ok_or_else(|| anyhow!("{dev}: no {key} in {text:?}"))
-    };
-    Ok((word("numrxqueues")?, word("numtxqueues")?))
+    Ok((link_number(ns, dev, "numrxqueues")?, link_number(ns, dev, "numtxqueues")?))
 }
 
 /// An error at field `field` of the port named `port` in the chain file

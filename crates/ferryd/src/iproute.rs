@@ -23,13 +23,19 @@ pub fn ip_output(ns: Option<&str>, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The word after `key` in `ip -o link show dev DEV` of namespace `ns`
-/// (`mtu`, `link/ether`).
+/// The word after `key` in `ip -d -o link show dev DEV` of namespace
+/// `ns` (`mtu`, `link/ether`, `numrxqueues`).
 pub fn link_word(ns: Option<&str>, dev: &str, key: &str) -> Result<String> {
-    let text = ip_output(ns, &["-o", "link", "show", "dev", dev])?;
+    let text = ip_output(ns, &["-d", "-o", "link", "show", "dev", dev])?;
     let mut words = text.split_whitespace();
     words.by_ref().find(|w| *w == key);
     words.next().map(str::to_string).ok_or_else(|| anyhow!("no {key} in {text:?}"))
+}
+
+/// As [`link_word`], a number (`mtu`, `numrxqueues`).
+pub fn link_number(ns: Option<&str>, dev: &str, key: &str) -> Result<u32> {
+    let word = link_word(ns, dev, key)?;
+    word.parse().map_err(|_| anyhow!("{dev}: {key} {word:?}"))
 }
 
 /// The ifindex of device `dev` as namespace `ns` sees it.

@@ -9,9 +9,9 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 
-use crate::iproute::{ifindex_in, ip, ip_output, link_word, sysctl};
+use crate::iproute::{ifindex_in, ip, ip_output, link_number, sysctl};
 
 pub struct LoopDevice {
     ns: Option<String>,
@@ -75,18 +75,12 @@ fn sweep_dead(ns: Option<&str>) -> Result<()> {
 /// info), so a loop device copying a 9000-byte port MTU could not attach.
 const LOOP_MTU_MAX: u32 = 3500;
 
-/// The MTU of `dev` in namespace `ns`.
-fn mtu(ns: Option<&str>, dev: &str) -> Result<u32> {
-    let mtu = link_word(ns, dev, "mtu")?;
-    mtu.parse().map_err(|_| anyhow!("{dev}: mtu {mtu:?}"))
-}
-
 impl LoopDevice {
     /// Creates the pair for port `port`, whose device is `dev` in `ns`, with `queues` queues (thread i sends on queue i) and
     /// the port's MTU up to [`LOOP_MTU_MAX`], so every frame the NF may send fits.
     pub fn create(ns: Option<&str>, port: &str, dev: &str, queues: u32) -> Result<LoopDevice> {
         let (send_end, receive_end) = names();
-        let (q, mtu) = (queues.to_string(), mtu(ns, dev)?.min(LOOP_MTU_MAX).to_string());
+        let (q, mtu) = (queues.to_string(), link_number(ns, dev, "mtu")?.min(LOOP_MTU_MAX).to_string());
         sweep_dead(ns).context("sweeping the devices of ferryds that are gone")?;
         // A device of this very name can only be left by a killed ferryd
         // whose pid this one now has.

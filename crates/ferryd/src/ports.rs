@@ -14,7 +14,7 @@ use ferry_chain::plan::PortPlan;
 use ferry_chain::proto::OffloadedStatus;
 use ferry_chain::spec::XdpMode;
 use ferry_place::OffloadedNf;
-use ferry_xsk::{BindMode, RingSizes, SocketConfig, Umem, XskSocket};
+use ferry_xsk::{BindMode, SocketConfig, Umem, XskSocket};
 
 use crate::fastpath::{FastPath, FastPathEnd, FastPathIds};
 use crate::iproute::ifindex_in;
@@ -197,9 +197,8 @@ impl Port {
     /// the port receives. The NF gets the only fd that stays open, so the
     /// kernel releases the socket (and its frames) when the NF dies.
     pub fn socket(&mut self, umem: &Arc<Umem>, queue: u32) -> Result<XskSocket> {
-        let r = self.plan.rings;
-        let rings = RingSizes { rx: r.rx, tx: r.tx, fill: r.fill, comp: r.completion };
-        let cfg = SocketConfig { rings, bind: BindMode::Auto, need_wakeup: true, busy_poll: None };
+        let cfg =
+            SocketConfig { rings: self.plan.rings.sizes(), bind: BindMode::Auto, need_wakeup: true, busy_poll: None };
         let ns = self.plan.netns.clone();
         let (ifindex, umem) = (self.ifindex, umem.clone());
         let sock = ferry_testbed::in_netns(ns.as_deref(), move || XskSocket::create(umem, ifindex, queue, &cfg, None))?
