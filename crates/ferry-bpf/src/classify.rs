@@ -8,7 +8,7 @@
 pub const CLS_MAX_RULES: usize = 64;
 
 use aya::maps::{Array, DevMap};
-use ferry_nf::classify::Rule;
+use ferry_wire::classify::Rule;
 
 use crate::abi::Verdicts;
 use crate::attach::{per_cpu_sums, LoadedXdp};
@@ -90,8 +90,8 @@ pub(crate) fn write_rules(ebpf: &mut aya::Ebpf, table: &[Rule]) -> Result<(), Bp
 
 // The parser's limits are the program's: rules in its table, entries (a
 // rule's `out`) in its DEVMAP.
-const _: () = assert!(ferry_nf::classify::MAX_RULES == CLS_MAX_RULES);
-const _: () = assert!(ferry_nf::classify::MAX_OUTS <= CLS_MAX_RULES);
+const _: () = assert!(ferry_wire::classify::MAX_RULES == CLS_MAX_RULES);
+const _: () = assert!(ferry_wire::classify::MAX_OUTS <= CLS_MAX_RULES);
 
 /// What the classifier does with a frame no rule takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

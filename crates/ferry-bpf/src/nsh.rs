@@ -11,7 +11,7 @@ use aya::maps::{Array, DevMap, HashMap};
 use crate::attach::{per_cpu_sums, LoadedXdp};
 use crate::classify::{write_rules, CLS_MAX_RULES};
 use crate::{AttachMode, BpfError, Object};
-use ferry_nf::classify::Rule;
+use ferry_wire::classify::Rule;
 
 const PORTS: &str = "ferry_nsh_ports";
 const PATHS: &str = "ferry_nsh_paths";

@@ -9,7 +9,7 @@ mod common;
 use common::{mutated_frames_agree, privileged};
 use ferry_bpf::classify::{Classifier, Unmatched};
 use ferry_bpf::test_run;
-use ferry_nf::classify::{Decision, Table};
+use ferry_wire::classify::{Decision, Table};
 use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
 use proptest::prop_assert_eq;
 

@@ -65,7 +65,7 @@ impl TestNs {
     }
 
     fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        ferry_testbed::in_netns(Some(&self.0), f).expect("enter the test namespace")
+        ferry_sys::in_netns(Some(&self.0), f).expect("enter the test namespace")
     }
 }
 

@@ -11,7 +11,7 @@ mod common;
 use common::privileged;
 use ferry_bpf::nsh::{GpeEnd, NshAction, NshEncap, NshRole, NshSff, PathHop, NSH_COUNTER_NAMES};
 use ferry_bpf::test_run;
-use ferry_nf::classify::Rule;
+use ferry_wire::classify::Rule;
 use ferry_wire::nsh::{NshContext, NshPacket, NshRepr, ETHERTYPE_NSH};
 use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
 

@@ -177,7 +177,7 @@ fn serve_and_check(tb: &ferry_testbed::Testbed, dir: &Path, bin: &Path, forward:
     ];
     // Sockets are opened in their namespaces and used from here.
     let in_ns = |ns: &str, dev: &'static str| {
-        ferry_testbed::in_netns(Some(tb.ns_name(ns)), move || raw_socket(dev)).expect("enter the namespace")
+        ferry_sys::in_netns(Some(tb.ns_name(ns)), move || raw_socket(dev)).expect("enter the namespace")
     };
     let send = in_ns("client", "c0");
     let recv = if forward { in_ns("sink", "s0") } else { in_ns("client", "c0") };

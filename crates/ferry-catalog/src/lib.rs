@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use ferry_chain::spec::{ChainSpec, KindCheck};
+use ferry_config::YamlError;
 use ferry_nf::model::{nf_offload, ArgSpec, ArgType, Element, ExecModel, Offload};
-use ferry_testbed::yamlloc::YamlError;
 
 pub use types::PARALLEL_HOST_ARGS;
 

@@ -77,7 +77,7 @@ fn serve_types() -> Vec<NfType> {
             summary: "classify: router: each frame to the tenant entry of the first rule it matches, by copy",
             model: ExecModel::Threaded,
             args: Args::Positional("RULE... (out=N[,src=CIDR][,dst=CIDR][,vlan=ID][,dport=PORT]; first match wins)"),
-            counters: ferry_nf::classify::ROUTER_COUNTERS.to_vec(),
+            counters: ferry_nf::ROUTER_COUNTERS.to_vec(),
             // The baseline of XDP classification: a process by definition.
             elements: &[Element { name: "tenant-classifier", offload: Offload::No }],
         },
@@ -156,7 +156,7 @@ pub(crate) fn all() -> Vec<NfType> {
 pub(crate) fn check_positional(kind: &str, args: &[String], offset: usize) -> Result<(), KindError> {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     if kind == crate::TENANT_ROUTER {
-        return ferry_nf::classify::Table::parse(&refs).map(|_| ()).map_err(|(i, e)| KindError::Invalid {
+        return ferry_wire::classify::Table::parse(&refs).map(|_| ()).map_err(|(i, e)| KindError::Invalid {
             kind: kind.to_string(),
             message: e.to_string(),
             index: Some(i + offset),

@@ -33,7 +33,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::spec::{valid_name, ChainSpec, DomainSpec, KindCheck, LinkSpec, NfSpec, Node, XdpMode, MAX_CPU};
-use ferry_testbed::yamlloc::Seg;
+use ferry_config::Seg;
 
 /// The NF type of `classify: router` (the catalog names it too).
 pub const TENANT_ROUTER: &str = "tenant-router";

@@ -26,7 +26,7 @@
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 
-use ferry_testbed::yamlloc::Seg;
+use ferry_config::Seg;
 use serde::{Deserialize, Serialize};
 
 use crate::spec::{valid_name, ChainSpec, LinkSpec, Node, PortSpec, XdpMode};

@@ -73,7 +73,7 @@ pub struct PortPlan {
 /// An XDP classifier's table.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ClassifyPlan {
-    /// Rules in the router's text form (`ferry_nf::classify::Rule`); `out`
+    /// Rules in the router's text form (`ferry_wire::classify::Rule`); `out`
     /// is an index into `entries`.
     pub rules: Vec<String>,
     /// What no rule takes goes to the kernel (else it is dropped).

@@ -38,12 +38,12 @@
 //! tenants only through copy links.
 //!
 //! Errors name the file, line, column and field (`chain.yaml:12:9:
-//! links[1].to: unknown node "fw"`), through `ferry_testbed::yamlloc`.
+//! links[1].to: unknown node "fw"`), through `ferry_config`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use ferry_testbed::yamlloc::{parse_located, Seg, YamlError};
+use ferry_config::{parse_located, Seg, YamlError};
 
 use crate::classify::ClassifySpec;
 use crate::hosts::HostSpec;
@@ -227,8 +227,8 @@ pub struct KernelSpec {
     /// Its MAC address. The stack takes in only frames sent to it: give
     /// it the MAC of the port whose frames an NF hands on (a router's
     /// frames keep the destination MAC they arrived with).
-    #[serde(default)]
-    pub mac: Option<ferry_testbed::MacAddr>,
+    #[serde(default, deserialize_with = "ferry_wire::mac::deserialize_unicast")]
+    pub mac: Option<ferry_wire::MacAddr>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -489,7 +489,7 @@ pub trait KindCheck {
 
 /// Reads and validates a chain file, its NFs' kinds and arguments too.
 pub fn parse(path: &Path, kinds: &dyn KindCheck) -> Result<ChainSpec, YamlError> {
-    let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
+    let (text, origin) = ferry_config::read_file(path)?;
     ChainSpec::from_yaml_str(&text, &origin, kinds)
 }
 

@@ -234,7 +234,7 @@ fn start_host(chain: &Path, socket: &Path) -> Result<std::process::Child> {
         .iter()
         .map(|n| format!("{}={}:{}", n.name, n.kind.as_deref().unwrap_or_default(), n.args.join(",")))
         .collect();
-    let (uid, gid) = ferry_testbed::lookup_user(HOST_USER)
+    let (uid, gid) = ferry_sys::lookup_user(HOST_USER)
         .ok_or_else(|| anyhow::anyhow!("no user {HOST_USER:?} to run the one-process bound as"))?;
     std::process::Command::new(crate::chainctl::ferry_bin()?)
         .args(["nf", "host", "--socket"])

@@ -199,7 +199,7 @@ pub fn run(o: &BenchNshOptions) -> Result<BenchNshReport> {
     };
     let mut samples = Vec::new();
     let result = (|| -> Result<()> {
-        let macs: Vec<ferry_testbed::MacAddr> = ["02:00:00:00:09:01", "02:00:00:00:09:02", "02:00:00:00:09:03"]
+        let macs: Vec<ferry_wire::MacAddr> = ["02:00:00:00:09:01", "02:00:00:00:09:02", "02:00:00:00:09:03"]
             .iter()
             .map(|m| m.parse().expect("a MAC"))
             .collect();

@@ -25,9 +25,9 @@
 //! dispatcher thread would compete with them.
 
 use anyhow::{anyhow, Context, Result};
+use ferry_equivalence::workloads::{run_control, run_named, workload, CASE_STUDIES};
 use ferry_parallel::profiler::Profile;
 use ferry_parallel::runtime::{ControlWork, Packet};
-use ferry_parallel::workloads::{run_control, run_named, workload, CASE_STUDIES};
 use serde::Serialize;
 
 pub struct BenchParallelOptions {

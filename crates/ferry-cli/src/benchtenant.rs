@@ -194,7 +194,7 @@ fn measure_scan(
             let dut = tb.ns_name("dut");
             // Attached, and its target written, inside dut: the kernel
             // resolves ifindexes in the caller's namespace.
-            let redirect = ferry_testbed::in_netns(Some(dut), || -> Result<LoadedXdp> {
+            let redirect = ferry_sys::in_netns(Some(dut), || -> Result<LoadedXdp> {
                 let d0 = crate::util::ifindex("d0")?;
                 let mut prog = LoadedXdp::attach(Object::Redirect, "ferry_redirect", d0, AttachMode::Driver)?;
                 prog.set_redirect_target(crate::util::ifindex("d1")?)?;

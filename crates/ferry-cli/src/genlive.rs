@@ -82,7 +82,7 @@ pub fn run(opts: &LiveGenOptions) -> Result<LiveGenReport> {
     // the thread must stay on one CPU for the whole run.
     // SAFETY: sched_getcpu has no preconditions.
     let cpu = opts.cpu.unwrap_or_else(|| unsafe { libc::sched_getcpu() }.max(0) as usize);
-    crate::util::pin_to_cpu(cpu)?;
+    ferry_sys::pin_thread(cpu)?;
     let ifindex = crate::util::ifindex(&opts.dev)?;
     let mut prog = LoadedXdp::load(Object::Gen, "ferry_gen")?;
     let (sport_offset, sport_min, sport_count) = opts.cycled_port.unwrap_or((0, 0, 0));

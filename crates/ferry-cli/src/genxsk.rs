@@ -17,8 +17,9 @@ use ferry_wire::{FrameSpec, Stamp};
 use ferry_xsk::XdpDesc;
 use serde::Serialize;
 
-use crate::util::{monotonic_ns, stop_requested};
+use crate::util::stop_requested;
 use crate::xskport::{self, PortSpec};
+use ferry_sys::monotonic_ns;
 
 pub struct XskGenOptions {
     pub port: PortSpec,

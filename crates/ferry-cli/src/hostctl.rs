@@ -38,7 +38,7 @@ fn operator(dir: Option<&Path>) -> Result<Option<Arc<ClientConfig>>> {
 }
 
 fn read(file: &Path) -> Result<(ChainSpec, String, String)> {
-    let (text, origin) = ferry_testbed::yamlloc::read_file(file)?;
+    let (text, origin) = ferry_config::read_file(file)?;
     let spec = ferry_catalog::parse_chain_str(&text, &origin)?;
     if spec.hosts.is_empty() {
         bail!("{origin} names no hosts: deploy it on one ferryd");

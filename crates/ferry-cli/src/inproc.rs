@@ -53,7 +53,8 @@ use ferry_wire::{build_frame, has_stamp_room, stamp_offset, FiveTuple, FrameSpec
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::util::{frame_pacer, monotonic_ns, pace_wait};
+use crate::util::{frame_pacer, pace_wait};
+use ferry_sys::monotonic_ns;
 
 /// Size of one UMEM frame (the AF_XDP default chunk size).
 pub const FRAME_SIZE: usize = 2048;

@@ -33,13 +33,12 @@ pub fn spawn_exe(exe: &std::path::Path, ns: &str, args: &[&str], cpu: Option<usi
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", ns]).arg(exe).args(&full).stdout(Stdio::piped()).stdin(Stdio::null());
     if let Some(cpu) = cpu {
+        let set = ferry_sys::CpuSet::of([cpu]);
         // SAFETY: sched_setaffinity is async-signal-safe; the mask is
         // inherited across exec, so the whole subcommand stays on `cpu`.
         unsafe {
             cmd.pre_exec(move || {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                let _ = set.apply_to(0);
                 Ok(())
             });
         }
@@ -165,12 +164,7 @@ pub fn set_napi_thread(ns: &str, dev: &str, cpu: Option<usize>) -> Result<()> {
         let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
         if comm.trim_end().starts_with(&format!("napi/{dev}-")) {
             if let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() {
-                // SAFETY: a zeroed cpu_set_t with one bit set.
-                unsafe {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set);
-                }
+                let _ = ferry_sys::CpuSet::of([cpu]).apply_to(pid);
             }
         }
     }

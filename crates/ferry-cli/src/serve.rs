@@ -28,15 +28,17 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use ferry_nf::classify::{Decision, Table, ROUTER_COUNTERS};
+use ferry_nf::ROUTER_COUNTERS;
 use ferry_nf::{PacketNf, Verdict};
 use ferry_parallel::nfs::maglev::{flow_hash, LookupTable, Permutation};
 use ferry_sdk::{Nf, NfThread, Packet};
 use ferry_traffic::{MicaClient, MicaWorkload, MICA_BATCH_AT};
+use ferry_wire::classify::{Decision, Table};
 use ferry_wire::{build_frame, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp};
 use hdrhistogram::Histogram;
 
-use crate::util::{frame_pacer, monotonic_ns, pace_wait};
+use crate::util::{frame_pacer, pace_wait};
+use ferry_sys::monotonic_ns;
 
 /// Exit status when ferryd closed the control socket.
 pub const EXIT_STOPPED: i32 = 0;

@@ -20,10 +20,11 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use ferry_bpf::abi::{SlowMeta, SLOW_MISS};
 use ferry_bpf::evnf::EvnfMaps;
-use ferry_evnf::hybrid::{monotonic_ns, HybridNf, SlowVerdict};
+use ferry_evnf::hybrid::{HybridNf, SlowVerdict};
 use ferry_evnf::types::HybridType;
 use ferry_evnf::EvnfError;
 use ferry_sdk::{Nf, NfThread, Packet};
+use ferry_sys::monotonic_ns;
 
 /// How often the thread wakes to run timers and publish counters.
 const WAKE_EVERY: Duration = Duration::from_millis(100);

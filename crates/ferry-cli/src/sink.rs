@@ -9,8 +9,9 @@ use anyhow::{Context, Result};
 use ferry_traffic::{MicaWorkload, PcapWriter, SinkReport, SinkStats};
 use ferry_xsk::XdpDesc;
 
-use crate::util::{monotonic_ns, RunLimit};
+use crate::util::RunLimit;
 use crate::xskport::{self, PortSpec};
+use ferry_sys::monotonic_ns;
 
 pub struct SinkOptions {
     pub port: PortSpec,

@@ -41,15 +41,6 @@ impl RunLimit {
     }
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: the clock bpf_ktime_get_ns() uses, so
-/// stamps written by BPF and by user space compare directly.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid timespec pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// A pacer for a sender of `batch`-frame bursts at `rate` frames per
 /// second (None: flat out). Its bucket holds 1 ms of traffic, and at
 /// least one burst: a sleep overshoots by tens of µs and a sender may be
@@ -75,24 +66,10 @@ pub fn ifindex(dev: &str) -> Result<u32> {
 }
 
 /// MAC address of a device, from sysfs.
-pub fn dev_mac(dev: &str) -> Result<ferry_traffic::MacAddr> {
+pub fn dev_mac(dev: &str) -> Result<ferry_wire::MacAddr> {
     let text = std::fs::read_to_string(format!("/sys/class/net/{dev}/address"))
         .with_context(|| format!("reading the MAC address of {dev}"))?;
     text.trim().parse().map_err(|e| anyhow!("MAC address of {dev}: {e}"))
-}
-
-/// Pins the calling thread to one CPU (benchmarks keep generator and NF
-/// apart on this 2-vCPU class of machine).
-pub fn pin_to_cpu(cpu: usize) -> Result<()> {
-    // SAFETY: a zeroed cpu_set_t with one bit set.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(anyhow!("pinning to CPU {cpu}: {}", std::io::Error::last_os_error()));
-        }
-    }
-    Ok(())
 }
 
 /// Parses "5s", "500ms", "2" (seconds).

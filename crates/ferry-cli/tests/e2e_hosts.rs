@@ -182,7 +182,7 @@ fn a_chain_over_three_hosts_carries_nsh_between_them() {
     }
     let tb = testbed(TESTBED, "hosts-e2e.yaml");
     let fab = tb.ns_name("fab").to_string();
-    let macs: Vec<ferry_testbed::MacAddr> = FABRIC_MACS.iter().map(|m| m.parse().unwrap()).collect();
+    let macs: Vec<ferry_wire::MacAddr> = FABRIC_MACS.iter().map(|m| m.parse().unwrap()).collect();
     tb.bridge("fab", "br0", &[("p1", macs[0]), ("p2", macs[1]), ("p3", macs[2])]).expect("the fabric");
     let dir = TempDir::new("hosts");
     let (tls, other) = (dir.path("tls"), dir.path("other-ca"));

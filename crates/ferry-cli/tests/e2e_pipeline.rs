@@ -15,12 +15,12 @@ fn deploying_and_removing_chains_loses_nothing_on_a_running_chain() {
     let tb = testbed(GEN_DUT_TESTBED, "pipeline-e2e.yaml");
     let (gen_ns, dut_ns) = (tb.ns_name("gen").to_string(), tb.ns_name("dut").to_string());
     // The far end counts what comes back.
-    let returned = ferry_testbed::in_netns(Some(&gen_ns), || {
+    let returned = ferry_sys::in_netns(Some(&gen_ns), || {
         let ifindex = ferry_xsk::ifindex("g0").expect("g0");
         LoadedXdp::attach(Object::Basic, "ferry_drop", ifindex, AttachMode::Driver).expect("attach the counting drop")
     })
     .unwrap();
-    let (mut pl, d0) = ferry_testbed::in_netns(Some(&dut_ns), || {
+    let (mut pl, d0) = ferry_sys::in_netns(Some(&dut_ns), || {
         let ifindex = ferry_xsk::ifindex("d0").expect("d0");
         let mut pl = Pipeline::load().expect("load the pipeline");
         pl.attach(ifindex, AttachMode::Driver).expect("attach the pipeline");

@@ -1,7 +1,7 @@
 //! The hybrid NFs' configuration file (YAML): one section per NF type,
 //! which a chain file's hybrid NFs name with `config=FILE`; the chain
 //! file says where they run. Errors name the file, line and field
-//! (`ferry_testbed::yamlloc`).
+//! (`ferry_config`).
 //!
 //! ```yaml
 //! firewall:
@@ -18,7 +18,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
-use ferry_testbed::yamlloc::{parse_located, Seg, YamlError};
+use ferry_config::{parse_located, Seg, YamlError};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -215,7 +215,7 @@ fn check_timeout(seconds: f64) -> Result<(), String> {
 
 /// Reads and validates a hybrid NFs' configuration file.
 pub fn parse(path: &Path) -> Result<EvnfSpec, YamlError> {
-    let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
+    let (text, origin) = ferry_config::read_file(path)?;
     let mut spec = EvnfSpec::from_yaml_str(&text, &origin)?;
     spec.resolve_files(path);
     Ok(spec)

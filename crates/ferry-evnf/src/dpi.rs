@@ -15,7 +15,9 @@ use ferry_ndpi::{Classification, Flow, Ndpi};
 
 use crate::config::DpiSpec;
 use crate::config::EvnfSpec;
-use crate::hybrid::{ip_packet, monotonic_ns, FastTable, HybridNf, SlowVerdict};
+use ferry_sys::monotonic_ns;
+
+use crate::hybrid::{ip_packet, FastTable, HybridNf, SlowVerdict};
 use crate::EvnfError;
 
 struct FlowState {

@@ -27,14 +27,6 @@ use ferry_bpf::state::{StateTable, Update};
 use crate::config::EvnfSpec;
 use crate::EvnfError;
 
-/// Now on the clock `bpf_ktime_get_ns()` reads (CLOCK_MONOTONIC).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// A fast-path table value with the last-seen stamp the data path writes.
 pub trait Stamped: Pod {
     fn last_seen_ns(&self) -> u64;

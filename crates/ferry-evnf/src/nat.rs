@@ -27,7 +27,9 @@ use ferry_wire::nat::{Endpoint, Headers, Side, Transport};
 
 use crate::config::EvnfSpec;
 use crate::config::NatSpec;
-use crate::hybrid::{monotonic_ns, FastTable, HybridNf, SlowVerdict, Stamped};
+use ferry_sys::monotonic_ns;
+
+use crate::hybrid::{FastTable, HybridNf, SlowVerdict, Stamped};
 use crate::EvnfError;
 
 impl Stamped for NatEntry {

@@ -3,7 +3,7 @@
 use std::net::Ipv4Addr;
 
 use ferry_wire::arp::{arp_op, ArpPacket};
-use ferry_wire::ethernet::{ethertype, is_multicast_mac, EthernetFrame, MacAddr};
+use ferry_wire::ethernet::{ethertype, is_multicast_mac, EthernetFrame};
 
 use crate::{count, NfSpec, PacketNf, Verdict};
 
@@ -38,16 +38,16 @@ pub(crate) static SPEC: NfSpec = NfSpec {
 ///   kept as they are.
 #[derive(Debug)]
 pub struct ArpResponder {
-    entries: Vec<(Ipv4Addr, MacAddr)>,
+    entries: Vec<(Ipv4Addr, [u8; 6])>,
     counters: [u64; 6],
 }
 
 impl ArpResponder {
-    pub fn new(entries: Vec<(Ipv4Addr, MacAddr)>) -> Self {
+    pub fn new(entries: Vec<(Ipv4Addr, [u8; 6])>) -> Self {
         ArpResponder { entries, counters: [0; 6] }
     }
 
-    pub fn entries(&self) -> &[(Ipv4Addr, MacAddr)] {
+    pub fn entries(&self) -> &[(Ipv4Addr, [u8; 6])] {
         &self.entries
     }
 

@@ -14,7 +14,7 @@
 //! default deny
 //! ```
 
-use crate::classify::Ipv4Prefix;
+use ferry_wire::classify::Ipv4Prefix;
 
 /// What a matching rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,6 @@
 
 mod arp;
 mod chain;
-pub mod classify;
 mod firewall;
 pub mod firewall_rules;
 pub mod flow_monitor;
@@ -44,7 +43,7 @@ pub use icmp::IcmpEchoResponder;
 pub use ips::Ips;
 pub use l2fwd::L2Fwd;
 pub use payload_scan::PayloadScan;
-pub use registry::{by_name, parse_mac, registry, NfBuilder, NfError, NfInfo};
+pub use registry::{by_name, registry, NfBuilder, NfError, NfInfo};
 pub use rxdrop::RxDrop;
 
 /// What to do with a frame after an NF has looked at it.
@@ -104,3 +103,7 @@ pub(crate) mod test_util {
         assert_eq!(c[1..].iter().sum::<u64>(), c[0], "{}: {:?}", nf.spec().name, c);
     }
 }
+
+/// The counters of the `tenant-router` NF, which runs a
+/// [`ferry_wire::classify::Table`]: frames per decision.
+pub const ROUTER_COUNTERS: [&str; 3] = ["classified", "unmatched", "drop_malformed"];

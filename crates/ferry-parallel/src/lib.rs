@@ -13,7 +13,6 @@
 //! * [`heap`]: heap bytes per thread, for memory per core.
 
 pub mod ds;
-pub mod equivalence;
 pub mod heap;
 #[cfg(not(loom))]
 pub mod live;
@@ -24,5 +23,3 @@ pub mod rss_check;
 pub mod runtime;
 pub mod stm;
 mod sync;
-#[cfg(not(loom))]
-pub mod workloads;

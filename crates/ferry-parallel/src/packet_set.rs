@@ -18,7 +18,7 @@
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
-use ferry_traffic::rss::{toeplitz, DEFAULT_RSS_KEY};
+use ferry_wire::rss::{toeplitz, DEFAULT_RSS_KEY};
 use ferry_wire::{five_tuple, EthernetFrame, L4Proto};
 
 /// Longest key: the Toeplitz hash with a 40-byte key takes 36 bytes.

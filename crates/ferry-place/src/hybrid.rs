@@ -20,8 +20,8 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use ferry_chain::spec::{ChainSpec, Node, OffloadPolicy};
+use ferry_config::Seg;
 use ferry_evnf::types::{HybridType, REPLY_PORTS};
-use ferry_testbed::yamlloc::Seg;
 
 use crate::PlaceError;
 

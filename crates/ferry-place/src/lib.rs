@@ -47,8 +47,8 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use ferry_chain::spec::{ChainSpec, LinkSpec, Node, OffloadPolicy};
+use ferry_config::{locate, Seg, YamlError};
 use ferry_nf::model::{Element, Offload};
-use ferry_testbed::yamlloc::{locate, Seg, YamlError};
 
 pub use hybrid::{HybridNf, HybridPath};
 pub use install::{elements, install, Configs, Installed, InstalledNf, Target};
@@ -165,7 +165,7 @@ pub struct PlaceError {
 /// Reads, validates and places a chain file; errors name the file, line
 /// and field.
 pub fn load(path: &Path) -> Result<(ChainSpec, Placement), YamlError> {
-    let (text, origin) = ferry_testbed::yamlloc::read_file(path)?;
+    let (text, origin) = ferry_config::read_file(path)?;
     load_str(&text, &origin)
 }
 
@@ -178,7 +178,7 @@ pub fn load_str(text: &str, origin: &str) -> Result<(ChainSpec, Placement), Yaml
             origin: origin.to_string(),
             line,
             column,
-            field: ferry_testbed::yamlloc::path_string(&e.at),
+            field: ferry_config::path_string(&e.at),
             message: e.message,
         }
     })?;

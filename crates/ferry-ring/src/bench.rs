@@ -4,14 +4,9 @@ use std::time::Instant;
 
 use crate::{Desc, MpscRing, RingConfig};
 
+/// Best effort: with fewer CPUs the thread is left unpinned.
 fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; affinity failure
-    // (e.g. fewer CPUs) just leaves the thread unpinned.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    let _ = ferry_sys::pin_thread(cpu);
 }
 
 /// Moves `n` descriptors from one producer thread (pinned to CPU 0) to the

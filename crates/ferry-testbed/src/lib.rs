@@ -31,19 +31,14 @@
 pub mod apps;
 mod cmd;
 mod error;
-mod netns;
 mod spec;
 mod state;
 mod testbed;
 mod types;
-mod users;
-pub mod yamlloc;
 
 pub use cmd::preflight;
 pub use error::TestbedError;
-pub use netns::in_netns;
 pub use spec::{parse, EndpointSpec, LinkSpec, NamespaceSpec, RouteSpec, TestbedSpec};
 pub use state::{sweep_stale, STATE_DIR};
 pub use testbed::{down_by_name, down_file, find_running, up, up_detached, RunningTestbed, Testbed, TestbedNames};
-pub use types::{IfName, IpCidr, MacAddr, Mtu, NsName, QueueCount, RouteDest, SpecName, SysctlKey};
-pub use users::lookup_user;
+pub use types::{IfName, IpCidr, Mtu, NsName, QueueCount, RouteDest, SpecName, SysctlKey};

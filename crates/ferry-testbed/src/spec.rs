@@ -8,8 +8,10 @@
 //!    field path; [`locate`] walks the YAML a second time to find its line.
 
 use crate::error::TestbedError;
-use crate::types::{IfName, IpCidr, MacAddr, Mtu, NsName, QueueCount, RouteDest, SpecName, SysctlKey};
-use crate::yamlloc::{parse_located, Seg};
+use ferry_wire::MacAddr;
+
+use crate::types::{IfName, IpCidr, Mtu, NsName, QueueCount, RouteDest, SpecName, SysctlKey};
+use ferry_config::{parse_located, Seg};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
@@ -72,7 +74,9 @@ pub struct LinkSpec {
 pub struct EndpointSpec {
     pub ns: NsName,
     pub dev: IfName,
-    #[serde(default)]
+    /// A unicast address: the kernel refuses others on a veth, so the
+    /// file's line says so instead of `up`.
+    #[serde(default, deserialize_with = "ferry_wire::mac::deserialize_unicast")]
     pub mac: Option<MacAddr>,
     #[serde(default)]
     pub addrs: Vec<IpCidr>,
@@ -238,7 +242,10 @@ links:
     #[test]
     fn error_format_matches_brief() {
         let e = bad("02:00:00:00:01:01", "zz:00:00:00:01:01");
-        assert_eq!(e.to_string(), "x.yaml:9:36: links[0].a.mac: invalid MAC address \"zz:00:00:00:01:01\"");
+        assert_eq!(
+            e.to_string(),
+            "x.yaml:9:36: links[0].a.mac: invalid MAC address \"zz:00:00:00:01:01\": expected six hex octets like 02:00:00:00:00:01"
+        );
     }
 
     #[test]

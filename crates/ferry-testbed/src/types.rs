@@ -78,7 +78,6 @@ macro_rules! deserialize_from_u32 {
     };
 }
 
-deserialize_from_str!(MacAddr);
 deserialize_from_str!(IpCidr);
 deserialize_from_str!(RouteDest);
 deserialize_from_u32!(QueueCount);
@@ -202,56 +201,6 @@ impl SysctlKey {
         } else {
             format!("/proc/sys/{}", self.0.replace('.', "/"))
         }
-    }
-}
-
-/// An Ethernet unicast MAC address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(into = "String")]
-pub struct MacAddr(pub [u8; 6]);
-
-impl FromStr for MacAddr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("invalid MAC address {s:?}");
-        let mut out = [0u8; 6];
-        let mut parts = s.split(':');
-        for byte in &mut out {
-            let p = parts.next().ok_or_else(bad)?;
-            if p.len() != 2 {
-                return Err(bad());
-            }
-            *byte = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-        }
-        if parts.next().is_some() {
-            return Err(bad());
-        }
-        // The kernel refuses multicast/zero addresses on a veth (EADDRNOTAVAIL);
-        // say so here, with a line number, instead of at `up` time.
-        if out[0] & 1 == 1 || out == [0; 6] {
-            return Err(format!("invalid MAC address {s:?}: not a unicast address"));
-        }
-        Ok(MacAddr(out))
-    }
-}
-
-impl TryFrom<String> for MacAddr {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
-
-impl From<MacAddr> for String {
-    fn from(m: MacAddr) -> String {
-        m.to_string()
-    }
-}
-
-impl fmt::Display for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let b = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
     }
 }
 
@@ -401,17 +350,6 @@ impl From<Mtu> for u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mac_round_trip_and_rejects() {
-        let m: MacAddr = "02:00:00:00:01:0A".parse().unwrap();
-        assert_eq!(m.to_string(), "02:00:00:00:01:0a");
-        for bad in ["", "02:00:00:00:01", "02:00:00:00:01:02:03", "zz:00:00:00:00:01"] {
-            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
-        }
-        assert!("01:00:5e:00:00:01".parse::<MacAddr>().is_err()); // multicast
-        assert!("00:00:00:00:00:00".parse::<MacAddr>().is_err());
-    }
 
     #[test]
     fn cidr_parse() {

@@ -34,7 +34,6 @@ mod pcap;
 mod profile;
 mod range;
 mod report;
-pub mod rss;
 mod schedule;
 mod sink;
 mod template;
@@ -45,9 +44,8 @@ pub use mica::{KeyDist, MicaCheck, MicaClient, MicaSent, MicaWorkload, BATCH_AT 
 pub use pacer::Pacer;
 pub use pcap::{for_each_packet, read_pcap, PcapWriter};
 pub use profile::{Proto, TrafficProfile, MAX_FRAME_LEN, MIN_FRAME_LEN};
-pub use range::{Ipv4Range, MacAddr, PortRange};
+pub use range::{Ipv4Range, PortRange};
 pub use report::{LatencyReport, SinkReport, StreamReport};
-pub use rss::{rss_queue, DEFAULT_RSS_KEY};
 pub use schedule::{split_evenly, FlowSchedule, ScheduledPacket};
 pub use sink::{SinkStats, MAX_LATENCY_NS};
 pub use template::TemplateCache;

@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::dist::{deserialize_dist, FlowSizeDist};
 use crate::error::{Result, TrafficError};
-use crate::range::{Ipv4Range, MacAddr, PortRange};
+use crate::range::{Ipv4Range, PortRange};
+use ferry_wire::MacAddr;
 
 /// Smallest Ethernet frame without FCS (64 on the wire).
 pub const MIN_FRAME_LEN: usize = 60;
@@ -202,10 +203,13 @@ impl TrafficProfile {
         fn num<T: FromStr>(field: &'static str, v: &str) -> Result<T> {
             v.parse().map_err(|_| TrafficError::bad(field, v, "not a valid number"))
         }
+        fn mac(field: &'static str, v: &str) -> Result<MacAddr> {
+            v.parse().map_err(|_| TrafficError::bad(field, v, "expected six hex octets like 02:00:00:00:00:01"))
+        }
         match key.as_str() {
             "proto" | "protocol" => self.proto = v.parse()?,
-            "src_mac" => self.src_mac = v.parse()?,
-            "dst_mac" => self.dst_mac = v.parse()?,
+            "src_mac" => self.src_mac = mac("src_mac", v)?,
+            "dst_mac" => self.dst_mac = mac("dst_mac", v)?,
             "src_ip" => self.src_ip = v.parse()?,
             "dst_ip" => self.dst_ip = v.parse()?,
             "src_port" => self.src_port = v.parse()?,

@@ -191,40 +191,6 @@ impl fmt::Display for PortRange {
     }
 }
 
-/// An Ethernet MAC address, parsed from `"02:00:00:00:00:01"` (or `-`
-/// separators).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MacAddr(pub [u8; 6]);
-
-impl FromStr for MacAddr {
-    type Err = TrafficError;
-
-    fn from_str(s: &str) -> Result<Self> {
-        let s = s.trim();
-        let err = || TrafficError::bad("mac", s, "expected six hex octets like 02:00:00:00:00:01");
-        let mut out = [0u8; 6];
-        let mut parts = s.split([':', '-']);
-        for b in out.iter_mut() {
-            let p = parts.next().ok_or_else(err)?;
-            if p.is_empty() || p.len() > 2 {
-                return Err(err());
-            }
-            *b = u8::from_str_radix(p, 16).map_err(|_| err())?;
-        }
-        if parts.next().is_some() {
-            return Err(err());
-        }
-        Ok(MacAddr(out))
-    }
-}
-
-impl fmt::Display for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let m = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
-    }
-}
-
 // Serde goes through the string forms so profiles read like the CLI flags.
 macro_rules! serde_via_str {
     ($t:ty) => {
@@ -237,16 +203,8 @@ macro_rules! serde_via_str {
 }
 serde_via_str!(Ipv4Range);
 serde_via_str!(PortRange);
-serde_via_str!(MacAddr);
 
 impl<'de> Deserialize<'de> for Ipv4Range {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-impl<'de> Deserialize<'de> for MacAddr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         s.parse().map_err(serde::de::Error::custom)
@@ -315,17 +273,6 @@ mod tests {
             seen[usize::from(p - 100)] = true;
         }
         assert_eq!(seen, [true; 4]);
-    }
-
-    #[test]
-    fn mac_parse_display() {
-        let m: MacAddr = "02:00:0a:FF:00:01".parse().unwrap();
-        assert_eq!(m.0, [2, 0, 0x0a, 0xff, 0, 1]);
-        assert_eq!(m.to_string(), "02:00:0a:ff:00:01");
-        assert_eq!("02-00-0a-ff-00-01".parse::<MacAddr>().unwrap(), m);
-        for bad in ["02:00:0a:ff:00", "02:00:0a:ff:00:01:02", "02:00:0a:ff:00:zz", "020:0:a:ff:00:01"] {
-            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
-        }
     }
 
     #[test]

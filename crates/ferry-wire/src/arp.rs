@@ -2,7 +2,7 @@
 
 use std::net::Ipv4Addr;
 
-use crate::ethernet::{ethertype, MacAddr};
+use crate::ethernet::ethertype;
 use crate::WireError;
 
 /// ARP operation codes.
@@ -25,7 +25,7 @@ pub struct ArpPacket<T: AsRef<[u8]>> {
     buffer: T,
 }
 
-fn mac_at(b: &[u8], at: usize) -> MacAddr {
+fn mac_at(b: &[u8], at: usize) -> [u8; 6] {
     [b[at], b[at + 1], b[at + 2], b[at + 3], b[at + 4], b[at + 5]]
 }
 
@@ -90,7 +90,7 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
     }
 
     /// Sender hardware address.
-    pub fn sha(&self) -> MacAddr {
+    pub fn sha(&self) -> [u8; 6] {
         mac_at(self.buffer.as_ref(), 8)
     }
 
@@ -100,7 +100,7 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
     }
 
     /// Target hardware address.
-    pub fn tha(&self) -> MacAddr {
+    pub fn tha(&self) -> [u8; 6] {
         mac_at(self.buffer.as_ref(), 18)
     }
 
@@ -124,7 +124,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
         self.buffer.as_mut()[6..8].copy_from_slice(&op.to_be_bytes());
     }
 
-    pub fn set_sha(&mut self, mac: MacAddr) {
+    pub fn set_sha(&mut self, mac: [u8; 6]) {
         self.buffer.as_mut()[8..14].copy_from_slice(&mac);
     }
 
@@ -132,7 +132,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
         self.buffer.as_mut()[14..18].copy_from_slice(&ip.octets());
     }
 
-    pub fn set_tha(&mut self, mac: MacAddr) {
+    pub fn set_tha(&mut self, mac: [u8; 6]) {
         self.buffer.as_mut()[18..24].copy_from_slice(&mac);
     }
 
@@ -145,9 +145,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArpRepr {
     pub oper: u16,
-    pub sha: MacAddr,
+    pub sha: [u8; 6],
     pub spa: Ipv4Addr,
-    pub tha: MacAddr,
+    pub tha: [u8; 6],
     pub tpa: Ipv4Addr,
 }
 

@@ -1,6 +1,6 @@
 //! Ethernet II frames with at most one 802.1Q VLAN tag.
 
-use crate::WireError;
+use crate::{MacAddr, WireError};
 
 /// EtherType values this crate knows about.
 pub mod ethertype {
@@ -14,15 +14,12 @@ pub mod ethertype {
     pub const IPV6: u16 = 0x86dd;
 }
 
-/// A MAC address.
-pub type MacAddr = [u8; 6];
-
-/// The broadcast MAC address.
-pub const BROADCAST_MAC: MacAddr = [0xff; 6];
+/// The broadcast MAC address, as the bytes of a header.
+pub const BROADCAST_MAC: [u8; 6] = MacAddr::BROADCAST.0;
 
 /// True for group (multicast and broadcast) addresses: the I/G bit is set.
-pub fn is_multicast_mac(mac: &MacAddr) -> bool {
-    mac[0] & 1 != 0
+pub fn is_multicast_mac(mac: &[u8; 6]) -> bool {
+    MacAddr(*mac).is_multicast()
 }
 
 /// Length of an untagged Ethernet II header.
@@ -69,13 +66,13 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// Destination MAC.
-    pub fn dst(&self) -> MacAddr {
+    pub fn dst(&self) -> [u8; 6] {
         let b = self.buffer.as_ref();
         [b[0], b[1], b[2], b[3], b[4], b[5]]
     }
 
     /// Source MAC.
-    pub fn src(&self) -> MacAddr {
+    pub fn src(&self) -> [u8; 6] {
         let b = self.buffer.as_ref();
         [b[6], b[7], b[8], b[9], b[10], b[11]]
     }
@@ -130,12 +127,12 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Sets the destination MAC.
-    pub fn set_dst(&mut self, mac: MacAddr) {
+    pub fn set_dst(&mut self, mac: [u8; 6]) {
         self.buffer.as_mut()[0..6].copy_from_slice(&mac);
     }
 
     /// Sets the source MAC.
-    pub fn set_src(&mut self, mac: MacAddr) {
+    pub fn set_src(&mut self, mac: [u8; 6]) {
         self.buffer.as_mut()[6..12].copy_from_slice(&mac);
     }
 

@@ -19,11 +19,15 @@
 //!
 //! # Layout
 //! - [`ethernet`]: Ethernet II with at most one 802.1Q tag.
+//! - [`mac`]: the MAC address type and its one text parser.
 //! - [`arp`]: Ethernet/IPv4 ARP.
 //! - [`ipv4`], [`udp`], [`tcp`], [`icmpv4`].
+//! - [`classify`]: the tenant classifier's rule table, which the XDP
+//!   classifier and the `tenant-router` NF evaluate alike.
 //! - [`flow`]: a frame parsed to its 5-tuple, the same parse as the BPF
 //!   side's `ferry_parse_l4`.
 //! - [`nat`]: the endpoints a NAT rewrites, with incremental checksums.
+//! - [`rss`]: NIC receive-side scaling (Toeplitz), to predict a flow's queue.
 //! - [`nsh`] (RFC 8300, MD types 1 and 2) and [`vxlan_gpe`], its UDP
 //!   encapsulation.
 //! - [`frame`]: the generator's frame builder and the sink's stamp and
@@ -53,15 +57,18 @@
 
 pub mod arp;
 pub mod checksum;
+pub mod classify;
 mod error;
 pub mod ethernet;
 pub mod flow;
 pub mod frame;
 pub mod icmpv4;
 pub mod ipv4;
+pub mod mac;
 pub mod mica;
 pub mod nat;
 pub mod nsh;
+pub mod rss;
 pub mod stamp;
 pub mod tcp;
 pub mod udp;
@@ -69,13 +76,14 @@ pub mod vxlan_gpe;
 
 pub use arp::{arp_op, ArpPacket, ArpRepr};
 pub use error::WireError;
-pub use ethernet::{ethertype, EthernetFrame, MacAddr};
+pub use ethernet::{ethertype, EthernetFrame};
 pub use frame::{
     build_frame, fill_l4_checksum, find_stamp, five_tuple, fix_stamp_checksum, has_stamp_room, restamp, stamp_offset,
     verify_checksums, FiveTuple, FrameSpec, L4Proto, MAX_FRAME_LEN, MIN_FRAME_LEN,
 };
 pub use icmpv4::{icmp_type, Icmpv4Packet};
 pub use ipv4::{ip_proto, Ipv4Packet, Ipv4Repr};
+pub use mac::{MacAddr, MacError};
 pub use stamp::{Stamp, STAMP_LEN, STAMP_MAGIC};
 pub use tcp::{tcp_flags, TcpPacket};
 pub use udp::UdpPacket;

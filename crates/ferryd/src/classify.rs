@@ -12,7 +12,7 @@ use ferry_bpf::classify::{Classifier, Unmatched};
 use ferry_bpf::{LoadedXdp, Object};
 use ferry_chain::plan::{ChainPlan, ClassifyPlan};
 use ferry_chain::proto::ClassifiedStatus;
-use ferry_nf::classify::Table;
+use ferry_wire::classify::Table;
 
 use crate::loopdev::LoopDevice;
 use crate::ports::{attach_mode, Port};
@@ -55,18 +55,18 @@ impl EdgeClassifier {
             let dev = LoopDevice::create(ns, &entry.name, &edge.netdev, entry.queues)
                 .with_context(|| format!("the device of tenant entry {}", entry.name))?;
             let send = dev.send_ifindex;
-            ferry_testbed::in_netns(ns, || prog.set_entry(out as u16, send))?
+            ferry_sys::in_netns(ns, || prog.set_entry(out as u16, send))?
                 .with_context(|| format!("port {}: entry {}", edge.name, entry.name))?;
             // The tenant's sockets on the other end could transmit: what
             // they send arrives here, and must not reach the edge's stack.
-            let drop = ferry_testbed::in_netns(ns, || LoadedXdp::attach(Object::Basic, "ferry_drop", send, mode))?
+            let drop = ferry_sys::in_netns(ns, || LoadedXdp::attach(Object::Basic, "ferry_drop", send, mode))?
                 .with_context(|| format!("closing the way back of tenant entry {}", entry.name))?;
             plan.ports[e].netdev = dev.receive_end.clone();
             closed.push(drop);
             entries.push(dev);
         }
         let device = Port::ifindex(&edge)?;
-        ferry_testbed::in_netns(ns, || prog.attach(device, mode))?
+        ferry_sys::in_netns(ns, || prog.attach(device, mode))?
             .with_context(|| format!("attaching the classifier to {} ({})", edge.netdev, edge.name))?;
         let entry_of_rule = rules.iter().map(|r| plan.ports[table.entries[usize::from(r.out)]].name.clone()).collect();
         Ok(EdgeClassifier {

@@ -18,8 +18,8 @@
 
 use anyhow::{anyhow, Result};
 use ferry_chain::plan::{ChainPlan, NfPlan, PortPlan};
+use ferry_config::{locate, path_string, Seg, YamlError};
 use ferry_place::Placement;
-use ferry_testbed::yamlloc::{locate, path_string, Seg, YamlError};
 
 use crate::iproute::link_number;
 
@@ -135,7 +135,7 @@ fn mtu_refusal(dev: &str, mtu: u32, frame_size: u32) -> Option<Refusal> {
 /// channels, or (a driver that does not report them) what netlink counts.
 pub fn queues(ns: Option<&str>, dev: &str) -> Result<(u32, u32)> {
     let name = dev.to_string();
-    let channels = ferry_testbed::in_netns(ns, move || ferry_xsk::queues(&name))?
+    let channels = ferry_sys::in_netns(ns, move || ferry_xsk::queues(&name))?
         .map_err(|e| anyhow!("reading {dev}'s channels: {e}"))?;
     if let Some((rx, tx)) = channels {
         return Ok((rx.max(1), tx.max(1)));

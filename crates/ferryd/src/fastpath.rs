@@ -63,7 +63,7 @@ impl FastPath {
         };
         let installed = install(pipeline.pipeline_mut(), ids.chain, ifindex, path, ids.nfs, target)
             .context("installing the XDP part")?;
-        let pipeline = ferry_testbed::in_netns(plan.netns.as_deref(), move || -> Result<Evnf> {
+        let pipeline = ferry_sys::in_netns(plan.netns.as_deref(), move || -> Result<Evnf> {
             if let Target::Redirect { ifindex: out } = target {
                 pipeline.pipeline_mut().add_device(out).context("adding the egress device to the pipeline's devmap")?;
             }

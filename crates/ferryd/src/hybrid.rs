@@ -144,7 +144,7 @@ impl Hybrids {
             let n = &self.nfs[*i];
             let ns = n.netns.as_deref();
             let candidate = Firewall::new(fw.clone());
-            let mut taken = ferry_testbed::in_netns(ns, || candidate.tables_taken())??;
+            let mut taken = ferry_sys::in_netns(ns, || candidate.tables_taken())??;
             if let Some((_, _, applied)) = self.nft.0.iter().find(|(name, _, _)| *name == n.name) {
                 taken.retain(|t| !applied.tables().contains(t));
             }
@@ -157,7 +157,7 @@ impl Hybrids {
                     // Replaces the tables it applied before, in one
                     // transaction; no ruleset now removes them.
                     applied.set_spec(fw);
-                    ferry_testbed::in_netns(ns.as_deref(), || applied.apply_nftables())?
+                    ferry_sys::in_netns(ns.as_deref(), || applied.apply_nftables())?
                         .with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
                 }
                 None if fw.nftables.is_some() => {
@@ -212,10 +212,9 @@ fn fast_path(kind: &str) -> Result<EvNf> {
 fn kernel_half(n: &Member, fw: FirewallSpec) -> Result<Firewall> {
     let mut fw = Firewall::new(fw);
     let ns = n.netns.as_deref();
-    let taken = ferry_testbed::in_netns(ns, || fw.tables_taken())??;
+    let taken = ferry_sys::in_netns(ns, || fw.tables_taken())??;
     refuse_taken(&n.name, ns, &taken)?;
-    ferry_testbed::in_netns(ns, || fw.apply_nftables())?
-        .with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
+    ferry_sys::in_netns(ns, || fw.apply_nftables())?.with_context(|| format!("NF {}: its nftables ruleset", n.name))?;
     Ok(fw)
 }
 
@@ -282,14 +281,14 @@ fn attach(evnf: &mut Evnf, chain: u32, elements: (&[Element], &[EvNf], Option<u3
     let (before, path, then) = elements;
     evnf.deploy(chain, ifindex, before, path, then)
         .with_context(|| format!("deploying {path:?} for port {}", p.name))?;
-    ferry_testbed::in_netns(p.netns.as_deref(), || evnf.attach(ifindex, attach_mode(p)))?
+    ferry_sys::in_netns(p.netns.as_deref(), || evnf.attach(ifindex, attach_mode(p)))?
         .with_context(|| format!("attaching the hybrid path {path:?} to {} ({})", p.netdev, p.name))
 }
 
 impl Drop for KernelHalves {
     fn drop(&mut self) {
         for (_, ns, fw) in &mut self.0 {
-            let _ = ferry_testbed::in_netns(ns.as_deref(), || fw.remove_nft_tables());
+            let _ = ferry_sys::in_netns(ns.as_deref(), || fw.remove_nft_tables());
         }
     }
 }

@@ -41,12 +41,12 @@ pub fn link_number(ns: Option<&str>, dev: &str, key: &str) -> Result<u32> {
 /// The ifindex of device `dev` as namespace `ns` sees it.
 pub fn ifindex_in(ns: Option<&str>, dev: &str) -> Result<u32> {
     let name = dev.to_string();
-    ferry_testbed::in_netns(ns, move || ferry_xsk::ifindex(&name))?
+    ferry_sys::in_netns(ns, move || ferry_xsk::ifindex(&name))?
         .ok_or_else(|| anyhow!("no device {dev:?} in namespace {}", ns.unwrap_or("(root)")))
 }
 
 /// Writes `value` to the sysctl `/proc/sys/{key}` as namespace `ns` sees it.
 pub fn sysctl(ns: Option<&str>, key: &str, value: &str) -> Result<()> {
     let path = format!("/proc/sys/{key}");
-    ferry_testbed::in_netns(ns, || std::fs::write(&path, value))?.with_context(|| format!("writing {value} to {path}"))
+    ferry_sys::in_netns(ns, || std::fs::write(&path, value))?.with_context(|| format!("writing {value} to {path}"))
 }

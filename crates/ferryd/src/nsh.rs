@@ -53,7 +53,7 @@ fn mode(m: XdpMode) -> AttachMode {
 /// The MAC of `dev` in `ns`.
 pub fn mac_of(ns: Option<&str>, dev: &str) -> Result<[u8; 6]> {
     let mac = link_word(ns, dev, "link/ether")?;
-    Ok(mac.parse::<ferry_testbed::MacAddr>().map_err(|e| anyhow!("{dev}: {e}"))?.0)
+    Ok(mac.parse::<ferry_wire::MacAddr>().map_err(|e| anyhow!("{dev}: {e}"))?.0)
 }
 
 impl Fabric {
@@ -71,7 +71,7 @@ impl Fabric {
             FabricEncap::Ethernet => NshRole::Fabric { gpe: None },
         };
         sff.set_role(ifindex, role)?;
-        ferry_testbed::in_netns(ns, || -> Result<()> {
+        ferry_sys::in_netns(ns, || -> Result<()> {
             sff.set_dev(FABRIC_SLOT, ifindex)?;
             sff.attach(ifindex, mode)?;
             Ok(())
@@ -110,7 +110,7 @@ impl Fabric {
             }
         };
         let ns = self.host.netns.clone();
-        let set = ferry_testbed::in_netns(ns.as_deref(), || self.sff.set_dev(slot, ifindex));
+        let set = ferry_sys::in_netns(ns.as_deref(), || self.sff.set_dev(slot, ifindex));
         if !matches!(set, Ok(Ok(()))) {
             self.free_slots.push(slot);
         }
@@ -216,13 +216,13 @@ impl NshInstall {
                     if let Some(other) = &f.classifying {
                         bail!("chain {other:?} classifies on host {:?} already (one classifier per host)", f.host.name);
                     }
-                    let rule: ferry_nf::classify::Rule = "out=0".parse().map_err(|e| anyhow!("{e}"))?;
+                    let rule: ferry_wire::classify::Rule = "out=0".parse().map_err(|e| anyhow!("{e}"))?;
                     f.sff.set_classifier(&[rule], &[part.spi])?;
                     let ifindex = ifindex_in(ns, dev)?;
                     f.sff.set_role(ifindex, NshRole::Classify)?;
                     self.roles.push(ifindex);
                     let (m, sff) = (f.mode, &mut f.sff);
-                    let a = ferry_testbed::in_netns(ns, || sff.attach_one(ifindex, m))??;
+                    let a = ferry_sys::in_netns(ns, || sff.attach_one(ifindex, m))??;
                     self.attached.push(a);
                     f.classifying = Some(chain.to_string());
                     self.classifies = true;
@@ -233,7 +233,7 @@ impl NshInstall {
                     self.roles.push(ifindex);
                     let (m, sff) = (f.mode, &mut f.sff);
                     // The device goes with the chain, and the program with it.
-                    ferry_testbed::in_netns(ns, || sff.attach(ifindex, m))??;
+                    ferry_sys::in_netns(ns, || sff.attach(ifindex, m))??;
                 }
                 HopRole::Forward { to } => {
                     let next = peers.iter().find(|p| &p.name == to).ok_or_else(|| anyhow!("no host {to:?}"))?;

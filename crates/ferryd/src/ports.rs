@@ -113,14 +113,14 @@ impl Port {
             None if pin.is_some() => {
                 let dir = pin.expect("just checked");
                 let prog =
-                    ferry_testbed::in_netns(ns, || PinnedRedirect::attach(device, mode, dir, plan.unowned_to_kernel))?
+                    ferry_sys::in_netns(ns, || PinnedRedirect::attach(device, mode, dir, plan.unowned_to_kernel))?
                         .with_context(|| {
                             format!("attaching XDP to {} ({}), pinned in {}", plan.netdev, plan.name, dir.display())
                         })?;
                 Some(Steering::Pinned(prog))
             }
             None => {
-                let prog = ferry_testbed::in_netns(ns, || {
+                let prog = ferry_sys::in_netns(ns, || {
                     let mut prog = LoadedXdp::load(Object::XskRedirect, "ferry_xsk_redirect")?;
                     prog.set_unowned_queues(plan.unowned_to_kernel)?;
                     prog.attach_to(device, mode)?;
@@ -201,7 +201,7 @@ impl Port {
             SocketConfig { rings: self.plan.rings.sizes(), bind: BindMode::Auto, need_wakeup: true, busy_poll: None };
         let ns = self.plan.netns.clone();
         let (ifindex, umem) = (self.ifindex, umem.clone());
-        let sock = ferry_testbed::in_netns(ns.as_deref(), move || XskSocket::create(umem, ifindex, queue, &cfg, None))?
+        let sock = ferry_sys::in_netns(ns.as_deref(), move || XskSocket::create(umem, ifindex, queue, &cfg, None))?
             .with_context(|| format!("AF_XDP socket on {} queue {queue}", self.plan.netdev))?;
         match &mut self.xdp {
             Some(Steering::Redirect(xdp)) => {
@@ -258,7 +258,7 @@ pub fn attach_mode(p: &PortPlan) -> AttachMode {
 /// program of its own, so the port's verdicts (the pipeline's) count each
 /// frame once.
 fn send_end_redirect(plan: &PortPlan, dev: &LoopDevice, device: u32, mode: AttachMode) -> Result<LoadedXdp> {
-    ferry_testbed::in_netns(plan.netns.as_deref(), || -> Result<LoadedXdp> {
+    ferry_sys::in_netns(plan.netns.as_deref(), || -> Result<LoadedXdp> {
         let mut prog = LoadedXdp::attach(Object::Redirect, "ferry_redirect", dev.send_ifindex, mode)?;
         prog.set_redirect_target(device)?;
         Ok(prog)

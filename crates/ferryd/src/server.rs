@@ -411,7 +411,7 @@ impl Daemon {
     /// kernel hops are another chain's is refused.
     pub fn deploy(&self, file: &Path) -> Result<ChainSummary> {
         let _changing = self.changes.lock().expect("changes lock");
-        let (text, origin) = ferry_testbed::yamlloc::read_file(file)?;
+        let (text, origin) = ferry_config::read_file(file)?;
         let (spec, placement) = ferry_place::load_str(&text, &origin)?;
         if !spec.hosts.is_empty() {
             bail!(
@@ -442,7 +442,7 @@ impl Daemon {
         }
         let mut by_host = std::collections::HashMap::new();
         for (h, mac) in macs {
-            let mac = mac.parse::<ferry_testbed::MacAddr>().map_err(|e| anyhow!("host {h}: {e}"))?;
+            let mac = mac.parse::<ferry_wire::MacAddr>().map_err(|e| anyhow!("host {h}: {e}"))?;
             by_host.insert(h.clone(), mac.0);
         }
         let fabric = self.fabric(&part.host)?;
@@ -580,7 +580,7 @@ impl Daemon {
         let spec = ferry_catalog::parse_chain_str(text, origin)?;
         let me = spec.hosts.iter().find(|h| h.name == host).ok_or_else(|| anyhow!("{origin}: no host {host:?}"))?;
         let mac = crate::nsh::mac_of(me.netns.as_deref(), &me.fabric.dev)?;
-        Ok(Msg::FabricReply { host: host.to_string(), mac: ferry_testbed::MacAddr(mac).to_string() })
+        Ok(Msg::FabricReply { host: host.to_string(), mac: ferry_wire::MacAddr(mac).to_string() })
     }
 
     fn deploy_placed(

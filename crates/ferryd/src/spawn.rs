@@ -87,9 +87,7 @@ pub fn spawn_nf(
                 return Err(std::io::Error::last_os_error());
             }
             if let Some(set) = &cpus {
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                set.apply_to(0)?;
             }
             Ok(())
         });
@@ -101,19 +99,9 @@ pub fn spawn_nf(
 const MAX_LOG: u64 = 8 << 20;
 
 /// The affinity mask of `cpus:` (None: any CPU).
-fn cpu_set(cpus: &[u32]) -> Option<libc::cpu_set_t> {
-    if cpus.is_empty() {
-        return None;
-    }
-    // SAFETY: cpu_set_t is plain data; CPU_SET takes numbers below its
-    // size, which the chain parser checks (spec::MAX_CPU).
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            libc::CPU_SET(c as usize, &mut set);
-        }
-        Some(set)
-    }
+fn cpu_set(cpus: &[u32]) -> Option<ferry_sys::CpuSet> {
+    // The chain parser keeps numbers below CPU_SETSIZE (spec::MAX_CPU).
+    (!cpus.is_empty()).then(|| ferry_sys::CpuSet::of(cpus.iter().map(|c| *c as usize)))
 }
 
 /// CPUs named in `cpus:` that this machine does not have online.

@@ -19,8 +19,8 @@ impl Tap {
         let ns = spec.netns.as_deref();
         let dev = spec.dev.clone();
         // The device is created in the namespace /dev/net/tun was opened in.
-        let fd = ferry_testbed::in_netns(ns, move || open_tap(&dev))?
-            .with_context(|| format!("creating TAP {}", spec.dev))?;
+        let fd =
+            ferry_sys::in_netns(ns, move || open_tap(&dev))?.with_context(|| format!("creating TAP {}", spec.dev))?;
         for a in &spec.addrs {
             ip(ns, &["addr", "add", a, "dev", &spec.dev])?;
         }

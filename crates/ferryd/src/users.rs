@@ -13,7 +13,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ferry_chain::plan::ChainPlan;
-pub use ferry_testbed::lookup_user;
+pub use ferry_sys::lookup_user;
 
 /// Where leases live: root's alone.
 pub const LEASE_DIR: &str = "/run/ferry/uids";

@@ -204,14 +204,6 @@ struct Done {
     aborts: u64,
 }
 
-/// CLOCK_MONOTONIC in nanoseconds.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Runs `nf` live on `th` until ferryd stops the NF: init, packets, exit.
 /// Publishes [`counter_names`] counters on `th`: declare
 /// `counter_names(workers, names)` at connect, with `names` the ones
@@ -247,7 +239,7 @@ pub fn run_live_until<N: ParallelNf>(
     let mut chain = ChainThread::new(config, &nf_counters);
     let init = run_alone(stm, &config.run, |ctx| nf.init(ctx))?;
     chain.emit_all(th, init);
-    chain.publish(th, monotonic_ns(), true);
+    chain.publish(th, ferry_sys::monotonic_ns(), true);
     let reports = thread::scope(|scope| {
         let (done_tx, done_rx) = sync_channel::<Done>(workers * (config.queued_batches + 2));
         let mut handles = Vec::with_capacity(workers);
@@ -270,7 +262,7 @@ pub fn run_live_until<N: ParallelNf>(
     let exit = run_alone(stm, &config.run, |ctx| nf.exit(ctx))?;
     chain.emit_all(th, exit);
     th.flush();
-    chain.publish(th, monotonic_ns(), true);
+    chain.publish(th, ferry_sys::monotonic_ns(), true);
     Ok(LiveReport { counters: chain.counters, nf_counters: nf.named_counters(), workers })
 }
 
@@ -404,7 +396,7 @@ impl<'c> ChainThread<'c> {
                 return;
             }
             // One clock read per loop for the ticks and the counters.
-            let now_ns = monotonic_ns();
+            let now_ns = ferry_sys::monotonic_ns();
             self.ticks(now_ns);
             self.publish(th, now_ns, false);
             if !clear {
@@ -423,7 +415,7 @@ impl<'c> ChainThread<'c> {
                 return;
             }
             if !burst.is_empty() {
-                self.dispatch(th, &mut burst, monotonic_ns());
+                self.dispatch(th, &mut burst, ferry_sys::monotonic_ns());
             }
         }
     }
@@ -496,7 +488,7 @@ impl<'c> ChainThread<'c> {
     /// Offers `work` to worker `w`'s queue; holds it if the queue is full.
     fn try_send(&mut self, w: usize, work: Work) {
         match self.inputs[w].try_send(work) {
-            Ok(()) => self.last_sent_ns[w] = monotonic_ns(),
+            Ok(()) => self.last_sent_ns[w] = ferry_sys::monotonic_ns(),
             Err(TrySendError::Full(work)) => self.held[w].push_back(work),
             Err(TrySendError::Disconnected(_)) => self.dead = true,
         }
@@ -508,7 +500,7 @@ impl<'c> ChainThread<'c> {
         for w in 0..self.held.len() {
             while let Some(work) = self.held[w].pop_front() {
                 match self.inputs[w].try_send(work) {
-                    Ok(()) => self.last_sent_ns[w] = monotonic_ns(),
+                    Ok(()) => self.last_sent_ns[w] = ferry_sys::monotonic_ns(),
                     Err(TrySendError::Full(work)) => {
                         self.held[w].push_front(work);
                         clear = false;

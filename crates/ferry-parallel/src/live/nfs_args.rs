@@ -72,7 +72,6 @@ use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 
 use ferry_nf::model::{Element, Offload};
-use ferry_wire::MacAddr;
 
 use super::registry::{bad_value, ArgError, NfArgs, NfEnv, NfSetup, RegisteredNf};
 use crate::nfs::anti_ddos::{AntiDdos, AntiDdosConfig, AntiDdosCounters};
@@ -100,7 +99,7 @@ pub const POLICER_KEYS: &[&str] = &["rate", "burst", "sets", "wan_port", "lan_po
 pub const ANTI_DDOS_KEYS: &[&str] = &["in_port", "out_port", "threshold", "min_flows", "idle_ms", "staleness_us"];
 
 /// Maglev's default balancer MAC.
-pub const DEFAULT_MAGLEV_MAC: MacAddr = [0x02, 0, 0, 0, 0, 0xfe];
+pub const DEFAULT_MAGLEV_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
 /// The policer's default rate (bytes per second: 100 Mbit/s) and burst
 /// (bytes: 10 ms at that rate).
 pub const DEFAULT_POLICER_RATE: u64 = 12_500_000;
@@ -111,18 +110,9 @@ pub fn default_maglev_backends() -> Vec<Backend> {
     (0..4u8).map(|i| Backend { name: format!("backend-{i}"), port: 0, mac: [0x02, 0xbe, 0, 0, 0, i] }).collect()
 }
 
-/// `aa:bb:cc:dd:ee:ff` (hex digits, either case).
-pub fn parse_mac(s: &str) -> Option<MacAddr> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.split(':');
-    for byte in &mut mac {
-        let part = parts.next()?;
-        if part.is_empty() || part.len() > 2 {
-            return None;
-        }
-        *byte = u8::from_str_radix(part, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
+/// A MAC address's bytes, from ferry-wire's one text form.
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    s.parse::<ferry_wire::MacAddr>().ok().map(|m| m.0)
 }
 
 /// `lo-hi` (or one port `p`), with `lo <= hi`.

@@ -27,7 +27,7 @@
 //! no state: they only keep a flow's frames in order.
 
 use ferry_wire::ethernet::is_multicast_mac;
-use ferry_wire::{EthernetFrame, MacAddr};
+use ferry_wire::EthernetFrame;
 
 use crate::ds::{Allocator, AllocatorConfig, DefaultBucketHash, DsError, Map, Statistics, Vector};
 use crate::packet_set::{Field, PacketSetDef, PortRule};
@@ -176,9 +176,9 @@ struct Station {
 /// The bridge: its configuration and its address table.
 pub struct Bridge {
     config: BridgeConfig,
-    stations: Map<MacAddr, Station>,
+    stations: Map<[u8; 6], Station>,
     /// Entry index → address, to remove reclaimed entries from `stations`.
-    addresses: Vector<Option<MacAddr>>,
+    addresses: Vector<Option<[u8; 6]>>,
     /// Leases on entry indices: the entries' ages.
     ages: Allocator,
     counters: Statistics<BridgeCounters>,
@@ -228,9 +228,9 @@ impl Bridge {
     /// The entries live at `now_ns` (address, port), sorted, outside any
     /// transaction; checked for consistency first: every table entry holds
     /// a leased index that maps back to its address, and vice versa.
-    pub fn audit(&mut self, stm: &Stm, now_ns: u64) -> Result<Vec<(MacAddr, u16)>, String> {
+    pub fn audit(&mut self, stm: &Stm, now_ns: u64) -> Result<Vec<([u8; 6], u16)>, String> {
         let entries = self.stations.entries_mut();
-        let addresses: Vec<Option<MacAddr>> = (0..self.addresses.len()).map(|i| *self.addresses.get_mut(i)).collect();
+        let addresses: Vec<Option<[u8; 6]>> = (0..self.addresses.len()).map(|i| *self.addresses.get_mut(i)).collect();
         let leased: u32 = self.ages.lease_counts_mut().iter().sum();
         if leased as usize != entries.len() {
             return Err(format!("{leased} leased entries, {} table entries", entries.len()));
@@ -301,7 +301,7 @@ impl Bridge {
     }
 
     /// The entry of `mac` if its lease has not expired.
-    fn live_station<'a>(&'a self, tx: &mut Tx<'a>, mac: &MacAddr) -> Result<Option<Station>, Abort> {
+    fn live_station<'a>(&'a self, tx: &mut Tx<'a>, mac: &[u8; 6]) -> Result<Option<Station>, Abort> {
         let Some(station) = self.stations.get(tx, mac)? else { return Ok(None) };
         let now = tx.now_ns();
         let live = self.ages.lease_expiry(tx, station.index)?.is_some_and(|at| at > now);
@@ -309,7 +309,7 @@ impl Bridge {
     }
 
     /// Learns (or refreshes, or moves) `mac` on `port`.
-    fn learn<'a>(&'a self, tx: &mut Tx<'a>, mac: MacAddr, port: u16, tally: &mut BridgeCounters) -> Result<(), Abort> {
+    fn learn<'a>(&'a self, tx: &mut Tx<'a>, mac: [u8; 6], port: u16, tally: &mut BridgeCounters) -> Result<(), Abort> {
         if let Some(station) = self.stations.get(tx, &mac)? {
             // `refresh` renews only a live entry.
             if self.ages.refresh(tx, station.index)? {
@@ -343,7 +343,7 @@ impl Bridge {
         Ok(())
     }
 
-    fn forget<'a>(&'a self, tx: &mut Tx<'a>, index: u32, mac: MacAddr) -> Result<(), Abort> {
+    fn forget<'a>(&'a self, tx: &mut Tx<'a>, index: u32, mac: [u8; 6]) -> Result<(), Abort> {
         self.addresses.write(tx, index as usize, None)?;
         self.stations.remove(tx, &mac)?;
         Ok(())

@@ -65,7 +65,7 @@
 
 use std::net::Ipv4Addr;
 
-use ferry_wire::{five_tuple, EthernetFrame, L4Proto, MacAddr};
+use ferry_wire::{five_tuple, EthernetFrame, L4Proto};
 
 use crate::ds::{DsError, Statistics, Vector};
 use crate::packet_set::{Field, PacketSetDef, PacketSetError, PortRule};
@@ -94,7 +94,7 @@ pub struct Backend {
     /// The port its frames leave through.
     pub port: u16,
     /// Its MAC address, written as the frames' destination.
-    pub mac: MacAddr,
+    pub mac: [u8; 6],
 }
 
 /// A health-check result: from `at_ns` (packet time) on, the backend named
@@ -115,7 +115,7 @@ pub struct MaglevConfig {
     /// The port clients' packets arrive on.
     pub client_port: u16,
     /// The balancer's MAC, written as the forwarded frames' source.
-    pub mac: MacAddr,
+    pub mac: [u8; 6],
     /// All backends, up at start. Their order is part of the table's
     /// definition (see the module docs).
     pub backends: Vec<Backend>,
@@ -131,7 +131,7 @@ pub struct MaglevConfig {
 impl MaglevConfig {
     /// A configuration with the default table size and timeout, client port
     /// 0 and no health events.
-    pub fn new(vip: Ipv4Addr, mac: MacAddr, backends: Vec<Backend>) -> MaglevConfig {
+    pub fn new(vip: Ipv4Addr, mac: [u8; 6], backends: Vec<Backend>) -> MaglevConfig {
         MaglevConfig {
             vip,
             client_port: 0,

@@ -188,19 +188,10 @@ fn arithmetic(batches: &[Vec<BatchItem>], rounds: u32, seed: u64, report: &mut C
 /// another sits idle. Best effort: left unpinned if the kernel refuses.
 fn pin_to_cpu(index: usize) {
     #[cfg(not(loom))]
-    {
-        // SAFETY: cpu_set_t is plain data, zeroed is an empty set, and both
-        // calls only read or write the set we pass with its size.
-        unsafe {
-            let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) != 0 {
-                return;
-            }
-            let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|c| libc::CPU_ISSET(*c, &allowed)).collect();
-            let Some(cpu) = cpus.get(index % cpus.len().max(1)) else { return };
-            let mut one: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(*cpu, &mut one);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+    if let Ok(allowed) = ferry_sys::CpuSet::allowed() {
+        let cpus = allowed.cpus();
+        if let Some(cpu) = cpus.get(index % cpus.len().max(1)) {
+            let _ = ferry_sys::pin_thread(*cpu);
         }
     }
     #[cfg(loom)]

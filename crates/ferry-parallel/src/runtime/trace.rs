@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread::{self, ScopedJoinHandle};
 use std::time::Duration;
 
-use ferry_traffic::rss::RSS_TABLE_SIZE;
+use ferry_wire::rss::RSS_TABLE_SIZE;
 
 use super::batch::{BatchItem, OutputMode, PeriodicTimer, WorkerLoop, WorkerReport};
 use super::nf::{Ctx, OutputBuffer, OutputPacket, Packet, ParallelNf};

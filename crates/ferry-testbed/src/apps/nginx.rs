@@ -163,7 +163,10 @@ impl Nginx {
         let logs: Vec<PathBuf> = vec![dir.join("stderr.log"), error_log];
         proc.wait_ready(&app, "answering GET / on its address", &logs, || {
             listens(pid, listen)
-                && crate::in_netns(Some(&real_ns), || probe(target, name)).ok().and_then(Result::ok).unwrap_or(false)
+                && ferry_sys::in_netns(Some(&real_ns), || probe(target, name))
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or(false)
         })?;
         Ok(Nginx { name: name.to_string(), listen, proc, dir })
     }

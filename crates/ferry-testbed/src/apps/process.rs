@@ -98,20 +98,8 @@ pub(crate) fn render(cmd: &Command) -> String {
 pub(crate) fn check_cpu(app: &str, cpu: Option<usize>) -> Result<(), AppError> {
     let Some(cpu) = cpu else { return Ok(()) };
     let bad = |message: String| AppError::InvalidOptions { app: app.to_string(), message };
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(bad(format!("cpu {cpu} is out of range")));
-    }
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pointer and size describe `set`.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return Err(bad(format!("sched_getaffinity: {}", std::io::Error::last_os_error())));
-    }
-    // SAFETY: cpu < CPU_SETSIZE, checked above.
-    if !unsafe { libc::CPU_ISSET(cpu, &set) } {
-        let allowed: Vec<usize> =
-            // SAFETY: as above.
-            (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
+    let allowed = ferry_sys::CpuSet::allowed().map_err(|e| bad(format!("sched_getaffinity: {e}")))?.cpus();
+    if !allowed.contains(&cpu) {
         return Err(bad(format!("cpu {cpu} is not available (allowed: {allowed:?})")));
     }
     Ok(())
@@ -121,12 +109,7 @@ pub(crate) fn check_cpu(app: &str, cpu: Option<usize>) -> Result<(), AppError> {
 /// to `cpu` and optionally kills it when the spawning thread exits.
 /// `cpu` must have passed [`check_cpu`].
 pub(crate) fn configure(cmd: &mut Command, cpu: Option<usize>, die_with_parent: bool) {
-    let set = cpu.map(|c| {
-        // SAFETY: a zeroed cpu_set_t is an empty set; c < CPU_SETSIZE.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        unsafe { libc::CPU_SET(c, &mut set) };
-        set
-    });
+    let set = cpu.map(|c| ferry_sys::CpuSet::of([c]));
     // SAFETY: setpgid, prctl and sched_setaffinity are async-signal-safe
     // system calls; the closure allocates nothing and touches no locks.
     unsafe {
@@ -138,9 +121,7 @@ pub(crate) fn configure(cmd: &mut Command, cpu: Option<usize>, die_with_parent: 
                 return Err(std::io::Error::last_os_error());
             }
             if let Some(set) = &set {
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                set.apply_to(0)?;
             }
             Ok(())
         });

@@ -1,11 +1,10 @@
 //! The Maglev NF: its table (balance, minimal disruption), connection
 //! affinity, health changes, drops; and equivalence of 1 and 2 workers.
-#![cfg(not(loom))]
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-use ferry_parallel::equivalence::{assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, TraceSpec};
+use ferry_equivalence::equivalence::{assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, TraceSpec};
 use ferry_parallel::nfs::maglev::{
     flow_hash, Backend, HealthEvent, LookupTable, Maglev, MaglevConfig, MaglevCounters, MaglevError, Permutation,
     DEFAULT_TABLE_SIZE,

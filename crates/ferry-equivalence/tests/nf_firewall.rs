@@ -2,12 +2,11 @@
 //! everything else blocked; idle timeouts exact even mid-batch; bad
 //! frames; equivalence of 1 and 2 workers; and 4 workers checked against
 //! a sequential model of the rules, packet by packet.
-#![cfg(not(loom))]
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 
-use ferry_parallel::equivalence::{assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, TraceSpec};
+use ferry_equivalence::equivalence::{assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, TraceSpec};
 use ferry_parallel::nfs::firewall::{
     Firewall, FirewallConfig, FirewallCounters, FirewallError, EXTERNAL_PORT, INTERNAL_PORT,
 };

@@ -25,16 +25,13 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 
-use ferry_wire::ethernet::EthernetFrame;
-use ferry_wire::ipv4::ip_proto;
+use crate::ethernet::EthernetFrame;
+use crate::ipv4::ip_proto;
 
 /// Rules a table holds: the XDP classifier's bounded loop.
 pub const MAX_RULES: usize = 64;
 /// Tenant entries one classifier feeds (the `out` of a rule is below it).
 pub const MAX_OUTS: usize = 64;
-/// The counters of the `tenant-router` NF, which runs a [`Table`]: frames
-/// per decision.
-pub const ROUTER_COUNTERS: [&str; 3] = ["classified", "unmatched", "drop_malformed"];
 /// The largest VLAN id (4095 is reserved, but seen on the wire).
 pub const MAX_VLAN: u16 = 4095;
 
@@ -209,7 +206,7 @@ impl Table {
     }
 
     pub fn decide(&self, frame: &[u8]) -> Decision {
-        let Ok(flow) = ferry_wire::flow::parse(frame) else {
+        let Ok(flow) = crate::flow::parse(frame) else {
             return Decision::Malformed;
         };
         // The flow parser checked the Ethernet header (and its one tag).
@@ -232,7 +229,7 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
+    use crate::{build_frame, FiveTuple, FrameSpec, L4Proto};
 
     fn table(rules: &[&str]) -> Table {
         Table::parse(rules).unwrap()

@@ -7,14 +7,14 @@ use std::time::Duration;
 use ferry_traffic::Ipv4Range;
 
 use crate::equivalence::{generate_trace, TraceSpec};
-use crate::heap::{self, HeapMark, HeapUse};
-use crate::live::registry::{self, NfArgs, NfEnv, NfSetup, NfVisitor};
-use crate::profiler::{Profile, Profiler, RootCause};
-use crate::runtime::{
+use ferry_parallel::heap::{self, HeapMark, HeapUse};
+use ferry_parallel::live::registry::{self, NfArgs, NfEnv, NfSetup, NfVisitor};
+use ferry_parallel::profiler::{Profile, Profiler, RootCause};
+use ferry_parallel::runtime::{
     run_control_presplit, run_trace_lockstep, run_trace_presplit, ControlWork, OutputMode, Packet, ParallelNf,
     TraceConfig, TraceReport,
 };
-use crate::stm::Stm;
+use ferry_parallel::stm::Stm;
 
 /// The Maglev workload's virtual address.
 pub const MAGLEV_VIP: &str = "198.18.0.1";
@@ -67,7 +67,7 @@ pub struct NamedRun {
     pub profile: Profile,
     /// Heap bytes building the engine and the NF took (its shared
     /// structures, with their per-worker parts), when the binary counts
-    /// heap bytes ([`crate::heap`]).
+    /// heap bytes ([`ferry_parallel::heap`]).
     pub build_heap: Option<HeapUse>,
 }
 

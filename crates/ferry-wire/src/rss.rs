@@ -8,9 +8,9 @@
 //! at boot unless set with `ethtool -X ... hkey`), so predictions hold only
 //! when the device under test is configured with that key. Tests in the
 //! testbed can set it with ethtool, or use the queue split of
-//! [`crate::FlowSchedule::for_queue`] instead, which needs no NIC help.
+//! ferry-traffic's `FlowSchedule::for_queue` instead, which needs no NIC help.
 
-use ferry_wire::{FiveTuple, L4Proto};
+use crate::{FiveTuple, L4Proto};
 
 /// The Microsoft RSS verification key.
 pub const DEFAULT_RSS_KEY: [u8; 40] = [

@@ -1,12 +1,11 @@
 //! The anti-DDoS NF (NFOS Listing 2): detection of a flood of one-packet
 //! flows, what is dropped while it lasts, the monitoring window, counter
 //! staleness; and what 2 workers give compared with 1.
-#![cfg(not(loom))]
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-use ferry_parallel::equivalence::{assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, TraceSpec};
+use ferry_equivalence::equivalence::{assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, TraceSpec};
 use ferry_parallel::nfs::anti_ddos::{AntiDdos, AntiDdosConfig, AntiDdosCounters, AntiDdosError, FlowCounts};
 use ferry_parallel::runtime::{run_trace, Packet, TraceConfig, TraceReport};
 use ferry_parallel::stm::Stm;

@@ -43,8 +43,8 @@ use ferry_wire::{
     WireError, STAMP_LEN,
 };
 
-use crate::runtime::{run_trace, OutputPacket, Packet, ParallelNf, RuntimeError, TraceConfig, TraceReport};
-use crate::stm::{Stm, TxStats};
+use ferry_parallel::runtime::{run_trace, OutputPacket, Packet, ParallelNf, RuntimeError, TraceConfig, TraceReport};
+use ferry_parallel::stm::{Stm, TxStats};
 
 /// Receive port of the internal network in generated traces.
 pub const INTERNAL_PORT: u16 = 0;
@@ -710,7 +710,7 @@ fn percent(seed: u64, salt: Salt, n: u64) -> u32 {
     ((z ^ (z >> 31)) % 100) as u32
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use ferry_wire::verify_checksums;

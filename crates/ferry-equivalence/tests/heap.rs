@@ -1,11 +1,10 @@
 //! Memory per core: with the counting allocator installed, a benchmark
 //! run reports the heap building the NF took and each worker's growth
 //! over its packets, and the figures cover what the NF and runtime hold.
-#![cfg(not(loom))]
 
+use ferry_equivalence::workloads::{run_named, workload};
 use ferry_parallel::heap::{self, CountingAlloc};
 use ferry_parallel::packet_set::SetKey;
-use ferry_parallel::workloads::{run_named, workload};
 
 #[global_allocator]
 static ALLOCATOR: CountingAlloc = CountingAlloc;

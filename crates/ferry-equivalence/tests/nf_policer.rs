@@ -1,11 +1,10 @@
 //! The policer NF: the rate over simulated time, both packet-set choices,
 //! drops; and what 2 workers give compared with 1.
-#![cfg(not(loom))]
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-use ferry_parallel::equivalence::{
+use ferry_equivalence::equivalence::{
     assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, EquivalenceReport, FlowTuple, TraceSpec,
 };
 use ferry_parallel::nfs::policer::{Policer, PolicerConfig, PolicerCounters, PolicerError, PolicerSets};

@@ -7,7 +7,7 @@
 //! is a lockstep run (`profile_named_lockstep`), whose aborts are the same
 //! on every machine under any load.
 
-use ferry_parallel::workloads::{profile_named_lockstep, workload, CaseStudy, CASE_STUDIES};
+use ferry_equivalence::workloads::{profile_named_lockstep, workload, CaseStudy, CASE_STUDIES};
 
 const PACKETS: usize = 60_000;
 const ENOUGH_ABORTS: u64 = 20;

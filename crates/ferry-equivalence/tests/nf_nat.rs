@@ -1,12 +1,11 @@
 //! The NAT: mapping and filtering behaviour (RFC 4787), leases (expiry,
 //! refresh interval), checksums, bad frames; equivalence of 1 and 2
 //! workers; and scarce ports fought over by many flows on 4 workers.
-#![cfg(not(loom))]
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-use ferry_parallel::equivalence::{
+use ferry_equivalence::equivalence::{
     assert_equivalent, generate_trace, EquivalenceCheck, EquivalenceReport, FlowOutputs, GeneratedTrace, RunRecord,
     RunSummary, TraceSpec,
 };

@@ -1,0 +1,20 @@
+//! Ferry's OS plumbing, written once for every layer above it.
+//!
+//! - [`netns`]: running code inside a named network namespace.
+//! - [`users`]: accounts by name.
+//! - [`affinity`]: CPU sets, for threads and for children between fork and
+//!   exec.
+//! - [`clock`]: the monotonic clock BPF programs stamp with.
+//!
+//! Nothing here knows about chains or NFs; the crates above call these
+//! instead of `libc` directly.
+
+pub mod affinity;
+pub mod clock;
+pub mod netns;
+pub mod users;
+
+pub use affinity::{pin_thread, CpuSet};
+pub use clock::monotonic_ns;
+pub use netns::in_netns;
+pub use users::lookup_user;
