@@ -37,6 +37,7 @@ demo: build
 	$(FERRY_RELEASE) demo
 
 lint: deps
+	.ci/check-layers
 	$(CARGO) fmt --all -- --check
 	clang-format --dry-run -Werror bpf/*.c bpf/include/*.h
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

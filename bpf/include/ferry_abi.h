@@ -2,7 +2,7 @@
 /*
  * Layouts shared between Ferry's BPF programs and user space.
  *
- * This header is the single definition; crates/ferry-bpf/src/abi.rs mirrors
+ * This header is the single definition; crates/base/ferry-bpf/src/abi.rs mirrors
  * it with #[repr(C)] types and the same static size checks, so a change here
  * that is not mirrored fails the Rust build.
  */
@@ -78,7 +78,7 @@ _Static_assert(sizeof(struct ferry_gen_state) == 24, "ferry_gen_state layout");
 /*
  * The run-time programmable stage pipeline (bpf/pipeline.bpf.c): P4SFC's
  * dynamic data plane on XDP. Every struct is mirrored in
- * crates/ferry-bpf/src/pipeline.rs with compile-time size checks.
+ * crates/base/ferry-bpf/src/pipeline.rs with compile-time size checks.
  */
 #define FERRY_PL_STAGES 4
 /* next_stage value: the chain ends here (a forward element decides first). */
@@ -397,7 +397,7 @@ struct ferry_pl_state {
  * the stage pipeline like any other, chained by its stage tables. The
  * numbers below are their rows in ferry_ev_stats (their NF ids in the
  * stage tables are these + 0xffffff00, EvNf::id). Mirrored in
- * crates/ferry-bpf/src/evnf.rs.
+ * crates/base/ferry-bpf/src/evnf.rs.
  */
 #define FERRY_EV_FW 0
 #define FERRY_EV_LB 1

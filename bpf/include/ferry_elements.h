@@ -124,7 +124,7 @@ __attribute__((noinline)) int ferry_el_acl(__u32 config, struct ferry_pl_fields 
 
 	if (!f)
 		return XDP_ABORTED;
-	/* The firewall NF's decision table (crates/ferry-nf/src/firewall.rs):
+	/* The firewall NF's decision table (crates/runtime/ferry-nf/src/firewall.rs):
 	 * the rules speak of IPv4, so other frames pass; a later fragment has
 	 * no ports to match and passing it would let a denied flow through
 	 * in pieces. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
 /*
  * The hybrid NFs' tables (eFW, eLB, eDPI, eNAT) and their counters, in the
- * stage pipeline's object. Their control planes (crates/ferry-evnf) hold
+ * stage pipeline's object. Their control planes (crates/runtime/ferry-evnf) hold
  * these maps by fd; the layouts are in ferry_abi.h.
  */
 #ifndef FERRY_HYBRID_MAPS_H

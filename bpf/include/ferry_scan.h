@@ -6,7 +6,7 @@
  * the frame once (bpf_xdp_load_bytes) into a per-CPU buffer, and bpf_loop
  * runs one callback per 8 start offsets, each trying every pattern there:
  * at most 256 x 16 x 32 byte compares. The decision table is the
- * payload-scan NF's (crates/ferry-nf/src/payload_scan.rs):
+ * payload-scan NF's (crates/runtime/ferry-nf/src/payload_scan.rs):
  *   not IPv4 TCP/UDP              -> on, unscanned
  *   an IPv4 fragment              -> drop (a pattern could straddle pieces)
  *   a header past the IP payload  -> drop (malformed)

@@ -5,7 +5,7 @@
  *
  * Build (from the repository root, after cargo build --release):
  *
- *   cc -O2 -Wall -I crates/ferry-capi/include examples/c-nf/l2fwd.c \
+ *   cc -O2 -Wall -I crates/runtime/ferry-capi/include examples/c-nf/l2fwd.c \
  *      -L target/release -lferry -Wl,-rpath,$PWD/target/release -lpthread \
  *      -o l2fwd
  *

@@ -1,0 +1,474 @@
+//! End to end: the `ferry` command's error reporting on bad input, and
+//! smoke runs of `ferry demo` and the benchmarks (those that need one build
+//! and tear down their own testbeds).
+
+mod common;
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::*;
+
+/// `demo` and `bench io` create namespaces with the same logical names; run
+/// them one at a time so that each one's leftovers can be told apart.
+static OWN_TESTBEDS: Mutex<()> = Mutex::new(());
+
+/// Benchmarks pin work to CPUs and saturate them: two at once starve each
+/// other (a `bench io` window once counted nothing while `bench evnf` ran).
+static BENCHES: Mutex<()> = Mutex::new(());
+
+/// Runs `ferry ARGS` in this namespace to completion.
+fn ferry(args: &[&str], timeout: Duration) -> Finished {
+    Ferry::spawn_here(args).finish(timeout)
+}
+
+#[test]
+fn testbed_up_reports_file_line_and_field() {
+    let dir = TempDir::new("badspec");
+    let name = format!("e2e-bad-{}", std::process::id());
+    // Line 6 holds the bad MAC.
+    let bad_mac = format!(
+        "name: {name}\nnamespaces:\n  - name: a\n  - name: b\nlinks:\n  - a: {{ ns: a, dev: a0, mac: \"02:00:00:00:00:zz\" }}\n    b: {{ ns: b, dev: b0 }}\n"
+    );
+    // Line 7 names a namespace that does not exist (a cross-reference check).
+    let bad_ref = format!(
+        "name: {name}\nnamespaces:\n  - name: a\n  - name: b\nlinks:\n  - a: {{ ns: a, dev: a0 }}\n    b: {{ ns: nosuch, dev: b0 }}\n"
+    );
+    for (file, text, line, field, what) in [
+        ("bad-mac.yaml", bad_mac, 6, "links[0].a.mac", "02:00:00:00:00:zz"),
+        ("bad-ref.yaml", bad_ref, 7, "links[0].b.ns", "nosuch"),
+    ] {
+        let path = dir.path(file);
+        std::fs::write(&path, text).unwrap();
+        let r = ferry(&["testbed", "up", path.to_str().unwrap()], Duration::from_secs(20));
+        if r.status.success() {
+            // Do not leave a detached testbed behind, then fail.
+            let _ = ferry(&["testbed", "down", &name], Duration::from_secs(20));
+            panic!("`ferry testbed up {file}` accepted a bad spec:\n{}", r.stdout);
+        }
+        let err = r.stderr;
+        assert!(err.contains(&format!("{}:{line}:", path.display())), "file and line {line} in: {err}");
+        assert!(err.contains(field), "field path {field} in: {err}");
+        assert!(err.contains(what), "the bad value {what} in: {err}");
+        assert_eq!(err.lines().count(), 1, "one error line: {err}");
+    }
+}
+
+#[test]
+fn nf_run_unknown_nf_is_named() {
+    let r = ferry(&["nf", "run", "--dev", "lo", "bogus-nf"], Duration::from_secs(20));
+    assert!(!r.status.success(), "ferry nf run bogus-nf succeeded");
+    assert!(r.stderr.contains("bogus-nf"), "NF name in: {}", r.stderr);
+    assert!(r.stdout.is_empty(), "no report on failure: {}", r.stdout);
+
+    // A known NF with a bad argument names the NF and the argument.
+    let r = ferry(&["nf", "run", "--dev", "lo", "arp-responder", "10.0.0.1=zz"], Duration::from_secs(20));
+    assert!(!r.status.success());
+    assert!(r.stderr.contains("arp-responder") && r.stderr.contains("10.0.0.1=zz"), "{}", r.stderr);
+
+    // `nf list` shows every NF with its counters.
+    let r = ferry(&["nf", "list"], Duration::from_secs(20));
+    assert!(r.status.success(), "{}", r.stderr);
+    for nf in ["l2fwd", "arp-responder", "icmp-echo", "rxdrop"] {
+        assert!(r.stdout.contains(nf), "{nf} in nf list:\n{}", r.stdout);
+    }
+    assert!(r.stdout.contains("drop_bad_checksum"), "{}", r.stdout);
+    // And the parallel runtime's NFs, with their own counters and the
+    // host's arguments.
+    for nf in ["parallel-nat", "parallel-bridge", "parallel-firewall", "parallel-maglev", "parallel-anti_ddos"] {
+        assert!(r.stdout.contains(nf), "{nf} in nf list:\n{}", r.stdout);
+    }
+    assert!(r.stdout.contains("mappings_created") && r.stdout.contains("workers="), "{}", r.stdout);
+}
+
+/// `ferry chain check` reads a chain file as ferryd does: an unknown NF
+/// type, an unknown argument or a bad value is named with file, line and
+/// field; `nf list` shows every type's model, offloadability and elements.
+#[test]
+fn chain_check_names_bad_kinds_and_arguments_where_they_are() {
+    let dir = TempDir::new("chaincheck");
+    let chain = |nf: &str| {
+        format!(
+            "name: chk\ndomains: [ {{ name: main }} ]\nnfs:\n  - {{ name: b, domain: main, kind: sink }}\n  - {nf}\nlinks:\n  - {{ from: a, to: b }}\n"
+        )
+    };
+    for (file, nf, field, what) in [
+        ("kind.yaml", "{ name: a, domain: main, kind: arp-icmp }", "nfs[1].kind", "unknown NF type \"arp-icmp\""),
+        (
+            "arg.yaml",
+            "{ name: a, domain: main, kind: source, args: [\"rate=10\", \"speed=2\"] }",
+            "nfs[1].args[1]",
+            "unknown argument speed=",
+        ),
+        (
+            "value.yaml",
+            "{ name: a, domain: main, kind: parallel-nat, args: [\"workers=0\"] }",
+            "nfs[1].args[0]",
+            "workers=0: expected an integer in 1..=64",
+        ),
+        (
+            "hybrid.yaml",
+            "{ name: a, domain: main, kind: edpi, args: [\"config=/nonexistent/x.yaml\"] }",
+            "nfs[1].args[0]",
+            "edpi: /nonexistent/x.yaml: cannot read",
+        ),
+        (
+            "config.yaml",
+            "{ name: a, domain: main, kind: efw, args: [\"config=fw.yaml\"] }",
+            "nfs[1].args[0]",
+            "efw: config=fw.yaml: give an absolute path",
+        ),
+        (
+            "offload.yaml",
+            "{ name: a, domain: main, kind: source, offload: always }",
+            "nfs[1].offload",
+            "unknown variant `always`",
+        ),
+        (
+            "force.yaml",
+            "{ name: a, domain: main, kind: source, offload: force }",
+            "nfs[1].offload",
+            "a: offload: force, but source declares no elements that could run in XDP",
+        ),
+    ] {
+        let path = dir.path(file);
+        std::fs::write(&path, chain(nf)).unwrap();
+        let r = ferry(&["chain", "check", path.to_str().unwrap()], Duration::from_secs(20));
+        assert!(!r.status.success(), "`ferry chain check {file}` accepted it:\n{}", r.stdout);
+        let err = r.stderr;
+        assert!(err.contains(&format!("{}:5:", path.display())), "{file}: file and line 5 in: {err}");
+        assert!(err.contains(&format!("{field}: ")) && err.contains(what), "{file}: {field} and {what:?} in: {err}");
+    }
+    // A loop between NFs, blamed on the link that closes it (line 10).
+    let looped = dir.path("loop.yaml");
+    let text = chain("{ name: a, domain: main, kind: fwd }").replace("kind: sink", "kind: fwd")
+        + "  - { from: b, to: c }\n  - { from: c, to: a }\n";
+    let text = text.replace("nfs:\n", "nfs:\n  - { name: c, domain: main, kind: fwd }\n");
+    std::fs::write(&looped, text).unwrap();
+    let r = ferry(&["chain", "check", looped.to_str().unwrap()], Duration::from_secs(20));
+    assert!(!r.status.success(), "a loop was accepted:\n{}", r.stdout);
+    assert!(r.stderr.contains(&format!("{}:10:", looped.display())), "line 10 in: {}", r.stderr);
+    assert!(r.stderr.contains("links[2].to: this link closes a loop (a -> b -> c -> a)"), "{}", r.stderr);
+    let good = dir.path("good.yaml");
+    std::fs::write(&good, chain("{ name: a, domain: main, kind: source, args: [\"rate=10\"] }")).unwrap();
+    let r = ferry(&["chain", "check", good.to_str().unwrap()], Duration::from_secs(20));
+    assert!(r.status.success() && r.stdout.contains("is valid: 2 NFs"), "{}{}", r.stdout, r.stderr);
+
+    // Every example chain file is valid, once its `{examples}` (the
+    // directory of its rule files) is filled in as its header says.
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../examples/chains");
+    let examples = examples.canonicalize().unwrap();
+    for e in std::fs::read_dir(&examples).unwrap().flatten() {
+        if e.path().extension() != Some(std::ffi::OsStr::new("yaml")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path()).unwrap();
+        let filled = dir.path(&e.file_name().to_string_lossy());
+        std::fs::write(&filled, text.replace("{examples}", &examples.display().to_string())).unwrap();
+        let r = ferry(&["chain", "check", filled.to_str().unwrap()], Duration::from_secs(20));
+        assert!(r.status.success(), "{}: {}", e.path().display(), r.stderr);
+    }
+    let r = ferry(&["nf", "list"], Duration::from_secs(20));
+    for line in ["parallel-nat", "partially offloadable", "ip-rewriter", "edpi", "hybrid"] {
+        assert!(r.stdout.contains(line), "{line} in nf list:\n{}", r.stdout);
+    }
+}
+
+/// `bench firewall` checks the two lookups agree on every packet before
+/// it times them; its report says how far the scan went.
+#[test]
+fn bench_firewall_smoke() {
+    let dir = TempDir::new("bench-fw");
+    let out = dir.path("fw.json");
+    let args = ["bench", "firewall", "--rules", "200", "--packets", "5000", "--runs", "1", "--json"];
+    let r = ferry(&[&args[..], &[out.to_str().unwrap()]].concat(), Duration::from_secs(60));
+    assert!(r.status.success(), "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!((v["rules"].as_u64(), v["packets"].as_u64()), (Some(200), Some(5000)), "{v}");
+    assert!(v["mean_scanned"].as_f64().is_some_and(|m| m > 1.0 && m <= 200.0), "{v}");
+    assert!(r.stdout.contains("bit-vector is"), "{}", r.stdout);
+}
+
+#[test]
+fn gen_on_missing_device_is_named() {
+    for sub in ["live", "xsk"] {
+        let r = ferry(&["gen", sub, "--dev", "nosuchdev", "--count", "10", "--json"], Duration::from_secs(20));
+        assert!(!r.status.success(), "ferry gen {sub} on a missing device succeeded");
+        assert!(r.stderr.contains("nosuchdev"), "gen {sub}: device name in: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "gen {sub}: no report on failure: {}", r.stdout);
+    }
+}
+
+/// Namespaces that `pid` created (per the testbed markers) or that carry no
+/// marker, among those not in `before` and ending in one of `suffixes`.
+fn leftovers(before: &[String], pid: i32, suffixes: &[&str]) -> Vec<String> {
+    netns_list()
+        .into_iter()
+        .filter(|n| !before.contains(n) && n.starts_with("fy") && suffixes.iter().any(|s| n.ends_with(s)))
+        .filter(|n| {
+            let marker = Path::new(ferry_testbed::STATE_DIR).join("by-ns").join(format!("{n}.pid"));
+            match std::fs::read_to_string(marker) {
+                Ok(text) => text.split_whitespace().next() == Some(&pid.to_string()),
+                Err(_) => true,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn demo_json_smoke() {
+    if !privileged("demo_json_smoke") {
+        return;
+    }
+    let _serial = OWN_TESTBEDS.lock().unwrap_or_else(|e| e.into_inner());
+    let before = netns_list();
+    let demo = Ferry::spawn_here(&["demo", "--packets", "20000", "--json"]);
+    let pid = demo.pid();
+    let d = demo.wait_json(Duration::from_secs(120));
+    assert_eq!(u(&d, "/ping_replies"), 5, "demo report: {d:#}");
+    assert!(u(&d, "/sink/packets") > 0, "demo report: {d:#}");
+    assert_eq!(u(&d, "/generator/sent"), 20000, "demo report: {d:#}");
+    // The chain's counters: what the last NF sent out of d1 is what the sink got.
+    let chain: ferry_chain::proto::Status = serde_json::from_value(d["chain"].clone()).expect("chain status");
+    let nf = |name: &str, counter: &str| ferry_cli::chainctl::counter(&chain, name, counter);
+    assert_eq!(nf("fwd", "tx_port"), u(&d, "/sink/packets"), "{d:#}");
+    assert!(nf("resp", "tx_port") >= 5, "ping replies went out of d0: {d:#}");
+    assert_eq!(nf("l2fwd", "rx_ring"), nf("resp", "to_nf"), "{d:#}");
+    for a in d["audit"].as_array().into_iter().flatten() {
+        assert_eq!(a["lost"], 0, "{d:#}");
+        assert_eq!(a["duplicated"], 0, "{d:#}");
+    }
+    let left = leftovers(&before, pid, &["-sink", "-gen", "-dut"]);
+    assert!(left.is_empty(), "ferry demo left namespaces behind: {left:?}");
+}
+
+#[test]
+fn bench_io_smoke() {
+    if !privileged("bench_io_smoke") {
+        return;
+    }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = OWN_TESTBEDS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench");
+    let out = dir.path("io.json");
+    let before = netns_list();
+    let bench = Ferry::spawn_here(&[
+        "bench",
+        "io",
+        "--runs",
+        "1",
+        "--warmup",
+        "200ms",
+        "--window",
+        "300ms",
+        "--sizes",
+        "64",
+        "--scenarios",
+        "xdp-drop,afxdp-rxdrop,afxdp-txonly",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    let pid = bench.pid();
+    let r = bench.finish(Duration::from_secs(120));
+    assert!(r.status.success(), "ferry bench io failed ({}):\n{}", r.status, r.stderr);
+    let text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("bench JSON");
+    let results = v["results"].as_array().unwrap_or_else(|| panic!("no results in {v:#}"));
+    assert_eq!(results.len(), 3, "{v:#}");
+    let names: Vec<&str> = results.iter().filter_map(|r| r["scenario"].as_str()).collect();
+    assert_eq!(names, ["xdp-drop", "afxdp-rxdrop", "afxdp-txonly"], "{v:#}");
+    for res in results {
+        assert_eq!(res["frame_len"], 64, "{res:#}");
+        let mpps = res["median_mpps"].as_f64().unwrap_or(0.0);
+        assert!(mpps > 0.0, "median_mpps must be > 0: {res:#}");
+    }
+    let left = leftovers(&before, pid, &["-gen", "-dut"]);
+    assert!(left.is_empty(), "ferry bench io left namespaces behind: {left:?}");
+    // The text table went to stdout as well.
+    assert!(r.stdout.contains("xdp-drop"), "{}", r.stdout);
+}
+
+#[test]
+fn bench_chain_smoke() {
+    if !privileged("bench_chain_smoke") {
+        return;
+    }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench-chain");
+    let out = dir.path("chain.json");
+    let bench = Ferry::spawn_here(&[
+        "bench",
+        "chain",
+        "--scenarios",
+        "fig10,fig11,table1,idle",
+        "--nfs",
+        "1",
+        "--no-kernel",
+        "--warmup",
+        "200ms",
+        "--window",
+        "300ms",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    let done = bench.finish(Duration::from_secs(180));
+    assert!(done.status.success(), "bench chain failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    let variants = [
+        "ferry-zero-copy",
+        "ferry-copy",
+        "one-process-threads",
+        "one-process-sdk",
+        "ferry-batch-1",
+        "backpressure-none",
+    ];
+    for variant in variants {
+        let row = rows.iter().find(|x| x["variant"] == variant).unwrap_or_else(|| panic!("no {variant} row: {r:#}"));
+        assert!(row["mpps"].as_f64().unwrap() > 0.0, "{row:#}");
+        assert_eq!(row["notes"]["conserved"], 1.0, "{row:#}");
+    }
+    let idle = rows.iter().find(|x| x["scenario"] == "idle").unwrap();
+    for (nf, cpu) in idle["cpu_percent"].as_object().unwrap() {
+        assert!(cpu.as_f64().unwrap() < 20.0, "idle NF {nf} uses {cpu}% CPU: {idle:#}");
+    }
+}
+
+/// The load scenario offers the same loads to both columns of each mode,
+/// from 10 kpps to saturation, and measures latency at each.
+#[test]
+fn bench_chain_load_smoke() {
+    if !privileged("bench_chain_load_smoke") {
+        return;
+    }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench-load");
+    let out = dir.path("load.json");
+    let args = ["bench", "chain", "--scenarios", "load", "--load-nfs", "1", "--warmup", "200ms", "--window", "300ms"];
+    let done =
+        Ferry::spawn_here(&[&args[..], &["--json", out.to_str().unwrap()]].concat()).finish(Duration::from_secs(300));
+    assert!(done.status.success(), "bench chain load failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    let modes: [(&str, &[&str]); 2] = [
+        ("memory", &["ferry-zero-copy", "one-process-sdk", "one-process-threads"]),
+        ("veth", &["ferry-veth", "kernel-xdp-redirect"]),
+    ];
+    for (mode, variants) in modes {
+        let of = |v: &str| -> Vec<serde_json::Value> {
+            rows.iter().filter(|x| x["mode"] == mode && x["variant"] == v).map(|x| x["offered_pps"].clone()).collect()
+        };
+        let first = of(variants[0]);
+        for v in &variants[1..] {
+            assert_eq!(of(v), first, "{mode}: the same loads for {v}: {r:#}");
+        }
+        assert_eq!(first.first().and_then(|v| v.as_u64()), Some(10_000), "{mode}: from 10 kpps: {r:#}");
+        assert!(first.last().is_some_and(|v| v.is_null()), "{mode}: to saturation: {r:#}");
+    }
+    // Latency comes from the stamps of the frames that arrived.
+    for row in rows {
+        assert!(row["p50_us"].is_number() && row["p999_us"].is_number(), "{row:#}");
+    }
+    assert!(done.stdout.contains("latency against offered load"), "{}", done.stdout);
+}
+
+#[test]
+fn bench_pipeline_smoke() {
+    if !privileged("bench_pipeline_smoke") {
+        return;
+    }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let done =
+        Ferry::spawn_here(&["bench", "pipeline", "--runs", "1", "--repeat", "10000"]).finish(Duration::from_secs(60));
+    assert!(done.status.success(), "bench pipeline failed: {}", done.stderr);
+    for row in ["none (parse + drop)", "counter", "acl (8 rules)", "flow monitor", "rewrite (IP + port)", "policer"] {
+        assert!(done.stdout.contains(row), "no {row} row:\n{}", done.stdout);
+    }
+    assert!(done.stdout.contains("9-element chain"), "{}", done.stdout);
+}
+
+#[test]
+fn bench_realworld_smoke() {
+    if !privileged("bench_realworld_smoke") {
+        return;
+    }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench-realworld");
+    let out = dir.path("realworld.json");
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../examples/chains/flash-fw-1000.rules");
+    // No C NFs built there: the MICA row is reported missing (ferry-capi's
+    // flash_chains test runs it).
+    let cnf = dir.path("no-c-nfs");
+    let args = ["bench", "realworld", "--scenarios", "table2", "--rules", rules, "--cnf", cnf.to_str().unwrap()];
+    let tail = ["--warmup", "100ms", "--window", "200ms", "--json", out.to_str().unwrap()];
+    let done = Ferry::spawn_here(&[&args[..], &tail].concat()).finish(HANG_GUARD * 4);
+    assert!(done.status.success(), "bench realworld failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let variants: Vec<&str> = r["rows"].as_array().unwrap().iter().map(|x| x["variant"].as_str().unwrap()).collect();
+    assert_eq!(variants, ["firewall-linear", "firewall-classifier", "maglev", "l2fwd", "chain (fig. 13)"]);
+    for row in r["rows"].as_array().unwrap() {
+        // Each chain carried frames, and lost none it had taken in.
+        assert!(row["mpps"].as_f64().unwrap() > 0.0, "{row}");
+        assert_eq!(row["notes"]["conserved"], 1.0, "{row}");
+    }
+    assert_eq!(r["frame_len"], 512);
+    assert!(r["missing"][0].as_str().unwrap().contains("mica"), "{r:#}");
+}
+
+#[test]
+fn bench_parallel_smoke_reports_each_workers_memory() {
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench-parallel");
+    let out = dir.path("parallel.json");
+    let args = ["bench", "parallel", "--nfs", "maglev", "--packets", "20000", "--runs", "1", "--no-case-studies"];
+    let done =
+        Ferry::spawn_here(&[&args[..], &["--json", out.to_str().unwrap()]].concat()).finish(Duration::from_secs(120));
+    assert!(done.status.success(), "bench parallel failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let rows = r["scaling"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{r:#}");
+    for row in rows {
+        let workers = row["workers"].as_u64().unwrap() as usize;
+        let per_worker = row["worker_kib"].as_array().unwrap();
+        assert_eq!(per_worker.len(), workers, "{row:#}");
+        // Every worker keeps a set table of the flows it saw.
+        assert!(per_worker.iter().all(|k| k.as_f64().unwrap() > 0.0), "{row:#}");
+        // Maglev's lookup table alone is 65537 entries.
+        assert!(row["shared_kib"].as_f64().unwrap() >= 128.0, "{row:#}");
+    }
+    assert!(r["speedups"][0]["extra_worker_kib"].is_number(), "{r:#}");
+    assert!(done.stdout.contains("per-worker KiB"), "{}", done.stdout);
+}
+
+#[test]
+fn bench_evnf_smoke() {
+    if !privileged("bench_evnf_smoke") {
+        return;
+    }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench-evnf");
+    let out = dir.path("evnf.json");
+    let args = ["bench", "evnf", "--scenarios", "sfc1,sfc2", "--conns", "4", "--elephants", "100"];
+    let bench =
+        Ferry::spawn_here(&[&args[..], &["--duration", "1s", "--runs", "1", "--json", out.to_str().unwrap()]].concat());
+    let done = bench.finish(Duration::from_secs(180));
+    assert!(done.status.success(), "bench evnf failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let variants: Vec<&str> = r["sfc1"].as_array().unwrap().iter().map(|x| x["variant"].as_str().unwrap()).collect();
+    assert_eq!(variants, ["nftables+haproxy", "efw+elb"]);
+    for row in r["sfc1"].as_array().unwrap() {
+        assert!(row["requests_per_sec"].as_f64().unwrap() > 0.0, "{row}");
+        // A request slower than wrk's timeout is load, not a fault.
+        let errors = row["socket_errors"].as_u64().unwrap() - row["timeouts"].as_u64().unwrap();
+        assert_eq!(errors, 0, "{row}");
+    }
+    let dpi: Vec<f64> = r["sfc2"].as_array().unwrap().iter().map(|x| x["gbit_per_sec"].as_f64().unwrap()).collect();
+    assert!(dpi.len() == 2 && dpi.iter().all(|g| *g > 0.0), "{dpi:?}");
+    assert!(r["sfc1_ratios"][0]["rps_ratio"].as_f64().unwrap() > 0.0);
+    assert!(done.stdout.contains("eDPI / nDPI alone"), "{}", done.stdout);
+    // Each Ferry run's chain status: eFW -> eLB once, eFW -> eDPI twice.
+    let statuses = r["ferry_status"].as_array().unwrap();
+    let chains: Vec<&str> = statuses.iter().map(|s| s["chain"].as_str().unwrap()).collect();
+    assert_eq!(chains, ["edge", "sfc2", "sfc2"]);
+}
