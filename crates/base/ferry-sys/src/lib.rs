@@ -4,7 +4,8 @@
 //! - [`users`]: accounts by name.
 //! - [`affinity`]: CPU sets, for threads and for children between fork and
 //!   exec.
-//! - [`clock`]: the monotonic clock BPF programs stamp with.
+//! - [`clock`]: the monotonic clock BPF programs stamp with, and
+//!   [`pacer`]: a token bucket on that clock for senders.
 //!
 //! Nothing here knows about chains or NFs; the crates above call these
 //! instead of `libc` directly.
@@ -12,9 +13,11 @@
 pub mod affinity;
 pub mod clock;
 pub mod netns;
+pub mod pacer;
 pub mod users;
 
 pub use affinity::{pin_thread, CpuSet};
 pub use clock::monotonic_ns;
 pub use netns::in_netns;
+pub use pacer::Pacer;
 pub use users::lookup_user;

@@ -91,7 +91,7 @@ pub struct Chain {
     /// Per NF: its key, if ferryd does not start it.
     keys: Vec<Option<NfKey>>,
     leases: Vec<Lease>,
-    ferry_bin: Option<PathBuf>,
+    host_bin: Option<PathBuf>,
     spawn: bool,
     /// Set when the chain is removed (or ferryd stops).
     pub stop: Arc<AtomicBool>,
@@ -295,8 +295,8 @@ impl Chain {
             });
         }
 
-        let ferry_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
-            Some(spawn::ferry_bin()?)
+        let host_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
+            Some(spawn::host_bin()?)
         } else {
             None
         };
@@ -314,7 +314,7 @@ impl Chain {
             creds,
             keys,
             leases,
-            ferry_bin,
+            host_bin,
             spawn,
             stop: Arc::new(AtomicBool::new(false)),
             nsh: Mutex::new(nsh),
@@ -517,7 +517,7 @@ impl Chain {
     /// Starts NF `i`'s process and records its pid, under the NF's lock so
     /// that its hello (which takes the lock) finds the pid recorded.
     fn spawn_child(&self, i: usize) -> Result<std::process::Child> {
-        let ferry = self.ferry_bin.clone().unwrap_or_default();
+        let ferry = self.host_bin.clone().unwrap_or_default();
         let mut st = self.nfs[i].lock().expect("nf lock");
         // Checked under the lock `stop_nfs` takes: a chain being removed
         // starts no process its stop would miss.

@@ -11,18 +11,18 @@ use ferry_chain::proto;
 
 use crate::users::Creds;
 
-/// The `ferry` binary that hosts built-in NFs: `FERRY_BIN`, else the one
-/// next to this ferryd.
-pub fn ferry_bin() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("FERRY_BIN") {
+/// The NF host binary, `ferry-host`, that runs built-in NFs: `FERRY_HOST`,
+/// else the one next to this ferryd.
+pub fn host_bin() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("FERRY_HOST") {
         return Ok(PathBuf::from(p));
     }
     let me = std::env::current_exe()?;
-    let p = me.with_file_name("ferry");
+    let p = me.with_file_name("ferry-host");
     if p.exists() {
         Ok(p)
     } else {
-        Err(anyhow!("cannot find the ferry binary next to {} (set FERRY_BIN)", me.display()))
+        Err(anyhow!("cannot find the NF host ferry-host next to {} (set FERRY_HOST)", me.display()))
     }
 }
 
@@ -37,14 +37,14 @@ pub fn spawn_nf(
     nf: &NfPlan,
     creds: &Creds,
     socket: &Path,
-    ferry: &Path,
+    host: &Path,
     outlive: Option<&Path>,
 ) -> Result<Child> {
     let (uid, gid) = (creds.uid, creds.gid);
     let mut cmd = match (&nf.kind, &nf.exec) {
         (Some(kind), _) => {
-            let mut c = Command::new(ferry);
-            c.args(["nf", "serve", "--kind", kind]);
+            let mut c = Command::new(host);
+            c.args(["serve", "--kind", kind]);
             for a in &nf.args {
                 c.arg("--arg").arg(a);
             }

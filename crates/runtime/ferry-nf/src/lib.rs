@@ -29,6 +29,7 @@ mod icmp;
 mod ips;
 pub mod ips_rules;
 mod l2fwd;
+pub mod mica_client;
 pub mod model;
 mod payload;
 pub mod payload_scan;

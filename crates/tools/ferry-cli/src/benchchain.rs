@@ -236,8 +236,8 @@ fn start_host(chain: &Path, socket: &Path) -> Result<std::process::Child> {
         .collect();
     let (uid, gid) = ferry_sys::lookup_user(HOST_USER)
         .ok_or_else(|| anyhow::anyhow!("no user {HOST_USER:?} to run the one-process bound as"))?;
-    std::process::Command::new(crate::chainctl::ferry_bin()?)
-        .args(["nf", "host", "--socket"])
+    std::process::Command::new(crate::chainctl::host_bin()?)
+        .args(["host", "--socket"])
         .arg(socket)
         .args(&nfs)
         .env(ferry_chain::proto::ENV_CHAIN, spec.name())
@@ -245,7 +245,7 @@ fn start_host(chain: &Path, socket: &Path) -> Result<std::process::Child> {
         .gid(gid)
         .stderr(std::process::Stdio::null())
         .spawn()
-        .context("starting ferry nf host")
+        .context("starting ferry-host host")
 }
 
 /// Runs chain `shape` (named `name`) under ferryd and measures it over

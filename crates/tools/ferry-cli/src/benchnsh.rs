@@ -95,7 +95,7 @@ impl Ferryds {
                 .arg("--socket")
                 .arg(&socket)
                 .args(["--host", host, "--no-metrics"])
-                .env("FERRY_BIN", crate::chainctl::ferry_bin()?)
+                .env("FERRY_HOST", crate::chainctl::host_bin()?)
                 .stdin(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

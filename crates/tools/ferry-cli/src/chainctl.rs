@@ -42,9 +42,9 @@ pub fn ferryd_bin() -> Result<PathBuf> {
     sibling_bin("ferryd", "FERRYD_BIN")
 }
 
-/// The `ferry` binary, for ferryd to host built-in NFs with.
-pub fn ferry_bin() -> Result<PathBuf> {
-    sibling_bin("ferry", "FERRY_BIN")
+/// The NF host binary, `ferry-host`, for ferryd to host built-in NFs with.
+pub fn host_bin() -> Result<PathBuf> {
+    sibling_bin("ferry-host", "FERRY_HOST")
 }
 
 /// Starts ferryd on `chain`, serving `socket`, and waits until every NF
@@ -64,7 +64,7 @@ pub fn launch(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> 
     let admin = proto::admin_socket(socket);
     let mut cmd = Command::new(ferryd_bin()?);
     // A port of its own for the metrics: several ferryds may run at once.
-    cmd.arg(chain).arg("--socket").arg(socket).args(["--metrics", "127.0.0.1:0"]).env("FERRY_BIN", ferry_bin()?);
+    cmd.arg(chain).arg("--socket").arg(socket).args(["--metrics", "127.0.0.1:0"]).env("FERRY_HOST", host_bin()?);
     if quiet {
         cmd.stderr(Stdio::null());
     }

@@ -53,7 +53,6 @@ use ferry_wire::{build_frame, has_stamp_room, stamp_offset, FiveTuple, FrameSpec
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::util::{frame_pacer, pace_wait};
 use ferry_sys::monotonic_ns;
 
 /// Size of one UMEM frame (the AF_XDP default chunk size).
@@ -449,7 +448,7 @@ fn run_source(
     let stamp_at = stamp_offset(L4Proto::Udp);
     let len = template.len();
     let mut seq = 0u32;
-    let mut pacer = frame_pacer(rate_pps, out.batch);
+    let mut pacer = ferry_sys::Pacer::for_frames(rate_pps, out.batch);
     loop {
         let now = monotonic_ns();
         if now >= end_ns || sh.abort.load(Ordering::Relaxed) {
@@ -457,7 +456,7 @@ fn run_source(
         }
         let due = pacer.allowance(now).min(out.batch as u64) as usize;
         if due == 0 {
-            pace_wait(&pacer, now);
+            pacer.wait(now);
             continue;
         }
         let before = out.pending.len();

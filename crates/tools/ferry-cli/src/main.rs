@@ -464,7 +464,7 @@ enum GenCmd {
         /// profile's flows: keys=N,get=F,dist=uniform|zipf:S,value=B,batch=R
         /// (default keys=100000,get=0.95,dist=zipf:0.99,value=64,batch=4).
         #[arg(long)]
-        mica: Option<ferry_traffic::MicaWorkload>,
+        mica: Option<ferry_nf::mica_client::MicaWorkload>,
         #[arg(long)]
         json: bool,
     },
@@ -490,7 +490,7 @@ struct SinkArgs {
     /// Check every datagram as a MICA response to this workload (as
     /// `gen xsk --mica`): each GET's value, byte for byte; misses counted.
     #[arg(long)]
-    mica: Option<ferry_traffic::MicaWorkload>,
+    mica: Option<ferry_nf::mica_client::MicaWorkload>,
     #[arg(long)]
     json: bool,
 }
@@ -796,12 +796,12 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Nf(NfCmd::Serve { kind, args }) => {
-            ferry_cli::serve::serve(&kind, &args)?;
-            std::process::exit(ferry_cli::serve::EXIT_STOPPED);
+            ferry_host::serve(&kind, &args)?;
+            std::process::exit(ferry_host::EXIT_STOPPED);
         }
         Cmd::Nf(NfCmd::Host { socket, nfs }) => {
-            ferry_cli::serve::host(&socket, &nfs)?;
-            std::process::exit(ferry_cli::serve::EXIT_STOPPED);
+            ferry_host::host(&socket, &nfs)?;
+            std::process::exit(ferry_host::EXIT_STOPPED);
         }
         Cmd::Chain(ChainCmd::Up { file, socket }) => {
             let socket = socket.unwrap_or_else(ferry_chain::proto::default_socket);

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use ferry_traffic::{MicaWorkload, PcapWriter, SinkReport, SinkStats};
+use ferry_nf::mica_client::MicaWorkload;
+use ferry_traffic::{PcapWriter, SinkReport, SinkStats};
 use ferry_xsk::XdpDesc;
 
 use crate::util::RunLimit;

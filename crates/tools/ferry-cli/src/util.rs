@@ -41,25 +41,6 @@ impl RunLimit {
     }
 }
 
-/// A pacer for a sender of `batch`-frame bursts at `rate` frames per
-/// second (None: flat out). Its bucket holds 1 ms of traffic, and at
-/// least one burst: a sleep overshoots by tens of µs and a sender may be
-/// off its CPU for a while, and a smaller bucket would drop what came due
-/// meanwhile and offer less than `rate`. It starts full.
-pub fn frame_pacer(rate: Option<u64>, batch: usize) -> ferry_traffic::Pacer {
-    let bucket = rate.map_or(0, |r| r / 1_000).max(batch as u64);
-    ferry_traffic::Pacer::new(rate, bucket)
-}
-
-/// How long a paced sender with nothing due waits before it looks again:
-/// until its next frame is due, at most 50 µs (a sleep overshoots by tens
-/// of µs, and whatever came due meanwhile goes back to back, at most the
-/// pacer's burst).
-pub fn pace_wait(pacer: &ferry_traffic::Pacer, now_ns: u64) {
-    let wait = pacer.next_token_ns(now_ns).saturating_sub(now_ns).clamp(1_000, 50_000);
-    std::thread::sleep(Duration::from_nanos(wait));
-}
-
 /// Index of a device in this process's network namespace.
 pub fn ifindex(dev: &str) -> Result<u32> {
     ferry_xsk::ifindex(dev).ok_or_else(|| anyhow!("no such device {dev:?} in this network namespace"))
@@ -169,20 +150,6 @@ impl Drop for Scratch {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn frame_pacer_holds_a_millisecond_or_a_burst() {
-        // 1 Mpps: 1000 frames may go back to back after a stall.
-        let mut p = frame_pacer(Some(1_000_000), 32);
-        assert_eq!(p.allowance(0), 1000);
-        // 10 kpps: one burst at least.
-        let mut p = frame_pacer(Some(10_000), 32);
-        assert_eq!(p.allowance(0), 32);
-        p.consume(32);
-        // 100 µs later, one more frame is due.
-        assert_eq!(p.allowance(100_000), 1);
-        assert_eq!(frame_pacer(None, 32).allowance(0), u64::MAX);
-    }
 
     #[test]
     fn durations() {

@@ -140,7 +140,7 @@ fn tls_ferryd(dir: &TempDir, tls: &Path) -> (RunningChain, String) {
         .arg(&socket)
         .args(["--host", "h1", "--listen", "127.0.0.1:0", "--no-metrics", "--tls-dir"])
         .arg(tls)
-        .env("FERRY_BIN", chainctl::ferry_bin().unwrap())
+        .env("FERRY_HOST", chainctl::host_bin().unwrap())
         .stdin(Stdio::null())
         .spawn()
         .unwrap();

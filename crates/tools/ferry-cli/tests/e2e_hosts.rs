@@ -55,7 +55,7 @@ fn host_ferryd(dir: &TempDir, host: &str, tls: &Path, listen: &str) -> (RunningC
         .args(["--host", host, "--listen", listen, "--tls-dir"])
         .arg(tls)
         .args(["--metrics", "127.0.0.1:0"])
-        .env("FERRY_BIN", chainctl::ferry_bin().unwrap())
+        .env("FERRY_HOST", chainctl::host_bin().unwrap())
         .stdin(Stdio::null())
         .spawn()
         .unwrap();

@@ -35,7 +35,7 @@ fn persistent_ferryd_in(
         .arg("--socket")
         .arg(socket)
         .args(["--persist", "--metrics", "127.0.0.1:0"])
-        .env("FERRY_BIN", chainctl::ferry_bin().expect("ferry"))
+        .env("FERRY_HOST", chainctl::host_bin().expect("ferry-host"))
         .stdin(Stdio::null());
     let child = cmd.spawn().expect("starting ferryd");
     let mut rc =

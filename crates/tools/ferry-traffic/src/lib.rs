@@ -4,7 +4,8 @@
 //!
 //! Generator side, per transmit queue:
 //! ```
-//! use ferry_traffic::{FlowSchedule, Pacer, TemplateCache, TrafficProfile, split_evenly};
+//! use ferry_sys::Pacer;
+//! use ferry_traffic::{FlowSchedule, TemplateCache, TrafficProfile, split_evenly};
 //! use ferry_wire::Stamp;
 //!
 //! let mut profile = TrafficProfile::default();
@@ -28,8 +29,6 @@
 
 mod dist;
 mod error;
-mod mica;
-mod pacer;
 mod pcap;
 mod profile;
 mod range;
@@ -40,8 +39,6 @@ mod template;
 
 pub use dist::{FlowSizeDist, FlowSizeSampler, CAIDA_MEAN_FLOW_PACKETS, DEFAULT_MAX_FLOW_PACKETS};
 pub use error::{PcapErrorKind, Result, TrafficError};
-pub use mica::{KeyDist, MicaCheck, MicaClient, MicaSent, MicaWorkload, BATCH_AT as MICA_BATCH_AT};
-pub use pacer::Pacer;
 pub use pcap::{for_each_packet, read_pcap, PcapWriter};
 pub use profile::{Proto, TrafficProfile, MAX_FRAME_LEN, MIN_FRAME_LEN};
 pub use range::{Ipv4Range, PortRange};

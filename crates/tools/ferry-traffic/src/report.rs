@@ -72,7 +72,7 @@ pub struct SinkReport {
     /// Per-stream breakdown.
     pub streams: Vec<StreamReport>,
     /// MICA responses checked, when the sink checks them.
-    pub mica: Option<crate::MicaCheck>,
+    pub mica: Option<ferry_nf::mica_client::MicaCheck>,
 }
 
 /// `1234567` → `"1,234,567"`: counts are easier to compare with separators.

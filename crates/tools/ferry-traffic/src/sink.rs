@@ -13,7 +13,7 @@
 use hdrhistogram::Histogram;
 
 use crate::report::{LatencyReport, SinkReport, StreamReport};
-use crate::MicaCheck;
+use ferry_nf::mica_client::MicaCheck;
 
 /// Latencies above this (60 s) are not plausible and count as bad timestamps.
 pub const MAX_LATENCY_NS: u64 = 60_000_000_000;

@@ -251,8 +251,8 @@ impl Chain {
             .zip(&procs)
             .map(|(r, p)| NfRecord { process: p.as_ref().and(r.process), ..r.clone() })
             .collect();
-        let ferry_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
-            Some(spawn::ferry_bin()?)
+        let host_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
+            Some(spawn::host_bin()?)
         } else {
             None
         };
@@ -269,7 +269,7 @@ impl Chain {
             creds,
             keys,
             leases,
-            ferry_bin,
+            host_bin,
             spawn,
             stop: Arc::new(AtomicBool::new(false)),
             nsh: Mutex::new(None),

@@ -17,7 +17,22 @@ use rand_distr::{Distribution, Zipf};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
 
-use crate::error::{Result, TrafficError};
+/// Why a MICA workload or batch was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MicaError {
+    #[error("bad {field} {value:?}: {reason}")]
+    Bad { field: &'static str, value: String, reason: &'static str },
+    #[error("buffer of {have} bytes cannot hold a {need}-byte batch")]
+    BufferTooSmall { need: usize, have: usize },
+}
+
+impl MicaError {
+    fn bad(field: &'static str, value: impl ToString, reason: &'static str) -> MicaError {
+        MicaError::Bad { field, value: value.to_string(), reason }
+    }
+}
+
+type Result<T> = std::result::Result<T, MicaError>;
 
 /// Where the batch starts in the frames Ferry's generators build: after
 /// Ethernet, IPv4 without options and UDP headers.
@@ -57,24 +72,24 @@ impl Default for MicaWorkload {
 const MAX_BATCH: usize = 255;
 
 impl FromStr for MicaWorkload {
-    type Err = TrafficError;
+    type Err = MicaError;
 
     fn from_str(spec: &str) -> Result<MicaWorkload> {
         let mut w = MicaWorkload::default();
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (key, value) =
-                item.split_once('=').ok_or_else(|| TrafficError::bad("mica", item, "expected KEY=VALUE"))?;
+                item.split_once('=').ok_or_else(|| MicaError::bad("mica", item, "expected KEY=VALUE"))?;
             match key {
                 "keys" => {
-                    w.keys = value.parse().map_err(|_| TrafficError::bad("mica keys", value, "a count"))?;
+                    w.keys = value.parse().map_err(|_| MicaError::bad("mica keys", value, "a count"))?;
                     if w.keys == 0 || w.keys > u64::from(u32::MAX) {
-                        return Err(TrafficError::bad("mica keys", value, "1 to 2^32 - 1 (the opaque holds the key)"));
+                        return Err(MicaError::bad("mica keys", value, "1 to 2^32 - 1 (the opaque holds the key)"));
                     }
                 }
                 "get" => {
-                    w.get_ratio = value.parse().map_err(|_| TrafficError::bad("mica get", value, "a share"))?;
+                    w.get_ratio = value.parse().map_err(|_| MicaError::bad("mica get", value, "a share"))?;
                     if !(0.0..=1.0).contains(&w.get_ratio) {
-                        return Err(TrafficError::bad("mica get", value, "a share from 0 to 1"));
+                        return Err(MicaError::bad("mica get", value, "a share from 0 to 1"));
                     }
                 }
                 "dist" => {
@@ -82,24 +97,24 @@ impl FromStr for MicaWorkload {
                         None if value == "uniform" => KeyDist::Uniform,
                         Some(("zipf", s)) => match s.parse::<f64>() {
                             Ok(s) if s.is_finite() && s > 0.0 => KeyDist::Zipf(s),
-                            _ => return Err(TrafficError::bad("mica dist", value, "zipf:S with S > 0")),
+                            _ => return Err(MicaError::bad("mica dist", value, "zipf:S with S > 0")),
                         },
-                        _ => return Err(TrafficError::bad("mica dist", value, "uniform or zipf:S")),
+                        _ => return Err(MicaError::bad("mica dist", value, "uniform or zipf:S")),
                     }
                 }
                 "value" => {
-                    w.value_len = value.parse().map_err(|_| TrafficError::bad("mica value", value, "bytes"))?;
+                    w.value_len = value.parse().map_err(|_| MicaError::bad("mica value", value, "bytes"))?;
                     if w.value_len == 0 || w.value_len > 1024 {
-                        return Err(TrafficError::bad("mica value", value, "1 to 1024 bytes"));
+                        return Err(MicaError::bad("mica value", value, "1 to 1024 bytes"));
                     }
                 }
                 "batch" => {
-                    w.batch = value.parse().map_err(|_| TrafficError::bad("mica batch", value, "a count"))?;
+                    w.batch = value.parse().map_err(|_| MicaError::bad("mica batch", value, "a count"))?;
                     if w.batch == 0 || w.batch > MAX_BATCH {
-                        return Err(TrafficError::bad("mica batch", value, "1 to 255 requests"));
+                        return Err(MicaError::bad("mica batch", value, "1 to 255 requests"));
                     }
                 }
-                _ => return Err(TrafficError::bad("mica", key, "keys, get, dist, value or batch")),
+                _ => return Err(MicaError::bad("mica", key, "keys, get, dist, value or batch")),
             }
         }
         Ok(w)
@@ -140,7 +155,7 @@ impl MicaClient {
         let zipf = match w.dist {
             KeyDist::Uniform => None,
             KeyDist::Zipf(s) => {
-                Some(Zipf::new(w.keys, s).map_err(|_| TrafficError::bad("mica dist", s, "zipf:S with S > 0"))?)
+                Some(Zipf::new(w.keys, s).map_err(|_| MicaError::bad("mica dist", s, "zipf:S with S > 0"))?)
             }
         };
         let values = vec![Vec::with_capacity(w.value_len); w.batch];
@@ -160,7 +175,7 @@ impl MicaClient {
     pub fn write_batch(&mut self, out: &mut [u8]) -> Result<usize> {
         let need = self.w.max_batch_len();
         if out.len() < need {
-            return Err(TrafficError::BufferTooSmall { need, have: out.len() });
+            return Err(MicaError::BufferTooSmall { need, have: out.len() });
         }
         let mut picks = Vec::with_capacity(self.w.batch);
         for i in 0..self.w.batch {

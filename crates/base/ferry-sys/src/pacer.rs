@@ -88,10 +88,42 @@ impl Pacer {
             _ => now_ns,
         }
     }
+
+    /// A pacer for a sender of `batch`-frame bursts at `rate` frames per
+    /// second (None: flat out). Its bucket holds 1 ms of traffic, and at
+    /// least one burst: a sleep overshoots by tens of µs and a sender may be
+    /// off its CPU for a while, and a smaller bucket would drop what came due
+    /// meanwhile and offer less than `rate`. It starts full.
+    pub fn for_frames(rate: Option<u64>, batch: usize) -> Pacer {
+        let bucket = rate.map_or(0, |r| r / 1_000).max(batch as u64);
+        Pacer::new(rate, bucket)
+    }
+
+    /// Sleeps as a paced sender with nothing due should: until its next
+    /// frame is due, at most 50 µs (a sleep overshoots by tens of µs, and
+    /// whatever came due meanwhile goes back to back, at most the burst).
+    pub fn wait(&self, now_ns: u64) {
+        let wait = self.next_token_ns(now_ns).saturating_sub(now_ns).clamp(1_000, 50_000);
+        std::thread::sleep(std::time::Duration::from_nanos(wait));
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_frame_pacer_holds_a_millisecond_or_a_burst() {
+        // 1 Mpps: 1000 frames may go back to back after a stall.
+        let mut p = super::Pacer::for_frames(Some(1_000_000), 32);
+        assert_eq!(p.allowance(0), 1000);
+        // 10 kpps: one burst at least.
+        let mut p = super::Pacer::for_frames(Some(10_000), 32);
+        assert_eq!(p.allowance(0), 32);
+        p.consume(32);
+        // 100 µs later, one more frame is due.
+        assert_eq!(p.allowance(100_000), 1);
+        assert_eq!(super::Pacer::for_frames(None, 32).allowance(0), u64::MAX);
+    }
+
     use super::*;
 
     #[test]

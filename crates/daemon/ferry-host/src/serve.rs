@@ -1,4 +1,4 @@
-//! `ferry nf serve`: the host process for built-in NFs in a ferryd chain.
+//! The host process for built-in NFs in a ferryd chain (`ferry-host`).
 //! ferryd starts it (as the NF's unprivileged user) with `FERRY_SOCKET` and
 //! `FERRY_NF` set; `--kind` picks the NF, `--arg` passes its arguments.
 //!
@@ -16,13 +16,13 @@
 //!   frames in the domain's own UMEM, for measuring chaining without veth;
 //! * `sink`: count, check stamps, publish latency percentiles, free;
 //! * `parallel-<name>`: a parallel NF on worker threads (`workers=N`), see
-//!   [`crate::serve_parallel`];
+//!   [`crate::parallel`];
 //! * `tenant-router` (rules `out=N,dst=CIDR,...`): the trusted router of
 //!   `classify: router`, each frame to the out-link of its rule's entry;
 //! * `flow-monitor`: its flows also go to the table ferryd reads, see
-//!   [`crate::serve_flow_monitor`];
+//!   [`crate::flow_monitor`];
 //! * `efw`, `elb`, `edpi`, `enat`: a hybrid NF's control plane, see
-//!   [`crate::serve_hybrid`].
+//!   [`crate::hybrid`].
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -32,12 +32,11 @@ use ferry_nf::ROUTER_COUNTERS;
 use ferry_nf::{PacketNf, Verdict};
 use ferry_parallel::nfs::maglev::{flow_hash, LookupTable, Permutation};
 use ferry_sdk::{Nf, NfThread, Packet};
-use ferry_traffic::{MicaClient, MicaWorkload, MICA_BATCH_AT};
+use ferry_nf::mica_client::{MicaClient, MicaWorkload, BATCH_AT as MICA_BATCH_AT};
 use ferry_wire::classify::{Decision, Table};
 use ferry_wire::{build_frame, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp};
 use hdrhistogram::Histogram;
 
-use crate::util::{frame_pacer, pace_wait};
 use ferry_sys::monotonic_ns;
 
 /// Exit status when ferryd closed the control socket.
@@ -49,11 +48,11 @@ const BURST: usize = 32;
 /// checked against the catalog first, as the chain file was.
 pub fn serve(kind: &str, args: &[String]) -> Result<()> {
     if let Some(name) = kind.strip_prefix("parallel-") {
-        return crate::serve_parallel::serve(name, args);
+        return crate::parallel::serve(name, args);
     }
     ferry_catalog::check(kind, args)?;
     if ferry_evnf::types::find(kind).is_some() {
-        return crate::serve_hybrid::serve(kind, args);
+        return crate::hybrid::serve(kind, args);
     }
     if THREADED.contains(&kind) {
         return run_threaded(kind, args, &Hello::Env);
@@ -66,7 +65,7 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
             let table = maglev_table(nf.out_links(), table_size)?;
             nf.run(|th| maglev(th, &table))?;
         }
-        "flow-monitor" => crate::serve_flow_monitor::serve()?,
+        "flow-monitor" => crate::flow_monitor::serve()?,
         ferry_catalog::TENANT_ROUTER => {
             let rules: Vec<&str> = args.iter().map(String::as_str).collect();
             let table = Table::parse(&rules).map_err(|(i, e)| anyhow!("{kind}: rule {i}: {e}"))?;
@@ -345,7 +344,7 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64, mica
     // Frame by frame: a frame goes when it is due, not when a burst of
     // them is, so that latency at a paced load is not queueing behind the
     // source's own burst.
-    let mut pacer = frame_pacer((rate > 0).then_some(rate), BURST);
+    let mut pacer = ferry_sys::Pacer::for_frames((rate > 0).then_some(rate), BURST);
     while th.service().is_ok() {
         if count > 0 && made >= count {
             std::thread::sleep(Duration::from_millis(1));
@@ -354,7 +353,7 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64, mica
         let now = monotonic_ns();
         let due = pacer.allowance(now).min(BURST as u64);
         if due == 0 {
-            pace_wait(&pacer, now);
+            pacer.wait(now);
             continue;
         }
         let before = made;

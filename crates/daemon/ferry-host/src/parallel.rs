@@ -1,4 +1,4 @@
-//! `ferry nf serve --kind parallel-<name>`: a parallel NF (NFOS-style, from
+//! `ferry-host --kind parallel-<name>`: a parallel NF (NFOS-style, from
 //! `ferry_parallel::live::registry`) hosted in a ferryd chain in live mode
 //! (`ferry_parallel::live`): the NF's one ferry thread receives and
 //! dispatches, `workers` threads run the handlers as transactions.

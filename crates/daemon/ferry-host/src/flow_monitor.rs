@@ -1,4 +1,4 @@
-//! `ferry nf serve --kind flow-monitor`: the flow monitor as a process.
+//! `ferry-host --kind flow-monitor`: the flow monitor as a process.
 //! Each thread counts its flows ([`ferry_nf::FlowMonitor`]) and, every
 //! [`EXPORT_EVERY`], writes the flows it counted since into the flow table
 //! ferryd made for the NF (a BPF hash map with the XDP flow monitor's

@@ -1,4 +1,4 @@
-//! `ferry nf serve --kind efw|elb|edpi|enat`: a hybrid NF's control plane in a
+//! `ferry-host --kind efw|elb|edpi|enat`: a hybrid NF's control plane in a
 //! ferryd chain. ferryd started it as the NF's unprivileged user and
 //! attached its fast path; the welcome carries the fast path's maps as
 //! fds. It re-applies the NF's configuration (so a restarted control
