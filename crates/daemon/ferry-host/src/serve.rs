@@ -28,11 +28,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
+use ferry_nf::mica_client::{MicaClient, MicaWorkload, BATCH_AT as MICA_BATCH_AT};
 use ferry_nf::ROUTER_COUNTERS;
 use ferry_nf::{PacketNf, Verdict};
 use ferry_parallel::nfs::maglev::{flow_hash, LookupTable, Permutation};
 use ferry_sdk::{Nf, NfThread, Packet};
-use ferry_nf::mica_client::{MicaClient, MicaWorkload, BATCH_AT as MICA_BATCH_AT};
 use ferry_wire::classify::{Decision, Table};
 use ferry_wire::{build_frame, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp};
 use hdrhistogram::Histogram;
@@ -247,7 +247,7 @@ pub fn maglev_table(backends: &[String], table_size: u32) -> Result<LookupTable>
     let prime = table_size >= 2
         && (2..)
             .take_while(|d: &u32| u64::from(*d) * u64::from(*d) <= u64::from(table_size))
-            .all(|d| !table_size.is_multiple_of(d));
+            .all(|d| table_size % d != 0);
     if !prime || (table_size as usize) < backends.len() {
         bail!(
             "maglev: table_size {table_size} must be a prime of at least the number of backends ({})",

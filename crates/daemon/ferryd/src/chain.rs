@@ -295,11 +295,8 @@ impl Chain {
             });
         }
 
-        let host_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
-            Some(spawn::host_bin()?)
-        } else {
-            None
-        };
+        let host_bin =
+            if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn { Some(spawn::host_bin()?) } else { None };
         Ok(Chain {
             id,
             nf_ids,

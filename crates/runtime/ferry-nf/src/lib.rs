@@ -92,6 +92,10 @@ pub(crate) fn count(counters: &mut [u64], (verdict, idx): (Verdict, usize)) -> V
     verdict
 }
 
+/// The counters of the `tenant-router` NF, which runs a
+/// [`ferry_wire::classify::Table`]: frames per decision.
+pub const ROUTER_COUNTERS: [&str; 3] = ["classified", "unmatched", "drop_malformed"];
+
 #[cfg(test)]
 pub(crate) mod test_util {
     use super::PacketNf;
@@ -104,7 +108,3 @@ pub(crate) mod test_util {
         assert_eq!(c[1..].iter().sum::<u64>(), c[0], "{}: {:?}", nf.spec().name, c);
     }
 }
-
-/// The counters of the `tenant-router` NF, which runs a
-/// [`ferry_wire::classify::Table`]: frames per decision.
-pub const ROUTER_COUNTERS: [&str; 3] = ["classified", "unmatched", "drop_malformed"];

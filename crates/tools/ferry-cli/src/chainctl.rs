@@ -23,7 +23,7 @@ pub struct RunningChain {
 
 /// A Ferry binary: `$env` if set, else `name` next to this executable or
 /// in its parent directory (test binaries live in target/*/deps).
-fn sibling_bin(name: &str, env: &str) -> Result<PathBuf> {
+pub fn sibling_bin(name: &str, env: &str) -> Result<PathBuf> {
     if let Some(p) = std::env::var_os(env) {
         return Ok(PathBuf::from(p));
     }
@@ -40,6 +40,12 @@ fn sibling_bin(name: &str, env: &str) -> Result<PathBuf> {
 /// The ferryd binary.
 pub fn ferryd_bin() -> Result<PathBuf> {
     sibling_bin("ferryd", "FERRYD_BIN")
+}
+
+/// The `ferry` binary, for the tools that start `ferry` subcommands (the
+/// benchmarks run in `ferry-bench`).
+pub fn ferry_bin() -> Result<PathBuf> {
+    sibling_bin("ferry", "FERRY_CLI")
 }
 
 /// The NF host binary, `ferry-host`, for ferryd to host built-in NFs with.

@@ -10,18 +10,16 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use ferry_traffic::{
-    split_evenly, FlowSchedule, TemplateCache, TrafficProfile,
-};
+use ferry_traffic::{split_evenly, FlowSchedule, TemplateCache, TrafficProfile};
 use ferry_wire::{FrameSpec, Stamp};
 use ferry_xsk::XdpDesc;
 use serde::Serialize;
 
 use crate::util::stop_requested;
-use ferry_nf::mica_client::{MicaClient, MicaSent, MicaWorkload, BATCH_AT as MICA_BATCH_AT};
-use ferry_sys::Pacer;
 use crate::xskport::{self, PortSpec};
+use ferry_nf::mica_client::{MicaClient, MicaSent, MicaWorkload, BATCH_AT as MICA_BATCH_AT};
 use ferry_sys::monotonic_ns;
+use ferry_sys::Pacer;
 
 pub struct XskGenOptions {
     pub port: PortSpec,

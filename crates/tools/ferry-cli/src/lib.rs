@@ -1,24 +1,11 @@
 //! The `ferry` command's core functions, one module per operation; `main.rs`
 //! only parses arguments and calls them.
 
-pub mod bench;
-pub mod benchchain;
-pub mod benchevnf;
-pub mod benchfirewall;
-pub mod benchload;
-pub mod benchnsh;
-pub mod benchoffload;
-pub mod benchparallel;
-pub mod benchpipeline;
-pub mod benchrealworld;
-pub mod benchtenant;
 pub mod chainctl;
 pub mod demo;
 pub mod genlive;
 pub mod genxsk;
 pub mod hostctl;
-pub mod inproc;
-pub mod kchain;
 pub mod nfrun;
 pub mod proc;
 pub mod sfc;

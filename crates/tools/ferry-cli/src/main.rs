@@ -1,25 +1,18 @@
-//! `ferry`: testbeds, NF processes, traffic generator and sink, benchmarks.
+//! `ferry`: chains, testbeds, NF processes, traffic generator and sink;
+//! `ferry bench` runs the `ferry-bench` binary.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use clap::{Args, Parser, Subcommand};
 use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use ferry_cli::xskport::XskOptions;
-use ferry_cli::{
-    bench, benchchain, benchevnf, benchoffload, benchparallel, benchpipeline, benchrealworld, chainctl, demo, genlive,
-    genxsk, nfrun, sink, txonly, xdprun,
-};
+use ferry_cli::{chainctl, demo, genlive, genxsk, nfrun, sink, txonly, xdprun};
 use ferry_traffic::TrafficProfile;
 use ferry_xsk::{BindMode, BusyPoll};
 use serde::Serialize;
-
-/// Counts heap bytes per thread (a few instructions per allocation), so
-/// `ferry bench parallel` can report the memory each worker core costs.
-#[global_allocator]
-static ALLOCATOR: ferry_parallel::heap::CountingAlloc = ferry_parallel::heap::CountingAlloc;
 
 #[derive(Parser)]
 #[command(name = "ferry", version, about = "Ferry: network functions on AF_XDP and XDP")]
@@ -66,9 +59,13 @@ enum Cmd {
     Gen(GenCmd),
     /// Receive traffic on AF_XDP and report counts, loss, reordering, latency.
     Sink(SinkArgs),
-    /// Benchmarks (JSON + a table).
-    #[command(subcommand)]
-    Bench(BenchCmd),
+    /// Benchmarks (JSON + a table): runs `ferry-bench`, installed next to
+    /// `ferry` (`ferry bench --help` lists them).
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Build a testbed, ping through the AF_XDP responders, push generator
     /// traffic through l2fwd, print per-NF stats, tear down.
     Demo {
@@ -520,193 +517,6 @@ enum K8sCmd {
     },
 }
 
-/// How `bench offload` and `bench tenant` measure each point.
-#[derive(Args, Clone)]
-struct MeasureArgs {
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Flat-out window of each throughput measurement.
-    #[arg(long, value_parser = parse_duration, default_value = "2s")]
-    window: Duration,
-    /// Offered load of each latency measurement (frames per second).
-    #[arg(long, default_value_t = 20_000)]
-    latency_pps: u64,
-    /// Frames of each latency measurement.
-    #[arg(long, default_value_t = 20_000)]
-    latency_frames: u64,
-}
-
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// XDP_DROP, XDP_TX, AF_XDP RX-and-drop and AF_XDP l2fwd at 64 and 1500 B.
-    Io {
-        #[arg(long, value_delimiter = ',', default_value = "64,1500")]
-        sizes: Vec<usize>,
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        #[arg(long, value_parser = parse_duration, default_value = "1s")]
-        warmup: Duration,
-        #[arg(long, value_parser = parse_duration, default_value = "2s")]
-        window: Duration,
-        /// Scenarios (comma separated): xdp-drop, xdp-tx, afxdp-rxdrop, afxdp-l2fwd.
-        #[arg(long, value_delimiter = ',', value_parser = bench::parse_scenario)]
-        scenarios: Option<Vec<bench::Scenario>>,
-        /// Also write the JSON report here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// P4SFC Fig. 5: the same chains placed by the orchestrator (NFs in XDP) vs all processes.
-    Offload {
-        /// Scenarios (comma separated): firewall (in -> fw -> out), chain (in -> fw -> monitor -> IPS -> out),
-        /// p4sfc (in -> IPS -> monitor -> fw -> out), nat (the NAT whole in a process vs split: enat),
-        /// scan (in -> payload scan -> out: in XDP vs a process).
-        #[arg(long, value_delimiter = ',', default_value = "firewall,chain,p4sfc")]
-        scenarios: Vec<String>,
-        #[arg(long, value_delimiter = ',', default_value = "64,512,1500")]
-        sizes: Vec<usize>,
-        #[command(flatten)]
-        measure: MeasureArgs,
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// The SmartNIC paper's Fig. 5 (two tenants: XDP classification vs a router NF) and Fig. 6
-    /// (latency of payload scan in XDP, in an NF, and forwarding only).
-    Tenant {
-        /// Figures (comma separated): classify (Fig. 5), scan (Fig. 6).
-        #[arg(long, value_delimiter = ',', default_value = "classify,scan")]
-        figures: Vec<String>,
-        #[arg(long, value_delimiter = ',', default_value = "64,256,512,1024,1500")]
-        sizes: Vec<usize>,
-        #[command(flatten)]
-        measure: MeasureArgs,
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// What a host hop costs: one chain with its NFs on one, two and three
-    /// hosts (network namespaces with their own ferryd), NSH between them.
-    Nsh {
-        #[arg(long, value_delimiter = ',', default_value = "64,256,512,1024,1500")]
-        sizes: Vec<usize>,
-        #[command(flatten)]
-        measure: MeasureArgs,
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// The firewall's lookups at N rules: FLASH's linear scan vs the bit-vector classifier.
-    Firewall {
-        #[arg(long, default_value_t = 1000)]
-        rules: usize,
-        #[arg(long, default_value_t = 200_000)]
-        packets: usize,
-        #[arg(long, default_value_t = 5)]
-        runs: usize,
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// Cost of the XDP stage pipeline per element (P4SFC Fig. 6).
-    Pipeline {
-        /// Runs per measurement (the median is reported).
-        #[arg(long, default_value_t = 5)]
-        runs: usize,
-        /// Packets per BPF_PROG_TEST_RUN call.
-        #[arg(long, default_value_t = 1_000_000)]
-        repeat: u32,
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// eVNF §V in namespaces: SFC 1 (nftables+HAProxy vs eFW+eLB), SFC 2
-    /// (nDPI alone vs eDPI), and the pipeline overhead (P4SFC Fig. 6).
-    Evnf {
-        /// Scenarios (comma separated): sfc1, sfc2, pipeline.
-        #[arg(long, value_delimiter = ',', default_value = "sfc1,sfc2,pipeline")]
-        scenarios: Vec<String>,
-        /// wrk connection counts for SFC 1.
-        #[arg(long, value_delimiter = ',', default_value = "4,12,20,36")]
-        conns: Vec<u32>,
-        /// Elephant-flow shares (%) for SFC 2.
-        #[arg(long, value_delimiter = ',', default_value = "0,25,50,75,100")]
-        elephants: Vec<u32>,
-        /// Length of each measurement (whole seconds).
-        #[arg(long, value_parser = parse_duration, default_value = "5s")]
-        duration: Duration,
-        /// Runs per variant, alternating which goes first; the median run
-        /// of each point is reported.
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// The parallel runtime over in-memory traces: 1 vs 2 workers for each
-    /// NF, and NFOS's three case studies with the profiler's diagnosis.
-    Parallel {
-        /// NFs (comma separated).
-        #[arg(long, value_delimiter = ',', default_value = "firewall,policer,maglev,nat,bridge,anti_ddos")]
-        nfs: Vec<String>,
-        /// Packets in each NF's trace.
-        #[arg(long, default_value_t = 1_000_000)]
-        packets: usize,
-        /// Runs per point; the median is reported.
-        #[arg(long, default_value_t = 5)]
-        runs: usize,
-        /// Leave out the case studies.
-        #[arg(long)]
-        no_case_studies: bool,
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// FLASH §6.3's real-world chain in memory mode: Fig. 14 (offered
-    /// load, backpressure on and off), Table 2 (each NF's capacity), Fig.
-    /// 16/17 (fan-in, fan-out).
-    Realworld {
-        /// Scenarios (comma separated): fig14, table2, fig16-17.
-        #[arg(long, value_delimiter = ',', default_value = "fig14,table2,fig16-17")]
-        scenarios: Vec<String>,
-        /// The firewall's rules.
-        #[arg(long, default_value = "examples/chains/flash-fw-1000.rules")]
-        rules: PathBuf,
-        /// Frame length, bytes (FLASH: 512).
-        #[arg(long, default_value_t = 512)]
-        size: u64,
-        /// Where `make -C examples/c-nf` built the C NFs (Table 2's MICA).
-        #[arg(long, default_value = "examples/c-nf")]
-        cnf: PathBuf,
-        #[arg(long, value_parser = parse_duration, default_value = "700ms")]
-        warmup: Duration,
-        #[arg(long, value_parser = parse_duration, default_value = "2s")]
-        window: Duration,
-        /// Also write the JSON report here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// FLASH's chaining experiments (Fig. 10, Fig. 11, Table 1, idle CPU).
-    Chain {
-        /// Scenarios (comma separated): fig10, fig11, table1, idle, load (latency against offered load).
-        #[arg(long, value_delimiter = ',', default_value = "fig10,fig11,table1,idle,load")]
-        scenarios: Vec<String>,
-        /// Chain lengths for fig10.
-        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
-        nfs: Vec<usize>,
-        /// Chain lengths for load.
-        #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
-        load_nfs: Vec<usize>,
-        /// Every NF's smart polling, as the chain file's `poll: { ... }`
-        /// says it, e.g. "idle_timeout_us: 0" (default: the file's defaults,
-        /// `idle_polls` settled by ferryd).
-        #[arg(long)]
-        poll: Option<String>,
-        #[arg(long, value_parser = parse_duration, default_value = "700ms")]
-        warmup: Duration,
-        #[arg(long, value_parser = parse_duration, default_value = "2s")]
-        window: Duration,
-        /// Leave out the kernel (veth + XDP redirect) chain.
-        #[arg(long)]
-        no_kernel: bool,
-        /// Also write the JSON report here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-}
-
 /// Prints a report as JSON (`--json`) or as text.
 fn emit<T: Serialize>(json: bool, value: &T, text: impl FnOnce(&T) -> String) -> Result<()> {
     if json {
@@ -717,20 +527,16 @@ fn emit<T: Serialize>(json: bool, value: &T, text: impl FnOnce(&T) -> String) ->
     Ok(())
 }
 
-/// Writes a benchmark report to `path` (if given), creating its directory.
-fn write_json<T: Serialize>(path: Option<&std::path::Path>, report: &T) -> Result<()> {
-    if let Some(path) = path {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(path, serde_json::to_string_pretty(report)?)?;
-        println!("JSON: {}", path.display());
-    }
-    Ok(())
-}
-
 fn pretty<T: Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
+}
+
+/// `ferry bench ...` is `ferry-bench ...`: the benchmarks are a binary of
+/// their own, so the control commands do not carry them.
+fn run_bench(args: &[String]) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = chainctl::sibling_bin("ferry-bench", "FERRY_BENCH")?;
+    Err(anyhow!(std::process::Command::new(&exe).args(args).exec()).context(format!("running {}", exe.display())))
 }
 
 /// Splits `a x y -- b z` into [[a, x, y], [b, z]].
@@ -987,107 +793,7 @@ fn run(cli: Cli) -> Result<()> {
             let report = sink::run(&opts)?;
             emit(a.json, &report, |r| r.to_string())
         }
-        Cmd::Bench(BenchCmd::Io { sizes, runs, warmup, window, scenarios, json }) => {
-            let opts = bench::BenchIoOptions {
-                sizes,
-                runs: runs.max(1),
-                warmup,
-                window,
-                scenarios: scenarios.unwrap_or_else(|| bench::Scenario::ALL.to_vec()),
-            };
-            let report = bench::run_io(&opts)?;
-            print!("{}", bench::table(&report));
-            write_json(json.as_deref(), &report)
-        }
-        Cmd::Bench(BenchCmd::Realworld { scenarios, rules, size, cnf, warmup, window, json }) => {
-            // NFs run with / as their working directory.
-            let rules = std::fs::canonicalize(&rules).with_context(|| format!("{}", rules.display()))?;
-            let cnf = std::path::absolute(&cnf)?;
-            let opts = benchrealworld::BenchRealworldOptions { scenarios, warmup, window, rules, size, cnf };
-            let report = benchrealworld::run(&opts)?;
-            print!("{}", benchrealworld::table(&report));
-            write_json(json.as_deref(), &report)
-        }
-        Cmd::Bench(BenchCmd::Chain { scenarios, nfs, load_nfs, poll, warmup, window, no_kernel, json }) => {
-            if let Some(text) = &poll {
-                // Checked here, as the chain file would check it, before
-                // it goes verbatim into every chain the bench writes.
-                serde_yaml::from_str::<ferry_chain::spec::PollSpec>(&format!("{{ {text} }}"))
-                    .with_context(|| format!("--poll {text:?}: not a chain file's poll: {{ ... }}"))?;
-            }
-            let opts =
-                benchchain::BenchChainOptions { scenarios, nfs, load_nfs, poll, warmup, window, kernel: !no_kernel };
-            let report = benchchain::run(&opts)?;
-            print!("{}", benchchain::table(&report));
-            write_json(json.as_deref(), &report)
-        }
-        Cmd::Bench(BenchCmd::Offload { scenarios, sizes, measure, json }) => {
-            for sc in &scenarios {
-                if !["firewall", "chain", "p4sfc", "nat", "scan"].contains(&sc.as_str()) {
-                    return Err(anyhow!("unknown scenario {sc:?} (firewall, chain, p4sfc, nat, scan)"));
-                }
-            }
-            let opts = benchoffload::BenchOffloadOptions {
-                scenarios,
-                sizes,
-                runs: measure.runs.max(1),
-                window: measure.window,
-                latency_pps: measure.latency_pps,
-                latency_frames: measure.latency_frames,
-            };
-            let report = benchoffload::run(&opts)?;
-            print!("{}", benchoffload::table(&report));
-            write_json(json.as_deref(), &report)
-        }
-        Cmd::Bench(BenchCmd::Tenant { figures, sizes, measure, json }) => {
-            ferry_cli::benchtenant::check_figures(&figures)?;
-            let opts = ferry_cli::benchtenant::BenchTenantOptions {
-                figures,
-                sizes,
-                runs: measure.runs.max(1),
-                window: measure.window,
-                latency_pps: measure.latency_pps,
-                latency_frames: measure.latency_frames,
-            };
-            let report = ferry_cli::benchtenant::run(&opts)?;
-            print!("{}", ferry_cli::benchtenant::table(&report));
-            write_json(json.as_deref(), &report)
-        }
-        Cmd::Bench(BenchCmd::Nsh { sizes, measure, json }) => {
-            ferry_cli::benchnsh::check_sizes(&sizes)?;
-            let opts = ferry_cli::benchnsh::BenchNshOptions {
-                sizes,
-                runs: measure.runs.max(1),
-                window: measure.window,
-                latency_pps: measure.latency_pps,
-                latency_frames: measure.latency_frames,
-            };
-            let report = ferry_cli::benchnsh::run(&opts)?;
-            print!("{}", ferry_cli::benchnsh::table(&report));
-            write_json(json.as_deref(), &report)
-        }
-        Cmd::Bench(BenchCmd::Firewall { rules, packets, runs, json }) => {
-            let report = ferry_cli::benchfirewall::run(rules, packets, runs)?;
-            print!("{}", ferry_cli::benchfirewall::table(&report));
-            write_json(json.as_deref(), &report)
-        }
-        Cmd::Bench(BenchCmd::Pipeline { runs, repeat, json }) => {
-            let report = benchpipeline::run(repeat, runs.max(1))?;
-            print!("{}", benchpipeline::table(&report));
-            write_json(json.as_deref(), &report)
-        }
-        Cmd::Bench(BenchCmd::Evnf { scenarios, conns, elephants, duration, runs, json }) => {
-            let opts = benchevnf::BenchEvnfOptions { scenarios, conns, elephants, duration, runs };
-            let report = benchevnf::run(&opts)?;
-            print!("{}", benchevnf::table(&report));
-            write_json(json.as_deref(), &report)
-        }
-        Cmd::Bench(BenchCmd::Parallel { nfs, packets, runs, no_case_studies, json }) => {
-            let opts = benchparallel::BenchParallelOptions { nfs, packets, runs, case_studies: !no_case_studies };
-            let report = benchparallel::run(&opts)?;
-            print!("{}", benchparallel::table(&report));
-            write_json(json.as_deref(), &report)
-        }
+        Cmd::Bench { args } => run_bench(&args),
         Cmd::Demo { packets, json } => {
             let report = demo::run(packets)?;
             emit(json, &report, demo::text)

@@ -17,7 +17,7 @@ pub struct NsProcess {
 
 /// Starts `ferry ARGS... --json` in namespace `ns`, pinned to `cpu` if given.
 pub fn spawn(ns: &str, args: &[String], cpu: Option<usize>) -> Result<NsProcess> {
-    let exe = std::env::current_exe().context("locating the ferry binary")?;
+    let exe = crate::chainctl::ferry_bin().context("locating the ferry binary")?;
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     spawn_exe(&exe, ns, &args, cpu)
 }

@@ -1,4 +1,4 @@
-//! End to end: the kernel-chain baseline (`ferry_cli::kchain`), a chain of
+//! End to end: the kernel-chain baseline (`ferry_bench::kchain`), a chain of
 //! l2fwd NFs built from namespaces, veths and the stock kernel (XDP
 //! redirect or a Linux bridge in each NF), with the live generator and the
 //! AF_XDP sink as `ferry` processes. Needs root.
@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
-use ferry_cli::kchain::{run_kernel_chain, table, KernelChainMode, KernelChainOptions, KernelChainResult};
+use ferry_bench::kchain::{run_kernel_chain, table, KernelChainMode, KernelChainOptions, KernelChainResult};
 
 /// The chains share two CPUs with everything else: one at a time.
 static ONE_CHAIN: Mutex<()> = Mutex::new(());

@@ -251,11 +251,8 @@ impl Chain {
             .zip(&procs)
             .map(|(r, p)| NfRecord { process: p.as_ref().and(r.process), ..r.clone() })
             .collect();
-        let host_bin = if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn {
-            Some(spawn::host_bin()?)
-        } else {
-            None
-        };
+        let host_bin =
+            if plan.nfs.iter().any(|n| n.spawn && n.kind.is_some()) && spawn { Some(spawn::host_bin()?) } else { None };
         Ok(Chain {
             id: state.id,
             nf_ids: state.nf_ids,

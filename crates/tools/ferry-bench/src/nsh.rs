@@ -17,8 +17,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use ferry_chain::proto::{self, Msg};
 use serde::Serialize;
 
-use crate::benchoffload::{self, BenchOffloadOptions, Medians, Sample};
-use crate::hostctl;
+use crate::offload::{self, BenchOffloadOptions, Medians, Sample};
+use ferry_cli::hostctl;
 
 /// gen (g0) -- (d0) h1 (d1) -- (s0) sink; h1, h2, h3 on a fabric.
 const TESTBED: &str = r#"
@@ -91,11 +91,11 @@ impl Ferryds {
         let mut all = Ferryds(Vec::new());
         for host in HOSTS {
             let socket = dir.join(format!("{host}.sock"));
-            let child = Command::new(crate::chainctl::ferryd_bin()?)
+            let child = Command::new(ferry_cli::chainctl::ferryd_bin()?)
                 .arg("--socket")
                 .arg(&socket)
                 .args(["--host", host, "--no-metrics"])
-                .env("FERRY_HOST", crate::chainctl::host_bin()?)
+                .env("FERRY_HOST", ferry_cli::chainctl::host_bin()?)
                 .stdin(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -130,7 +130,7 @@ impl Drop for Ferryds {
 
 /// The chain file of `variant`, its NFs at `at`.
 fn chain_yaml(tb: &ferry_testbed::Testbed, ferryds: &Ferryds, at: [&str; 3]) -> String {
-    let cpus = benchoffload::nf_cpu().map_or(String::new(), |c| format!(", cpus: [{c}]"));
+    let cpus = offload::nf_cpu().map_or(String::new(), |c| format!(", cpus: [{c}]"));
     let mut hosts = String::new();
     for (i, host) in HOSTS.iter().enumerate() {
         hosts += &format!(
@@ -166,7 +166,7 @@ fn measure(
     std::fs::write(&file, chain_yaml(tb, ferryds, at))?;
     hostctl::deploy(&file, None)?;
     // Removed whatever happens next: the next variant takes the same SPI.
-    let driven = connected(&file, variant).and_then(|()| benchoffload::drive(tb, o, size, &[]));
+    let driven = connected(&file, variant).and_then(|()| offload::drive(tb, o, size, &[]));
     hostctl::remove(&file, None)?;
     Ok(driven?.sample("nsh", variant, size, run))
 }
@@ -227,7 +227,7 @@ pub fn run(o: &BenchNshOptions) -> Result<BenchNshReport> {
         .sizes
         .iter()
         .map(|&size| {
-            let of = |v| benchoffload::medians(&samples, "nsh", size, v);
+            let of = |v| offload::medians(&samples, "nsh", size, v);
             let (one, two, three) = (of("one"), of("two"), of("three"));
             let share = |m: &Medians| if one.mpps > 0.0 { m.mpps / one.mpps } else { 0.0 };
             let per = |m: &Medians, n: u32| Some((m.p50_us? - one.p50_us?) / f64::from(n));
@@ -243,7 +243,7 @@ pub fn run(o: &BenchNshOptions) -> Result<BenchNshReport> {
             }
         })
         .collect();
-    Ok(BenchNshReport { machine: crate::bench::machine_summary(), rows, samples })
+    Ok(BenchNshReport { machine: crate::io::machine_summary(), rows, samples })
 }
 
 /// The readable table.

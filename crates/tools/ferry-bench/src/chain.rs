@@ -11,7 +11,7 @@
 //!   backpressure: per-NF CPU and end-to-end rate.
 //! * `idle`: CPU of a 4-NF chain with no traffic.
 //! * `load`: latency against offered load, memory and veth mode
-//!   ([`crate::benchload`]).
+//!   ([`crate::load`]).
 //!
 //! Mode: Ferry and in-process runs use the in-memory source and sink NFs
 //! (frames made and consumed inside the chain's domain), so they measure
@@ -28,9 +28,9 @@ use anyhow::{Context, Result};
 use ferry_chain::proto::Status;
 use serde::Serialize;
 
-use crate::chainctl::{self, counter};
 use crate::inproc::{run_inproc_chain, InprocOptions};
 use crate::kchain::{run_kernel_chain, KernelChainMode, KernelChainOptions};
+use ferry_cli::chainctl::{self, counter};
 
 #[derive(Debug, Clone)]
 pub struct BenchChainOptions {
@@ -236,7 +236,7 @@ fn start_host(chain: &Path, socket: &Path) -> Result<std::process::Child> {
         .collect();
     let (uid, gid) = ferry_sys::lookup_user(HOST_USER)
         .ok_or_else(|| anyhow::anyhow!("no user {HOST_USER:?} to run the one-process bound as"))?;
-    std::process::Command::new(crate::chainctl::host_bin()?)
+    std::process::Command::new(ferry_cli::chainctl::host_bin()?)
         .args(["host", "--socket"])
         .arg(socket)
         .args(&nfs)
@@ -450,10 +450,10 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
         rows.push(row);
     }
     if want("load") {
-        rows.extend(crate::benchload::rows(&dir, o)?);
+        rows.extend(crate::load::rows(&dir, o)?);
     }
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(BenchChainReport { machine: crate::bench::machine_summary(), rows })
+    Ok(BenchChainReport { machine: crate::io::machine_summary(), rows })
 }
 
 /// Table 1's question: how much CPU backpressure saves against none, in
@@ -521,7 +521,7 @@ pub fn table(r: &BenchChainReport) -> String {
     out += &table1_summary(&r.rows);
     let load: Vec<Row> = r.rows.iter().filter(|x| x.scenario == "load").cloned().collect();
     if !load.is_empty() {
-        out += &crate::benchload::table(&load);
+        out += &crate::load::table(&load);
     }
     out
 }

@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use ferry_chain::proto::Status;
 
-use crate::sfc::{run_in, sfc_testbed, SfcChain, EDGE, EDGE_DPI, SFC1, SFC2, VIP};
+use ferry_cli::sfc::{run_in, sfc_testbed, SfcChain, EDGE, EDGE_DPI, SFC1, SFC2, VIP};
 
 pub struct BenchEvnfOptions {
     pub scenarios: Vec<String>,
@@ -92,7 +92,7 @@ pub struct BenchEvnfReport {
     pub sfc1_ratios: Vec<HttpRatio>,
     pub sfc2: Vec<DpiRow>,
     pub sfc2_ratios: Vec<DpiRatio>,
-    pub pipeline: Option<crate::benchpipeline::BenchPipelineReport>,
+    pub pipeline: Option<crate::pipeline::BenchPipelineReport>,
     /// The Ferry chain's status (every NF's counters) at the end of each
     /// Ferry run.
     pub ferry_status: Vec<Status>,
@@ -292,7 +292,7 @@ fn sfc2(opts: &BenchEvnfOptions, report: &mut BenchEvnfReport) -> Result<()> {
 
 pub fn run(opts: &BenchEvnfOptions) -> Result<BenchEvnfReport> {
     let mut report = BenchEvnfReport {
-        machine: crate::bench::machine_summary(),
+        machine: crate::io::machine_summary(),
         duration_s: opts.duration.as_secs_f64(),
         runs: opts.runs.max(1),
         ..Default::default()
@@ -301,7 +301,7 @@ pub fn run(opts: &BenchEvnfOptions) -> Result<BenchEvnfReport> {
         match s.as_str() {
             "sfc1" => sfc1(opts, &mut report).context("SFC 1")?,
             "sfc2" => sfc2(opts, &mut report).context("SFC 2")?,
-            "pipeline" => report.pipeline = Some(crate::benchpipeline::run(200_000, 3)?),
+            "pipeline" => report.pipeline = Some(crate::pipeline::run(200_000, 3)?),
             other => anyhow::bail!("unknown scenario {other:?} (sfc1, sfc2, pipeline)"),
         }
     }
@@ -361,7 +361,7 @@ pub fn table(r: &BenchEvnfReport) -> String {
     }
     if let Some(p) = &r.pipeline {
         out += "\nPipeline overhead (P4SFC Fig. 6)\n";
-        out += &crate::benchpipeline::table(p);
+        out += &crate::pipeline::table(p);
     }
     out
 }

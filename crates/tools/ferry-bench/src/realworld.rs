@@ -23,8 +23,8 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::benchchain::{measure_yaml, BenchChainOptions, Row};
-use crate::chainctl::counter;
+use crate::chain::{measure_yaml, BenchChainOptions, Row};
+use ferry_cli::chainctl::counter;
 
 pub struct BenchRealworldOptions {
     pub scenarios: Vec<String>,
@@ -253,7 +253,7 @@ pub fn run(o: &BenchRealworldOptions) -> Result<BenchRealworldReport> {
         }
     }
     // Removed when done, or when a measurement fails.
-    let dir = crate::util::Scratch::new("bench-realworld")?;
+    let dir = ferry_cli::util::Scratch::new("bench-realworld")?;
     let chain = BenchChainOptions { warmup: o.warmup, window: o.window, ..Default::default() };
     let run = Run { dir: dir.path(), chain };
     let want = |s: &str| o.scenarios.iter().any(|x| x == s);
@@ -268,7 +268,7 @@ pub fn run(o: &BenchRealworldOptions) -> Result<BenchRealworldReport> {
     if want("fig16-17") {
         fan(&run, o, &mut rows)?;
     }
-    Ok(BenchRealworldReport { machine: crate::bench::machine_summary(), frame_len: o.size, rows, overload, missing })
+    Ok(BenchRealworldReport { machine: crate::io::machine_summary(), frame_len: o.size, rows, overload, missing })
 }
 
 pub fn table(r: &BenchRealworldReport) -> String {

@@ -40,9 +40,9 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::chainctl;
-use crate::demo::{DEMO_TESTBED, IN_MAC};
-use crate::proc::{self, num, wait_for_xdp};
+use ferry_cli::chainctl;
+use ferry_cli::demo::{DEMO_TESTBED, IN_MAC};
+use ferry_cli::proc::{self, num, wait_for_xdp};
 use ferry_testbed::apps::CpuMeter;
 
 const GEN_CPU: usize = 0;
@@ -215,12 +215,12 @@ pub(crate) fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str, c
 
 /// The median of the runs (every variant has at least one).
 fn median(mut v: Vec<f64>) -> f64 {
-    crate::bench::median(&mut v)
+    crate::io::median(&mut v)
 }
 
 fn median_opt(v: Vec<Option<f64>>) -> Option<f64> {
     let mut v: Vec<f64> = v.into_iter().flatten().collect();
-    (!v.is_empty()).then(|| crate::bench::median(&mut v))
+    (!v.is_empty()).then(|| crate::io::median(&mut v))
 }
 
 /// The medians of the samples of (`scenario`, `size`, `variant`).
@@ -366,9 +366,9 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
     std::fs::write(dir.join("nat.yaml"), format!("nat:\n  public_ip: {NAT_PUBLIC}\n  ports: 20000-29999\n"))?;
     if o.scenarios.iter().any(|s| s == "nat") {
         for args in NAT_ROUTING {
-            crate::sfc::run_in(&tb, "dut", "ip", args)?;
+            ferry_cli::sfc::run_in(&tb, "dut", "ip", args)?;
         }
-        crate::sfc::run_in(&tb, "dut", "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+        ferry_cli::sfc::run_in(&tb, "dut", "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
     }
     let mut samples = Vec::new();
     let result = (|| -> Result<()> {
@@ -415,7 +415,7 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
             });
         }
     }
-    Ok(BenchOffloadReport { machine: crate::bench::machine_summary(), rows, samples })
+    Ok(BenchOffloadReport { machine: crate::io::machine_summary(), rows, samples })
 }
 
 /// The readable table.

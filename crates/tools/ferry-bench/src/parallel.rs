@@ -309,7 +309,7 @@ fn row(nf: &str, workers: usize, r: &RunResult) -> ScalingRow {
 
 pub fn run(opts: &BenchParallelOptions) -> Result<BenchParallelReport> {
     let mut report = BenchParallelReport {
-        machine: crate::bench::machine_summary(),
+        machine: crate::io::machine_summary(),
         packets: opts.packets,
         runs: opts.runs.max(1),
         ..Default::default()

@@ -55,7 +55,7 @@ use ferry_bpf::{AttachMode, LoadedXdp, Object};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::proc::{num, set_napi_thread, wait_for_xdp};
+use ferry_cli::proc::{num, set_napi_thread, wait_for_xdp};
 
 /// Most NFs in a chain.
 pub const MAX_NFS: usize = 8;
@@ -219,7 +219,7 @@ pub fn run_kernel_chain(o: &KernelChainOptions) -> Result<KernelChainResult> {
     }
     let exe = match &o.ferry_exe {
         Some(p) => p.clone(),
-        None => std::env::current_exe().context("locating the ferry binary")?,
+        None => ferry_cli::chainctl::ferry_bin().context("locating the ferry binary")?,
     };
     let yaml = testbed_yaml(o.nfs);
     let spec = ferry_testbed::TestbedSpec::from_yaml_str(&yaml, "kernel chain (generated)")?;
@@ -318,7 +318,7 @@ fn run_traffic(tb: &ferry_testbed::Testbed, exe: &Path, o: &KernelChainOptions) 
     if let (Some(c), Some(ring), Some(frames)) = (&count, &ring, &frames) {
         sink_args.extend(["--count", c.as_str(), "--ring", ring.as_str(), "--frames", frames.as_str()]);
     }
-    let sink = crate::proc::spawn_exe(exe, sink_ns, &sink_args, Some(SINK_CPU))?;
+    let sink = ferry_cli::proc::spawn_exe(exe, sink_ns, &sink_args, Some(SINK_CPU))?;
     wait_for_xdp(sink_ns, "s0", Duration::from_secs(60))?;
     let size = o.frame_len.to_string();
     let mut args = vec!["gen", "live", "--dev", "g0", "--dst-mac", SINK_MAC, "--size", &size];
@@ -331,7 +331,7 @@ fn run_traffic(tb: &ferry_testbed::Testbed, exe: &Path, o: &KernelChainOptions) 
     }
     let duration = ms(o.duration);
     args.extend(["--duration", &duration]);
-    let gen = crate::proc::spawn_exe(exe, gen_ns, &args, Some(GEN_CPU))?;
+    let gen = ferry_cli::proc::spawn_exe(exe, gen_ns, &args, Some(GEN_CPU))?;
     let gen_report = gen.wait(o.duration + Duration::from_secs(30)).context("generator")?;
     // Frames still in flight sit in kernel queues a few hundred deep and
     // in the sink's socket; it stops once it has drained them.
@@ -355,7 +355,7 @@ fn attach_redirects(tb: &ferry_testbed::Testbed, nfs: usize) -> Result<Vec<NfPro
     for i in 1..=nfs {
         let ns = tb.ns_name(&nf_ns(i));
         let progs = in_netns(ns, || -> Result<NfPrograms> {
-            let (ifin, ifout) = (crate::util::ifindex("in")?, crate::util::ifindex("out")?);
+            let (ifin, ifout) = (ferry_cli::util::ifindex("in")?, ferry_cli::util::ifindex("out")?);
             let mut redirect = LoadedXdp::attach(Object::Redirect, "ferry_redirect", ifin, AttachMode::Driver)
                 .context("attaching ferry_redirect")?;
             redirect.set_redirect_target(ifout).context("setting the redirect target")?;

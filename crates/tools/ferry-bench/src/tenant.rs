@@ -25,10 +25,10 @@ use ferry_chain::proto::Status;
 use ferry_testbed::apps::CpuMeter;
 use serde::Serialize;
 
-use crate::benchoffload::{self, BenchOffloadOptions, Medians, Sample};
-use crate::chainctl::{self, counter};
-use crate::demo::{DEMO_TESTBED, IN_MAC};
-use crate::proc;
+use crate::offload::{self, BenchOffloadOptions, Medians, Sample};
+use ferry_cli::chainctl::{self, counter};
+use ferry_cli::demo::{DEMO_TESTBED, IN_MAC};
+use ferry_cli::proc;
 
 const GEN_CPU: usize = 0;
 /// Classified frames counted after the generator has run this long.
@@ -138,7 +138,7 @@ fn measure_classify(
 ) -> Result<ClassifySample> {
     let (mode, size, run) = key;
     let chain = dir.join(format!("classify-{mode}.yaml"));
-    std::fs::write(&chain, classify_chain(tb.ns_name("dut"), mode, benchoffload::nf_cpu()))?;
+    std::fs::write(&chain, classify_chain(tb.ns_name("dut"), mode, offload::nf_cpu()))?;
     let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true).context("starting ferryd")?;
     let duration = format!("{}ms", (WARMUP + o.window + Duration::from_millis(500)).as_millis());
     let size_arg = size.to_string();
@@ -195,22 +195,22 @@ fn measure_scan(
             // Attached, and its target written, inside dut: the kernel
             // resolves ifindexes in the caller's namespace.
             let redirect = ferry_sys::in_netns(Some(dut), || -> Result<LoadedXdp> {
-                let d0 = crate::util::ifindex("d0")?;
+                let d0 = ferry_cli::util::ifindex("d0")?;
                 let mut prog = LoadedXdp::attach(Object::Redirect, "ferry_redirect", d0, AttachMode::Driver)?;
-                prog.set_redirect_target(crate::util::ifindex("d1")?)?;
+                prog.set_redirect_target(ferry_cli::util::ifindex("d1")?)?;
                 Ok(prog)
             })??;
-            let d = benchoffload::drive(tb, o, size, &[]);
+            let d = offload::drive(tb, o, size, &[]);
             drop(redirect);
             d?
         }
         _ => {
             let offload = if case == "xdp-scan" { "auto" } else { "never" };
             let chain = dir.join(format!("scan-{case}.yaml"));
-            let yaml = benchoffload::chain_yaml("scan", tb.ns_name("dut"), dir, offload, benchoffload::nf_cpu());
+            let yaml = offload::chain_yaml("scan", tb.ns_name("dut"), dir, offload, offload::nf_cpu());
             std::fs::write(&chain, yaml)?;
             let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true).context("starting ferryd")?;
-            let d = benchoffload::drive(tb, o, size, &[])?;
+            let d = offload::drive(tb, o, size, &[])?;
             rc.shutdown()?;
             d
         }
@@ -264,13 +264,13 @@ pub fn run(o: &BenchTenantOptions) -> Result<BenchTenantReport> {
     down?;
     let classify = rows_classify(o, &classify_samples);
     let scan = if scan_samples.is_empty() { Vec::new() } else { rows_scan(o, &scan_samples) };
-    Ok(BenchTenantReport { machine: crate::bench::machine_summary(), classify, scan, classify_samples, scan_samples })
+    Ok(BenchTenantReport { machine: crate::io::machine_summary(), classify, scan, classify_samples, scan_samples })
 }
 
 fn rows_classify(o: &BenchTenantOptions, samples: &[ClassifySample]) -> Vec<ClassifyRow> {
     let median = |size: usize, mode: &str, f: fn(&ClassifySample) -> f64| {
         let mut v: Vec<f64> = samples.iter().filter(|s| s.size == size && s.mode == mode).map(f).collect();
-        (!v.is_empty()).then(|| crate::bench::median(&mut v))
+        (!v.is_empty()).then(|| crate::io::median(&mut v))
     };
     o.sizes
         .iter()
@@ -292,7 +292,7 @@ fn rows_scan(o: &BenchTenantOptions, samples: &[Sample]) -> Vec<ScanRow> {
     o.sizes
         .iter()
         .map(|&size| {
-            let of = |case| benchoffload::medians(samples, "scan", size, case);
+            let of = |case| offload::medians(samples, "scan", size, case);
             let (xdp_scan, nf_scan, forward) = (of("xdp-scan"), of("nf-scan"), of("forward"));
             let adds = |m: &Medians| Some(m.p50_us? - forward.p50_us?);
             ScanRow {

@@ -135,7 +135,7 @@ pub fn run(repeat: u32, runs: usize) -> Result<BenchPipelineReport> {
         (0..8).map(|i| Element { kind: ElementKind::Counter, config: 20 + i, nf: 10 + i }).collect();
     long.push(Element { kind: ElementKind::Forward, config: DROP_CONFIG, nf: 30 });
     let long_chain_ns = ns_per_packet(&pipeline_with(&long, None)?, &f, repeat, runs)?;
-    Ok(BenchPipelineReport { machine: crate::bench::machine_summary(), repeat, runs, elements, long_chain_ns })
+    Ok(BenchPipelineReport { machine: crate::io::machine_summary(), repeat, runs, elements, long_chain_ns })
 }
 
 pub fn table(r: &BenchPipelineReport) -> String {

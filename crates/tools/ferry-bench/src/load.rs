@@ -24,12 +24,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::benchchain::{inproc_row, measure_chain, BenchChainOptions, ChainShape, CpuSample, Row, ZERO_COPY};
-use crate::chainctl;
-use crate::demo::{DEMO_TESTBED, IN_MAC};
+use crate::chain::{inproc_row, measure_chain, BenchChainOptions, ChainShape, CpuSample, Row, ZERO_COPY};
 use crate::inproc::InprocOptions;
 use crate::kchain::{run_kernel_chain, KernelChainMode, KernelChainOptions};
-use crate::proc::{self, num, wait_for_xdp};
+use ferry_cli::chainctl;
+use ferry_cli::demo::{DEMO_TESTBED, IN_MAC};
+use ferry_cli::proc::{self, num, wait_for_xdp};
 
 const GEN_CPU: usize = 0;
 /// The sink and every NF process (XDP runs where frames arrive).

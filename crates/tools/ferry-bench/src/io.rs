@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::proc::{self, num};
+use ferry_cli::proc::{self, num};
 
 pub const BENCH_TESTBED: &str = r#"
 name: bench-io

@@ -79,7 +79,7 @@ pub fn run(rules: usize, packets: usize, runs: usize) -> Result<BenchFirewallRep
     }
     let (linear_ns, bitvector_ns) = (median(linear), median(bitvector));
     Ok(BenchFirewallReport {
-        machine: crate::bench::machine_summary(),
+        machine: crate::io::machine_summary(),
         rules,
         packets,
         runs,

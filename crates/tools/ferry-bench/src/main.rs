@@ -1,0 +1,337 @@
+//! `ferry-bench` (also run as `ferry bench`): Ferry's benchmarks, each a
+//! JSON report and a readable table, side by side in one run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use ferry_bench::{chain, evnf, firewall, io, nsh, offload, parallel, pipeline, realworld, tenant};
+use ferry_cli::util::{install_stop_handler, parse_duration};
+use serde::Serialize;
+
+/// Counts heap bytes per thread (a few instructions per allocation), so
+/// `ferry bench parallel` can report the memory each worker core costs.
+#[global_allocator]
+static ALLOCATOR: ferry_parallel::heap::CountingAlloc = ferry_parallel::heap::CountingAlloc;
+
+#[derive(Parser)]
+#[command(name = "ferry bench", bin_name = "ferry bench", version, about = "Ferry's benchmarks: JSON plus a table")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: BenchCmd,
+}
+
+/// How `bench offload` and `bench tenant` measure each point.
+#[derive(Args, Clone)]
+struct MeasureArgs {
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Flat-out window of each throughput measurement.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    window: Duration,
+    /// Offered load of each latency measurement (frames per second).
+    #[arg(long, default_value_t = 20_000)]
+    latency_pps: u64,
+    /// Frames of each latency measurement.
+    #[arg(long, default_value_t = 20_000)]
+    latency_frames: u64,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// XDP_DROP, XDP_TX, AF_XDP RX-and-drop and AF_XDP l2fwd at 64 and 1500 B.
+    Io {
+        #[arg(long, value_delimiter = ',', default_value = "64,1500")]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        #[arg(long, value_parser = parse_duration, default_value = "1s")]
+        warmup: Duration,
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        window: Duration,
+        /// Scenarios (comma separated): xdp-drop, xdp-tx, afxdp-rxdrop, afxdp-l2fwd.
+        #[arg(long, value_delimiter = ',', value_parser = io::parse_scenario)]
+        scenarios: Option<Vec<io::Scenario>>,
+        /// Also write the JSON report here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// P4SFC Fig. 5: the same chains placed by the orchestrator (NFs in XDP) vs all processes.
+    Offload {
+        /// Scenarios (comma separated): firewall (in -> fw -> out), chain (in -> fw -> monitor -> IPS -> out),
+        /// p4sfc (in -> IPS -> monitor -> fw -> out), nat (the NAT whole in a process vs split: enat),
+        /// scan (in -> payload scan -> out: in XDP vs a process).
+        #[arg(long, value_delimiter = ',', default_value = "firewall,chain,p4sfc")]
+        scenarios: Vec<String>,
+        #[arg(long, value_delimiter = ',', default_value = "64,512,1500")]
+        sizes: Vec<usize>,
+        #[command(flatten)]
+        measure: MeasureArgs,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The SmartNIC paper's Fig. 5 (two tenants: XDP classification vs a router NF) and Fig. 6
+    /// (latency of payload scan in XDP, in an NF, and forwarding only).
+    Tenant {
+        /// Figures (comma separated): classify (Fig. 5), scan (Fig. 6).
+        #[arg(long, value_delimiter = ',', default_value = "classify,scan")]
+        figures: Vec<String>,
+        #[arg(long, value_delimiter = ',', default_value = "64,256,512,1024,1500")]
+        sizes: Vec<usize>,
+        #[command(flatten)]
+        measure: MeasureArgs,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// What a host hop costs: one chain with its NFs on one, two and three
+    /// hosts (network namespaces with their own ferryd), NSH between them.
+    Nsh {
+        #[arg(long, value_delimiter = ',', default_value = "64,256,512,1024,1500")]
+        sizes: Vec<usize>,
+        #[command(flatten)]
+        measure: MeasureArgs,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The firewall's lookups at N rules: FLASH's linear scan vs the bit-vector classifier.
+    Firewall {
+        #[arg(long, default_value_t = 1000)]
+        rules: usize,
+        #[arg(long, default_value_t = 200_000)]
+        packets: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Cost of the XDP stage pipeline per element (P4SFC Fig. 6).
+    Pipeline {
+        /// Runs per measurement (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Packets per BPF_PROG_TEST_RUN call.
+        #[arg(long, default_value_t = 1_000_000)]
+        repeat: u32,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// eVNF §V in namespaces: SFC 1 (nftables+HAProxy vs eFW+eLB), SFC 2
+    /// (nDPI alone vs eDPI), and the pipeline overhead (P4SFC Fig. 6).
+    Evnf {
+        /// Scenarios (comma separated): sfc1, sfc2, pipeline.
+        #[arg(long, value_delimiter = ',', default_value = "sfc1,sfc2,pipeline")]
+        scenarios: Vec<String>,
+        /// wrk connection counts for SFC 1.
+        #[arg(long, value_delimiter = ',', default_value = "4,12,20,36")]
+        conns: Vec<u32>,
+        /// Elephant-flow shares (%) for SFC 2.
+        #[arg(long, value_delimiter = ',', default_value = "0,25,50,75,100")]
+        elephants: Vec<u32>,
+        /// Length of each measurement (whole seconds).
+        #[arg(long, value_parser = parse_duration, default_value = "5s")]
+        duration: Duration,
+        /// Runs per variant, alternating which goes first; the median run
+        /// of each point is reported.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The parallel runtime over in-memory traces: 1 vs 2 workers for each
+    /// NF, and NFOS's three case studies with the profiler's diagnosis.
+    Parallel {
+        /// NFs (comma separated).
+        #[arg(long, value_delimiter = ',', default_value = "firewall,policer,maglev,nat,bridge,anti_ddos")]
+        nfs: Vec<String>,
+        /// Packets in each NF's trace.
+        #[arg(long, default_value_t = 1_000_000)]
+        packets: usize,
+        /// Runs per point; the median is reported.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Leave out the case studies.
+        #[arg(long)]
+        no_case_studies: bool,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// FLASH §6.3's real-world chain in memory mode: Fig. 14 (offered
+    /// load, backpressure on and off), Table 2 (each NF's capacity), Fig.
+    /// 16/17 (fan-in, fan-out).
+    Realworld {
+        /// Scenarios (comma separated): fig14, table2, fig16-17.
+        #[arg(long, value_delimiter = ',', default_value = "fig14,table2,fig16-17")]
+        scenarios: Vec<String>,
+        /// The firewall's rules.
+        #[arg(long, default_value = "examples/chains/flash-fw-1000.rules")]
+        rules: PathBuf,
+        /// Frame length, bytes (FLASH: 512).
+        #[arg(long, default_value_t = 512)]
+        size: u64,
+        /// Where `make -C examples/c-nf` built the C NFs (Table 2's MICA).
+        #[arg(long, default_value = "examples/c-nf")]
+        cnf: PathBuf,
+        #[arg(long, value_parser = parse_duration, default_value = "700ms")]
+        warmup: Duration,
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        window: Duration,
+        /// Also write the JSON report here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// FLASH's chaining experiments (Fig. 10, Fig. 11, Table 1, idle CPU).
+    Chain {
+        /// Scenarios (comma separated): fig10, fig11, table1, idle, load (latency against offered load).
+        #[arg(long, value_delimiter = ',', default_value = "fig10,fig11,table1,idle,load")]
+        scenarios: Vec<String>,
+        /// Chain lengths for fig10.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+        nfs: Vec<usize>,
+        /// Chain lengths for load.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
+        load_nfs: Vec<usize>,
+        /// Every NF's smart polling, as the chain file's `poll: { ... }`
+        /// says it, e.g. "idle_timeout_us: 0" (default: the file's defaults,
+        /// `idle_polls` settled by ferryd).
+        #[arg(long)]
+        poll: Option<String>,
+        #[arg(long, value_parser = parse_duration, default_value = "700ms")]
+        warmup: Duration,
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        window: Duration,
+        /// Leave out the kernel (veth + XDP redirect) chain.
+        #[arg(long)]
+        no_kernel: bool,
+        /// Also write the JSON report here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+/// Writes a benchmark report to `path` (if given), creating its directory.
+fn write_json<T: Serialize>(path: Option<&std::path::Path>, report: &T) -> Result<()> {
+    if let Some(path) = path {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, serde_json::to_string_pretty(report)?)?;
+        println!("JSON: {}", path.display());
+    }
+    Ok(())
+}
+
+fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
+    install_stop_handler();
+    if let Err(e) = run(Cli::parse().cmd) {
+        eprintln!("ferry bench: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cmd: BenchCmd) -> Result<()> {
+    match cmd {
+        BenchCmd::Io { sizes, runs, warmup, window, scenarios, json } => {
+            let opts = io::BenchIoOptions {
+                sizes,
+                runs: runs.max(1),
+                warmup,
+                window,
+                scenarios: scenarios.unwrap_or_else(|| io::Scenario::ALL.to_vec()),
+            };
+            let report = io::run_io(&opts)?;
+            print!("{}", io::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        BenchCmd::Realworld { scenarios, rules, size, cnf, warmup, window, json } => {
+            // NFs run with / as their working directory.
+            let rules = std::fs::canonicalize(&rules).with_context(|| format!("{}", rules.display()))?;
+            let cnf = std::path::absolute(&cnf)?;
+            let opts = realworld::BenchRealworldOptions { scenarios, warmup, window, rules, size, cnf };
+            let report = realworld::run(&opts)?;
+            print!("{}", realworld::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        BenchCmd::Chain { scenarios, nfs, load_nfs, poll, warmup, window, no_kernel, json } => {
+            if let Some(text) = &poll {
+                // Checked here, as the chain file would check it, before
+                // it goes verbatim into every chain the bench writes.
+                serde_yaml::from_str::<ferry_chain::spec::PollSpec>(&format!("{{ {text} }}"))
+                    .with_context(|| format!("--poll {text:?}: not a chain file's poll: {{ ... }}"))?;
+            }
+            let opts = chain::BenchChainOptions { scenarios, nfs, load_nfs, poll, warmup, window, kernel: !no_kernel };
+            let report = chain::run(&opts)?;
+            print!("{}", chain::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        BenchCmd::Offload { scenarios, sizes, measure, json } => {
+            for sc in &scenarios {
+                if !["firewall", "chain", "p4sfc", "nat", "scan"].contains(&sc.as_str()) {
+                    return Err(anyhow!("unknown scenario {sc:?} (firewall, chain, p4sfc, nat, scan)"));
+                }
+            }
+            let opts = offload::BenchOffloadOptions {
+                scenarios,
+                sizes,
+                runs: measure.runs.max(1),
+                window: measure.window,
+                latency_pps: measure.latency_pps,
+                latency_frames: measure.latency_frames,
+            };
+            let report = offload::run(&opts)?;
+            print!("{}", offload::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        BenchCmd::Tenant { figures, sizes, measure, json } => {
+            tenant::check_figures(&figures)?;
+            let opts = tenant::BenchTenantOptions {
+                figures,
+                sizes,
+                runs: measure.runs.max(1),
+                window: measure.window,
+                latency_pps: measure.latency_pps,
+                latency_frames: measure.latency_frames,
+            };
+            let report = tenant::run(&opts)?;
+            print!("{}", tenant::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        BenchCmd::Nsh { sizes, measure, json } => {
+            nsh::check_sizes(&sizes)?;
+            let opts = nsh::BenchNshOptions {
+                sizes,
+                runs: measure.runs.max(1),
+                window: measure.window,
+                latency_pps: measure.latency_pps,
+                latency_frames: measure.latency_frames,
+            };
+            let report = nsh::run(&opts)?;
+            print!("{}", nsh::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        BenchCmd::Firewall { rules, packets, runs, json } => {
+            let report = firewall::run(rules, packets, runs)?;
+            print!("{}", firewall::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        BenchCmd::Pipeline { runs, repeat, json } => {
+            let report = pipeline::run(repeat, runs.max(1))?;
+            print!("{}", pipeline::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        BenchCmd::Evnf { scenarios, conns, elephants, duration, runs, json } => {
+            let opts = evnf::BenchEvnfOptions { scenarios, conns, elephants, duration, runs };
+            let report = evnf::run(&opts)?;
+            print!("{}", evnf::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+        BenchCmd::Parallel { nfs, packets, runs, no_case_studies, json } => {
+            let opts = parallel::BenchParallelOptions { nfs, packets, runs, case_studies: !no_case_studies };
+            let report = parallel::run(&opts)?;
+            print!("{}", parallel::table(&report));
+            write_json(json.as_deref(), &report)
+        }
+    }
+}
