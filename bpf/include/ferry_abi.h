@@ -2,9 +2,9 @@
 /*
  * Layouts shared between Ferry's BPF programs and user space.
  *
- * This header is the single definition; crates/base/ferry-bpf/src/abi.rs mirrors
- * it with #[repr(C)] types and the same static size checks, so a change here
- * that is not mirrored fails the Rust build.
+ * This header is the single definition: ferry-bpf's build generates the Rust
+ * types from it with bindgen, and crates/base/ferry-bpf/src/abi.rs checks the
+ * same sizes this header asserts.
  */
 #ifndef FERRY_ABI_H
 #define FERRY_ABI_H
@@ -77,8 +77,8 @@ _Static_assert(sizeof(struct ferry_gen_state) == 24, "ferry_gen_state layout");
 
 /*
  * The run-time programmable stage pipeline (bpf/pipeline.bpf.c): P4SFC's
- * dynamic data plane on XDP. Every struct is mirrored in
- * crates/base/ferry-bpf/src/pipeline.rs with compile-time size checks.
+ * dynamic data plane on XDP. crates/base/ferry-bpf/src/pipeline.rs names
+ * the generated Rust types and checks their sizes.
  */
 #define FERRY_PL_STAGES 4
 /* next_stage value: the chain ends here (a forward element decides first). */
@@ -396,7 +396,7 @@ struct ferry_pl_state {
  * reply halves), eDPI and eNAT (outbound and inbound halves), elements of
  * the stage pipeline like any other, chained by its stage tables. The
  * numbers below are their rows in ferry_ev_stats (their NF ids in the
- * stage tables are these + 0xffffff00, EvNf::id). Mirrored in
+ * stage tables are these + 0xffffff00, EvNf::id). Named in
  * crates/base/ferry-bpf/src/evnf.rs.
  */
 #define FERRY_EV_FW 0

@@ -1,6 +1,16 @@
-//! Rust mirror of `bpf/include/ferry_abi.h`, the one definition of the
-//! layouts shared with the BPF programs. Sizes are checked at compile time
-//! against the same numbers the C header asserts.
+//! The layouts shared with the BPF programs. `bpf/include/ferry_abi.h` is
+//! their one definition: the build generates [`gen`] from it with bindgen,
+//! and this crate names the generated types (`Verdicts` is
+//! `struct ferry_verdicts`) and adds their methods. Sizes are checked at
+//! compile time against the same numbers the C header asserts, so a layout
+//! change is a deliberate change on both sides.
+
+/// What bindgen generated from `ferry_abi.h`: every `ferry_*` struct and
+/// `FERRY_*` constant, named as in C.
+#[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
+pub mod gen {
+    include!(concat!(env!("OUT_DIR"), "/abi.rs"));
+}
 
 /// One slot per XDP action, plus [`SLOT_MALFORMED`] and [`SLOT_NO_SOCKET`].
 pub const VERDICT_SLOTS: usize = 7;
@@ -18,12 +28,7 @@ pub const VERDICT_NAMES: [&str; VERDICT_SLOTS] =
     ["aborted", "drop", "pass", "tx", "redirect", "malformed", "no_socket"];
 
 /// `struct ferry_verdicts`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Verdicts {
-    pub packets: [u64; VERDICT_SLOTS],
-    pub bytes: [u64; VERDICT_SLOTS],
-}
+pub type Verdicts = crate::abi::gen::ferry_verdicts;
 const _: () = assert!(std::mem::size_of::<Verdicts>() == 112);
 
 impl Verdicts {
@@ -42,27 +47,7 @@ impl Verdicts {
 }
 
 /// `struct ferry_gen_config`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GenConfig {
-    pub ifindex: u32,
-    pub stream: u16,
-    pub stamp_offset: u16,
-    pub sport_offset: u16,
-    pub sport_min: u16,
-    pub sport_count: u16,
-    /// Read the clock every 2^clock_shift frames (0: every frame).
-    pub clock_shift: u16,
-    /// Pacing: at most one frame per interval (0: no pacing).
-    pub interval_ns: u64,
-    /// Frames to send in all (0: no limit).
-    pub limit: u64,
-    /// Bytes of `headers` written back into every frame before it goes
-    /// out: 0, [`GEN_HEADERS_IP`], [`GEN_HEADERS_UDP`] or [`GEN_HEADERS_TCP`].
-    pub headers_len: u32,
-    pub _pad: u32,
-    pub headers: [u8; GEN_HEADERS_MAX],
-}
+pub type GenConfig = crate::abi::gen::ferry_gen_config;
 const _: () = assert!(std::mem::size_of::<GenConfig>() == 104);
 
 /// `FERRY_GEN_HEADERS_*`: Ethernet + IPv4, and UDP too.
@@ -104,27 +89,13 @@ impl GenConfig {
 }
 
 /// `struct ferry_gen_state`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GenState {
-    pub seq: u32,
-    pub sport_idx: u32,
-    pub now_ns: u64,
-    pub next_ns: u64,
-}
+pub type GenState = crate::abi::gen::ferry_gen_state;
 const _: () = assert!(std::mem::size_of::<GenState>() == 24);
 
 /// `struct ferry_slow_meta`: what precedes every frame the stage pipeline
 /// (every fast path, hybrid NFs' included) hands to an AF_XDP slow path;
 /// read it from the XDP metadata area.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SlowMeta {
-    pub reason: u32,
-    pub chain: u32,
-    pub nf: u32,
-    pub stage: u32,
-}
+pub type SlowMeta = crate::abi::gen::ferry_slow_meta;
 const _: () = assert!(std::mem::size_of::<SlowMeta>() == 16);
 pub const SLOW_NO_RULE: u32 = 1;
 pub const SLOW_FORWARDED: u32 = 2;
@@ -143,20 +114,7 @@ impl SlowMeta {
 /// `struct ferry_parse_result`: the BPF parser's answer for one frame,
 /// written by `ferry_parse_probe` as XDP metadata. Network order for
 /// addresses and ports, as in the frame.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ParseResult {
-    pub ok: u8,
-    pub proto: u8,
-    pub later_fragment: u8,
-    pub is_ip4: u8,
-    pub ethertype: u16,
-    pub sport: u16,
-    pub dport: u16,
-    pub l4_off: u16,
-    pub saddr: u32,
-    pub daddr: u32,
-}
+pub type ParseResult = crate::abi::gen::ferry_parse_result;
 const _: () = assert!(std::mem::size_of::<ParseResult>() == 20);
 
 impl ParseResult {
@@ -183,24 +141,7 @@ impl ParseResult {
 /// `struct ferry_nsh_result`: what `ferry_nsh_probe` (elements.bpf.c)
 /// writes in front of a frame, `ferry_parse_nsh`'s answer, for the
 /// differential test against ferry-wire's NSH parser.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NshParseResult {
-    pub ok: u8,
-    /// `NSH_IN_*`, 0: no NSH header there.
-    pub encap: u8,
-    pub md_type: u8,
-    pub next_proto: u8,
-    pub ttl: u8,
-    pub si: u8,
-    pub oam: u8,
-    /// Bytes.
-    pub hdr_len: u8,
-    /// Host order.
-    pub spi: u32,
-    pub nsh_off: u16,
-    pub _pad: u16,
-}
+pub type NshParseResult = crate::abi::gen::ferry_nsh_result;
 const _: () = assert!(std::mem::size_of::<NshParseResult>() == 16);
 /// `FERRY_NSH_IN_ETHERNET`, `FERRY_NSH_IN_VXLAN_GPE`.
 pub const NSH_IN_ETHERNET: u8 = 1;

@@ -20,31 +20,13 @@ const DEVS: &str = "ferry_cls_devs";
 const HITS: &str = "ferry_cls_hits";
 
 /// `struct ferry_cls_rule`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClsRule {
-    /// Network order, like the masks.
-    pub src: u32,
-    pub src_mask: u32,
-    pub dst: u32,
-    pub dst_mask: u32,
-    pub vlan: u16,
-    /// Network order.
-    pub dport: u16,
-    pub fields: u16,
-    pub out: u16,
-}
+pub type ClsRule = crate::abi::gen::ferry_cls_rule;
 const _: () = assert!(std::mem::size_of::<ClsRule>() == 24);
 // SAFETY: plain-old-data; every bit pattern is valid.
 unsafe impl aya::Pod for ClsRule {}
 
 /// `struct ferry_cls_config`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClsConfig {
-    pub rules: u32,
-    pub default_action: u32,
-}
+pub type ClsConfig = crate::abi::gen::ferry_cls_config;
 const _: () = assert!(std::mem::size_of::<ClsConfig>() == 8);
 // SAFETY: plain-old-data; every bit pattern is valid.
 unsafe impl aya::Pod for ClsConfig {}

@@ -86,60 +86,22 @@ pub const LB_NO_BACKEND: u32 = u32::MAX;
 pub const LB_CLOSING: u32 = 1;
 
 /// `struct ferry_fw_port_key`: port in network order, 0 for every port.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct FwPortKey {
-    pub proto: u8,
-    pub _pad: u8,
-    pub port: u16,
-}
+pub type FwPortKey = crate::abi::gen::ferry_fw_port_key;
 
 /// `struct ferry_fw_rule`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FwRule {
-    pub action: u32,
-    pub rule_id: u32,
-}
+pub type FwRule = crate::abi::gen::ferry_fw_rule;
 
 /// `struct ferry_lb_vip_key`: address and port in network order.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct LbVipKey {
-    pub addr: u32,
-    pub port: u16,
-    pub proto: u8,
-    pub _pad: u8,
-}
+pub type LbVipKey = crate::abi::gen::ferry_lb_vip_key;
 
 /// `struct ferry_lb_vip`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LbVip {
-    pub vip_id: u32,
-    pub _pad: u32,
-}
+pub type LbVip = crate::abi::gen::ferry_lb_vip;
 
 /// `struct ferry_lb_backend`: address and port in network order.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LbBackend {
-    pub addr: u32,
-    pub port: u16,
-    pub _pad: u16,
-}
+pub type LbBackend = crate::abi::gen::ferry_lb_backend;
 
 /// `struct ferry_ev_flow`: a directional IPv4 5-tuple, network order.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct EvFlow {
-    pub saddr: u32,
-    pub daddr: u32,
-    pub sport: u16,
-    pub dport: u16,
-    pub proto: u8,
-    pub _pad: [u8; 3],
-}
+pub type EvFlow = crate::abi::gen::ferry_ev_flow;
 
 impl EvFlow {
     /// From host-order values.
@@ -176,36 +138,13 @@ impl std::fmt::Display for EvFlow {
 }
 
 /// `struct ferry_lb_conn`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LbConn {
-    pub backend: u32,
-    pub flags: u32,
-    pub last_seen_ns: u64,
-    pub packets: u64,
-    pub bytes: u64,
-}
+pub type LbConn = crate::abi::gen::ferry_lb_conn;
 
 /// `struct ferry_lb_reply`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LbReply {
-    pub vip: u32,
-    pub vport: u16,
-    pub _pad: u16,
-    pub last_seen_ns: u64,
-}
+pub type LbReply = crate::abi::gen::ferry_lb_reply;
 
 /// `struct ferry_dpi_bypass`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DpiBypass {
-    pub app: u32,
-    pub _pad: u32,
-    pub last_seen_ns: u64,
-    pub packets: u64,
-    pub bytes: u64,
-}
+pub type DpiBypass = crate::abi::gen::ferry_dpi_bypass;
 
 /// `FERRY_NAT_OUT`, `FERRY_NAT_IN`: which endpoint a NAT key holds.
 pub const NAT_OUT: u8 = 0;
@@ -214,14 +153,7 @@ pub const NAT_IN: u8 = 1;
 pub const NAT_MAP_ENTRIES: u32 = 4 * 65536;
 
 /// `struct ferry_nat_key`: an endpoint, network order.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct NatKey {
-    pub addr: u32,
-    pub port: u16,
-    pub proto: u8,
-    pub dir: u8,
-}
+pub type NatKey = crate::abi::gen::ferry_nat_key;
 
 impl NatKey {
     /// From host-order values.
@@ -231,14 +163,7 @@ impl NatKey {
 }
 
 /// `struct ferry_nat_entry`: what the key's endpoint becomes.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NatEntry {
-    pub addr: u32,
-    pub port: u16,
-    pub _pad: u16,
-    pub last_seen_ns: u64,
-}
+pub type NatEntry = crate::abi::gen::ferry_nat_entry;
 
 impl NatEntry {
     /// From host-order values.

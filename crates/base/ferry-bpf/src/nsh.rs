@@ -42,35 +42,13 @@ pub const NSH_COUNTER_NAMES: [&str; 14] = [
 ];
 
 /// `struct ferry_nsh_port`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct NshPortRaw {
-    role: u32,
-    spi_si: u32,
-    ttl: u32,
-    /// Network order.
-    addr: u32,
-    vni: u32,
-    _pad: u32,
-}
+type NshPortRaw = crate::abi::gen::ferry_nsh_port;
 const _: () = assert!(std::mem::size_of::<NshPortRaw>() == 24);
 // SAFETY: plain-old-data; every bit pattern is valid.
 unsafe impl aya::Pod for NshPortRaw {}
 
 /// `struct ferry_nsh_hop`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct NshHopRaw {
-    action: u32,
-    dev: u32,
-    dst_mac: [u8; 6],
-    src_mac: [u8; 6],
-    encap: u32,
-    /// Network order, like `dst_ip`.
-    src_ip: u32,
-    dst_ip: u32,
-    vni: u32,
-}
+type NshHopRaw = crate::abi::gen::ferry_nsh_hop;
 const _: () = assert!(std::mem::size_of::<NshHopRaw>() == 36);
 // SAFETY: plain-old-data; every bit pattern is valid.
 unsafe impl aya::Pod for NshHopRaw {}

@@ -49,59 +49,20 @@ pub enum ElementKind {
 }
 
 /// `struct ferry_pl_entry`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PlEntry {
-    pub chain: u32,
-    pub nf: u32,
-    pub stage: u32,
-    pub _pad: u32,
-}
+pub type PlEntry = crate::abi::gen::ferry_pl_entry;
 
 /// `struct ferry_pl_key`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct PlKey {
-    pub chain: u32,
-    pub nf: u32,
-}
+pub type PlKey = crate::abi::gen::ferry_pl_key;
 
 /// `struct ferry_pl_ctl`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PlCtl {
-    pub element: u32,
-    pub config: u32,
-    pub nf_complete: u8,
-    pub next_stage: u8,
-    pub _pad: u16,
-    pub next_nf: u32,
-}
+pub type PlCtl = crate::abi::gen::ferry_pl_ctl;
 
 /// `struct ferry_pl_acl_key`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AclKey {
-    pub config: u32,
-    pub rule: u32,
-}
+pub type AclKey = crate::abi::gen::ferry_pl_acl_key;
 
 /// `struct ferry_pl_acl_rule`: addresses in network order, ports in host
 /// order (inclusive ranges), `proto` 0 for any.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AclRule {
-    pub src: u32,
-    pub dst: u32,
-    pub src_plen: u8,
-    pub dst_plen: u8,
-    pub proto: u8,
-    pub action: u8,
-    pub sport_lo: u16,
-    pub sport_hi: u16,
-    pub dport_lo: u16,
-    pub dport_hi: u16,
-}
+pub type AclRule = crate::abi::gen::ferry_pl_acl_rule;
 
 pub const ACL_ALLOW: u8 = 0;
 pub const ACL_DENY: u8 = 1;
@@ -114,33 +75,13 @@ impl AclRule {
 }
 
 /// `struct ferry_pl_acl_meta`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AclMeta {
-    pub rules: u32,
-    pub default_action: u32,
-}
+pub type AclMeta = crate::abi::gen::ferry_pl_acl_meta;
 
 /// `struct ferry_pl_count`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PlCount {
-    pub packets: u64,
-    pub bytes: u64,
-}
+pub type PlCount = crate::abi::gen::ferry_pl_count;
 
 /// `struct ferry_pl_flow_key`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FlowKey {
-    pub config: u32,
-    pub saddr: u32,
-    pub daddr: u32,
-    pub sport: u16,
-    pub dport: u16,
-    pub proto: u8,
-    pub _pad: [u8; 3],
-}
+pub type FlowKey = crate::abi::gen::ferry_pl_flow_key;
 
 pub const RW_SRC_IP: u32 = 1;
 pub const RW_DST_IP: u32 = 1 << 1;
@@ -150,29 +91,10 @@ pub const RW_SRC_MAC: u32 = 1 << 4;
 pub const RW_DST_MAC: u32 = 1 << 5;
 
 /// `struct ferry_pl_rewrite`: addresses and ports in network order.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Rewrite {
-    pub fields: u32,
-    pub src_ip: u32,
-    pub dst_ip: u32,
-    pub sport: u16,
-    pub dport: u16,
-    pub src_mac: [u8; 6],
-    pub dst_mac: [u8; 6],
-}
+pub type Rewrite = crate::abi::gen::ferry_pl_rewrite;
 
 /// `struct ferry_pl_policer` (the leading bpf_spin_lock is 4 bytes).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Policer {
-    pub lock: u32,
-    pub _pad: u32,
-    pub rate_pps: u64,
-    pub burst: u64,
-    pub tokens_milli: u64,
-    pub last_ns: u64,
-}
+pub type Policer = crate::abi::gen::ferry_pl_policer;
 
 pub const FWD_DROP: u32 = 0;
 pub const FWD_TX: u32 = 1;
@@ -181,12 +103,7 @@ pub const FWD_XSK: u32 = 3;
 pub const FWD_PASS: u32 = 4;
 
 /// `struct ferry_pl_forward`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Forward {
-    pub action: u32,
-    pub ifindex: u32,
-}
+pub type Forward = crate::abi::gen::ferry_pl_forward;
 
 pub use crate::abi::{SlowMeta, SLOW_FORWARDED, SLOW_MISS, SLOW_NO_RULE};
 

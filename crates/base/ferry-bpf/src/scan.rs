@@ -17,19 +17,7 @@ pub const SCAN_DROP: u32 = 0;
 pub const SCAN_PASS: u32 = 1;
 
 /// `struct ferry_pl_scan`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlScan {
-    pub patterns: u32,
-    pub action: u32,
-    /// The counter config a match is counted in.
-    pub counter: u32,
-    pub _pad: u32,
-    /// Bit b set: some pattern starts with byte b.
-    pub first: [u8; 32],
-    pub len: [u8; SCAN_MAX_PATTERNS],
-    pub bytes: [[u8; SCAN_MAX_LEN]; SCAN_MAX_PATTERNS],
-}
+pub type PlScan = crate::abi::gen::ferry_pl_scan;
 
 const _: () = assert!(std::mem::size_of::<PlScan>() == 16 + 32 + SCAN_MAX_PATTERNS + SCAN_MAX_PATTERNS * SCAN_MAX_LEN);
 
