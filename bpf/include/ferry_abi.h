@@ -162,15 +162,21 @@ struct ferry_pl_count {
 	__u64 bytes;
 };
 
-/* Flow monitor key: config + IPv4 5-tuple. */
-struct ferry_pl_flow_key {
-	__u32 config;
+/* A directional IPv4 5-tuple, network order. */
+struct ferry_flow {
 	__be32 saddr;
 	__be32 daddr;
 	__be16 sport;
 	__be16 dport;
 	__u8 proto;
 	__u8 _pad[3];
+};
+_Static_assert(sizeof(struct ferry_flow) == 16, "ferry_flow layout");
+
+/* Flow monitor key: config + IPv4 5-tuple. */
+struct ferry_pl_flow_key {
+	__u32 config;
+	struct ferry_flow flow;
 };
 
 #define FERRY_RW_SRC_IP (1 << 0)
@@ -395,19 +401,19 @@ struct ferry_pl_state {
  * eVNF hybrid NFs (bpf/include/ferry_hybrid.h): eFW, eLB (forward and
  * reply halves), eDPI and eNAT (outbound and inbound halves), elements of
  * the stage pipeline like any other, chained by its stage tables. The
- * numbers below are their rows in ferry_ev_stats (their NF ids in the
+ * numbers below are their rows in ferry_hyb_stats (their NF ids in the
  * stage tables are these + 0xffffff00, EvNf::id). Named in
  * crates/base/ferry-bpf/src/evnf.rs.
  */
-#define FERRY_EV_FW 0
-#define FERRY_EV_LB 1
-#define FERRY_EV_LB_REPLY 2
-#define FERRY_EV_DPI 3
-#define FERRY_EV_NAT 4
-#define FERRY_EV_NAT_REPLY 5
-#define FERRY_EV_NFS 6
-/* Counter slots per NF in ferry_ev_stats (index nf * FERRY_EV_COUNTERS + slot). */
-#define FERRY_EV_COUNTERS 8
+#define FERRY_HYBRID_FW 0
+#define FERRY_HYBRID_LB 1
+#define FERRY_HYBRID_LB_REPLY 2
+#define FERRY_HYBRID_DPI 3
+#define FERRY_HYBRID_NAT 4
+#define FERRY_HYBRID_NAT_REPLY 5
+#define FERRY_HYBRID_NFS 6
+/* Counter slots per NF in ferry_hyb_stats (index nf * FERRY_HYBRID_COUNTERS + slot). */
+#define FERRY_HYBRID_COUNTERS 8
 
 /* eFW counters. */
 #define FERRY_FW_C_ALLOW 0
@@ -446,11 +452,11 @@ struct ferry_fw_rule {
 #define FERRY_LBR_C_NOT_TRACKED 1
 #define FERRY_LBR_C_MALFORMED 2
 /*
- * Counters of the chain's end (row FERRY_EV_ROUTE of ferry_ev_stats):
+ * Counters of the chain's end (row FERRY_HYBRID_ROUTE of ferry_hyb_stats):
  * frames routed out by XDP_REDIRECT after a FIB lookup, and frames left
  * to the kernel stack (local destination, no route or neighbour yet).
  */
-#define FERRY_EV_ROUTE FERRY_EV_NFS
+#define FERRY_HYBRID_ROUTE FERRY_HYBRID_NFS
 #define FERRY_RT_C_ROUTED 0
 #define FERRY_RT_C_KERNEL 1
 
@@ -473,15 +479,6 @@ struct ferry_lb_backend {
 	__be32 addr;
 	__be16 port;
 	__u16 _pad;
-};
-/* A directional IPv4 5-tuple, network order. */
-struct ferry_ev_flow {
-	__be32 saddr;
-	__be32 daddr;
-	__be16 sport;
-	__be16 dport;
-	__u8 proto;
-	__u8 _pad[3];
 };
 #define FERRY_LB_CLOSING 1 /* FIN or RST seen */
 struct ferry_lb_conn {

@@ -103,6 +103,17 @@ struct ferry_pl_fields {
 	__u32 bytes;
 };
 
+/* The directional 5-tuple of a parsed IPv4 frame. */
+static __always_inline void ferry_flow_of(const struct ferry_pl_fields *f, struct ferry_flow *flow)
+{
+	__builtin_memset(flow, 0, sizeof(*flow));
+	flow->saddr = f->saddr;
+	flow->daddr = f->daddr;
+	flow->sport = f->sport;
+	flow->dport = f->dport;
+	flow->proto = f->proto;
+}
+
 static __always_inline int prefix_match(__be32 addr, __be32 net, __u8 plen)
 {
 	__u32 mask;
@@ -178,11 +189,7 @@ __attribute__((noinline)) int ferry_el_flowmon(__u32 config, struct ferry_pl_fie
 
 	if (!f)
 		return XDP_ABORTED;
-	k.saddr = f->saddr;
-	k.daddr = f->daddr;
-	k.sport = f->sport;
-	k.dport = f->dport;
-	k.proto = f->proto;
+	ferry_flow_of(f, &k.flow);
 	c = bpf_map_lookup_elem(&ferry_pl_flows, &k);
 	if (c) {
 		__sync_fetch_and_add(&c->packets, 1);

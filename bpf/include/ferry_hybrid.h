@@ -15,10 +15,10 @@
 #include "ferry_fib.h"
 #include "ferry_hybrid_maps.h"
 
-static __always_inline void ferry_ev_count(__u32 nf, __u32 slot, __u32 bytes)
+static __always_inline void ferry_hybrid_count(__u32 nf, __u32 slot, __u32 bytes)
 {
-	__u32 index = nf * FERRY_EV_COUNTERS + slot;
-	struct ferry_pl_count *c = bpf_map_lookup_elem(&ferry_ev_stats, &index);
+	__u32 index = nf * FERRY_HYBRID_COUNTERS + slot;
+	struct ferry_pl_count *c = bpf_map_lookup_elem(&ferry_hyb_stats, &index);
 
 	if (c) {
 		c->packets += 1;
@@ -28,26 +28,15 @@ static __always_inline void ferry_ev_count(__u32 nf, __u32 slot, __u32 bytes)
 
 /* An IPv4 TCP or UDP frame with its L4 header: one with ports to match,
  * balance, bypass or translate. */
-static __always_inline int ferry_ev_has_ports(const struct ferry_pl_fields *f)
+static __always_inline int ferry_has_ports(const struct ferry_pl_fields *f)
 {
 	return f->is_ip4 && f->has_ports;
 }
 
-/* The directional 5-tuple of a parsed IPv4 frame. */
-static __always_inline void ferry_ev_flow_of(const struct ferry_pl_fields *f, struct ferry_ev_flow *flow)
-{
-	__builtin_memset(flow, 0, sizeof(*flow));
-	flow->saddr = f->saddr;
-	flow->daddr = f->daddr;
-	flow->sport = f->sport;
-	flow->dport = f->dport;
-	flow->proto = f->proto;
-}
-
 /* Rewrites one endpoint (destination or source) through the one rewrite
  * helper. */
-static __always_inline int ferry_ev_rewrite(struct xdp_md *ctx, struct ferry_pl_fields *f, int dst, __be32 addr,
-					    __be16 port)
+static __always_inline int ferry_hybrid_rewrite(struct xdp_md *ctx, struct ferry_pl_fields *f, int dst, __be32 addr,
+						__be16 port)
 {
 	struct ferry_pl_rewrite rw = {};
 
@@ -92,14 +81,14 @@ __attribute__((noinline)) int ferry_el_efw(struct ferry_pl_fields *f)
 		return XDP_ABORTED;
 	if (!f->is_ip4 && !f->is_ip6) {
 		/* ARP and other non-IP traffic is not the firewall's business. */
-		ferry_ev_count(FERRY_EV_FW, FERRY_FW_C_NOT_IP, f->bytes);
+		ferry_hybrid_count(FERRY_HYBRID_FW, FERRY_FW_C_NOT_IP, f->bytes);
 		return XDP_PASS;
 	}
 	/* Fragments carry ports in the first piece only: the kernel, which
 	 * reassembles, decides all of them. */
 	rule = f->is_ip4 && !f->fragment ? ferry_fw_match(f) : NULL;
 	if (!rule) {
-		ferry_ev_count(FERRY_EV_FW, FERRY_FW_C_KERNEL, f->bytes);
+		ferry_hybrid_count(FERRY_HYBRID_FW, FERRY_FW_C_KERNEL, f->bytes);
 		return XDP_PASS;
 	}
 	rule_id = rule->rule_id;
@@ -109,17 +98,17 @@ __attribute__((noinline)) int ferry_el_efw(struct ferry_pl_fields *f)
 		hits->bytes += f->bytes;
 	}
 	if (rule->action == FERRY_FW_DENY) {
-		ferry_ev_count(FERRY_EV_FW, FERRY_FW_C_DENY, f->bytes);
+		ferry_hybrid_count(FERRY_HYBRID_FW, FERRY_FW_C_DENY, f->bytes);
 		return XDP_DROP;
 	}
-	ferry_ev_count(FERRY_EV_FW, FERRY_FW_C_ALLOW, f->bytes);
+	ferry_hybrid_count(FERRY_HYBRID_FW, FERRY_FW_C_ALLOW, f->bytes);
 	return CONTINUE;
 }
 
 /* ---- eLB ---- */
 
 /* murmur3's 64-bit finaliser over the 5-tuple. */
-static __always_inline __u32 ferry_ev_flow_hash(const struct ferry_ev_flow *f)
+static __always_inline __u32 ferry_flow_hash(const struct ferry_flow *f)
 {
 	__u64 h = ((__u64)f->saddr << 32 | f->daddr) ^ ((__u64)f->sport << 24 | (__u64)f->dport << 8 | f->proto);
 
@@ -132,7 +121,7 @@ static __always_inline __u32 ferry_ev_flow_hash(const struct ferry_ev_flow *f)
 }
 
 /* The backend for a flow: its conntrack entry, else a new one from the ring. */
-static __always_inline __u32 ferry_lb_pick(const struct ferry_ev_flow *flow, __u32 vip_id, __u64 now, __u32 bytes,
+static __always_inline __u32 ferry_lb_pick(const struct ferry_flow *flow, __u32 vip_id, __u64 now, __u32 bytes,
 					   __u32 *is_new)
 {
 	struct ferry_lb_conn *conn = bpf_map_lookup_elem(&ferry_lb_conns, flow);
@@ -146,7 +135,7 @@ static __always_inline __u32 ferry_lb_pick(const struct ferry_ev_flow *flow, __u
 		*is_new = 0;
 		return conn->backend;
 	}
-	slot = vip_id * FERRY_LB_RING + ferry_ev_flow_hash(flow) % FERRY_LB_RING;
+	slot = vip_id * FERRY_LB_RING + ferry_flow_hash(flow) % FERRY_LB_RING;
 	backend = bpf_map_lookup_elem(&ferry_lb_ring, &slot);
 	if (!backend || *backend >= FERRY_LB_MAX_BACKENDS)
 		return FERRY_LB_NO_BACKEND;
@@ -178,7 +167,7 @@ static __always_inline int ferry_tcp_closing(struct xdp_md *ctx, const struct fe
 __attribute__((noinline)) int ferry_el_elb(struct xdp_md *ctx, struct ferry_pl_fields *f)
 {
 	struct ferry_lb_vip_key vk = {};
-	struct ferry_ev_flow flow, back;
+	struct ferry_flow flow, back;
 	struct ferry_lb_reply reply = {};
 	struct ferry_lb_backend *be;
 	struct ferry_lb_conn *conn;
@@ -194,21 +183,21 @@ __attribute__((noinline)) int ferry_el_elb(struct xdp_md *ctx, struct ferry_pl_f
 	vk.proto = f->proto;
 	/* Fragments are not balanced (later pieces carry no ports); they go
 	 * on down the chain unchanged. (Katran drops them instead.) */
-	vip = (ferry_ev_has_ports(f) && !f->fragment) ? bpf_map_lookup_elem(&ferry_lb_vips, &vk) : NULL;
+	vip = (ferry_has_ports(f) && !f->fragment) ? bpf_map_lookup_elem(&ferry_lb_vips, &vk) : NULL;
 	if (!vip) {
-		ferry_ev_count(FERRY_EV_LB, FERRY_LB_C_NOT_VIP, f->bytes);
+		ferry_hybrid_count(FERRY_HYBRID_LB, FERRY_LB_C_NOT_VIP, f->bytes);
 		return CONTINUE;
 	}
 	/* Only VIP traffic needs the clock (conntrack stamps). */
 	now = bpf_ktime_get_ns();
-	ferry_ev_flow_of(f, &flow);
+	ferry_flow_of(f, &flow);
 	backend = ferry_lb_pick(&flow, vip->vip_id, now, f->bytes, &is_new);
 	be = backend < FERRY_LB_MAX_BACKENDS ? bpf_map_lookup_elem(&ferry_lb_backends, &backend) : NULL;
 	if (!be || !be->addr) {
-		ferry_ev_count(FERRY_EV_LB, FERRY_LB_C_NO_BACKEND, f->bytes);
+		ferry_hybrid_count(FERRY_HYBRID_LB, FERRY_LB_C_NO_BACKEND, f->bytes);
 		return XDP_DROP;
 	}
-	ferry_ev_count(FERRY_EV_LB, is_new ? FERRY_LB_C_NEW : FERRY_LB_C_TRACKED, f->bytes);
+	ferry_hybrid_count(FERRY_HYBRID_LB, is_new ? FERRY_LB_C_NEW : FERRY_LB_C_TRACKED, f->bytes);
 	if (is_new) {
 		back.saddr = be->addr;
 		back.daddr = f->saddr;
@@ -231,8 +220,8 @@ __attribute__((noinline)) int ferry_el_elb(struct xdp_md *ctx, struct ferry_pl_f
 		load->packets += 1;
 		load->bytes += f->bytes;
 	}
-	if (!ferry_ev_rewrite(ctx, f, 1, be->addr, be->port)) {
-		ferry_ev_count(FERRY_EV_LB, FERRY_LB_C_MALFORMED, f->bytes);
+	if (!ferry_hybrid_rewrite(ctx, f, 1, be->addr, be->port)) {
+		ferry_hybrid_count(FERRY_HYBRID_LB, FERRY_LB_C_MALFORMED, f->bytes);
 		return XDP_DROP;
 	}
 	return CONTINUE;
@@ -242,24 +231,24 @@ __attribute__((noinline)) int ferry_el_elb(struct xdp_md *ctx, struct ferry_pl_f
 __attribute__((noinline)) int ferry_el_elb_reply(struct xdp_md *ctx, struct ferry_pl_fields *f)
 {
 	struct ferry_lb_reply *reply = NULL;
-	struct ferry_ev_flow flow;
+	struct ferry_flow flow;
 
 	if (!f)
 		return XDP_ABORTED;
-	if (ferry_ev_has_ports(f)) {
-		ferry_ev_flow_of(f, &flow);
+	if (ferry_has_ports(f)) {
+		ferry_flow_of(f, &flow);
 		reply = bpf_map_lookup_elem(&ferry_lb_replies, &flow);
 	}
 	if (!reply) {
-		ferry_ev_count(FERRY_EV_LB_REPLY, FERRY_LBR_C_NOT_TRACKED, f->bytes);
+		ferry_hybrid_count(FERRY_HYBRID_LB_REPLY, FERRY_LBR_C_NOT_TRACKED, f->bytes);
 		return CONTINUE;
 	}
 	reply->last_seen_ns = bpf_ktime_get_ns();
-	if (!ferry_ev_rewrite(ctx, f, 0, reply->vip, reply->vport)) {
-		ferry_ev_count(FERRY_EV_LB_REPLY, FERRY_LBR_C_MALFORMED, f->bytes);
+	if (!ferry_hybrid_rewrite(ctx, f, 0, reply->vip, reply->vport)) {
+		ferry_hybrid_count(FERRY_HYBRID_LB_REPLY, FERRY_LBR_C_MALFORMED, f->bytes);
 		return XDP_DROP;
 	}
-	ferry_ev_count(FERRY_EV_LB_REPLY, FERRY_LBR_C_REWRITTEN, f->bytes);
+	ferry_hybrid_count(FERRY_HYBRID_LB_REPLY, FERRY_LBR_C_REWRITTEN, f->bytes);
 	return CONTINUE;
 }
 
@@ -273,24 +262,24 @@ __attribute__((noinline)) int ferry_el_elb_reply(struct xdp_md *ctx, struct ferr
 __attribute__((noinline)) int ferry_el_edpi(struct ferry_pl_fields *f)
 {
 	struct ferry_dpi_bypass *rule;
-	struct ferry_ev_flow flow;
+	struct ferry_flow flow;
 
 	if (!f)
 		return XDP_ABORTED;
-	if (!ferry_ev_has_ports(f)) {
-		ferry_ev_count(FERRY_EV_DPI, FERRY_DPI_C_NOT_INSPECTED, f->bytes);
+	if (!ferry_has_ports(f)) {
+		ferry_hybrid_count(FERRY_HYBRID_DPI, FERRY_DPI_C_NOT_INSPECTED, f->bytes);
 		return CONTINUE;
 	}
-	ferry_ev_flow_of(f, &flow);
+	ferry_flow_of(f, &flow);
 	rule = bpf_map_lookup_elem(&ferry_dpi_bypass, &flow);
 	if (rule) {
 		rule->last_seen_ns = bpf_ktime_get_ns();
 		__sync_fetch_and_add(&rule->packets, 1);
 		__sync_fetch_and_add(&rule->bytes, f->bytes);
-		ferry_ev_count(FERRY_EV_DPI, FERRY_DPI_C_BYPASS, f->bytes);
+		ferry_hybrid_count(FERRY_HYBRID_DPI, FERRY_DPI_C_BYPASS, f->bytes);
 		return CONTINUE;
 	}
-	ferry_ev_count(FERRY_EV_DPI, FERRY_DPI_C_TO_SLOW, f->bytes);
+	ferry_hybrid_count(FERRY_HYBRID_DPI, FERRY_DPI_C_TO_SLOW, f->bytes);
 	/* Inspection only: while no process inspects, the stack has it. */
 	return SLOW_MISS_PASS;
 }
@@ -313,11 +302,11 @@ __attribute__((noinline)) int ferry_el_enat(struct xdp_md *ctx, struct ferry_pl_
 	/* Later fragments carry no ports, so no fragment is translated, and
 	 * none may leave with an inside source address. */
 	if (f->is_ip4 && f->fragment) {
-		ferry_ev_count(FERRY_EV_NAT, FERRY_NAT_C_FRAGMENT, f->bytes);
+		ferry_hybrid_count(FERRY_HYBRID_NAT, FERRY_NAT_C_FRAGMENT, f->bytes);
 		return XDP_DROP;
 	}
-	if (!ferry_ev_has_ports(f)) {
-		ferry_ev_count(FERRY_EV_NAT, FERRY_NAT_C_NOT_NATTED, f->bytes);
+	if (!ferry_has_ports(f)) {
+		ferry_hybrid_count(FERRY_HYBRID_NAT, FERRY_NAT_C_NOT_NATTED, f->bytes);
 		return CONTINUE;
 	}
 	key.addr = f->saddr;
@@ -326,17 +315,17 @@ __attribute__((noinline)) int ferry_el_enat(struct xdp_md *ctx, struct ferry_pl_
 	key.dir = FERRY_NAT_OUT;
 	e = bpf_map_lookup_elem(&ferry_nat_map, &key);
 	if (!e) {
-		ferry_ev_count(FERRY_EV_NAT, FERRY_NAT_C_TO_SLOW, f->bytes);
+		ferry_hybrid_count(FERRY_HYBRID_NAT, FERRY_NAT_C_TO_SLOW, f->bytes);
 		/* Untranslated, it must not leave: dropped while the process
 		 * that translates it is not there. */
 		return SLOW_MISS_DROP;
 	}
 	e->last_seen_ns = bpf_ktime_get_ns();
-	if (!ferry_ev_rewrite(ctx, f, 0, e->addr, e->port)) {
-		ferry_ev_count(FERRY_EV_NAT, FERRY_NAT_C_MALFORMED, f->bytes);
+	if (!ferry_hybrid_rewrite(ctx, f, 0, e->addr, e->port)) {
+		ferry_hybrid_count(FERRY_HYBRID_NAT, FERRY_NAT_C_MALFORMED, f->bytes);
 		return XDP_DROP;
 	}
-	ferry_ev_count(FERRY_EV_NAT, FERRY_NAT_C_REWRITTEN, f->bytes);
+	ferry_hybrid_count(FERRY_HYBRID_NAT, FERRY_NAT_C_REWRITTEN, f->bytes);
 	return CONTINUE;
 }
 
@@ -352,7 +341,7 @@ __attribute__((noinline)) int ferry_el_enat_reply(struct xdp_md *ctx, struct fer
 
 	if (!f)
 		return XDP_ABORTED;
-	if (ferry_ev_has_ports(f) && !f->fragment) {
+	if (ferry_has_ports(f) && !f->fragment) {
 		key.addr = f->daddr;
 		key.port = f->dport;
 		key.proto = f->proto;
@@ -360,14 +349,14 @@ __attribute__((noinline)) int ferry_el_enat_reply(struct xdp_md *ctx, struct fer
 		e = bpf_map_lookup_elem(&ferry_nat_map, &key);
 	}
 	if (!e) {
-		ferry_ev_count(FERRY_EV_NAT_REPLY, FERRY_NATR_C_NOT_MAPPED, f->bytes);
+		ferry_hybrid_count(FERRY_HYBRID_NAT_REPLY, FERRY_NATR_C_NOT_MAPPED, f->bytes);
 		return CONTINUE;
 	}
-	if (!ferry_ev_rewrite(ctx, f, 1, e->addr, e->port)) {
-		ferry_ev_count(FERRY_EV_NAT_REPLY, FERRY_NATR_C_MALFORMED, f->bytes);
+	if (!ferry_hybrid_rewrite(ctx, f, 1, e->addr, e->port)) {
+		ferry_hybrid_count(FERRY_HYBRID_NAT_REPLY, FERRY_NATR_C_MALFORMED, f->bytes);
 		return XDP_DROP;
 	}
-	ferry_ev_count(FERRY_EV_NAT_REPLY, FERRY_NATR_C_REWRITTEN, f->bytes);
+	ferry_hybrid_count(FERRY_HYBRID_NAT_REPLY, FERRY_NATR_C_REWRITTEN, f->bytes);
 	return CONTINUE;
 }
 
@@ -397,11 +386,11 @@ __attribute__((noinline)) int ferry_el_route(struct xdp_md *ctx, struct ferry_pl
 	out = ferry_fib_route(ctx, eth, ip);
 	if (!out)
 		goto kernel;
-	ferry_ev_count(FERRY_EV_ROUTE, FERRY_RT_C_ROUTED, f->bytes);
+	ferry_hybrid_count(FERRY_HYBRID_ROUTE, FERRY_RT_C_ROUTED, f->bytes);
 	*ifindex = out;
 	return ROUTE;
 kernel:
-	ferry_ev_count(FERRY_EV_ROUTE, FERRY_RT_C_KERNEL, f->bytes);
+	ferry_hybrid_count(FERRY_HYBRID_ROUTE, FERRY_RT_C_KERNEL, f->bytes);
 	return XDP_PASS;
 }
 

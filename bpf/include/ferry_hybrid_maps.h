@@ -9,14 +9,14 @@
 
 #include "ferry_common.h"
 
-/* Row per hybrid NF (FERRY_EV_*) and one for the route element
- * (FERRY_EV_ROUTE), FERRY_EV_COUNTERS slots each. */
+/* Row per hybrid NF (FERRY_HYBRID_*) and one for the route element
+ * (FERRY_HYBRID_ROUTE), FERRY_HYBRID_COUNTERS slots each. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, (FERRY_EV_NFS + 1) * FERRY_EV_COUNTERS);
+	__uint(max_entries, (FERRY_HYBRID_NFS + 1) * FERRY_HYBRID_COUNTERS);
 	__type(key, __u32);
 	__type(value, struct ferry_pl_count);
-} ferry_ev_stats SEC(".maps");
+} ferry_hyb_stats SEC(".maps");
 
 /* ---- eFW: source-subnet and destination-port matchers ---- */
 
@@ -71,7 +71,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
-	__type(key, struct ferry_ev_flow);
+	__type(key, struct ferry_flow);
 	__type(value, struct ferry_lb_conn);
 } ferry_lb_conns SEC(".maps");
 
@@ -79,7 +79,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
-	__type(key, struct ferry_ev_flow);
+	__type(key, struct ferry_flow);
 	__type(value, struct ferry_lb_reply);
 } ferry_lb_replies SEC(".maps");
 
@@ -96,7 +96,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
-	__type(key, struct ferry_ev_flow);
+	__type(key, struct ferry_flow);
 	__type(value, struct ferry_dpi_bypass);
 } ferry_dpi_bypass SEC(".maps");
 

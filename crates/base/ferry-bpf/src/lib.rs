@@ -8,9 +8,9 @@
 pub mod abi;
 mod attach;
 pub mod classify;
-pub mod evnf;
-pub mod evnf_maps;
 pub mod flow_table;
+pub mod hybrid;
+pub mod hybrid_maps;
 pub mod nsh;
 pub mod pinned;
 pub mod pipeline;

@@ -35,7 +35,7 @@ pub enum ElementKind {
     Rewrite = 4,
     Policer = 5,
     Forward = 6,
-    /// The hybrid NFs' fast paths (`crate::evnf`); their config is unused.
+    /// The hybrid NFs' fast paths (`crate::hybrid`); their config is unused.
     Efw = 7,
     Elb = 8,
     ElbReply = 9,
@@ -161,7 +161,7 @@ pub struct Pipeline {
 impl Pipeline {
     /// Loads the program and installs it as its own recirculation target.
     /// The hybrid NFs' tables are left tiny: a pipeline that runs hybrid
-    /// NFs is loaded by `crate::evnf::Evnf::load`.
+    /// NFs is loaded by `crate::hybrid::HybridPipeline::load`.
     pub fn load() -> Result<Pipeline, BpfError> {
         Self::load_sized(HYBRID_TABLES_UNUSED)
     }

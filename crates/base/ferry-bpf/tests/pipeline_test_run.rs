@@ -84,7 +84,7 @@ fn firewall_counter_forward_chain() {
     assert_eq!(p.counter(7).unwrap(), PlCount { packets: 1, bytes: web.len() as u64 });
     let flows = p.flows(7).unwrap();
     assert_eq!(flows.len(), 1);
-    assert_eq!((u16::from_be(flows[0].0.dport), flows[0].1.packets), (80, 1));
+    assert_eq!((u16::from_be(flows[0].0.flow.dport), flows[0].1.packets), (80, 1));
     assert_eq!(verdict(&p, XDP_DROP as usize) + verdict(&p, XDP_TX as usize), 2, "one verdict per frame");
 }
 

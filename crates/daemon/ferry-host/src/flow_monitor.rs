@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use ferry_bpf::flow_table::{FlowTable, MAP_NAME};
+use ferry_bpf::hybrid::FlowTuple;
 use ferry_bpf::pipeline::{FlowKey as TableKey, PlCount};
 use ferry_nf::flow_monitor::{FlowCount, FlowKey};
 use ferry_nf::{FlowMonitor, PacketNf, Verdict};
@@ -42,24 +43,17 @@ pub fn serve() -> Result<()> {
 }
 
 fn to_table(config: u32, k: &FlowKey) -> TableKey {
-    TableKey {
-        config,
-        saddr: k.src.to_be(),
-        daddr: k.dst.to_be(),
-        sport: k.sport.to_be(),
-        dport: k.dport.to_be(),
-        proto: k.proto,
-        _pad: [0; 3],
-    }
+    let flow = FlowTuple::new(Ipv4Addr::from(k.src), k.sport, Ipv4Addr::from(k.dst), k.dport, k.proto);
+    TableKey { config, flow }
 }
 
 fn from_table(k: &TableKey) -> FlowKey {
     FlowKey {
-        src: u32::from(Ipv4Addr::from(u32::from_be(k.saddr))),
-        dst: u32::from(Ipv4Addr::from(u32::from_be(k.daddr))),
-        sport: u16::from_be(k.sport),
-        dport: u16::from_be(k.dport),
-        proto: k.proto,
+        src: u32::from(Ipv4Addr::from(u32::from_be(k.flow.saddr))),
+        dst: u32::from(Ipv4Addr::from(u32::from_be(k.flow.daddr))),
+        sport: u16::from_be(k.flow.sport),
+        dport: u16::from_be(k.flow.dport),
+        proto: k.flow.proto,
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use ferry_bpf::abi::{SlowMeta, SLOW_MISS};
-use ferry_bpf::evnf::EvnfMaps;
+use ferry_bpf::hybrid::HybridMaps;
 use ferry_evnf::hybrid::{HybridNf, SlowVerdict};
 use ferry_evnf::types::HybridType;
 use ferry_evnf::EvnfError;
@@ -51,7 +51,7 @@ impl Config<'_> {
     /// writes it into the tables. A refused file changes nothing, or (if
     /// writing the tables failed midway) leaves the NF on a mix that the
     /// next good reload replaces.
-    fn reload(&mut self, control: &mut dyn HybridNf, maps: &mut EvnfMaps) {
+    fn reload(&mut self, control: &mut dyn HybridNf, maps: &mut HybridMaps) {
         let result = ferry_evnf::chained::config(self.kind, &self.file)
             .map_err(EvnfError::Config)
             .and_then(|spec| control.reconfigure(&spec))
@@ -76,7 +76,7 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
     let file = values.text("config").unwrap_or_default();
     let spec = ferry_evnf::chained::config(kind, Path::new(file)).map_err(|e| anyhow!(e))?;
     let nf = Nf::connect_from_env_with(&ferry_evnf::types::counters(t))?;
-    let mut maps = EvnfMaps::from_fds(nf.take_maps())?;
+    let mut maps = HybridMaps::from_fds(nf.take_maps())?;
     let mut control = ferry_evnf::chained::control_plane(kind, &spec, &maps)?;
     control.install(&mut maps)?;
     let th = nf.thread(0)?;
@@ -89,7 +89,7 @@ fn run(
     mut th: NfThread,
     t: &HybridType,
     control: &mut dyn HybridNf,
-    maps: &mut EvnfMaps,
+    maps: &mut HybridMaps,
     mut config: Config,
 ) -> Result<()> {
     let _ticker = th.waker().every(WAKE_EVERY);
@@ -125,7 +125,7 @@ fn run(
 /// The fast paths' counters (packets, summed over CPUs; 0 for a counter
 /// that could not be read), then the control plane's, in the order the
 /// type declares them, then the reloads'.
-fn publish(th: &NfThread, t: &HybridType, control: &dyn HybridNf, maps: &EvnfMaps, reloads: [u64; 2]) {
+fn publish(th: &NfThread, t: &HybridType, control: &dyn HybridNf, maps: &HybridMaps, reloads: [u64; 2]) {
     let mut values: Vec<u64> = Vec::new();
     for f in t.fast_paths {
         let counters = maps.counters(*f).unwrap_or_default();

@@ -1,4 +1,4 @@
-//! One deployed chain: its domains, ports, kernel hops and copy bridges;
+//! One deployed chain: its domains, ports, kernel hops and copy links;
 //! starting, admitting and watching its NFs; recovery after one dies.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -20,8 +20,8 @@ use ferry_nf::flow_monitor::MAX_FLOWS;
 use ferry_place::{HybridNf, HybridPath, PostPath, Then, XdpPath};
 use ferry_xsk::XskSocket;
 
-use crate::bridge;
 use crate::classify::EdgeClassifier;
+use crate::copy_link;
 use crate::domain::Domain;
 use crate::fastpath::{FastPathEnd, FastPathIds};
 use crate::hybrid::Hybrids;
@@ -97,8 +97,8 @@ pub struct Chain {
     pub stop: Arc<AtomicBool>,
     /// Its part of a service path over hosts; None once the chain stops.
     nsh: Mutex<Option<NshInstall>>,
-    /// The copy bridges' threads.
-    bridges: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The copy links' threads.
+    copy_links: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// NFs placed in XDP (their ids and counters live with their port).
     offloaded: usize,
     /// The hybrid NFs' fast paths; None once the chain stops.
@@ -315,7 +315,7 @@ impl Chain {
             spawn,
             stop: Arc::new(AtomicBool::new(false)),
             nsh: Mutex::new(nsh),
-            bridges: Mutex::new(Vec::new()),
+            copy_links: Mutex::new(Vec::new()),
             offloaded,
             hybrids,
             splits,
@@ -326,9 +326,9 @@ impl Chain {
         })
     }
 
-    /// Starts the copy bridges and the NFs ferryd starts.
+    /// Starts the copy links and the NFs ferryd starts.
     pub fn start(self: &Arc<Self>) -> Result<()> {
-        self.start_bridges()?;
+        self.start_copy_links()?;
         for i in 0..self.plan.nfs.len() {
             if self.spawn && self.plan.nfs[i].spawn {
                 Chain::start_nf(self, i)?;
@@ -337,17 +337,17 @@ impl Chain {
         Ok(())
     }
 
-    fn start_bridges(&self) -> Result<()> {
-        for b in &self.plan.bridges {
-            let name = format!("bridge-{}-{}", self.plan.nfs[b.from_nf].name, self.plan.nfs[b.to_nf].name);
-            let thread = bridge::start(self.domains.clone(), self.stop.clone(), b, name)?;
-            self.bridges.lock().expect("bridges lock").push(thread);
+    fn start_copy_links(&self) -> Result<()> {
+        for b in &self.plan.copy_links {
+            let name = format!("copy-{}-{}", self.plan.nfs[b.from_nf].name, self.plan.nfs[b.to_nf].name);
+            let thread = copy_link::start(self.domains.clone(), self.stop.clone(), b, name)?;
+            self.copy_links.lock().expect("copy links lock").push(thread);
         }
         Ok(())
     }
 
     /// Stops the chain: its NFs (SIGTERM, then SIGKILL after `grace`) and
-    /// bridges; returns once every NF connection is gone. What it holds
+    /// copy links; returns once every NF connection is gone. What it holds
     /// (memory, sockets, XDP programs, TAPs, uids) goes with the last
     /// reference.
     pub fn stop(&self, grace: Duration) {

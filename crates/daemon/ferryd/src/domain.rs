@@ -43,7 +43,7 @@ struct Life {
     /// Pause epochs.
     epoch: u64,
     /// Per tid: the process running it (None for never-attached NF threads
-    /// and for ferryd's bridges, which die only with ferryd).
+    /// and for ferryd's copy links, which die only with ferryd).
     procs: Vec<Option<Process>>,
 }
 

@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 
 use anyhow::{Context, Result};
 use ferry_bpf::abi::Verdicts;
-use ferry_bpf::evnf::Evnf;
+use ferry_bpf::hybrid::HybridPipeline;
 use ferry_bpf::pipeline::{FlowKey, Pipeline, PlCount};
 use ferry_bpf::AttachMode;
 use ferry_chain::plan::PortPlan;
@@ -23,7 +23,7 @@ pub const FLOWS_IN_STATUS: usize = 1000;
 
 pub struct FastPath {
     /// The stage pipeline, with the hybrid NFs' tables for a split NF.
-    pipeline: Evnf,
+    pipeline: HybridPipeline,
     installed: Installed,
     port: String,
 }
@@ -56,14 +56,14 @@ impl FastPath {
         ids: FastPathIds,
     ) -> Result<FastPath> {
         let split = path.iter().any(|n| matches!(n.lowering, Lowering::Split(_)));
-        let mut pipeline = Evnf::load_with(split).context("loading the stage pipeline")?;
+        let mut pipeline = HybridPipeline::load_with(split).context("loading the stage pipeline")?;
         let target = match ids.then {
             FastPathEnd::Nf(nf) => Target::Xsk { nf },
             FastPathEnd::Device(ifindex) => Target::Redirect { ifindex },
         };
         let installed = install(pipeline.pipeline_mut(), ids.chain, ifindex, path, ids.nfs, target)
             .context("installing the XDP part")?;
-        let pipeline = ferry_sys::in_netns(plan.netns.as_deref(), move || -> Result<Evnf> {
+        let pipeline = ferry_sys::in_netns(plan.netns.as_deref(), move || -> Result<HybridPipeline> {
             if let Target::Redirect { ifindex: out } = target {
                 pipeline.pipeline_mut().add_device(out).context("adding the egress device to the pipeline's devmap")?;
             }
@@ -84,7 +84,7 @@ impl FastPath {
     }
 
     /// The pipeline, with the hybrid tables of a split NF it runs.
-    pub fn evnf(&self) -> &Evnf {
+    pub fn evnf(&self) -> &HybridPipeline {
         &self.pipeline
     }
 
@@ -124,7 +124,7 @@ pub fn offloaded_status(p: &Pipeline, installed: &Installed, port: &str) -> Vec<
 pub fn flow_statuses(entries: Vec<(FlowKey, PlCount)>) -> (u64, Vec<FlowStatus>) {
     let mut by_flow: BTreeMap<(u32, u32, u16, u16, u8), PlCount> = BTreeMap::new();
     for (k, c) in entries {
-        let sum = by_flow.entry((k.saddr, k.daddr, k.sport, k.dport, k.proto)).or_default();
+        let sum = by_flow.entry((k.flow.saddr, k.flow.daddr, k.flow.sport, k.flow.dport, k.flow.proto)).or_default();
         // A process NF wrote these: sums must not overflow.
         sum.packets = sum.packets.saturating_add(c.packets);
         sum.bytes = sum.bytes.saturating_add(c.bytes);

@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
-use ferry_bpf::evnf::{EvNf, Evnf};
+use ferry_bpf::hybrid::{HybridElement, HybridPipeline};
 use ferry_bpf::pipeline::Element;
 use ferry_chain::plan::{ChainPlan, PortPlan};
 use ferry_chain::proto::OffloadedStatus;
@@ -26,7 +26,7 @@ use ferry_place::{Configs, HybridNf, HybridPath, Installed};
 use crate::ports::{attach_mode, Port};
 
 pub struct Hybrids {
-    evnf: Evnf,
+    evnf: HybridPipeline,
     /// The hybrid NFs, on paths and whole.
     nfs: Vec<Member>,
     /// The NFs in XDP ahead of the hybrid NFs, by port.
@@ -69,11 +69,11 @@ impl Hybrids {
             return Ok(None);
         }
         let port = |name: &str| plan.ports.iter().find(|p| p.name == name).ok_or_else(|| anyhow!("no port {name}"));
-        let mut evnf = Evnf::load().context("loading the stage pipeline for the hybrid NFs")?;
+        let mut evnf = HybridPipeline::load().context("loading the stage pipeline for the hybrid NFs")?;
         let (mut nfs, mut nft, mut fast_paths) = (Vec::new(), KernelHalves::default(), Vec::new());
         for path in paths {
             let ns = port(&path.port)?.netns.clone();
-            fast_paths.push(path.nfs.iter().map(|n| fast_path(&n.kind)).collect::<Result<Vec<EvNf>>>()?);
+            fast_paths.push(path.nfs.iter().map(|n| fast_path(&n.kind)).collect::<Result<Vec<HybridElement>>>()?);
             for n in &path.nfs {
                 let t = ferry_evnf::types::find(&n.kind).ok_or_else(|| anyhow!("{}: not a hybrid type", n.kind))?;
                 let spec = read_config(&n.name, t, &n.config)?;
@@ -201,7 +201,7 @@ impl Hybrids {
 }
 
 /// The program a path of hybrid NF `kind` starts with.
-fn fast_path(kind: &str) -> Result<EvNf> {
+fn fast_path(kind: &str) -> Result<HybridElement> {
     let t = ferry_evnf::types::find(kind).ok_or_else(|| anyhow!("{kind}: not a hybrid type"))?;
     Ok(t.fast_paths[0])
 }
@@ -276,7 +276,12 @@ fn trusted_by_root(file: &std::path::Path) -> Result<()> {
 
 /// Deploys `before`, then `path`, for the frames arriving on port `p`,
 /// then attaches the pipeline there.
-fn attach(evnf: &mut Evnf, chain: u32, elements: (&[Element], &[EvNf], Option<u32>), p: &PortPlan) -> Result<()> {
+fn attach(
+    evnf: &mut HybridPipeline,
+    chain: u32,
+    elements: (&[Element], &[HybridElement], Option<u32>),
+    p: &PortPlan,
+) -> Result<()> {
     let ifindex = Port::ifindex(p)?;
     let (before, path, then) = elements;
     evnf.deploy(chain, ifindex, before, path, then)

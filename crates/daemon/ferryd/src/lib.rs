@@ -10,7 +10,7 @@
 //! NF is: its uid (SO_PEERCRED) must be its domain's, and either its pid
 //! is that of the process ferryd started for it (not yet reaped, so no
 //! other process can have it) or, for an NF ferryd does not start, it
-//! sends the key only its user can read. ferryd also runs the copy bridges
+//! sends the key only its user can read. ferryd also runs the copy links
 //! between domains and, when an NF dies, reclaims every frame it held.
 //!
 //! # When ferryd itself goes away
@@ -21,9 +21,9 @@
 //! ferryd: the NFs keep forwarding and the next ferryd adopts them
 //! (`chain::adopt`, `persist`).
 
-mod bridge;
 mod chain;
 mod classify;
+mod copy_link;
 mod devices;
 mod domain;
 mod fastpath;

@@ -19,10 +19,11 @@ use serde::{Deserialize, Serialize};
 use crate::spawn;
 
 /// Bumped when [`ChainState`], the shared region's layout or a pinned
-/// map's layout (the verdict counters, version 2) changes: a ferryd
+/// map's layout (the verdict counters, version 2; the copy links' name in
+/// the plan, version 3) changes: a ferryd
 /// adopts only state of its own version (a region another build laid out
 /// would be misread), and removes the rest's chains.
-pub const STATE_VERSION: u32 = 2;
+pub const STATE_VERSION: u32 = 3;
 
 /// The directory of the state files and persistent NFs' logs, next to
 /// ferryd's admin socket (root's): `<admin>.state`.

@@ -1,7 +1,7 @@
 //! A thread's cache of free frames in front of its domain's pool, keeping
 //! the frame-owner table true (see [`crate::shm`]): frames it takes from
 //! the pool are marked with its thread id, frames it gives back are marked
-//! ownerless before they go in. Used by NF threads and ferryd's bridges.
+//! ownerless before they go in. Used by NF threads and ferryd's copy links.
 
 use std::sync::atomic::{fence, Ordering};
 

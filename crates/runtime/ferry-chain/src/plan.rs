@@ -2,10 +2,10 @@
 //! time, computed once by ferryd and sent to each NF when it connects.
 //!
 //! Per domain, threads get ids `0..tids`: first the NF threads in chain-file
-//! order, then one per copy bridge touching the domain. The id is the
+//! order, then one per copy link touching the domain. The id is the
 //! thread's producer id on every ring of the domain, its block in the
 //! control words and its mark in the frame-owner table. Ring `i` of a domain
-//! is the receive ring of thread id `i` for NF threads; bridge input rings
+//! is the receive ring of thread id `i` for NF threads; copy link input rings
 //! follow.
 
 use serde::{Deserialize, Serialize};
@@ -22,7 +22,7 @@ pub struct ChainPlan {
     pub ports: Vec<PortPlan>,
     pub kernel: Vec<crate::spec::KernelSpec>,
     pub nfs: Vec<NfPlan>,
-    pub bridges: Vec<BridgePlan>,
+    pub copy_links: Vec<CopyLinkPlan>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -31,10 +31,10 @@ pub struct DomainPlan {
     pub frames: u32,
     pub frame_size: u32,
     pub ring_size: u32,
-    /// Thread ids in use (NF threads, then bridges).
+    /// Thread ids in use (NF threads, then copy links).
     pub tids: u32,
     /// Rings in the region: `tids_of_nf_threads` receive rings, then one
-    /// input ring per bridge leaving this domain.
+    /// input ring per copy link leaving this domain.
     pub rings: u32,
     /// Its tenant, if tenants are declared.
     #[serde(default)]
@@ -124,8 +124,8 @@ pub enum OutLink {
     /// Zero-copy to another NF of the domain: one receive ring per thread of
     /// it; the sender picks a thread by flow hash.
     Nf { nf: usize, rings: Vec<u32>, tids: Vec<u32> },
-    /// Across domains: into the input ring of a ferryd copy bridge.
-    Copy { bridge: usize, ring: u32, tid: u32 },
+    /// Across domains: into the input ring of a ferryd copy link.
+    Copy { link: usize, ring: u32, tid: u32 },
     /// Out of a port, on this thread's own socket.
     Port { port: usize },
     /// Into the kernel stack: a write to TAP device `kernel`.
@@ -134,7 +134,7 @@ pub enum OutLink {
 
 /// A copy link, served by a ferryd thread that maps both domains.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct BridgePlan {
+pub struct CopyLinkPlan {
     pub from_nf: usize,
     pub to_nf: usize,
     pub from_domain: usize,
@@ -222,7 +222,7 @@ impl ChainPlan {
                 }
             })
             .collect();
-        let mut bridges: Vec<BridgePlan> = Vec::new();
+        let mut copy_links: Vec<CopyLinkPlan> = Vec::new();
         for l in &spec.links {
             let (from, to) = (spec.node(&l.from).expect("validated"), spec.node(&l.to).expect("validated"));
             match (from, to) {
@@ -261,7 +261,7 @@ impl ChainPlan {
                         };
                         let ring = domains[da].rings;
                         domains[da].rings += 1;
-                        bridges.push(BridgePlan {
+                        copy_links.push(CopyLinkPlan {
                             from_nf: a,
                             to_nf: b,
                             from_domain: da,
@@ -272,7 +272,7 @@ impl ChainPlan {
                             to_rings: rings,
                             to_tids: tids,
                         });
-                        OutLink::Copy { bridge: bridges.len() - 1, ring, tid: from_tid }
+                        OutLink::Copy { link: copy_links.len() - 1, ring, tid: from_tid }
                     } else {
                         OutLink::Nf { nf: b, rings, tids }
                     };
@@ -286,7 +286,7 @@ impl ChainPlan {
                 _ => unreachable!("validated"),
             }
         }
-        ChainPlan { name: spec.name(), domains, ports, kernel: spec.kernel.clone(), nfs, bridges }
+        ChainPlan { name: spec.name(), domains, ports, kernel: spec.kernel.clone(), nfs, copy_links }
     }
 
     /// Settles each NF's smart-polling `idle_polls` that the chain file
@@ -294,7 +294,7 @@ impl ChainPlan {
     ///
     /// Polling after a busy burst is only cheap while the thread has a CPU
     /// to itself. When an NF's CPUs are shared by more chain threads (its
-    /// own, other NFs' whose CPU sets meet its set, ferryd's copy bridges)
+    /// own, other NFs' whose CPU sets meet its set, ferryd's copy links)
     /// than there are CPUs, each empty poll yields to them, and after one
     /// turn for each (their number of empty polls) it blocks: it keeps
     /// polling while the threads it shares with keep handing it work, and
@@ -302,7 +302,7 @@ impl ChainPlan {
     /// processes on those CPUs are not counted.
     pub fn settle_polling(&mut self, cpus: usize) {
         let meets = |a: &[u32], b: &[u32]| a.is_empty() || b.is_empty() || a.iter().any(|c| b.contains(c));
-        let bridges = self.bridges.len();
+        let links = self.copy_links.len();
         let limits: Vec<Option<u32>> = self
             .nfs
             .iter()
@@ -313,7 +313,7 @@ impl ChainPlan {
                     .filter(|other| meets(&nf.cpus, &other.cpus))
                     .map(|other| other.threads.len())
                     .sum::<usize>()
-                    + bridges;
+                    + links;
                 let room = if nf.cpus.is_empty() { cpus } else { nf.cpus.len() };
                 (sharing > room).then(|| u32::try_from(sharing).unwrap_or(u32::MAX))
             })
@@ -364,21 +364,21 @@ links:
   - { from: c, to: out }
 "#;
         let p = plan_of(text);
-        // Each bridge has a thread id in both domains it joins.
-        assert_eq!(p.domains[0].tids, 4 + 2, "s, x, c×2 and both bridges");
-        assert_eq!(p.domains[1].tids, 1 + 2, "y and both bridges");
-        assert_eq!(p.bridges.len(), 2);
+        // Each copy link has a thread id in both domains it joins.
+        assert_eq!(p.domains[0].tids, 4 + 2, "s, x, c×2 and both copy links");
+        assert_eq!(p.domains[1].tids, 1 + 2, "y and both copy links");
+        assert_eq!(p.copy_links.len(), 2);
         let s = &p.nfs[0];
         assert_eq!(s.outs.len(), 2);
         assert!(matches!(&s.outs[0], OutLink::Nf { nf: 1, rings, .. } if rings == &vec![1]));
-        assert!(matches!(&s.outs[1], OutLink::Copy { bridge: 0, .. }));
+        assert!(matches!(&s.outs[1], OutLink::Copy { link: 0, .. }));
         let c = &p.nfs[3];
         assert_eq!(c.threads.iter().map(|t| t.tid).collect::<Vec<_>>(), vec![2, 3]);
         assert_eq!(c.threads[1].ports, vec![1]);
         assert_eq!(p.ports[0].nf, Some(0));
         assert!(p.ports[0].rx && !p.ports[1].rx);
-        // The bridge y->c leaves domain b (ring after y's) and lands on c's rings.
-        let b = &p.bridges[1];
+        // The copy link y->c leaves domain b (ring after y's) and lands on c's rings.
+        let b = &p.copy_links[1];
         assert_eq!((b.from_domain, b.to_domain, b.ring), (1, 0, 1));
         assert_eq!(b.to_rings, vec![2, 3]);
         assert_eq!(p.domains[1].rings, 2);

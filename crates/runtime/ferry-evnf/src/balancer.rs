@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use ferry_bpf::evnf::{EvFlow, EvnfMaps, LbConn, LbReply, LB_CLOSING, LB_MAX_BACKENDS};
+use ferry_bpf::hybrid::{FlowTuple, HybridMaps, LbConn, LbReply, LB_CLOSING, LB_MAX_BACKENDS};
 
 use crate::config::BalancerSpec;
 use crate::config::EvnfSpec;
@@ -24,8 +24,8 @@ const CLOSING_GRACE_NS: u64 = 2_000_000_000;
 
 pub struct Balancer {
     spec: BalancerSpec,
-    conns: FastTable<EvFlow, LbConn>,
-    replies: FastTable<EvFlow, LbReply>,
+    conns: FastTable<FlowTuple, LbConn>,
+    replies: FastTable<FlowTuple, LbReply>,
     /// Backend address of each fast-path slot. Tracked connections store
     /// the slot, so a slot keeps its address as long as the balancer runs:
     /// a backend dropped from the file keeps its slot with weight 0 and its
@@ -43,7 +43,7 @@ pub struct Balancer {
 }
 
 impl Balancer {
-    pub fn new(fast: &EvnfMaps, spec: BalancerSpec) -> Result<Balancer, EvnfError> {
+    pub fn new(fast: &HybridMaps, spec: BalancerSpec) -> Result<Balancer, EvnfError> {
         let idle = Duration::from_secs_f64(spec.idle_timeout_s);
         let flow = ["saddr", "daddr", "sport", "dport", "proto"];
         let conns = FastTable::new(
@@ -109,24 +109,24 @@ impl Balancer {
         Ok(())
     }
 
-    fn write_ring(&mut self, fast: &mut EvnfMaps, weights: Vec<u32>) -> Result<(), EvnfError> {
+    fn write_ring(&mut self, fast: &mut HybridMaps, weights: Vec<u32>) -> Result<(), EvnfError> {
         fast.lb_set_ring(0, &selection_ring(&weights))?;
         self.weights = weights;
         Ok(())
     }
 
     /// The reply-direction key of a tracked connection.
-    fn back_flow(&self, flow: &EvFlow, conn: &LbConn) -> Option<EvFlow> {
+    fn back_flow(&self, flow: &FlowTuple, conn: &LbConn) -> Option<FlowTuple> {
         let be = self.slots.get(conn.backend as usize)?;
         let (client, client_port) = flow.src();
-        Some(EvFlow::new(*be.ip(), be.port(), client, client_port, flow.proto))
+        Some(FlowTuple::new(*be.ip(), be.port(), client, client_port, flow.proto))
     }
 
     /// Removes a connection and its reply entry together, once neither
     /// direction has been seen for the idle timeout (or it closed and the
     /// grace period passed); then reply entries left without a connection.
     fn expire(&mut self, now_ns: u64) -> Result<(), EvnfError> {
-        let replies: HashMap<EvFlow, LbReply> = self.replies.entries().into_iter().collect();
+        let replies: HashMap<FlowTuple, LbReply> = self.replies.entries().into_iter().collect();
         let idle = self.conns.idle_ns();
         let (mut live, mut removed) = (HashSet::new(), HashSet::new());
         for (flow, conn) in self.conns.entries() {
@@ -179,7 +179,7 @@ impl HybridNf for Balancer {
 
     /// Backends and array first, the VIP last: a frame that sees the VIP
     /// finds everything it needs.
-    fn install(&mut self, fast: &mut EvnfMaps) -> Result<(), EvnfError> {
+    fn install(&mut self, fast: &mut HybridMaps) -> Result<(), EvnfError> {
         for (i, addr) in self.slots.iter().enumerate() {
             fast.lb_set_backend(i as u32, *addr.ip(), addr.port())?;
         }
@@ -194,7 +194,7 @@ impl HybridNf for Balancer {
         Ok(())
     }
 
-    fn on_tick(&mut self, fast: &mut EvnfMaps, now_ns: u64) -> Result<(), EvnfError> {
+    fn on_tick(&mut self, fast: &mut HybridMaps, now_ns: u64) -> Result<(), EvnfError> {
         self.expire(now_ns)?;
         self.count_open();
         let Some(fb) = &self.spec.feedback else { return Ok(()) };

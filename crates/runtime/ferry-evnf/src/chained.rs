@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use ferry_bpf::evnf::EvnfMaps;
+use ferry_bpf::hybrid::HybridMaps;
 
 use crate::balancer::Balancer;
 use crate::config::EvnfSpec;
@@ -43,7 +43,7 @@ pub fn config(kind: &str, path: &Path) -> Result<EvnfSpec, String> {
 
 /// The control plane of hybrid NF type `kind` over `maps`; it installs
 /// its rules when [`HybridNf::install`] is called.
-pub fn control_plane(kind: &str, spec: &EvnfSpec, maps: &EvnfMaps) -> Result<Box<dyn HybridNf>, EvnfError> {
+pub fn control_plane(kind: &str, spec: &EvnfSpec, maps: &HybridMaps) -> Result<Box<dyn HybridNf>, EvnfError> {
     match kind {
         "efw" => Ok(Box::new(Firewall::new(spec.firewall.clone().ok_or_else(|| spec.missing("firewall"))?))),
         "elb" => Ok(Box::new(Balancer::new(maps, spec.balancer.clone().ok_or_else(|| spec.missing("balancer"))?)?)),

@@ -246,10 +246,10 @@ impl EvnfSpec {
     fn validate(&self) -> Result<(), Invalid> {
         use Seg::{Index, Key};
         if let Some(fw) = &self.firewall {
-            if fw.rules.len() >= ferry_bpf::evnf::FW_MAX_RULES as usize {
+            if fw.rules.len() >= ferry_bpf::hybrid::FW_MAX_RULES as usize {
                 return Err((
                     vec![Key("firewall"), Key("rules")],
-                    format!("at most {} rules", ferry_bpf::evnf::FW_MAX_RULES - 1),
+                    format!("at most {} rules", ferry_bpf::hybrid::FW_MAX_RULES - 1),
                 ));
             }
             for (i, r) in fw.rules.iter().enumerate() {
@@ -273,7 +273,7 @@ impl EvnfSpec {
             if lb.backends.is_empty() {
                 return Err((vec![Key("balancer"), Key("backends")], "at least one backend is required".into()));
             }
-            if lb.backends.len() > ferry_bpf::evnf::LB_MAX_BACKENDS as usize {
+            if lb.backends.len() > ferry_bpf::hybrid::LB_MAX_BACKENDS as usize {
                 return Err((vec![Key("balancer"), Key("backends")], "too many backends".into()));
             }
             if lb.proto == Proto::Icmp {

@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use ferry_bpf::abi::SlowMeta;
-use ferry_bpf::evnf::{DpiBypass, EvFlow, EvnfMaps};
+use ferry_bpf::hybrid::{DpiBypass, FlowTuple, HybridMaps};
 use ferry_ndpi::{Classification, Flow, Ndpi};
 
 use crate::config::DpiSpec;
@@ -33,8 +33,8 @@ pub struct Dpi {
     elephants: Vec<u16>,
     /// nDPI state per flow (one entry for both directions, keyed by the
     /// first packet's 5-tuple).
-    flows: HashMap<EvFlow, FlowState>,
-    bypass: FastTable<EvFlow, DpiBypass>,
+    flows: HashMap<FlowTuple, FlowState>,
+    bypass: FastTable<FlowTuple, DpiBypass>,
     bypass_installed: u64,
     bypass_expired: u64,
     bypass_errors: u64,
@@ -43,7 +43,7 @@ pub struct Dpi {
 }
 
 /// The 5-tuple of an IPv4 TCP/UDP packet (ports 0 for other protocols).
-pub fn flow_of(ip: &[u8]) -> Option<EvFlow> {
+pub fn flow_of(ip: &[u8]) -> Option<FlowTuple> {
     if ip.len() < 20 || ip[0] >> 4 != 4 {
         return None;
     }
@@ -56,11 +56,11 @@ pub fn flow_of(ip: &[u8]) -> Option<EvFlow> {
         (6 | 17, None) => return None,
         _ => (0, 0),
     };
-    Some(EvFlow::new(src, sport, dst, dport, proto))
+    Some(FlowTuple::new(src, sport, dst, dport, proto))
 }
 
 impl Dpi {
-    pub fn new(fast: &EvnfMaps, spec: DpiSpec) -> Result<Dpi, EvnfError> {
+    pub fn new(fast: &HybridMaps, spec: DpiSpec) -> Result<Dpi, EvnfError> {
         let ndpi = Ndpi::new(spec.protocols_file.as_deref())?;
         let elephants = resolve_elephants(&ndpi, &spec)?;
         let bypass = FastTable::new(
@@ -93,7 +93,7 @@ impl Dpi {
         Ok(())
     }
 
-    fn install_bypass(&mut self, key: EvFlow, app: u16, now: u64) {
+    fn install_bypass(&mut self, key: FlowTuple, app: u16, now: u64) {
         let rule = DpiBypass { app: app as u32, last_seen_ns: now, ..Default::default() };
         for k in [key, key.reversed()] {
             match self.bypass.install(k, rule) {
@@ -126,11 +126,11 @@ impl HybridNf for Dpi {
         self.set_spec(spec.dpi.clone().ok_or_else(|| spec.missing("dpi"))?)
     }
 
-    fn install(&mut self, _fast: &mut EvnfMaps) -> Result<(), EvnfError> {
+    fn install(&mut self, _fast: &mut HybridMaps) -> Result<(), EvnfError> {
         Ok(())
     }
 
-    fn on_slow_path(&mut self, _fast: &mut EvnfMaps, frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
+    fn on_slow_path(&mut self, _fast: &mut HybridMaps, frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
         let Some(ip) = ip_packet(frame) else { return SlowVerdict::Drop };
         let Some(key) = flow_of(ip) else {
             self.not_ipv4 += 1;
@@ -162,7 +162,7 @@ impl HybridNf for Dpi {
         SlowVerdict::Reinject
     }
 
-    fn on_tick(&mut self, _fast: &mut EvnfMaps, now_ns: u64) -> Result<(), EvnfError> {
+    fn on_tick(&mut self, _fast: &mut HybridMaps, now_ns: u64) -> Result<(), EvnfError> {
         self.bypass_expired += self.bypass.expire(now_ns, |_| false)?.len() as u64;
         let idle = (self.spec.idle_timeout_s * 1e9) as u64;
         // Bypassed flows never reach the slow path, so their nDPI state

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use ferry_bpf::evnf::{EvnfMaps, FwRule, FW_ALLOW, FW_DENY};
+use ferry_bpf::hybrid::{FwRule, HybridMaps, FW_ALLOW, FW_DENY};
 
 use crate::config::EvnfSpec;
 use crate::config::{FirewallSpec, FwAction};
@@ -130,7 +130,7 @@ impl HybridNf for Firewall {
     /// reload never leaves a moment without rules. The kernel half is
     /// [`Firewall::apply_nftables`]: it needs CAP_NET_ADMIN, which an
     /// unprivileged control plane does not have.
-    fn install(&mut self, fast: &mut EvnfMaps) -> Result<(), EvnfError> {
+    fn install(&mut self, fast: &mut HybridMaps) -> Result<(), EvnfError> {
         let (mut subnets, mut ports) = (Vec::new(), Vec::new());
         for (i, r) in self.spec.rules.iter().enumerate() {
             let action = if r.action == FwAction::Allow { FW_ALLOW } else { FW_DENY };
@@ -153,7 +153,7 @@ impl HybridNf for Firewall {
         Ok(())
     }
 
-    fn on_tick(&mut self, _fast: &mut EvnfMaps, _now_ns: u64) -> Result<(), EvnfError> {
+    fn on_tick(&mut self, _fast: &mut HybridMaps, _now_ns: u64) -> Result<(), EvnfError> {
         Ok(())
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use aya::maps::Map;
 use aya::Pod;
 use ferry_bpf::abi::SlowMeta;
-use ferry_bpf::evnf::{DpiBypass, EvnfMaps, LbConn, LbReply};
+use ferry_bpf::hybrid::{DpiBypass, HybridMaps, LbConn, LbReply};
 use ferry_bpf::state::{StateTable, Update};
 
 use crate::config::EvnfSpec;
@@ -134,14 +134,14 @@ pub trait HybridNf {
     fn reconfigure(&mut self, spec: &EvnfSpec) -> Result<(), EvnfError>;
     /// Writes the NF's proactive rules and configuration into the fast
     /// path (at start and on reload).
-    fn install(&mut self, fast: &mut EvnfMaps) -> Result<(), EvnfError>;
+    fn install(&mut self, fast: &mut HybridMaps) -> Result<(), EvnfError>;
     /// A frame the fast path sent up because no rule covered it; the NF
     /// may rewrite it before it goes on.
-    fn on_slow_path(&mut self, _fast: &mut EvnfMaps, _frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
+    fn on_slow_path(&mut self, _fast: &mut HybridMaps, _frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
         SlowVerdict::Reinject
     }
     /// Periodic work: expire rules, read statistics, recompute.
-    fn on_tick(&mut self, fast: &mut EvnfMaps, now_ns: u64) -> Result<(), EvnfError>;
+    fn on_tick(&mut self, fast: &mut HybridMaps, now_ns: u64) -> Result<(), EvnfError>;
     /// How often `on_tick` should run.
     fn tick_interval(&self) -> Duration {
         Duration::from_millis(500)

@@ -1,6 +1,6 @@
 //! Hybrid NFs (eVNF): each NF has a fast path in XDP (an element of the
 //! stage pipeline, `bpf/include/ferry_hybrid.h`, deployed by
-//! `ferry_bpf::evnf`) and a control plane / slow path here.
+//! `ferry_bpf::hybrid`) and a control plane / slow path here.
 //!
 //! * [`hybrid`]: the framework: fast-path tables with idle expiry, the
 //!   [`hybrid::HybridNf`] trait a control plane implements.

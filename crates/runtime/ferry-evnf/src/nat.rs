@@ -21,7 +21,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use ferry_bpf::abi::SlowMeta;
-use ferry_bpf::evnf::{EvnfMaps, NatEntry, NatKey, NAT_IN, NAT_OUT};
+use ferry_bpf::hybrid::{HybridMaps, NatEntry, NatKey, NAT_IN, NAT_OUT};
 use ferry_wire::ipv4::ip_proto;
 use ferry_wire::nat::{Endpoint, Headers, Side, Transport};
 
@@ -74,7 +74,7 @@ fn in_key(t: Transport, public_ip: Ipv4Addr, port: u16) -> NatKey {
 }
 
 impl Nat {
-    pub fn new(fast: &EvnfMaps, spec: NatSpec) -> Result<Nat, EvnfError> {
+    pub fn new(fast: &HybridMaps, spec: NatSpec) -> Result<Nat, EvnfError> {
         let ports = spec.port_range().map_err(EvnfError::Config)?;
         let table = FastTable::new(
             fast.map_handle("ferry_nat_map")?,
@@ -222,7 +222,7 @@ impl HybridNf for Nat {
         Ok(())
     }
 
-    fn install(&mut self, _fast: &mut EvnfMaps) -> Result<(), EvnfError> {
+    fn install(&mut self, _fast: &mut HybridMaps) -> Result<(), EvnfError> {
         Ok(())
     }
 
@@ -231,7 +231,7 @@ impl HybridNf for Nat {
     /// misses (IPv4 TCP/UDP without a mapping) when it is split. Frames
     /// that are not IPv4 TCP/UDP go on unchanged; fragments and malformed
     /// frames are dropped.
-    fn on_slow_path(&mut self, _fast: &mut EvnfMaps, frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
+    fn on_slow_path(&mut self, _fast: &mut HybridMaps, frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
         let translatable = match ferry_wire::flow::parse(frame) {
             Ok(f) => f.is_ipv4 && [ip_proto::TCP, ip_proto::UDP].contains(&f.proto),
             Err(_) => {
@@ -258,7 +258,7 @@ impl HybridNf for Nat {
     }
 
     /// Mappings whose outbound half has been idle for the timeout end.
-    fn on_tick(&mut self, _fast: &mut EvnfMaps, now_ns: u64) -> Result<(), EvnfError> {
+    fn on_tick(&mut self, _fast: &mut HybridMaps, now_ns: u64) -> Result<(), EvnfError> {
         let idle = self.table.idle_ns();
         let stale: Vec<(Transport, Endpoint, u16)> = self
             .table

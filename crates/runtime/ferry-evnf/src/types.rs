@@ -2,7 +2,7 @@
 //! each is made of, how far its fast path reaches, and what it takes in a
 //! chain file.
 
-use ferry_bpf::evnf::EvNf;
+use ferry_bpf::hybrid::HybridElement;
 use ferry_nf::model::{ArgSpec, ArgType, Element, Offload};
 
 /// One hybrid NF type.
@@ -12,7 +12,7 @@ pub struct HybridType {
     pub kind: &'static str,
     pub summary: &'static str,
     /// Its fast paths, pipeline elements (a balancer has one per direction).
-    pub fast_paths: &'static [EvNf],
+    pub fast_paths: &'static [HybridElement],
     pub elements: &'static [Element],
     /// Its control plane's own counters (after the fast paths' slots).
     pub control_counters: &'static [&'static str],
@@ -44,7 +44,7 @@ pub const TYPES: [HybridType; 4] = [
     HybridType {
         kind: "efw",
         summary: "firewall: XDP applies the rule table; the slow path keeps nftables for what XDP passes up",
-        fast_paths: &[EvNf::Firewall],
+        fast_paths: &[HybridElement::Firewall],
         elements: &[Element { name: "ip-filter", offload: Offload::Full }],
         control_counters: &[],
         args: &[CONFIG],
@@ -54,7 +54,7 @@ pub const TYPES: [HybridType; 4] = [
     HybridType {
         kind: "elb",
         summary: "load balancer: XDP rewrites tracked connections; the slow path weighs backends by feedback",
-        fast_paths: &[EvNf::Balancer, EvNf::BalancerReply],
+        fast_paths: &[HybridElement::Balancer, HybridElement::BalancerReply],
         elements: &[
             Element { name: "ip-classifier", offload: Offload::Full },
             Element { name: "lb-rewriter", offload: Offload::Partial },
@@ -72,7 +72,7 @@ pub const TYPES: [HybridType; 4] = [
     HybridType {
         kind: "edpi",
         summary: "DPI: XDP bypasses classified flows; the slow path classifies payloads (nDPI)",
-        fast_paths: &[EvNf::Dpi],
+        fast_paths: &[HybridElement::Dpi],
         elements: &[
             Element { name: "flow-bypass", offload: Offload::Full },
             Element { name: "payload-classifier", offload: Offload::No },
@@ -92,7 +92,7 @@ pub const TYPES: [HybridType; 4] = [
     HybridType {
         kind: "enat",
         summary: "NAT (RFC 4787, endpoint-independent): XDP rewrites established mappings; the slow path makes them",
-        fast_paths: &[EvNf::Nat, EvNf::NatReply],
+        fast_paths: &[HybridElement::Nat, HybridElement::NatReply],
         elements: &[
             Element { name: "ip-classifier", offload: Offload::Full },
             Element { name: "ip-rewriter", offload: Offload::Partial },

@@ -2,7 +2,7 @@
 //! path indexes with a flow hash, and the dynamic-feedback rule that turns
 //! measured backend load into new weights.
 
-use ferry_bpf::evnf::{LB_NO_BACKEND, LB_RING};
+use ferry_bpf::hybrid::{LB_NO_BACKEND, LB_RING};
 
 /// Fills `LB_RING` slots with backend indices, each backend getting a share
 /// of slots proportional to its weight, interleaved (smooth weighted round

@@ -72,7 +72,7 @@ pub fn is_hybrid(spec: &ChainSpec, i: usize) -> bool {
 /// handled by its process (P4SFC's split of a NAT at the end of its
 /// chain), or whole as a process with `offload: never`.
 pub fn is_chain_nat(spec: &ChainSpec, i: usize) -> bool {
-    if hybrid_type(spec, i).map(|t| t.fast_paths.first()) != Some(Some(&ferry_bpf::evnf::EvNf::Nat)) {
+    if hybrid_type(spec, i).map(|t| t.fast_paths.first()) != Some(Some(&ferry_bpf::hybrid::HybridElement::Nat)) {
         return false;
     }
     let name = &spec.nfs[i].name;

@@ -427,7 +427,7 @@ fn split_nat(spec: &ChainSpec, i: usize, port: &ferry_chain::spec::PortSpec) -> 
             port.name, port.queues
         ));
     }
-    Ok(Lowering::Split(ferry_bpf::evnf::EvNf::Nat))
+    Ok(Lowering::Split(ferry_bpf::hybrid::HybridElement::Nat))
 }
 
 /// The reason of every NF, in file order.

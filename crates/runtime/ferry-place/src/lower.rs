@@ -3,7 +3,7 @@
 //! process does are lowered; the differential and equivalence tests hold
 //! them to it.
 
-use ferry_bpf::evnf::EvNf;
+use ferry_bpf::hybrid::HybridElement;
 use ferry_bpf::pipeline::{AclRule, ACL_ALLOW, ACL_DENY, ACL_MAX_RULES};
 use ferry_bpf::scan::{SCAN_MAX_LEN, SCAN_MAX_PATTERNS};
 use ferry_nf::firewall_rules::{parse_fw_rules, FwAction, FwRule};
@@ -18,7 +18,7 @@ pub enum Lowering {
     FlowMonitor,
     /// A partially offloadable NF's stateless part: a hybrid NF's element,
     /// whose misses go to the NF's process (its stateful part).
-    Split(EvNf),
+    Split(HybridElement),
     /// A payload-scan element whose patterns fit the element.
     Scan(ScanConfig),
 }
@@ -35,7 +35,7 @@ pub enum Step<'a> {
     },
     FlowMonitor,
     /// A hybrid NF's element.
-    Split(EvNf),
+    Split(HybridElement),
     /// The payload-scan element; its matches shown as counter `matched`.
     Scan(&'a ScanConfig),
 }

@@ -142,7 +142,7 @@ fn a_nat_last_in_the_chain_is_split_over_the_loop_device_and_its_process() {
     let post = &p.post[0];
     let names: Vec<&str> = post.nfs.iter().map(|n| n.name.as_str()).collect();
     assert_eq!((names, post.split.as_deref(), post.after.as_str()), (vec!["mon", "fw", "nat"], Some("nat"), "ips"));
-    assert_eq!(post.nfs[2].lowering, Lowering::Split(ferry_bpf::evnf::EvNf::Nat));
+    assert_eq!(post.nfs[2].lowering, Lowering::Split(ferry_bpf::hybrid::HybridElement::Nat));
     // The NAT keeps its process, which gets its misses on the miss port
     // and sends back through it.
     let nfs: Vec<&str> = p.server.nfs.iter().map(|n| n.name.as_str()).collect();

@@ -151,11 +151,11 @@ fn placed_firewall_and_monitor_decide_as_their_processes() {
         .into_iter()
         .map(|(k, c)| {
             let key = FlowKey {
-                src: u32::from(Ipv4Addr::from(u32::from_be(k.saddr))),
-                dst: u32::from(Ipv4Addr::from(u32::from_be(k.daddr))),
-                sport: u16::from_be(k.sport),
-                dport: u16::from_be(k.dport),
-                proto: k.proto,
+                src: u32::from(Ipv4Addr::from(u32::from_be(k.flow.saddr))),
+                dst: u32::from(Ipv4Addr::from(u32::from_be(k.flow.daddr))),
+                sport: u16::from_be(k.flow.sport),
+                dport: u16::from_be(k.flow.dport),
+                proto: k.flow.proto,
             };
             (key, c.packets, c.bytes)
         })

@@ -310,7 +310,7 @@ impl NfThread {
             return None;
         }
         let tid = target.tid;
-        // A copy link's target is a ferryd bridge, which does not die alone.
+        // A copy link's target is a ferryd copy link, which does not die alone.
         let dead = !is_copy
             && ThreadBlock::of(self.control.as_slice(), tid).is_some_and(|b| b.get(shm::T_STATE) == shm::STATE_DEAD);
         if dead {

@@ -6,7 +6,7 @@
 //!   xdp`: each frame redirected into its tenant's entry device and taken
 //!   by that tenant's sink NF over its own UMEM) against the trusted
 //!   router NF (`classify: router`: one NF receives everything into its
-//!   own memory, classifies, and ferryd's copy bridges copy each frame
+//!   own memory, classifies, and ferryd's copy links copy each frame
 //!   into its tenant's). Throughput is what both tenants' sink NFs count
 //!   over a flat-out window.
 //! * **Fig. 6** (`scan`): latency of in -> payload scan -> out with the

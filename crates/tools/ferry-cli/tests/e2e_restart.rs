@@ -144,7 +144,7 @@ impl Drop for Reaper {
 
 const MADE: u64 = 1_200_000;
 
-/// Frames a copy bridge can hold when ferryd is killed: what it copied and
+/// Frames a copy link can hold when ferryd is killed: what it copied and
 /// has not queued yet (a burst), which the next ferryd reclaims.
 const BRIDGE_HOLDS: u64 = 64;
 

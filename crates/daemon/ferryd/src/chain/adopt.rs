@@ -8,7 +8,7 @@
 //! * each receiving port's redirect program and maps, pinned in bpffs;
 //! * the state file, the NFs' keys and the uid leases' files.
 //!
-//! What does not: the copy bridges (ferryd threads), so frames between
+//! What does not: the copy links (ferryd threads), so frames between
 //! domains wait in rings (or upstream) until the next ferryd starts them
 //! again; and the supervision of NFs, so one that dies meanwhile is
 //! reclaimed and restarted only when the next ferryd comes.
@@ -270,7 +270,7 @@ impl Chain {
             spawn,
             stop: Arc::new(AtomicBool::new(false)),
             nsh: Mutex::new(None),
-            bridges: Mutex::new(Vec::new()),
+            copy_links: Mutex::new(Vec::new()),
             offloaded: 0,
             hybrids: Mutex::new(None),
             splits: Vec::new(),
@@ -283,13 +283,13 @@ impl Chain {
     }
 
     /// Starts an adopted chain: reclaims what the dead held (the last
-    /// ferryd's bridges, maybe stopped mid-copy, and NFs that died while no
-    /// ferryd watched), starts the bridges again, supervises the running
+    /// ferryd's copy links, maybe stopped mid-copy, and NFs that died while no
+    /// ferryd watched), starts the copy links again, supervises the running
     /// NFs and starts the dead ones ferryd starts.
     pub fn start_adopted(self: &Arc<Self>) -> Result<()> {
         for (d, dom) in self.domains.iter().enumerate() {
             let mut dead: Vec<u32> = Vec::new();
-            for b in &self.plan.bridges {
+            for b in &self.plan.copy_links {
                 if b.from_domain == d {
                     dead.push(b.from_tid);
                 }
@@ -309,7 +309,7 @@ impl Chain {
                 if report.unresponsive.is_empty() {
                     break report;
                 }
-                // Bridges must not start on rings nobody repaired.
+                // Copy links must not start on rings nobody repaired.
                 if tries == ADOPT_AUDITS {
                     bail!(
                         "domain {}: threads {:?} did not pause in {ADOPT_AUDITS} audits",
@@ -333,11 +333,11 @@ impl Chain {
                 String::new()
             ));
         }
-        // A killed ferryd's bridges never let go of their input rings.
-        for b in &self.plan.bridges {
+        // A killed ferryd's copy links never let go of their input rings.
+        for b in &self.plan.copy_links {
             self.domains[b.from_domain].ring(b.ring).force_detach_consumer();
         }
-        self.start_bridges()?;
+        self.start_copy_links()?;
         for i in 0..self.plan.nfs.len() {
             let adopted = self.nfs[i].lock().expect("nf lock").pidfd.clone();
             match adopted {
@@ -396,7 +396,7 @@ impl Chain {
         st.awaiting_rejoin = true;
     }
 
-    /// ferryd leaves (`--persist`): its bridges stop, handing on what they
+    /// ferryd leaves (`--persist`): its copy links stop, handing on what they
     /// copied, and everything else stays as it is for the next ferryd.
     pub fn leave(&self) {
         {
@@ -407,7 +407,7 @@ impl Chain {
         for port in self.ports.iter().flatten() {
             port.lock().expect("port lock").keep_pinned();
         }
-        for thread in self.bridges.lock().expect("bridges lock").drain(..) {
+        for thread in self.copy_links.lock().expect("copy links lock").drain(..) {
             let _ = thread.join();
         }
     }

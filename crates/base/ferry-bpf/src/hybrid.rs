@@ -1,5 +1,5 @@
 //! The fast paths of the hybrid NFs (`bpf/include/ferry_hybrid.h`):
-//! typed mirrors of the map layouts in `ferry_abi.h`, and [`Evnf`], the
+//! typed mirrors of the map layouts in `ferry_abi.h`, and [`HybridPipeline`], the
 //! stage pipeline with hybrid NFs (eFW, eLB, eLB reply, eDPI, eNAT, eNAT
 //! reply) deployed as its elements. They chain the way every pipeline
 //! element does, by the stage tables; the control planes that fill their
@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-pub use crate::evnf_maps::EvnfMaps;
+pub use crate::hybrid_maps::HybridMaps;
 use crate::pipeline::{Element, ElementKind, Forward, Pipeline, PlKey, FWD_XSK};
 
 /// The forward config that hands a hybrid path's frames to the socket of
@@ -17,11 +17,11 @@ use crate::pipeline::{Element, ElementKind, Forward, Pipeline, PlKey, FWD_XSK};
 const TO_SOCKET: u32 = 1;
 use crate::{AttachMode, BpfError, Verdicts};
 
-/// The hybrid NFs' fast paths (`FERRY_EV_*`): their pipeline elements, and
+/// The hybrid NFs' fast paths (`FERRY_HYBRID_*`): their pipeline elements, and
 /// their NF ids and counter rows when they run alone in a pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
-pub enum EvNf {
+pub enum HybridElement {
     Firewall = 0,
     Balancer = 1,
     BalancerReply = 2,
@@ -30,9 +30,15 @@ pub enum EvNf {
     NatReply = 5,
 }
 
-impl EvNf {
-    pub const ALL: [EvNf; 6] =
-        [EvNf::Firewall, EvNf::Balancer, EvNf::BalancerReply, EvNf::Dpi, EvNf::Nat, EvNf::NatReply];
+impl HybridElement {
+    pub const ALL: [HybridElement; 6] = [
+        HybridElement::Firewall,
+        HybridElement::Balancer,
+        HybridElement::BalancerReply,
+        HybridElement::Dpi,
+        HybridElement::Nat,
+        HybridElement::NatReply,
+    ];
 
     /// Its NF id in the pipeline's stage tables and slow-path metadata:
     /// above the ids ferryd's allocator gives, so NFs of both kinds share
@@ -44,34 +50,34 @@ impl EvNf {
     /// Its element in the stage pipeline.
     pub fn element(self) -> ElementKind {
         match self {
-            EvNf::Firewall => ElementKind::Efw,
-            EvNf::Balancer => ElementKind::Elb,
-            EvNf::BalancerReply => ElementKind::ElbReply,
-            EvNf::Dpi => ElementKind::Edpi,
-            EvNf::Nat => ElementKind::Enat,
-            EvNf::NatReply => ElementKind::EnatReply,
+            HybridElement::Firewall => ElementKind::Efw,
+            HybridElement::Balancer => ElementKind::Elb,
+            HybridElement::BalancerReply => ElementKind::ElbReply,
+            HybridElement::Dpi => ElementKind::Edpi,
+            HybridElement::Nat => ElementKind::Enat,
+            HybridElement::NatReply => ElementKind::EnatReply,
         }
     }
 
     /// Names of the NF's counter slots, in slot order (`FERRY_*_C_*`).
     pub fn counter_names(self) -> &'static [&'static str] {
         match self {
-            EvNf::Firewall => &["allow", "deny", "to_kernel", "not_ip", "malformed"],
-            EvNf::Balancer => &["new_conn", "tracked", "not_vip", "no_backend", "malformed"],
-            EvNf::BalancerReply => &["reply_rewritten", "reply_not_tracked", "reply_malformed"],
-            EvNf::Dpi => &["bypass", "to_slow_path", "not_inspected", "malformed"],
-            EvNf::Nat => &["rewritten", "to_slow_path", "not_natted", "fragment", "malformed"],
-            EvNf::NatReply => &["reply_rewritten", "reply_not_mapped", "reply_malformed"],
+            HybridElement::Firewall => &["allow", "deny", "to_kernel", "not_ip", "malformed"],
+            HybridElement::Balancer => &["new_conn", "tracked", "not_vip", "no_backend", "malformed"],
+            HybridElement::BalancerReply => &["reply_rewritten", "reply_not_tracked", "reply_malformed"],
+            HybridElement::Dpi => &["bypass", "to_slow_path", "not_inspected", "malformed"],
+            HybridElement::Nat => &["rewritten", "to_slow_path", "not_natted", "fragment", "malformed"],
+            HybridElement::NatReply => &["reply_rewritten", "reply_not_mapped", "reply_malformed"],
         }
     }
 }
 
-/// The first of the hybrid NFs' ids ([`EvNf::id`]).
+/// The first of the hybrid NFs' ids ([`HybridElement::id`]).
 pub const HYBRID_IDS: u32 = 0xffff_ff00;
 
-/// Slots per NF in `ferry_ev_stats`.
+/// Slots per NF in `ferry_hyb_stats`.
 pub const COUNTERS: u32 = 8;
-/// Row of the route element (a hybrid path's end) in `ferry_ev_stats`,
+/// Row of the route element (a hybrid path's end) in `ferry_hyb_stats`,
 /// and its slot names.
 pub const ROUTE_ROW: u32 = 6;
 pub const ROUTE_COUNTER_NAMES: [&str; 2] = ["routed", "to_kernel"];
@@ -100,13 +106,13 @@ pub type LbVip = crate::abi::gen::ferry_lb_vip;
 /// `struct ferry_lb_backend`: address and port in network order.
 pub type LbBackend = crate::abi::gen::ferry_lb_backend;
 
-/// `struct ferry_ev_flow`: a directional IPv4 5-tuple, network order.
-pub type EvFlow = crate::abi::gen::ferry_ev_flow;
+/// `struct ferry_flow`: a directional IPv4 5-tuple, network order.
+pub type FlowTuple = crate::abi::gen::ferry_flow;
 
-impl EvFlow {
+impl FlowTuple {
     /// From host-order values.
-    pub fn new(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16, proto: u8) -> EvFlow {
-        EvFlow {
+    pub fn new(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16, proto: u8) -> FlowTuple {
+        FlowTuple {
             saddr: u32::from_ne_bytes(src.octets()),
             daddr: u32::from_ne_bytes(dst.octets()),
             sport: sport.to_be(),
@@ -117,8 +123,8 @@ impl EvFlow {
     }
 
     /// The same flow seen from the other side.
-    pub fn reversed(&self) -> EvFlow {
-        EvFlow { saddr: self.daddr, daddr: self.saddr, sport: self.dport, dport: self.sport, ..*self }
+    pub fn reversed(&self) -> FlowTuple {
+        FlowTuple { saddr: self.daddr, daddr: self.saddr, sport: self.dport, dport: self.sport, ..*self }
     }
 
     pub fn src(&self) -> (Ipv4Addr, u16) {
@@ -130,7 +136,7 @@ impl EvFlow {
     }
 }
 
-impl std::fmt::Display for EvFlow {
+impl std::fmt::Display for FlowTuple {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let ((sa, sp), (da, dp)) = (self.src(), self.dst());
         write!(f, "{sa}:{sp} -> {da}:{dp} proto {}", self.proto)
@@ -179,7 +185,7 @@ const _: () = assert!(std::mem::size_of::<FwRule>() == 8);
 const _: () = assert!(std::mem::size_of::<LbVipKey>() == 8);
 const _: () = assert!(std::mem::size_of::<LbVip>() == 8);
 const _: () = assert!(std::mem::size_of::<LbBackend>() == 8);
-const _: () = assert!(std::mem::size_of::<EvFlow>() == 16);
+const _: () = assert!(std::mem::size_of::<FlowTuple>() == 16);
 const _: () = assert!(std::mem::size_of::<LbConn>() == 32);
 const _: () = assert!(std::mem::size_of::<LbReply>() == 16);
 const _: () = assert!(std::mem::size_of::<DpiBypass>() == 32);
@@ -190,7 +196,7 @@ unsafe impl aya::Pod for FwRule {}
 unsafe impl aya::Pod for LbVipKey {}
 unsafe impl aya::Pod for LbVip {}
 unsafe impl aya::Pod for LbBackend {}
-unsafe impl aya::Pod for EvFlow {}
+unsafe impl aya::Pod for FlowTuple {}
 unsafe impl aya::Pod for LbConn {}
 unsafe impl aya::Pod for LbReply {}
 unsafe impl aya::Pod for DpiBypass {}
@@ -198,35 +204,35 @@ unsafe impl aya::Pod for NatKey {}
 unsafe impl aya::Pod for NatEntry {}
 
 /// The hybrid NFs' fast paths, loaded: a stage pipeline (the one XDP
-/// program of every fast path) whose hybrid tables ([`EvnfMaps`]) are
+/// program of every fast path) whose hybrid tables ([`HybridMaps`]) are
 /// taken out to be filled by the control planes or handed on as fds.
 /// Whoever holds it deploys paths of hybrid NFs as pipeline elements and
 /// attaches the pipeline to devices.
-pub struct Evnf {
+pub struct HybridPipeline {
     pipeline: Pipeline,
-    maps: EvnfMaps,
+    maps: HybridMaps,
     /// What each device enters: its chain id and elements.
     entered: HashMap<u32, (u32, Vec<Element>)>,
 }
 
-impl Evnf {
+impl HybridPipeline {
     /// Loads the pipeline and takes its hybrid tables.
-    pub fn load() -> Result<Evnf, BpfError> {
+    pub fn load() -> Result<HybridPipeline, BpfError> {
         Self::load_with(true)
     }
 
-    /// As [`Evnf::load`]; with `full_tables` false the hybrid NFs' large
+    /// As [`HybridPipeline::load`]; with `full_tables` false the hybrid NFs' large
     /// tables are tiny, for a pipeline that runs none of them.
-    pub fn load_with(full_tables: bool) -> Result<Evnf, BpfError> {
+    pub fn load_with(full_tables: bool) -> Result<HybridPipeline, BpfError> {
         let mut pipeline = if full_tables { Pipeline::load_sized(&[])? } else { Pipeline::load()? };
-        let maps = EvnfMaps::take(pipeline.ebpf_mut())?;
-        Ok(Evnf { pipeline, maps, entered: HashMap::new() })
+        let maps = HybridMaps::take(pipeline.ebpf_mut())?;
+        Ok(HybridPipeline { pipeline, maps, entered: HashMap::new() })
     }
 
     /// Frames arriving on device `ifindex` run the elements `before`
     /// (their configs written already), then the hybrid NFs of `path` in
     /// order, as NFs of chain `chain` (each hybrid NF's id is
-    /// [`EvNf::id`]), and then go to the AF_XDP socket of their queue, the
+    /// [`HybridElement::id`]), and then go to the AF_XDP socket of their queue, the
     /// slow-path metadata naming NF `then` (the process after the path),
     /// or, without one, are routed out (the route element). Map updates
     /// only. A device enters one path: another path for it is refused (two
@@ -237,7 +243,7 @@ impl Evnf {
         chain: u32,
         ifindex: u32,
         before: &[Element],
-        path: &[EvNf],
+        path: &[HybridElement],
         then: Option<u32>,
     ) -> Result<(), BpfError> {
         let Some(last) = path.last() else { return Ok(()) };
@@ -293,11 +299,11 @@ impl Evnf {
     }
 
     /// The control maps (rules, connections, counters).
-    pub fn maps(&self) -> &EvnfMaps {
+    pub fn maps(&self) -> &HybridMaps {
         &self.maps
     }
 
-    pub fn maps_mut(&mut self) -> &mut EvnfMaps {
+    pub fn maps_mut(&mut self) -> &mut HybridMaps {
         &mut self.maps
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use ferry_chain::frames::FrameCache;
-use ferry_chain::plan::BridgePlan;
+use ferry_chain::plan::CopyLinkPlan;
 use ferry_chain::shm::{self, c};
 use ferry_ring::{Desc, Notify, Producer};
 
@@ -38,18 +38,18 @@ impl Target {
     }
 }
 
-/// How long a stopping bridge tries to hand on what it copied already.
+/// How long a stopping copy link tries to hand on what it copied already.
 const FLUSH_GRACE: Duration = Duration::from_secs(1);
 
-/// Starts copy bridge `plan` between two of `domains` in thread `name`,
+/// Starts copy link `plan` between two of `domains` in thread `name`,
 /// until `stop`. When stopped, it hands on what it copied already (given
 /// room within [`FLUSH_GRACE`]; what is still pending then is left held,
 /// and the next audit reclaims it: dropped) and returns its cached frames
-/// to the pools. A killed ferryd's bridge may lose the burst it held.
+/// to the pools. A killed ferryd's copy link may lose the burst it held.
 pub fn start(
     domains: Arc<Vec<Domain>>,
     stop: Arc<AtomicBool>,
-    plan: &BridgePlan,
+    plan: &CopyLinkPlan,
     name: String,
 ) -> Result<JoinHandle<()>> {
     let plan = plan.clone();

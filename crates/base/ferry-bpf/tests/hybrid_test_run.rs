@@ -13,7 +13,7 @@ use std::process::Command;
 use aya::maps::HashMap;
 use common::privileged;
 use ferry_bpf::abi::{SlowMeta, SLOW_MISS};
-use ferry_bpf::evnf::*;
+use ferry_bpf::hybrid::*;
 use ferry_bpf::{test_run, SLOT_MALFORMED};
 use ferry_wire::{build_frame, verify_checksums, FiveTuple, FrameSpec, L4Proto};
 
@@ -104,20 +104,20 @@ fn dst_of(f: &[u8]) -> (Ipv4Addr, u16) {
 const LO: u32 = 1;
 
 /// Runs `f` through `nf` alone (then the route element).
-fn run(ev: &mut Evnf, nf: EvNf, f: &[u8]) -> (u32, Vec<u8>) {
+fn run(ev: &mut HybridPipeline, nf: HybridElement, f: &[u8]) -> (u32, Vec<u8>) {
     run_path(ev, &[nf], f)
 }
 
 /// Runs `f` through the hybrid path `path`, deployed as chain 0 for LO.
-fn run_path(ev: &mut Evnf, path: &[EvNf], f: &[u8]) -> (u32, Vec<u8>) {
+fn run_path(ev: &mut HybridPipeline, path: &[HybridElement], f: &[u8]) -> (u32, Vec<u8>) {
     ev.remove(LO).unwrap();
     ev.deploy(0, LO, &[], path, None).unwrap();
     let out = test_run(ev.program_fd().unwrap(), f, 1).unwrap();
     (out.action, out.data)
 }
 
-fn firewall() -> Evnf {
-    let mut ev = Evnf::load().expect("load the stage pipeline (verifier)");
+fn firewall() -> HybridPipeline {
+    let mut ev = HybridPipeline::load().expect("load the stage pipeline (verifier)");
     ev.maps_mut().fw_set_subnet(Ipv4Addr::new(10, 10, 66, 0), 24, FwRule { action: FW_DENY, rule_id: 1 }).unwrap();
     ev.maps_mut().fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
     ev.maps_mut().fw_set_port(17, 0, FwRule { action: FW_ALLOW, rule_id: 3 }).unwrap();
@@ -150,11 +150,11 @@ fn firewall_table() {
             ("truncated IPv4 header", &short_ip, XDP_DROP, true),
         ];
         for (what, f, action, same) in table {
-            let (got, out) = run(&mut ev, EvNf::Firewall, f);
+            let (got, out) = run(&mut ev, HybridElement::Firewall, f);
             assert_eq!(got, action, "{what}");
             assert_eq!(out == f, same, "{what}: output bytes");
         }
-        let c = ev.maps().counters(EvNf::Firewall).unwrap();
+        let c = ev.maps().counters(HybridElement::Firewall).unwrap();
         let count = |n: &str| c.iter().find(|(name, _)| *name == n).unwrap().1.packets;
         assert_eq!((count("allow"), count("deny"), count("to_kernel")), (2, 1, 1));
         // A malformed frame never reaches an element: the pipeline's parser
@@ -166,7 +166,7 @@ fn firewall_table() {
         let [routed, kernel] = ev.maps().route_counters().unwrap();
         assert_eq!((routed.packets, kernel.packets), (1, 1));
         // The routed frame: neighbour's MAC, the device's MAC, TTL - 1, valid checksum.
-        let (_, out) = run(&mut ev, EvNf::Firewall, &dns_to_backend);
+        let (_, out) = run(&mut ev, HybridElement::Firewall, &dns_to_backend);
         assert_eq!(&out[0..6], &BACKEND_MAC);
         assert_eq!(&out[6..12], &DUMMY_MAC);
         assert_eq!(out[22], dns_to_backend[22] - 1);
@@ -174,8 +174,8 @@ fn firewall_table() {
     });
 }
 
-fn balancer() -> Evnf {
-    let mut ev = Evnf::load().expect("load the stage pipeline (verifier)");
+fn balancer() -> HybridPipeline {
+    let mut ev = HybridPipeline::load().expect("load the stage pipeline (verifier)");
     ev.maps_mut().lb_set_vip(VIP.into(), 80, 6, 0).unwrap();
     ev.maps_mut().lb_set_vip(VIP.into(), 53, 17, 1).unwrap();
     ev.maps_mut().lb_set_backend(0, BACKEND.into(), 8080).unwrap();
@@ -194,38 +194,42 @@ fn balancer_table() {
     ns.run(|| {
         let mut ev = balancer();
         let syn = frame(CLIENT, 40000, VIP, 80, L4Proto::Tcp);
-        let (action, out) = run(&mut ev, EvNf::Balancer, &syn);
+        let (action, out) = run(&mut ev, HybridElement::Balancer, &syn);
         assert_eq!(action, XDP_REDIRECT, "DNAT to the backend, routed out of dummy0");
         assert_eq!(dst_of(&out), (BACKEND.into(), 8080));
         assert_eq!(src_of(&out), (CLIENT.into(), 40000));
         assert_eq!(&out[0..6], &BACKEND_MAC);
         assert!(verify_checksums(&out).unwrap(), "IP and TCP checksums after DNAT");
 
-        let conns: HashMap<_, EvFlow, LbConn> =
+        let conns: HashMap<_, FlowTuple, LbConn> =
             HashMap::try_from(ev.maps().map_handle("ferry_lb_conns").unwrap()).unwrap();
-        let flow = EvFlow::new(CLIENT.into(), 40000, VIP.into(), 80, 6);
+        let flow = FlowTuple::new(CLIENT.into(), 40000, VIP.into(), 80, 6);
         assert_eq!(conns.get(&flow, 0).unwrap().backend, 0);
 
         // The reply half puts the VIP back as the source.
         let reply = frame(BACKEND, 8080, CLIENT, 40000, L4Proto::Tcp);
-        let (action, out) = run(&mut ev, EvNf::BalancerReply, &reply);
+        let (action, out) = run(&mut ev, HybridElement::BalancerReply, &reply);
         assert_eq!(action, XDP_PASS, "no route to the client in this namespace");
         assert_eq!(src_of(&out), (VIP.into(), 80));
         assert!(verify_checksums(&out).unwrap(), "checksums after the reverse NAT");
         let stranger = frame(BACKEND, 8080, CLIENT, 40001, L4Proto::Tcp);
-        assert_eq!(run(&mut ev, EvNf::BalancerReply, &stranger).1, stranger, "untracked replies pass untouched");
+        assert_eq!(
+            run(&mut ev, HybridElement::BalancerReply, &stranger).1,
+            stranger,
+            "untracked replies pass untouched"
+        );
 
         // New weights: new flows go to backend 1, the tracked flow stays.
         ev.maps_mut().lb_set_ring(0, &[1; LB_RING]).unwrap();
-        assert_eq!(dst_of(&run(&mut ev, EvNf::Balancer, &syn).1).0, Ipv4Addr::from(BACKEND));
+        assert_eq!(dst_of(&run(&mut ev, HybridElement::Balancer, &syn).1).0, Ipv4Addr::from(BACKEND));
         let other = frame(CLIENT, 40001, VIP, 80, L4Proto::Tcp);
-        assert_eq!(dst_of(&run(&mut ev, EvNf::Balancer, &other).1).0, Ipv4Addr::new(10, 9, 0, 3));
+        assert_eq!(dst_of(&run(&mut ev, HybridElement::Balancer, &other).1).0, Ipv4Addr::new(10, 9, 0, 3));
 
         let not_vip = frame(CLIENT, 40000, VIP, 443, L4Proto::Tcp);
-        assert_eq!(run(&mut ev, EvNf::Balancer, &not_vip).1, not_vip);
+        assert_eq!(run(&mut ev, HybridElement::Balancer, &not_vip).1, not_vip);
         let no_backend = frame(CLIENT, 40000, VIP, 53, L4Proto::Udp);
-        assert_eq!(run(&mut ev, EvNf::Balancer, &no_backend).0, XDP_DROP);
-        let count = |n: &str| ev.maps().counter(EvNf::Balancer, n).unwrap();
+        assert_eq!(run(&mut ev, HybridElement::Balancer, &no_backend).0, XDP_DROP);
+        let count = |n: &str| ev.maps().counter(HybridElement::Balancer, n).unwrap();
         assert_eq!((count("new_conn"), count("tracked"), count("not_vip"), count("no_backend")), (2, 1, 1, 1));
         assert_eq!(ev.maps().lb_backend_load(0).unwrap().packets, 2);
         assert_eq!(ev.maps().lb_backend_load(1).unwrap().packets, 1);
@@ -243,7 +247,7 @@ fn udp_without_checksum_keeps_none() {
         ev.maps_mut().lb_set_ring(1, &[0; LB_RING]).unwrap();
         let mut f = frame(CLIENT, 5000, VIP, 53, L4Proto::Udp);
         f[40..42].copy_from_slice(&[0, 0]);
-        let (_, out) = run(&mut ev, EvNf::Balancer, &f);
+        let (_, out) = run(&mut ev, HybridElement::Balancer, &f);
         assert_eq!(dst_of(&out), (BACKEND.into(), 8080));
         assert_eq!(&out[40..42], &[0, 0], "a UDP frame without checksum gets none");
     });
@@ -258,14 +262,14 @@ fn firewall_then_balancer_by_stage_tables() {
     ns.run(|| {
         let mut ev = balancer();
         ev.maps_mut().fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
-        let both = [EvNf::Firewall, EvNf::Balancer];
+        let both = [HybridElement::Firewall, HybridElement::Balancer];
         let (action, out) = run_path(&mut ev, &both, &frame(CLIENT, 40000, VIP, 80, L4Proto::Tcp));
         assert_eq!(action, XDP_REDIRECT);
         assert_eq!(dst_of(&out), (BACKEND.into(), 8080), "the balancer ran after the firewall");
-        assert_eq!(ev.maps().counter(EvNf::Firewall, "allow").unwrap(), 1);
-        assert_eq!(ev.maps().counter(EvNf::Balancer, "new_conn").unwrap(), 1);
+        assert_eq!(ev.maps().counter(HybridElement::Firewall, "allow").unwrap(), 1);
+        assert_eq!(ev.maps().counter(HybridElement::Balancer, "new_conn").unwrap(), 1);
         // Unchained again: the firewall is the last NF.
-        let (_, out) = run(&mut ev, EvNf::Firewall, &frame(CLIENT, 40001, VIP, 80, L4Proto::Tcp));
+        let (_, out) = run(&mut ev, HybridElement::Firewall, &frame(CLIENT, 40001, VIP, 80, L4Proto::Tcp));
         assert_eq!(dst_of(&out), (VIP.into(), 80));
     });
 }
@@ -277,30 +281,30 @@ fn dpi_table() {
     }
     let ns = TestNs::new();
     ns.run(|| {
-        let mut ev = Evnf::load().expect("load the stage pipeline (verifier)");
+        let mut ev = HybridPipeline::load().expect("load the stage pipeline (verifier)");
         let f = frame(CLIENT, 40000, BACKEND, 5201, L4Proto::Tcp);
-        let (action, out) = run(&mut ev, EvNf::Dpi, &f);
+        let (action, out) = run(&mut ev, HybridElement::Dpi, &f);
         assert_eq!(action, XDP_PASS, "no slow-path socket bound: the kernel gets it");
         // The one slow-path metadata of every fast path in front: reason
         // 3 (a table missed), chain 0, the eDPI, stage 0.
         let meta = SlowMeta::from_bytes(&out).unwrap();
-        assert_eq!(meta, SlowMeta { reason: SLOW_MISS, chain: 0, nf: EvNf::Dpi.id(), stage: 0 });
+        assert_eq!(meta, SlowMeta { reason: SLOW_MISS, chain: 0, nf: HybridElement::Dpi.id(), stage: 0 });
         assert_eq!(&out[16..], &f[..]);
 
-        let mut bypass: HashMap<_, EvFlow, DpiBypass> =
+        let mut bypass: HashMap<_, FlowTuple, DpiBypass> =
             HashMap::try_from(ev.maps().map_handle("ferry_dpi_bypass").unwrap()).unwrap();
-        bypass.insert(EvFlow::new(CLIENT.into(), 40000, BACKEND.into(), 5201, 6), DpiBypass::default(), 0).unwrap();
-        let (action, out) = run(&mut ev, EvNf::Dpi, &f);
+        bypass.insert(FlowTuple::new(CLIENT.into(), 40000, BACKEND.into(), 5201, 6), DpiBypass::default(), 0).unwrap();
+        let (action, out) = run(&mut ev, HybridElement::Dpi, &f);
         assert_eq!(action, XDP_REDIRECT, "bypassed flows are routed straight out");
         assert_eq!(&out[0..6], &BACKEND_MAC);
-        let rule = bypass.get(&EvFlow::new(CLIENT.into(), 40000, BACKEND.into(), 5201, 6), 0).unwrap();
+        let rule = bypass.get(&FlowTuple::new(CLIENT.into(), 40000, BACKEND.into(), 5201, 6), 0).unwrap();
         assert_eq!((rule.packets, rule.bytes), (1, 80));
         assert!(rule.last_seen_ns > 0);
 
         let mut icmp = f.clone();
         icmp[23] = 1;
-        assert_eq!(run(&mut ev, EvNf::Dpi, &icmp).0, XDP_REDIRECT, "not inspected: routed on");
-        let count = |n: &str| ev.maps().counter(EvNf::Dpi, n).unwrap();
+        assert_eq!(run(&mut ev, HybridElement::Dpi, &icmp).0, XDP_REDIRECT, "not inspected: routed on");
+        let count = |n: &str| ev.maps().counter(HybridElement::Dpi, n).unwrap();
         assert_eq!((count("to_slow_path"), count("bypass"), count("not_inspected")), (1, 1, 1));
     });
 }
@@ -316,11 +320,11 @@ fn fragments_go_to_the_kernel_and_are_not_balanced() {
         ev.maps_mut().fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
         let mut first = frame(CLIENT, 40000, VIP, 80, L4Proto::Tcp);
         first[20] |= 0x20; // more fragments
-        assert_eq!(run(&mut ev, EvNf::Firewall, &first).0, XDP_PASS, "the kernel reassembles and decides");
-        assert_eq!(ev.maps().counter(EvNf::Firewall, "to_kernel").unwrap(), 1);
-        let (_, out) = run(&mut ev, EvNf::Balancer, &first);
+        assert_eq!(run(&mut ev, HybridElement::Firewall, &first).0, XDP_PASS, "the kernel reassembles and decides");
+        assert_eq!(ev.maps().counter(HybridElement::Firewall, "to_kernel").unwrap(), 1);
+        let (_, out) = run(&mut ev, HybridElement::Balancer, &first);
         assert_eq!(dst_of(&out), (VIP.into(), 80), "a fragment is not rewritten");
-        assert_eq!(ev.maps().counter(EvNf::Balancer, "not_vip").unwrap(), 1);
+        assert_eq!(ev.maps().counter(HybridElement::Balancer, "not_vip").unwrap(), 1);
     });
 }
 
@@ -332,21 +336,21 @@ fn nat_table() {
     const PUBLIC: [u8; 4] = [10, 9, 0, 1];
     let ns = TestNs::new();
     ns.run(|| {
-        let mut ev = Evnf::load().expect("load the stage pipeline (verifier)");
+        let mut ev = HybridPipeline::load().expect("load the stage pipeline (verifier)");
         let mut nat: HashMap<_, NatKey, NatEntry> =
             HashMap::try_from(ev.maps().map_handle("ferry_nat_map").unwrap()).unwrap();
         // The first frame of an inside endpoint: to the slow path, with the
         // slow-path metadata naming the eNAT in front. No socket is bound
         // here, so it is dropped: untranslated, it must not leave.
         let out_frame = frame(CLIENT, 40000, BACKEND, 80, L4Proto::Tcp);
-        let (action, out) = run(&mut ev, EvNf::Nat, &out_frame);
+        let (action, out) = run(&mut ev, HybridElement::Nat, &out_frame);
         assert_eq!(action, XDP_DROP);
-        let meta = SlowMeta { reason: SLOW_MISS, chain: 0, nf: EvNf::Nat.id(), stage: 0 };
+        let meta = SlowMeta { reason: SLOW_MISS, chain: 0, nf: HybridElement::Nat.id(), stage: 0 };
         assert_eq!((SlowMeta::from_bytes(&out), &out[16..]), (Some(meta), &out_frame[..]));
         // The mapping the slow path makes, both halves.
         nat.insert(NatKey::new(CLIENT.into(), 40000, 6, NAT_OUT), NatEntry::new(PUBLIC.into(), 20000, 0), 0).unwrap();
         nat.insert(NatKey::new(PUBLIC.into(), 20000, 6, NAT_IN), NatEntry::new(CLIENT.into(), 40000, 0), 0).unwrap();
-        let (action, out) = run(&mut ev, EvNf::Nat, &out_frame);
+        let (action, out) = run(&mut ev, HybridElement::Nat, &out_frame);
         assert_eq!(action, XDP_REDIRECT, "translated, then routed to the backend");
         assert_eq!((src_of(&out), dst_of(&out)), ((PUBLIC.into(), 20000), (BACKEND.into(), 80)));
         assert!(verify_checksums(&out).unwrap(), "IP and TCP checksums after SNAT");
@@ -355,25 +359,36 @@ fn nat_table() {
         // Inbound: any remote endpoint may use the mapping (EIF).
         for remote in [(BACKEND, 80), ([10, 9, 0, 3], 5555)] {
             let back = frame(remote.0, remote.1, PUBLIC, 20000, L4Proto::Tcp);
-            let (action, out) = run(&mut ev, EvNf::NatReply, &back);
+            let (action, out) = run(&mut ev, HybridElement::NatReply, &back);
             assert_eq!(action, XDP_PASS, "no route to the client in this namespace");
             assert_eq!(dst_of(&out), (CLIENT.into(), 40000));
             assert!(verify_checksums(&out).unwrap(), "checksums after the reverse translation");
         }
         let unmapped = frame(BACKEND, 80, PUBLIC, 20001, L4Proto::Tcp);
-        assert_eq!(run(&mut ev, EvNf::NatReply, &unmapped), (XDP_PASS, unmapped.clone()), "not the NAT's: unchanged");
+        assert_eq!(
+            run(&mut ev, HybridElement::NatReply, &unmapped),
+            (XDP_PASS, unmapped.clone()),
+            "not the NAT's: unchanged"
+        );
         let udp = frame(CLIENT, 40000, BACKEND, 53, L4Proto::Udp);
-        assert_eq!(&run(&mut ev, EvNf::Nat, &udp).1[16..], &udp[..], "a mapping is per protocol: to the slow path");
+        assert_eq!(
+            &run(&mut ev, HybridElement::Nat, &udp).1[16..],
+            &udp[..],
+            "a mapping is per protocol: to the slow path"
+        );
         let mut fragment = frame(CLIENT, 40001, BACKEND, 80, L4Proto::Tcp);
         fragment[20] = 0x20; // more fragments
-        assert_eq!(run(&mut ev, EvNf::Nat, &fragment).0, XDP_DROP, "a fragment never leaves untranslated");
+        assert_eq!(run(&mut ev, HybridElement::Nat, &fragment).0, XDP_DROP, "a fragment never leaves untranslated");
         let mut arp = out_frame.clone();
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
-        assert_eq!(run(&mut ev, EvNf::Nat, &arp).0, XDP_PASS, "not IPv4 TCP/UDP: on unchanged");
+        assert_eq!(run(&mut ev, HybridElement::Nat, &arp).0, XDP_PASS, "not IPv4 TCP/UDP: on unchanged");
         let count = |nf, n: &str| ev.maps().counter(nf, n).unwrap();
-        let out_counts = ["rewritten", "to_slow_path", "not_natted", "fragment"].map(|n| count(EvNf::Nat, n));
+        let out_counts = ["rewritten", "to_slow_path", "not_natted", "fragment"].map(|n| count(HybridElement::Nat, n));
         assert_eq!(out_counts, [1, 2, 1, 1]);
-        assert_eq!((count(EvNf::NatReply, "reply_rewritten"), count(EvNf::NatReply, "reply_not_mapped")), (2, 1));
+        assert_eq!(
+            (count(HybridElement::NatReply, "reply_rewritten"), count(HybridElement::NatReply, "reply_not_mapped")),
+            (2, 1)
+        );
     });
 }
 
@@ -386,18 +401,18 @@ fn control_planes_read_counters_through_read_only_fds() {
     }
     let ns = TestNs::new();
     ns.run(|| {
-        let mut ev = Evnf::load().expect("load the stage pipeline (verifier)");
-        let fds = ev.maps().fds(EvNf::Firewall.control_maps()).unwrap();
+        let mut ev = HybridPipeline::load().expect("load the stage pipeline (verifier)");
+        let fds = ev.maps().fds(HybridElement::Firewall.control_maps()).unwrap();
         let names: Vec<(String, _)> = fds.into_iter().map(|(n, fd)| (n.to_string(), fd)).collect();
-        let mut maps = EvnfMaps::from_fds(names).unwrap();
+        let mut maps = HybridMaps::from_fds(names).unwrap();
         maps.fw_set_subnet(Ipv4Addr::new(10, 10, 66, 0), 24, FwRule { action: FW_DENY, rule_id: 1 })
             .expect("the rule table is the control plane's to write");
         let denied = frame([10, 10, 66, 7], 1000, BACKEND, 80, L4Proto::Tcp);
-        assert_eq!(run(&mut ev, EvNf::Firewall, &denied).0, XDP_DROP, "the rule it wrote is in force");
-        assert_eq!(maps.counter(EvNf::Firewall, "deny").unwrap(), 1, "it reads the counters");
+        assert_eq!(run(&mut ev, HybridElement::Firewall, &denied).0, XDP_DROP, "the rule it wrote is in force");
+        assert_eq!(maps.counter(HybridElement::Firewall, "deny").unwrap(), 1, "it reads the counters");
         assert_eq!(maps.fw_rule_hits(1).unwrap().packets, 1);
         let mut stats: aya::maps::PerCpuArray<_, [u64; 2]> =
-            aya::maps::PerCpuArray::try_from(maps.map_handle("ferry_ev_stats").unwrap()).unwrap();
+            aya::maps::PerCpuArray::try_from(maps.map_handle("ferry_hyb_stats").unwrap()).unwrap();
         let forged = aya::maps::PerCpuValues::try_from(vec![[0u64, 0]; aya::util::nr_cpus().unwrap()]).unwrap();
         match stats.set(1, forged, 0) {
             Err(aya::maps::MapError::SyscallError(e)) => {

@@ -1,11 +1,11 @@
 //! The maps of the hybrid NFs' fast paths that their control planes work
-//! on: rule tables, connection tables, counters. [`EvnfMaps`] is built
+//! on: rule tables, connection tables, counters. [`HybridMaps`] is built
 //! either from the loaded object (ferryd, tests) or from map fds
 //! an unprivileged control plane received from ferryd by SCM_RIGHTS; with
 //! an fd in hand, a process needs no capability to read and write a map
 //! (Linux 6.5 and later check privileges when maps are created, not when
 //! they are used). The programs, the chaining table and the socket map
-//! stay with whoever loaded the object ([`crate::evnf::Evnf`]).
+//! stay with whoever loaded the object ([`crate::hybrid::HybridPipeline`]).
 
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
@@ -14,7 +14,7 @@ use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{Array, HashMap, Map, MapData, MapType, PerCpuArray};
 use aya::Ebpf;
 
-use crate::evnf::*;
+use crate::hybrid::*;
 use crate::pipeline::PlCount;
 use crate::BpfError;
 
@@ -34,12 +34,12 @@ const CONTROL_MAPS: [(&str, MapType); 11] = [
 ];
 
 /// The per-NF counters, which every control plane holds.
-const STATS: (&str, MapType) = ("ferry_ev_stats", MapType::PerCpuArray);
+const STATS: (&str, MapType) = ("ferry_hyb_stats", MapType::PerCpuArray);
 
 /// Maps only the data path writes: a control plane gets them read-only,
 /// so it cannot forge counters (the per-NF counters are every hybrid NF's
 /// of the chain).
-const READ_ONLY: [&str; 3] = ["ferry_ev_stats", "ferry_fw_hits", "ferry_lb_backend_stats"];
+const READ_ONLY: [&str; 3] = ["ferry_hyb_stats", "ferry_fw_hits", "ferry_lb_backend_stats"];
 
 /// `BPF_MAP_GET_FD_BY_ID` and `BPF_F_RDONLY` (linux/bpf.h).
 const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
@@ -73,22 +73,22 @@ fn read_only_fd(name: &'static str, data: &MapData) -> Result<OwnedFd, BpfError>
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-impl EvNf {
+impl HybridElement {
     /// The maps its control plane works on.
     pub fn control_maps(self) -> &'static [&'static str] {
         match self {
-            EvNf::Firewall => &["ferry_fw_subnets", "ferry_fw_ports", "ferry_fw_hits", "ferry_ev_stats"],
-            EvNf::Balancer | EvNf::BalancerReply => &[
+            HybridElement::Firewall => &["ferry_fw_subnets", "ferry_fw_ports", "ferry_fw_hits", "ferry_hyb_stats"],
+            HybridElement::Balancer | HybridElement::BalancerReply => &[
                 "ferry_lb_vips",
                 "ferry_lb_ring",
                 "ferry_lb_backends",
                 "ferry_lb_conns",
                 "ferry_lb_replies",
                 "ferry_lb_backend_stats",
-                "ferry_ev_stats",
+                "ferry_hyb_stats",
             ],
-            EvNf::Dpi => &["ferry_dpi_bypass", "ferry_ev_stats"],
-            EvNf::Nat | EvNf::NatReply => &["ferry_nat_map", "ferry_ev_stats"],
+            HybridElement::Dpi => &["ferry_dpi_bypass", "ferry_hyb_stats"],
+            HybridElement::Nat | HybridElement::NatReply => &["ferry_nat_map", "ferry_hyb_stats"],
         }
     }
 }
@@ -115,23 +115,23 @@ fn wrap(name: &'static str, data: MapData, want: MapType) -> Result<Map, BpfErro
 
 /// The control maps of one loaded eVNF object, or the subset a control
 /// plane was given.
-pub struct EvnfMaps {
+pub struct HybridMaps {
     maps: Vec<(&'static str, Map)>,
 }
 
-impl EvnfMaps {
+impl HybridMaps {
     /// Takes every control map out of the loaded object.
-    pub(crate) fn take(ebpf: &mut Ebpf) -> Result<EvnfMaps, BpfError> {
+    pub(crate) fn take(ebpf: &mut Ebpf) -> Result<HybridMaps, BpfError> {
         let mut maps = Vec::new();
         for (name, _) in CONTROL_MAPS.iter().chain([&STATS]) {
             maps.push((*name, ebpf.take_map(name).ok_or(BpfError::NoMap { name })?));
         }
-        Ok(EvnfMaps { maps })
+        Ok(HybridMaps { maps })
     }
 
     /// From fds received by name (ferryd's welcome). Each name must be a
     /// control map's, and each fd a map of that map's type.
-    pub fn from_fds(fds: Vec<(String, OwnedFd)>) -> Result<EvnfMaps, BpfError> {
+    pub fn from_fds(fds: Vec<(String, OwnedFd)>) -> Result<HybridMaps, BpfError> {
         let mut maps = Vec::new();
         for (name, fd) in fds {
             let (name, want) =
@@ -139,7 +139,7 @@ impl EvnfMaps {
             let data = MapData::from_fd(fd).map_err(|source| BpfError::Map { name, source })?;
             maps.push((name, wrap(name, data, want)?));
         }
-        Ok(EvnfMaps { maps })
+        Ok(HybridMaps { maps })
     }
 
     /// New fds of maps `names`, to hand to a control plane: read-only for
@@ -194,24 +194,24 @@ impl EvnfMaps {
     }
 
     /// `nf`'s counters by name, summed over CPUs.
-    pub fn counters(&self, nf: EvNf) -> Result<Vec<(&'static str, PlCount)>, BpfError> {
+    pub fn counters(&self, nf: HybridElement) -> Result<Vec<(&'static str, PlCount)>, BpfError> {
         let row = nf as u32 * COUNTERS;
         nf.counter_names()
             .iter()
             .enumerate()
-            .map(|(i, name)| Ok((*name, self.per_cpu_sum("ferry_ev_stats", row + i as u32)?)))
+            .map(|(i, name)| Ok((*name, self.per_cpu_sum("ferry_hyb_stats", row + i as u32)?)))
             .collect()
     }
 
     /// One counter of `nf` by name (0 if the name is unknown).
-    pub fn counter(&self, nf: EvNf, name: &str) -> Result<u64, BpfError> {
+    pub fn counter(&self, nf: HybridElement, name: &str) -> Result<u64, BpfError> {
         Ok(self.counters(nf)?.into_iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| c.packets))
     }
 
     /// The chain end's counters: frames routed out, frames left to the kernel.
     pub fn route_counters(&self) -> Result<[PlCount; 2], BpfError> {
         let row = ROUTE_ROW * COUNTERS;
-        Ok([self.per_cpu_sum("ferry_ev_stats", row)?, self.per_cpu_sum("ferry_ev_stats", row + 1)?])
+        Ok([self.per_cpu_sum("ferry_hyb_stats", row)?, self.per_cpu_sum("ferry_hyb_stats", row + 1)?])
     }
 
     // ---- eFW ----
