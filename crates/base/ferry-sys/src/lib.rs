@@ -1,6 +1,7 @@
 //! Ferry's OS plumbing, written once for every layer above it.
 //!
 //! - [`netns`]: running code inside a named network namespace.
+//! - [`link`]: network devices and their addresses over rtnetlink.
 //! - [`users`]: accounts by name.
 //! - [`affinity`]: CPU sets, for threads and for children between fork and
 //!   exec.
@@ -12,6 +13,7 @@
 
 pub mod affinity;
 pub mod clock;
+pub mod link;
 pub mod netns;
 pub mod pacer;
 pub mod users;

@@ -21,7 +21,7 @@ use ferry_chain::plan::{ChainPlan, NfPlan, PortPlan};
 use ferry_config::{locate, path_string, Seg, YamlError};
 use ferry_place::Placement;
 
-use crate::iproute::link_number;
+use crate::netdev::link_in;
 
 /// Bytes the kernel keeps in front of every frame it writes to a chunk.
 const XDP_PACKET_HEADROOM: u32 = 256;
@@ -74,7 +74,7 @@ fn port_refusal(port: &PortPlan, nf: &NfPlan, frame_size: u32, xdp_parts: bool) 
     if !port.rx {
         return Ok(None);
     }
-    Ok(mtu_refusal(dev, link_number(ns, dev, "mtu")?, frame_size))
+    Ok(mtu_refusal(dev, link_in(ns, dev)?.mtu, frame_size))
 }
 
 /// Why `port`'s device, with `rx` receive and `tx` transmit queues, does
@@ -140,7 +140,8 @@ pub fn queues(ns: Option<&str>, dev: &str) -> Result<(u32, u32)> {
     if let Some((rx, tx)) = channels {
         return Ok((rx.max(1), tx.max(1)));
     }
-    Ok((link_number(ns, dev, "numrxqueues")?, link_number(ns, dev, "numtxqueues")?))
+    let link = link_in(ns, dev)?;
+    Ok((link.num_rx_queues, link.num_tx_queues))
 }
 
 /// An error at field `field` of the port named `port` in the chain file

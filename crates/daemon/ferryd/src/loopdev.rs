@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{Context, Result};
 
-use crate::iproute::{ifindex_in, ip, ip_output, link_number, sysctl};
+use ferry_sys::link;
+
+use crate::netdev::{ifindex_in, in_ns, link_in, sysctl};
 
 pub struct LoopDevice {
     ns: Option<String>,
@@ -58,11 +60,9 @@ fn ferryd_alive(pid: u32) -> bool {
 /// as the DaemonSet runs it), and a ferryd to run as `ferryd`: another's
 /// pid would look dead.
 fn sweep_dead(ns: Option<&str>) -> Result<()> {
-    let text = ip_output(ns, &["-o", "link", "show"])?;
-    let names = text.lines().filter_map(|l| l.split(": ").nth(1)).map(|n| n.split('@').next().unwrap_or(n));
-    for name in names {
-        if owner(name).is_some_and(|pid| !ferryd_alive(pid)) {
-            let _ = ip(ns, &["link", "del", "dev", name]);
+    for device in in_ns(ns, link::links)? {
+        if owner(&device.name).is_some_and(|pid| !ferryd_alive(pid)) {
+            let _ = in_ns(ns, || link::delete(&device.name));
         }
     }
     Ok(())
@@ -80,15 +80,13 @@ impl LoopDevice {
     /// the port's MTU up to [`LOOP_MTU_MAX`], so every frame the NF may send fits.
     pub fn create(ns: Option<&str>, port: &str, dev: &str, queues: u32) -> Result<LoopDevice> {
         let (send_end, receive_end) = names();
-        let (q, mtu) = (queues.to_string(), link_number(ns, dev, "mtu")?.min(LOOP_MTU_MAX).to_string());
+        let mtu = link_in(ns, dev)?.mtu.min(LOOP_MTU_MAX);
         sweep_dead(ns).context("sweeping the devices of ferryds that are gone")?;
         // A device of this very name can only be left by a killed ferryd
         // whose pid this one now has.
-        let _ = ip(ns, &["link", "del", "dev", &send_end]);
+        let _ = in_ns(ns, || link::delete(&send_end));
         // Both ends: the port's MTU, and a queue per sending thread.
-        let end = |name| [name, "mtu", &mtu, "numtxqueues", &q, "numrxqueues", &q];
-        let (send, receive) = (end(&send_end), end(&receive_end));
-        ip(ns, &[&["link", "add"][..], &send, &["type", "veth", "peer", "name"], &receive].concat())
+        in_ns(ns, || link::add_veth(&send_end, &receive_end, Some(queues), Some(mtu)))
             .with_context(|| format!("creating the loop device in front of port {port}"))?;
         let mut dev =
             LoopDevice { ns: ns.map(str::to_string), send_end, send_ifindex: 0, receive_end, receive_ifindex: 0 };
@@ -100,7 +98,7 @@ impl LoopDevice {
             if ipv6 {
                 sysctl(ns, &format!("net/ipv6/conf/{end}/disable_ipv6"), "1")?;
             }
-            ip(ns, &["link", "set", "dev", end, "up"])?;
+            in_ns(ns, || link::set_up(end))?;
         }
         dev.send_ifindex = ifindex_in(ns, &dev.send_end)?;
         dev.receive_ifindex = ifindex_in(ns, &dev.receive_end)?;
@@ -111,7 +109,7 @@ impl LoopDevice {
 impl Drop for LoopDevice {
     /// Deleting one end deletes both, and the XDP program on it.
     fn drop(&mut self) {
-        let _ = ip(self.ns.as_deref(), &["link", "del", "dev", &self.send_end]);
+        let _ = in_ns(self.ns.as_deref(), || link::delete(&self.send_end));
     }
 }
 

@@ -19,8 +19,8 @@ use ferry_chain::hosts::{FabricEncap, HopRole, HostPart, HostSpec};
 use ferry_chain::plan::ChainPlan;
 use ferry_chain::spec::XdpMode;
 
-use crate::iproute::{ifindex_in, link_word};
 use crate::loopdev::LoopDevice;
+use crate::netdev::{ifindex_in, link_in};
 
 /// The forwarder's device slot of the fabric.
 const FABRIC_SLOT: u32 = 0;
@@ -52,8 +52,7 @@ fn mode(m: XdpMode) -> AttachMode {
 
 /// The MAC of `dev` in `ns`.
 pub fn mac_of(ns: Option<&str>, dev: &str) -> Result<[u8; 6]> {
-    let mac = link_word(ns, dev, "link/ether")?;
-    Ok(mac.parse::<ferry_wire::MacAddr>().map_err(|e| anyhow!("{dev}: {e}"))?.0)
+    link_in(ns, dev)?.mac.ok_or_else(|| anyhow!("{dev}: no Ethernet address"))
 }
 
 impl Fabric {

@@ -17,8 +17,8 @@ use ferry_place::OffloadedNf;
 use ferry_xsk::{BindMode, SocketConfig, Umem, XskSocket};
 
 use crate::fastpath::{FastPath, FastPathEnd, FastPathIds};
-use crate::iproute::ifindex_in;
 use crate::loopdev::LoopDevice;
+use crate::netdev::ifindex_in;
 
 /// The XDP program that steers a receiving port's frames to its sockets.
 pub enum Steering {

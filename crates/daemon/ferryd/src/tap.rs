@@ -8,7 +8,9 @@ use anyhow::{Context, Result};
 use ferry_chain::spec::KernelSpec;
 use ferry_xsk::tun::open_tap;
 
-use crate::iproute::{ip, sysctl};
+use ferry_sys::link;
+
+use crate::netdev::{in_ns, sysctl};
 
 pub struct Tap {
     pub fd: OwnedFd,
@@ -22,17 +24,34 @@ impl Tap {
         let fd =
             ferry_sys::in_netns(ns, move || open_tap(&dev))?.with_context(|| format!("creating TAP {}", spec.dev))?;
         for a in &spec.addrs {
-            ip(ns, &["addr", "add", a, "dev", &spec.dev])?;
+            let (addr, prefix) = interface_address(a)?;
+            in_ns(ns, || link::add_address(&spec.dev, addr, prefix))?;
         }
-        if let Some(mac) = &spec.mac {
-            ip(ns, &["link", "set", "dev", &spec.dev, "address", &mac.to_string()])?;
+        if let Some(mac) = spec.mac {
+            in_ns(ns, || link::set_mac(&spec.dev, mac.0))?;
         }
         // What an NF hands the stack may carry this host's own address as
         // its source (a NAT's public address) and comes from no route's
         // device: accept both, as if the NF were part of the host.
         sysctl(ns, &format!("net/ipv4/conf/{}/accept_local", spec.dev), "1")?;
         sysctl(ns, &format!("net/ipv4/conf/{}/rp_filter", spec.dev), "0")?;
-        ip(ns, &["link", "set", "dev", &spec.dev, "up"])?;
+        in_ns(ns, || link::set_up(&spec.dev))?;
         Ok(Tap { fd })
     }
+}
+
+/// `ADDR/LEN`, or a bare address as one host, as `ip addr add` reads it.
+fn interface_address(text: &str) -> Result<(std::net::IpAddr, u8)> {
+    let (addr, len) = text.split_once('/').map_or((text, None), |(a, l)| (a, Some(l)));
+    let addr: std::net::IpAddr = addr.parse().with_context(|| format!("{text:?}: not an IP address"))?;
+    let host = if addr.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        None => host,
+        Some(l) => l
+            .parse()
+            .ok()
+            .filter(|l| *l <= host)
+            .ok_or_else(|| anyhow::anyhow!("{text:?}: prefix length 0..={host}"))?,
+    };
+    Ok((addr, len))
 }
