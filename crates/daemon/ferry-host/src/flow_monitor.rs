@@ -90,7 +90,7 @@ fn export(nf: &mut FlowMonitor, table: &mut FlowTable, config: u32) {
         // A failed write leaves the table behind until the flow's next
         // export; the counts here stay right.
         if let Err(e) = table.set(to_table(config, &k), PlCount { packets: c.packets, bytes: c.bytes }) {
-            eprintln!("ferry: flow table: {e}");
+            tracing::warn!("flow table: {e}");
         }
     }
 }

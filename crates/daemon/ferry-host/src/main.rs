@@ -33,7 +33,8 @@ enum Cmd {
 }
 
 fn main() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,ferry_host=info".into());
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
     let result = match Cli::parse().cmd {
         Cmd::Serve { kind, args } => ferry_host::serve(&kind, &args),

@@ -63,7 +63,7 @@ pub fn serve(name: &str, args: &[String]) -> Result<()> {
     let host = Host { stm: &stm, th: &mut th, stop: &stop, workers, batch, queue, tick_ns, ring_port, ports };
     let report = registry::build(name, &stm, &env, &nf_args, host)??;
     let c = &report.counters;
-    eprintln!(
+    tracing::info!(
         "parallel-{name} ({}): stopped; received {} outputs {} sent {} no_frame {} bad_port {} commits {} aborts {} \
          per worker {:?}",
         nf.name(),
@@ -78,7 +78,7 @@ pub fn serve(name: &str, args: &[String]) -> Result<()> {
     );
     let own: Vec<String> = report.nf_counters.iter().map(|(name, v)| format!("{name} {v}")).collect();
     if !own.is_empty() {
-        eprintln!("parallel-{name} ({}): {}", nf.name(), own.join(" "));
+        tracing::info!("parallel-{name} ({}): {}", nf.name(), own.join(" "));
     }
     Ok(())
 }

@@ -312,13 +312,17 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64, mica
     let need = mica.as_ref().map_or(60, |w| MICA_BATCH_AT + w.max_batch_len());
     let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: size.max(need) };
     if spec.frame_len > th.frame_size() {
-        eprintln!("source: {}-byte frames do not fit the domain's {}-byte frames", spec.frame_len, th.frame_size());
+        tracing::error!(
+            "source: {}-byte frames do not fit the domain's {}-byte frames",
+            spec.frame_len,
+            th.frame_size()
+        );
         return;
     }
     let mut client = match mica.map(|w| MicaClient::new(w, th.index() as u64)) {
         Some(Ok(c)) => Some(c),
         Some(Err(e)) => {
-            eprintln!("source: mica: {e}");
+            tracing::error!("source: mica: {e}");
             return;
         }
         None => None,
@@ -368,7 +372,7 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64, mica
             match client.as_mut() {
                 Some(c) => {
                     if let Err(e) = c.write_batch(&mut d[MICA_BATCH_AT..]) {
-                        eprintln!("source: mica: {e}");
+                        tracing::error!("source: mica: {e}");
                         return;
                     }
                 }

@@ -29,7 +29,7 @@ use crate::keys::NfKey;
 use crate::nsh::{NshInstall, NshSetup};
 use crate::persist::NfRecord;
 use crate::ports::{Port, PortParts, PostParts};
-use crate::process::{log, signalled};
+use crate::process::signalled;
 use crate::spawn;
 use crate::tap::Tap;
 use crate::users::{self, Creds, Lease, UidRange};
@@ -189,7 +189,7 @@ impl Chain {
         for (d, dom) in plan.domains.iter().enumerate() {
             let runs_as: Vec<&str> =
                 plan.nfs.iter().zip(&creds).filter(|(n, _)| n.domain == d).map(|(_, c)| c.shown.as_str()).collect();
-            log(format!("chain {}: domain {} runs as {runs_as:?}", plan.name, dom.name));
+            tracing::info!("chain {}: domain {} runs as {runs_as:?}", plan.name, dom.name);
         }
         let domains = Arc::new(plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?);
         // Split NFs: (name, its port, its miss port), by index.
@@ -393,11 +393,11 @@ impl Chain {
             // A process in uninterruptible sleep outlives even SIGKILL for a
             // while: give up waiting rather than hold up every other chain.
             if start.elapsed() >= grace + Duration::from_secs(10) {
-                log(format!(
+                tracing::info!(
                     "chain {}: {} NF processes would not exit; going on without them",
                     self.plan.name,
                     alive.len()
-                ));
+                );
                 break;
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -462,18 +462,18 @@ impl Chain {
             match r {
                 Running::Child(mut c) => {
                     let pid = c.id();
-                    log(format!("started NF {name} (pid {pid}, {})", self.creds[i].shown));
+                    tracing::info!("started NF {name} (pid {pid}, {})", self.creds[i].shown);
                     if let Err(e) = spawn::wait_exited(pid) {
-                        log(format!("waiting for NF {name} (pid {pid}): {e}"));
+                        tracing::warn!("waiting for NF {name} (pid {pid}): {e}");
                     }
                     // Forget the pid before reaping frees it for reuse.
                     self.nfs[i].lock().expect("nf lock").child = None;
                     let status = c.wait();
-                    log(format!("NF {name} exited: {status:?}"));
+                    tracing::info!("NF {name} exited: {status:?}");
                 }
                 Running::Adopted(fd) => {
                     while !spawn::pidfd_exited(&fd, 1000) {}
-                    log(format!("NF {name} (adopted) exited"));
+                    tracing::info!("NF {name} (adopted) exited");
                     // Its connection's handler may reclaim it too, if it
                     // rejoined: whichever comes first does, once.
                     self.nf_gone(i, &fd);
@@ -488,7 +488,7 @@ impl Chain {
                     return;
                 }
                 if !told && waited.elapsed() > Duration::from_secs(5) {
-                    log(format!("NF {name}: still waiting to reclaim its frames before restarting it"));
+                    tracing::warn!("NF {name}: still waiting to reclaim its frames before restarting it");
                     told = true;
                 }
                 std::thread::sleep(Duration::from_millis(5));
@@ -506,7 +506,7 @@ impl Chain {
             std::thread::sleep(Duration::from_millis(50 * restarts.min(20) as u64));
             match self.spawn_child(i) {
                 Ok(c) => running = Some(Running::Child(c)),
-                Err(e) => log(format!("restarting NF {name}: {e:#}")),
+                Err(e) => tracing::warn!("restarting NF {name}: {e:#}"),
             }
         }
     }
@@ -713,7 +713,7 @@ impl Chain {
         st.pidfd = Some(pidfd);
         st.start = Some(start);
         st.counters = counters;
-        log(format!("NF {name} connected (pid {pid}, uid {uid})"));
+        tracing::info!("NF {name} connected (pid {pid}, uid {uid})");
         Ok(i)
     }
 
@@ -762,7 +762,7 @@ impl Chain {
                     killed = true;
                 }
                 if !told && start.elapsed() > Duration::from_secs(5) {
-                    log(format!("NF {} (pid {pid}) will not die yet; its frames stay out until it does", nf.name));
+                    tracing::info!("NF {} (pid {pid}) will not die yet; its frames stay out until it does", nf.name);
                     told = true;
                 }
             }
@@ -782,15 +782,17 @@ impl Chain {
             // Said once, then now and then: a stopped NF can hold this up
             // for as long as it stays stopped.
             if tries.is_multiple_of(30) {
-                log(format!(
+                tracing::info!(
                     "NF {} gone, but threads {:?} of domain {} did not pause: its frames stay out until they do",
-                    nf.name, report.unresponsive, report.domain
-                ));
+                    nf.name,
+                    report.unresponsive,
+                    report.domain
+                );
             }
             tries += 1;
             std::thread::sleep(Duration::from_millis(100));
         };
-        log(format!(
+        tracing::info!(
             "NF {} gone: reclaimed {} frames (dead threads {:?}); domain {}: {} in pool, {} in rings, {} held, {} lost, {} duplicated",
             nf.name,
             report.reclaimed,
@@ -801,7 +803,7 @@ impl Chain {
             report.held_by_threads,
             report.lost,
             report.duplicated
-        ));
+        );
         let mut st = self.nfs[i].lock().expect("nf lock");
         st.connected = false;
         st.pid = None;
@@ -813,7 +815,7 @@ impl Chain {
         if self.persist.is_some() && !self.stop.load(Ordering::Acquire) {
             let record = NfRecord { process: None, ..self.records.lock().expect("records lock")[i].clone() };
             if let Err(e) = self.record(i, record) {
-                log(format!("NF {}: {e:#}", nf.name));
+                tracing::info!("NF {}: {e:#}", nf.name);
             }
         }
     }

@@ -46,9 +46,10 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    // The libraries' warnings (hybrid NFs, BPF loading) on stderr.
-    // RUST_LOG filters as everywhere in the tracing world (`RUST_LOG=ferry_bpf=debug`); warnings by default.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    // ferryd's events (chains deployed, NFs started and restarted) and the
+    // libraries' warnings on stderr. RUST_LOG filters as everywhere in the
+    // tracing world (`RUST_LOG=ferry_bpf=debug`).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,ferryd=info".into());
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
     let a = Args::parse();
     let opts = ferryd::Options {

@@ -40,7 +40,6 @@ use anyhow::{Context, Result};
 use ferry_chain::shm::COUNTERS;
 
 use crate::chain::Chain;
-use crate::process::log;
 
 /// A label value, escaped as the format wants.
 fn esc(v: &str) -> String {
@@ -226,7 +225,7 @@ pub fn serve(
                 tiny_http::Response::from_string("ferryd serves GET /metrics\n").with_status_code(404)
             };
             if let Err(e) = req.respond(reply) {
-                log(format!("metrics: {e}"));
+                tracing::warn!("metrics: {e}");
             }
         }
     })?;

@@ -1,10 +1,7 @@
-//! What is process-wide in ferryd: its log line and the stop signals.
+//! What is process-wide in ferryd: the stop signals. (Its events go
+//! through `tracing`, filtered by RUST_LOG.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
-
-pub(crate) fn log(msg: impl AsRef<str>) {
-    eprintln!("ferryd: {}", msg.as_ref());
-}
 
 static SIGNALLED: AtomicBool = AtomicBool::new(false);
 

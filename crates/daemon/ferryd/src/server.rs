@@ -21,7 +21,7 @@ use ferry_chain::proto::{self, ChainSummary, Msg, NfReload, ProtoError};
 
 use crate::chain::{Chain, ChainSetup};
 use crate::nsh::{Fabric, NshInstall, NshSetup};
-use crate::process::{install_signal_handlers, log, signalled};
+use crate::process::{install_signal_handlers, signalled};
 use crate::spawn;
 use crate::users::UidRange;
 use crate::waiting::{Seat, WaitingRoom};
@@ -198,7 +198,7 @@ pub fn run(opts: &Options) -> Result<()> {
         let stop = move || s.stop.load(Ordering::Acquire) || signalled();
         let stats = ferry_remote::serve(listener, config, Arc::new(answer), Arc::new(stop))?;
         *daemon.tls_stats.lock().expect("tls stats lock") = Some(stats);
-        log(format!("admin requests over mutual TLS on {bound} (host {host})"));
+        tracing::info!("admin requests over mutual TLS on {bound} (host {host})");
         *daemon.listen.lock().expect("listen lock") = Some(bound);
     }
     if daemon.host.is_some() {
@@ -213,17 +213,17 @@ pub fn run(opts: &Options) -> Result<()> {
             move || d.chains.lock().expect("chains lock").clone(),
             move || l.listener_counters(),
         )?;
-        log(format!("metrics on http://{bound}/metrics"));
+        tracing::info!("metrics on http://{bound}/metrics");
         *daemon.metrics.lock().expect("metrics lock") = Some(bound);
     }
     if let Some(file) = &opts.chain {
         let file = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
         let name = ferry_catalog::parse_chain(&file)?.name();
         if daemon.chain(&name).is_ok() {
-            log(format!(
+            tracing::info!(
                 "chain {name:?} of {} runs already (adopted, or a part over hosts): not deployed again",
                 file.display()
-            ));
+            );
         } else if let Err(e) = daemon.deploy(&file) {
             // The chains adopted meanwhile run on for the next ferryd.
             if daemon.persist {
@@ -234,7 +234,7 @@ pub fn run(opts: &Options) -> Result<()> {
             return Err(e);
         }
     }
-    log(format!("serving NFs on {} and admin requests on {}", daemon.socket.display(), daemon.admin.display()));
+    tracing::info!("serving NFs on {} and admin requests on {}", daemon.socket.display(), daemon.admin.display());
     while !daemon.stop.load(Ordering::Acquire) && !signalled() {
         let mut pfds = [nf_listener.as_raw_fd(), admin_listener.as_raw_fd()].map(|fd| libc::pollfd {
             fd,
@@ -253,7 +253,7 @@ pub fn run(opts: &Options) -> Result<()> {
                     Err(e) => {
                         // Out of fds, say: the socket stays readable, so
                         // back off instead of spinning.
-                        log(format!("accept: {e}"));
+                        tracing::warn!("accept: {e}");
                         std::thread::sleep(Duration::from_millis(100));
                         break;
                     }
@@ -266,7 +266,7 @@ pub fn run(opts: &Options) -> Result<()> {
     } else {
         daemon.shutdown();
     }
-    log("stopped");
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -279,13 +279,13 @@ impl Daemon {
         let seat = match room.enter(&stream) {
             Ok(Some(seat)) => seat,
             Ok(None) => return,
-            Err(e) => return log(format!("a connection with no credentials: {e}")),
+            Err(e) => return tracing::warn!("a connection with no credentials: {e}"),
         };
         let spawned = std::thread::Builder::new()
             .name(if admin { "admin".into() } else { "nf-conn".into() })
             .spawn(move || if admin { self.serve_admin(stream, seat) } else { self.serve_nf(stream, seat) });
         if let Err(e) = spawned {
-            log(format!("no thread for a connection: {e}"));
+            tracing::warn!("no thread for a connection: {e}");
         }
     }
 
@@ -331,7 +331,7 @@ impl Daemon {
         }
         let _ = std::fs::remove_file(&self.socket);
         let _ = std::fs::remove_file(&self.admin);
-        log(format!("left {} chains running for the next ferryd", chains.len()));
+        tracing::info!("left {} chains running for the next ferryd", chains.len());
     }
 
     /// Adopts every chain a ferryd before this one left (`--persist`). A
@@ -342,7 +342,7 @@ impl Daemon {
         let states = match crate::persist::ChainState::load_all(&self.state_dir) {
             Ok(s) => s,
             Err(e) => {
-                log(format!("adopting nothing: {e:#}"));
+                tracing::warn!("adopting nothing: {e:#}");
                 return;
             }
         };
@@ -351,7 +351,7 @@ impl Daemon {
             let state = match state {
                 Ok(s) => s,
                 Err(e) => {
-                    log(format!("{e:#}; moved aside"));
+                    tracing::info!("{e:#}; moved aside");
                     let _ = std::fs::rename(&file, file.with_extension("json.bad"));
                     continue;
                 }
@@ -375,17 +375,17 @@ impl Daemon {
             }
             self.next_chain.fetch_max(id + 1, Ordering::Relaxed);
             self.next_nf.fetch_max(last_nf + 1, Ordering::Relaxed);
-            log(format!("adopted chain {name:?} (id {id}): {} NF processes running", chain.summary().connected));
+            tracing::info!("adopted chain {name:?} (id {id}): {} NF processes running", chain.summary().connected);
         }
         for (state, e) in failed {
             let name = &state.plan.name;
-            log(format!("chain {name:?} cannot be adopted: {e:#}; stopping what is left of it"));
+            tracing::info!("chain {name:?} cannot be adopted: {e:#}; stopping what is left of it");
             crate::chain::abandon(&self.socket, &self.state_dir, &state);
             // A new ferryd whose state version differs (its region layout
             // may too) comes here: the chain starts afresh.
             match self.deploy(&state.file) {
-                Ok(_) => log(format!("chain {name:?} deployed afresh from {}", state.file.display())),
-                Err(e) => log(format!("chain {name:?} not deployed afresh: {e:#}")),
+                Ok(_) => tracing::info!("chain {name:?} deployed afresh from {}", state.file.display()),
+                Err(e) => tracing::info!("chain {name:?} not deployed afresh: {e:#}"),
             }
         }
     }
@@ -451,7 +451,7 @@ impl Daemon {
             let install = NshInstall::open(&setup.fabric, &name, &setup.part, &setup.peers, &setup.macs, None)?;
             self.keep_part(&name, text, origin, macs)?;
             self.paths.lock().expect("paths lock").push((name.clone(), install));
-            log(format!("deployed chain {name:?}: NSH forwarding only on host {host}"));
+            tracing::info!("deployed chain {name:?}: NSH forwarding only on host {host}");
             let id = self.next_chain.fetch_add(1, Ordering::Relaxed);
             return Ok(ChainSummary {
                 id,
@@ -485,18 +485,18 @@ impl Daemon {
     fn redeploy_parts(&self) {
         let parts = match crate::persist::PartRecord::load_all(&self.state_dir) {
             Ok((parts, bad)) => {
-                bad.iter().for_each(log);
+                bad.iter().for_each(|b| tracing::warn!("{b}"));
                 parts
             }
             Err(e) => {
-                log(format!("deploying no earlier part: {e:#}"));
+                tracing::warn!("deploying no earlier part: {e:#}");
                 return;
             }
         };
         for (name, p) in parts {
             match self.deploy_part(&p.text, &p.origin, &p.macs) {
-                Ok(_) => log(format!("deployed again this host's part of chain {name:?}")),
-                Err(e) => log(format!("this host's part of chain {name:?} not deployed again: {e:#}")),
+                Ok(_) => tracing::info!("deployed again this host's part of chain {name:?}"),
+                Err(e) => tracing::info!("this host's part of chain {name:?} not deployed again: {e:#}"),
             }
         }
     }
@@ -514,7 +514,7 @@ impl Daemon {
         let tls = match self.tls_dir.as_deref().map(|d| ferry_remote::TlsDir::new(d).client(&me)).transpose() {
             Ok(t) => t,
             Err(e) => {
-                log(format!("probing over TLS impossible: {e}"));
+                tracing::warn!("probing over TLS impossible: {e}");
                 None
             }
         };
@@ -552,7 +552,7 @@ impl Daemon {
                 };
                 if changed {
                     let now = if up { "reachable again" } else { "unreachable: its frames are dropped here" };
-                    log(format!("chain {chain:?}: host {} is {now}", host.name));
+                    tracing::info!("chain {chain:?}: host {} is {now}", host.name);
                 }
             }
         }
@@ -652,12 +652,12 @@ impl Daemon {
         }
         let summary = chain.summary();
         let processes = chain.plan.nfs.len();
-        log(format!(
+        tracing::info!(
             "deployed chain {:?} (id {id}) from {}: {processes} NF processes, {} NFs in XDP",
             chain.plan.name,
             file.display(),
             summary.nfs - processes
-        ));
+        );
         Ok(summary)
     }
 
@@ -699,14 +699,14 @@ impl Daemon {
         let mut paths = self.paths.lock().expect("paths lock");
         if let Some(i) = paths.iter().position(|(n, _)| n == name) {
             paths.remove(i);
-            log(format!("removed chain {name:?} (NSH forwarding only)"));
+            tracing::info!("removed chain {name:?} (NSH forwarding only)");
             return Ok(());
         }
         drop(paths);
         let chain = self.chain(name)?;
         self.chains.lock().expect("chains lock").retain(|c| c.id != chain.id);
         chain.stop(REMOVE_GRACE);
-        log(format!("removed chain {:?} (id {})", chain.plan.name, chain.id));
+        tracing::info!("removed chain {:?} (id {})", chain.plan.name, chain.id);
         Ok(())
     }
 
@@ -716,7 +716,7 @@ impl Daemon {
         let _changing = self.changes.lock().expect("changes lock");
         let chain = self.chain(name)?;
         let outcomes = chain.reload()?;
-        log(format!("reloaded chain {:?}: {outcomes:?}", chain.plan.name));
+        tracing::info!("reloaded chain {:?}: {outcomes:?}", chain.plan.name);
         Ok(outcomes)
     }
 
@@ -734,7 +734,7 @@ impl Daemon {
                 match admitted {
                     Ok((i, c)) => c.nf_lifetime(&stream, i),
                     Err(e) => {
-                        log(format!("refused NF {}: {e:#}", proto::echoed(&nf)));
+                        tracing::warn!("refused NF {}: {e:#}", proto::echoed(&nf));
                         reply_error(format!("{e:#}"));
                     }
                 }
@@ -751,7 +751,7 @@ impl Daemon {
                         }
                     }
                     Err(e) => {
-                        log(format!("refused NF {} rejoining: {e:#}", proto::echoed(&nf)));
+                        tracing::warn!("refused NF {} rejoining: {e:#}", proto::echoed(&nf));
                         reply_error(format!("{e:#}"));
                     }
                 }

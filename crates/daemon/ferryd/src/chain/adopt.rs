@@ -30,7 +30,6 @@ use crate::domain::Domain;
 use crate::keys::NfKey;
 use crate::persist::{self, ChainState, NfRecord, STATE_VERSION};
 use crate::ports::Port;
-use crate::process::log;
 use crate::spawn;
 use crate::users::{self, Creds};
 
@@ -319,7 +318,7 @@ impl Chain {
                 }
                 std::thread::sleep(Duration::from_millis(100));
             };
-            log(format!(
+            tracing::info!(
                 "chain {}: adopted domain {}: reclaimed {} frames; {} in pool, {} in rings, {} held, {} lost, {} \
                  duplicated{}",
                 self.plan.name,
@@ -331,7 +330,7 @@ impl Chain {
                 report.lost,
                 report.duplicated,
                 String::new()
-            ));
+            );
         }
         // A killed ferryd's copy links never let go of their input rings.
         for b in &self.plan.copy_links {
@@ -385,7 +384,7 @@ impl Chain {
         }
         st.conn = Some(stream.try_clone().context("keeping the NF's connection")?);
         st.awaiting_rejoin = false;
-        log(format!("NF {name} rejoined (pid {pid}, uid {uid})"));
+        tracing::info!("NF {name} rejoined (pid {pid}, uid {uid})");
         Ok(i)
     }
 
