@@ -202,14 +202,34 @@ impl Domain {
     /// `unresponsive`; callers that need the reclaim try again.
     pub fn audit(&self, dead: &[u32]) -> AuditReport {
         let mut life = self.life.lock().expect("audit lock");
+        let waiting = self.pause_threads(&mut life, dead);
+        let mut report = AuditReport {
+            domain: self.plan.name.clone(),
+            frames_total: self.plan.frames as u64,
+            unresponsive: waiting.clone(),
+            ..Default::default()
+        };
+        if waiting.is_empty() {
+            self.reclaim(&life, &mut report);
+        }
+        // Never leave a paused thread paused; never touch memory a running
+        // thread may be using (an unresponsive one makes the audit touch
+        // nothing).
+        self.control.as_slice()[shm::PAUSE_REQ].store(0, Ordering::Release);
+        self.wake_everyone();
+        report
+    }
+
+    /// Marks `dead` dead and asks every live thread to pause, waiting up to
+    /// two seconds; returns the live threads that did not acknowledge.
+    fn pause_threads(&self, life: &mut Life, dead: &[u32]) -> Vec<u32> {
         // 0 means "no pause": skipped when the count wraps.
         life.epoch = life.epoch.wrapping_add(1).max(1);
         let ep = life.epoch;
-        let ctl = self.control.as_slice();
         for &t in dead {
             self.block(t).set(shm::T_STATE, shm::STATE_DEAD);
         }
-        ctl[shm::PAUSE_REQ].store(ep, Ordering::Release);
+        self.control.as_slice()[shm::PAUSE_REQ].store(ep, Ordering::Release);
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut waiting: Vec<u32> =
             (0..self.plan.tids).filter(|&t| self.block(t).get(shm::T_STATE) == shm::STATE_ALIVE).collect();
@@ -219,30 +239,24 @@ impl Domain {
                 if b.get(shm::T_STATE) != shm::STATE_ALIVE || b.get(shm::T_PAUSE_ACK) == ep {
                     return false;
                 }
-                if Self::process_exited(&life, t) {
+                if Self::process_exited(life, t) {
                     b.set(shm::T_STATE, shm::STATE_DEAD);
                     return false;
                 }
                 true
             });
             if waiting.is_empty() || Instant::now() >= deadline {
-                break;
+                return waiting;
             }
             self.wake_everyone();
             std::thread::sleep(Duration::from_micros(300));
         }
-        let mut report = AuditReport {
-            domain: self.plan.name.clone(),
-            frames_total: self.plan.frames as u64,
-            unresponsive: waiting.clone(),
-            ..Default::default()
-        };
-        if !waiting.is_empty() {
-            // Never touch memory a running thread may be using.
-            ctl[shm::PAUSE_REQ].store(0, Ordering::Release);
-            self.wake_everyone();
-            return report;
-        }
+    }
+
+    /// With every live thread paused: repairs the rings the dead threads
+    /// produced into, takes a census of the frames and gives the pool back
+    /// every frame nobody live holds.
+    fn reclaim(&self, life: &Life, report: &mut AuditReport) {
         let (mut dead, mut live) = (Vec::new(), Vec::new());
         for t in 0..self.plan.tids {
             match self.block(t).get(shm::T_STATE) {
@@ -258,87 +272,130 @@ impl Domain {
                 self.ring(r).repair_after_producer_death(t as u16);
             }
         }
-        let fs = self.plan.frame_size as u64;
-        let n = self.plan.frames as usize;
-        let mut place = vec![0u8; n];
-        let in_pool = self.pool.snapshot();
-        let mut keep: Vec<u64> = Vec::with_capacity(n);
-        let mut dup = 0u64;
-        for &a in &in_pool {
-            let i = (a / fs) as usize;
-            if i < n {
-                if place[i] != 0 {
-                    dup += 1;
-                    continue;
-                }
-                place[i] = 1;
-                keep.push(a - a % fs);
-            }
+        let owners: Vec<u64> = self.owners.as_slice().iter().map(|o| o.load(Ordering::Relaxed)).collect();
+        let census = FrameCensus {
+            frame_size: self.plan.frame_size as u64,
+            pool: self.pool.snapshot(),
+            rings: (0..self.plan.rings)
+                .map(|r| (r, self.ring(r).snapshot().iter().map(|d| d.addr).collect()))
+                .collect(),
+            dead_rings: dead_rings.iter().copied().collect(),
+            owners,
+            dead: dead.iter().map(|&t| t as u64).collect(),
+            live: live.iter().map(|&t| t as u64).collect(),
+            // Frames a dead thread was moving to or from the pool carry no
+            // owner (shm::T_POOL_OP).
+            dead_in_pool_op: dead.iter().any(|&t| self.block(t).get(shm::T_POOL_OP) != 0),
         }
-        let dead_ring_set: HashSet<u32> = dead_rings.iter().copied().collect();
-        let mut in_dead_ring = vec![false; n];
-        for r in 0..self.plan.rings {
-            let ring = self.ring(r);
-            for d in ring.snapshot() {
-                let i = (d.addr / fs) as usize;
-                if i >= n {
-                    continue;
-                }
-                if dead_ring_set.contains(&r) {
-                    in_dead_ring[i] = true;
-                } else if place[i] != 0 {
-                    dup += 1;
-                } else {
-                    place[i] = 2;
-                    report.in_rings += 1;
-                }
-            }
-        }
-        let dead_set: HashSet<u64> = dead.iter().map(|&t| t as u64).collect();
-        // Frames a dead thread was moving to or from the pool carry no
-        // owner (shm::T_POOL_OP); without such a death, an ownerless frame
-        // outside the pool is lost.
-        let dead_in_pool_op = dead.iter().any(|&t| self.block(t).get(shm::T_POOL_OP) != 0);
-        let live_set: HashSet<u64> = live.iter().map(|&t| t as u64).collect();
-        for i in 0..n {
-            if place[i] != 0 {
-                continue;
-            }
-            let owner = self.owners.as_slice()[i].load(Ordering::Relaxed);
-            if !in_dead_ring[i] && live_set.contains(&owner) {
-                report.held_by_threads += 1;
-                continue;
-            }
-            // Nobody live has it: a dead thread's frame, or (with no thread
-            // dead) a frame lost by a bug, which the report shows.
-            if in_dead_ring[i] || dead_set.contains(&owner) || (owner == NO_OWNER && dead_in_pool_op) {
-                report.reclaimed += 1;
-            } else {
-                report.lost += 1;
-            }
+        .take();
+        for &i in &census.unowned {
             self.owners.as_slice()[i].store(NO_OWNER, Ordering::Relaxed);
-            keep.push(i as u64 * fs);
         }
-        report.duplicated = dup;
         for &r in &dead_rings {
             self.ring(r).reset();
         }
         for &t in &dead {
             self.block(t).set(shm::T_POOL_OP, 0);
         }
-        if self.pool.rebuild(&keep).is_err() {
-            report.lost += keep.len() as u64;
+        report.in_rings = census.in_rings;
+        report.held_by_threads = census.held_by_threads;
+        (report.reclaimed, report.lost, report.duplicated) = (census.reclaimed, census.lost, census.duplicated);
+        if self.pool.rebuild(&census.keep).is_err() {
+            report.lost += census.keep.len() as u64;
         }
         // Reclaimed (and lost-then-found) frames now sit in the pool.
-        report.in_pool = keep.len() as u64;
+        report.in_pool = census.keep.len() as u64;
+        let ctl = self.control.as_slice();
         ctl[shm::AUDITS].fetch_add(1, Ordering::Relaxed);
         ctl[shm::RECLAIMED].fetch_add(report.reclaimed, Ordering::Relaxed);
         ctl[shm::LOST].fetch_add(report.lost, Ordering::Relaxed);
         ctl[shm::DUPLICATED].fetch_add(report.duplicated, Ordering::Relaxed);
         report.dead = dead;
-        ctl[shm::PAUSE_REQ].store(0, Ordering::Release);
-        self.wake_everyone();
-        report
+    }
+}
+
+/// What a paused domain holds, for [`FrameCensus::take`]: where every frame
+/// is seen (the pool, the rings) and whom the owner table gives the rest.
+struct FrameCensus {
+    frame_size: u64,
+    /// Frame addresses in the free pool.
+    pool: Vec<u64>,
+    /// Per ring, the frame addresses queued on it.
+    rings: Vec<(u32, Vec<u64>)>,
+    /// Rings whose consumer died: what they hold is the dead thread's.
+    dead_rings: HashSet<u32>,
+    /// Per frame, the thread that owns it (or [`NO_OWNER`]).
+    owners: Vec<u64>,
+    dead: HashSet<u64>,
+    live: HashSet<u64>,
+    /// A dead thread died moving frames to or from the pool, so ownerless
+    /// frames outside the pool are its frames, not lost ones.
+    dead_in_pool_op: bool,
+}
+
+/// Where the frames are, and what goes back to the pool.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Census {
+    in_rings: u64,
+    held_by_threads: u64,
+    reclaimed: u64,
+    lost: u64,
+    duplicated: u64,
+    /// Frame addresses the rebuilt pool holds: the pool's own, then every
+    /// frame nobody live holds.
+    keep: Vec<u64>,
+    /// Frames whose owner entry is cleared (they go back to the pool).
+    unowned: Vec<usize>,
+}
+
+impl FrameCensus {
+    /// Places every frame once: in the pool, in a live ring, held by a live
+    /// thread; or else reclaimed (a dead thread's) or lost (nobody's: a
+    /// bug). A frame seen twice counts as duplicated.
+    fn take(self) -> Census {
+        let n = self.owners.len();
+        let fs = self.frame_size;
+        let mut census = Census::default();
+        let mut seen = vec![false; n];
+        for &a in &self.pool {
+            let i = (a / fs) as usize;
+            if i < n {
+                if std::mem::replace(&mut seen[i], true) {
+                    census.duplicated += 1;
+                    continue;
+                }
+                census.keep.push(a - a % fs);
+            }
+        }
+        let mut in_dead_ring = vec![false; n];
+        for (r, addrs) in &self.rings {
+            for i in addrs.iter().map(|a| (a / fs) as usize).filter(|i| *i < n) {
+                if self.dead_rings.contains(r) {
+                    in_dead_ring[i] = true;
+                } else if std::mem::replace(&mut seen[i], true) {
+                    census.duplicated += 1;
+                } else {
+                    census.in_rings += 1;
+                }
+            }
+        }
+        for i in (0..n).filter(|i| !seen[*i]) {
+            let owner = self.owners[i];
+            if !in_dead_ring[i] && self.live.contains(&owner) {
+                census.held_by_threads += 1;
+                continue;
+            }
+            let dead_thread_had_it =
+                in_dead_ring[i] || self.dead.contains(&owner) || (owner == NO_OWNER && self.dead_in_pool_op);
+            if dead_thread_had_it {
+                census.reclaimed += 1;
+            } else {
+                census.lost += 1;
+            }
+            census.unowned.push(i);
+            census.keep.push(i as u64 * fs);
+        }
+        census
     }
 }
 
@@ -377,5 +434,46 @@ mod tests {
             assert_eq!(r.in_pool, 256, "every frame is back in the pool");
             assert_eq!(d.block(0).get(shm::T_POOL_OP), 0, "the mark goes with the reclaim");
         }
+    }
+    /// Four frames of 2 kB: the census places each once.
+    fn census(pool: &[u64], rings: &[(u32, &[u64])], owners: [u64; 4], dead: &[u64], live: &[u64]) -> FrameCensus {
+        FrameCensus {
+            frame_size: 2048,
+            pool: pool.to_vec(),
+            rings: rings.iter().map(|(r, a)| (*r, a.to_vec())).collect(),
+            dead_rings: HashSet::new(),
+            owners: owners.to_vec(),
+            dead: dead.iter().copied().collect(),
+            live: live.iter().copied().collect(),
+            dead_in_pool_op: false,
+        }
+    }
+
+    #[test]
+    fn a_census_places_every_frame_once_and_gives_a_dead_threads_frames_back() {
+        // Frame 0 free, frame 1 queued, frame 2 held by live thread 1,
+        // frame 3 held by dead thread 0.
+        let c = census(&[0], &[(0, &[2048 + 100])], [NO_OWNER, NO_OWNER, 1, 0], &[0], &[1]).take();
+        assert_eq!((c.in_rings, c.held_by_threads, c.reclaimed, c.lost, c.duplicated), (1, 1, 1, 0, 0));
+        assert_eq!(c.keep, vec![0, 3 * 2048], "the pool's frame, then the reclaimed one");
+        assert_eq!(c.unowned, vec![3]);
+    }
+
+    #[test]
+    fn a_census_counts_a_frame_seen_twice_and_a_frame_nobody_has() {
+        // Frame 0 in the pool twice and on a ring; frame 1 owned by nobody
+        // with no thread dead: lost. Frames 2 and 3 held by thread 1.
+        let c = census(&[0, 100], &[(0, &[0])], [NO_OWNER, NO_OWNER, 1, 1], &[], &[1]).take();
+        assert_eq!((c.held_by_threads, c.lost, c.duplicated), (2, 1, 2));
+        assert_eq!(c.keep, vec![0, 2048], "a lost frame goes back to the pool too");
+    }
+
+    #[test]
+    fn what_a_dead_consumers_ring_holds_is_reclaimed() {
+        let mut f = census(&[0, 2048], &[(1, &[2 * 2048, 3 * 2048])], [NO_OWNER; 4], &[0], &[]);
+        f.dead_rings.insert(1);
+        let c = f.take();
+        assert_eq!((c.in_rings, c.reclaimed, c.lost), (0, 2, 0));
+        assert_eq!(c.keep.len(), 4);
     }
 }

@@ -37,6 +37,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use ferry_chain::proto::Status;
 use ferry_chain::shm::COUNTERS;
 
 use crate::chain::Chain;
@@ -72,11 +73,24 @@ pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
     let help = "Connections to ferryd's listeners, by what became of them.";
     family(&mut out, "ferry_listener_events_total", "counter", help, &events);
     let statuses: Vec<_> = chains.iter().map(|c| c.status()).collect();
-    let thread_labels =
-        |chain: &str, nf: &str, t: usize| format!("chain=\"{}\",nf=\"{}\",thread=\"{t}\"", esc(chain), esc(nf));
+    thread_families(&mut out, &statuses);
+    nf_families(&mut out, &statuses);
+    domain_families(&mut out, &statuses);
+    port_families(&mut out, &statuses);
+    offloaded_family(&mut out, &statuses);
+    out
+}
+
+/// Labels of one NF thread's samples.
+fn thread_labels(chain: &str, nf: &str, t: usize) -> String {
+    format!("chain=\"{}\",nf=\"{}\",thread=\"{t}\"", esc(chain), esc(nf))
+}
+
+/// Per NF thread: the framework's counters, the NF's own, its ring.
+fn thread_families(out: &mut String, statuses: &[Status]) {
     for (k, counter) in COUNTERS.iter().enumerate() {
         let mut samples = Vec::new();
-        for s in &statuses {
+        for s in statuses {
             for n in &s.nfs {
                 for (t, th) in n.threads.iter().enumerate() {
                     samples.push((thread_labels(&s.chain, &n.name, t), th[k].1));
@@ -84,10 +98,10 @@ pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
             }
         }
         let name = format!("ferry_thread_{counter}_total");
-        family(&mut out, &name, "counter", &format!("Framework counter {counter} of each NF thread."), &samples);
+        family(out, &name, "counter", &format!("Framework counter {counter} of each NF thread."), &samples);
     }
     let mut own = Vec::new();
-    for s in &statuses {
+    for s in statuses {
         for n in &s.nfs {
             for (t, th) in n.threads.iter().enumerate() {
                 for (name, v) in &th[COUNTERS.len()..] {
@@ -96,9 +110,9 @@ pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
             }
         }
     }
-    family(&mut out, "ferry_nf_counter_total", "counter", "An NF's own counters, per thread.", &own);
+    family(out, "ferry_nf_counter_total", "counter", "An NF's own counters, per thread.", &own);
     let (mut depth, mut capacity, mut loops) = (Vec::new(), Vec::new(), Vec::new());
-    for s in &statuses {
+    for s in statuses {
         for n in &s.nfs {
             for (t, r) in n.rings.iter().enumerate() {
                 depth.push((thread_labels(&s.chain, &n.name, t), r.depth));
@@ -107,21 +121,25 @@ pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
             }
         }
     }
-    family(&mut out, "ferry_ring_depth_frames", "gauge", "Frames queued on the thread's receive ring.", &depth);
-    family(&mut out, "ferry_ring_capacity_frames", "gauge", "Slots of the thread's receive ring.", &capacity);
-    family(&mut out, "ferry_thread_loops_total", "counter", "Data-loop iterations (receive calls).", &loops);
+    family(out, "ferry_ring_depth_frames", "gauge", "Frames queued on the thread's receive ring.", &depth);
+    family(out, "ferry_ring_capacity_frames", "gauge", "Slots of the thread's receive ring.", &capacity);
+    family(out, "ferry_thread_loops_total", "counter", "Data-loop iterations (receive calls).", &loops);
+}
+
+/// Per NF: up, CPU time, restarts.
+fn nf_families(out: &mut String, statuses: &[Status]) {
     let (mut up, mut restarts) = (Vec::new(), Vec::new());
-    for s in &statuses {
+    for s in statuses {
         for n in &s.nfs {
             let l = format!("chain=\"{}\",nf=\"{}\"", esc(&s.chain), esc(&n.name));
             up.push((l.clone(), u64::from(n.connected)));
             restarts.push((l, u64::from(n.restarts)));
         }
     }
-    family(&mut out, "ferry_nf_up", "gauge", "1 while the NF is connected.", &up);
+    family(out, "ferry_nf_up", "gauge", "1 while the NF is connected.", &up);
     let _ = writeln!(out, "# HELP ferry_nf_cpu_seconds_total CPU time of the NF's process (user + system).");
     let _ = writeln!(out, "# TYPE ferry_nf_cpu_seconds_total counter");
-    for s in &statuses {
+    for s in statuses {
         for n in &s.nfs {
             if let Some(cpu) = n.cpu_seconds {
                 let _ = writeln!(
@@ -133,7 +151,11 @@ pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
             }
         }
     }
-    family(&mut out, "ferry_nf_restarts_total", "counter", "Restarts of the NF after it died.", &restarts);
+    family(out, "ferry_nf_restarts_total", "counter", "Restarts of the NF after it died.", &restarts);
+}
+
+/// Per domain: its frames, pool, reclaimed, lost and duplicated frames.
+fn domain_families(out: &mut String, statuses: &[Status]) {
     type DomainValue = fn(&ferry_chain::proto::DomainStatus) -> u64;
     let domain_families: [(&str, &str, &str, DomainValue); 6] = [
         ("ferry_domain_frames", "gauge", "UMEM frames of the domain.", |d| d.frames_total),
@@ -147,7 +169,7 @@ pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
     ];
     for (name, kind, help, value) in domain_families {
         let mut samples = Vec::new();
-        for s in &statuses {
+        for s in statuses {
             for d in &s.domains {
                 // A tenant's domains carry its name, so a tenant's frames
                 // and pool can be summed (`sum by (tenant)`).
@@ -156,10 +178,14 @@ pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
                 samples.push((labels, value(d)));
             }
         }
-        family(&mut out, name, kind, help, &samples);
+        family(out, name, kind, help, &samples);
     }
+}
+
+/// Per port: its XDP program's verdicts and its classifier's rules.
+fn port_families(out: &mut String, statuses: &[Status]) {
     let (mut packets, mut bytes) = (Vec::new(), Vec::new());
-    for s in &statuses {
+    for s in statuses {
         for port in &s.ports {
             for (verdict, p, b) in &port.verdicts {
                 let l = format!("chain=\"{}\",port=\"{}\",verdict=\"{verdict}\"", esc(&s.chain), esc(&port.name));
@@ -168,10 +194,10 @@ pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
             }
         }
     }
-    family(&mut out, "ferry_xdp_packets_total", "counter", "Packets by verdict of each port's XDP program.", &packets);
-    family(&mut out, "ferry_xdp_bytes_total", "counter", "Bytes by verdict of each port's XDP program.", &bytes);
+    family(out, "ferry_xdp_packets_total", "counter", "Packets by verdict of each port's XDP program.", &packets);
+    family(out, "ferry_xdp_bytes_total", "counter", "Bytes by verdict of each port's XDP program.", &bytes);
     let mut classified = Vec::new();
-    for s in &statuses {
+    for s in statuses {
         for (port, c) in s.ports.iter().filter_map(|p| Some((&p.name, p.classified.as_ref()?))) {
             let at = |rule: &str, entry: &str| {
                 format!("chain=\"{}\",port=\"{}\",rule=\"{rule}\",entry=\"{}\"", esc(&s.chain), esc(port), esc(entry))
@@ -183,9 +209,13 @@ pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
         }
     }
     let help = "Frames each tenant classification rule took (rule index; \"none\": no rule).";
-    family(&mut out, "ferry_classifier_frames_total", "counter", help, &classified);
+    family(out, "ferry_classifier_frames_total", "counter", help, &classified);
+}
+
+/// The counters of the NFs placed in XDP.
+fn offloaded_family(out: &mut String, statuses: &[Status]) {
     let mut offloaded = Vec::new();
-    for s in &statuses {
+    for s in statuses {
         for n in &s.offloaded {
             for (name, v) in &n.counters {
                 let l = format!(
@@ -200,8 +230,7 @@ pub fn render(chains: &[Arc<Chain>], listeners: &[(String, u64)]) -> String {
         }
     }
     let help = "Counters of the NFs placed in XDP, by port (packets).";
-    family(&mut out, "ferry_xdp_nf_counter_total", "counter", help, &offloaded);
-    out
+    family(out, "ferry_xdp_nf_counter_total", "counter", help, &offloaded);
 }
 
 /// Serves `GET /metrics` on `addr` from a thread; returns the address
