@@ -12,7 +12,7 @@ use anyhow::Result;
 use ferry_chain::frames::FrameCache;
 use ferry_chain::plan::CopyLinkPlan;
 use ferry_chain::shm::{self, c};
-use ferry_ring::{Desc, Notify, Producer};
+use ferry_ring::{Consumer, Desc, Notify, Producer};
 
 use crate::domain::Domain;
 
@@ -68,111 +68,157 @@ pub fn start(
     to.block(plan.to_tid).set(shm::T_STATE, shm::STATE_ALIVE);
     let thread = std::thread::Builder::new().name(name).spawn(move || {
         let (from, to) = (&domains[plan.from_domain], &domains[plan.to_domain]);
-        let fs_from = from.plan.frame_size as u64;
-        let fs_to = to.plan.frame_size as u64;
         let cache = |d: &Domain, tid: u32| {
             FrameCache::new(d.pool.clone(), d.owners.clone(), d.control.clone(), tid, d.plan.frame_size)
         };
-        let (mut src, mut dst) = (cache(from, plan.from_tid), cache(to, plan.to_tid));
-        let (bf, bt) = (from.block(plan.from_tid), to.block(plan.to_tid));
+        let mut link = Link {
+            from,
+            to,
+            src: cache(from, plan.from_tid),
+            dst: cache(to, plan.to_tid),
+            bf: from.block(plan.from_tid),
+            bt: to.block(plan.to_tid),
+            targets,
+        };
+        link.run(&mut consumer, &stop);
+    })?;
+    Ok(thread)
+}
+
+/// A running copy link: the two domains, a frame cache in each, and the
+/// copies pending for each of the receiving NF's rings.
+struct Link<'d> {
+    from: &'d Domain,
+    to: &'d Domain,
+    src: FrameCache,
+    dst: FrameCache,
+    bf: shm::ThreadBlock<'d>,
+    bt: shm::ThreadBlock<'d>,
+    targets: Vec<Target>,
+}
+
+impl Link<'_> {
+    /// Copies bursts until `stop`, then hands on what it holds.
+    fn run(&mut self, consumer: &mut Consumer, stop: &AtomicBool) {
         let mut acks = [0u64; 2];
         let mut descs = Vec::with_capacity(BURST);
         while !stop.load(Ordering::Acquire) {
-            // Pause handshake with both domains (see ferry_chain::shm).
-            for (k, (dom, blk)) in [(from, bf), (to, bt)].into_iter().enumerate() {
-                let req = &dom.control.as_slice()[shm::PAUSE_REQ];
-                let p = req.load(Ordering::Acquire);
-                if p != 0 && p != acks[k] {
-                    acks[k] = p;
-                    blk.set(shm::T_PAUSE_ACK, p);
-                    while req.load(Ordering::Acquire) == p && !stop.load(Ordering::Acquire) {
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
-                }
-            }
-            let mut blocked = None;
-            for (i, t) in targets.iter_mut().enumerate() {
-                if t.pending.is_empty() {
-                    continue;
-                }
-                if to.block(t.tid).get(shm::T_STATE) == shm::STATE_DEAD {
-                    bt.add(c::DROP_DOWN, t.pending.len() as u64);
-                    for d in t.pending.drain(..) {
-                        dst.free(d.addr);
-                    }
-                    continue;
-                }
-                if t.hand_on(bt) {
-                    blocked = blocked.or(Some(i));
-                }
-            }
-            if let Some(i) = blocked {
-                bt.add(c::BP_BLOCKS, 1);
-                let _ = targets[i].producer.wait_for_room(BURST as u64, Some(Duration::from_millis(20)));
+            self.answer_pauses(&mut acks, stop);
+            if let Some(i) = self.hand_on_pending() {
+                self.bt.add(c::BP_BLOCKS, 1);
+                let _ = self.targets[i].producer.wait_for_room(BURST as u64, Some(Duration::from_millis(20)));
                 continue;
             }
             descs.clear();
-            let n = consumer.dequeue_batch_with(BURST, &mut descs, |d| src.mark_mine(d.addr));
+            let n = consumer.dequeue_batch_with(BURST, &mut descs, |d| self.src.mark_mine(d.addr));
             if n == 0 {
-                dst.spill_all();
-                src.spill_all();
-                bf.add(c::SLEEPS, 1);
+                self.dst.spill_all();
+                self.src.spill_all();
+                self.bf.add(c::SLEEPS, 1);
                 let _ = consumer.wait_for_data(Some(Duration::from_millis(50)));
                 continue;
             }
             let _ = consumer.signal_room();
-            bf.add(c::RX_RING, n as u64);
+            self.bf.add(c::RX_RING, n as u64);
             for s in &descs {
-                let room = fs_from - s.addr % fs_from;
-                if s.addr >= from.umem.config().len() as u64 || s.len as u64 > room || s.len as u64 > fs_to {
-                    bf.add(c::DROP_MALFORMED, 1);
-                    if s.addr < from.umem.config().len() as u64 {
-                        src.free(s.addr);
-                    }
-                    continue;
-                }
-                let Some(f) = dst.alloc() else {
-                    bf.add(c::DROP_FULL, 1);
-                    src.free(s.addr);
-                    continue;
-                };
-                // The receiving domain's NFs can write its pool: a frame
-                // address from it is checked like any other before ferryd,
-                // as root, writes there. A bad one is dropped, not freed.
-                if f % fs_to != 0 || f + fs_to > to.umem.config().len() as u64 {
-                    bf.add(c::DROP_MALFORMED, 1);
-                    src.free(s.addr);
-                    continue;
-                }
-                // SAFETY: both ranges were checked against their UMEMs; the
-                // source frame is ours (dequeued), the destination frame is
-                // fresh from the receiver's pool and inside its UMEM.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        from.umem.base().add(s.addr as usize),
-                        to.umem.base().add(f as usize),
-                        s.len as usize,
-                    );
-                }
-                src.free(s.addr);
-                let data =
-                    unsafe { std::slice::from_raw_parts(to.umem.base().add(f as usize), (s.len as usize).min(64)) };
-                let i = if targets.len() > 1 { ferry_chain::flow_hash(data) as usize % targets.len() } else { 0 };
-                targets[i].pending.push(Desc { addr: f, len: s.len, next_hop: 0, flags: 0 });
-                bf.add(c::COPIED, 1);
+                self.copy(s);
             }
         }
+        self.flush();
+    }
+
+    /// Pause handshake with both domains (see ferry_chain::shm): a pause
+    /// request is acknowledged once and waited out.
+    fn answer_pauses(&self, acks: &mut [u64; 2], stop: &AtomicBool) {
+        for (k, (dom, blk)) in [(self.from, self.bf), (self.to, self.bt)].into_iter().enumerate() {
+            let req = &dom.control.as_slice()[shm::PAUSE_REQ];
+            let p = req.load(Ordering::Acquire);
+            if p != 0 && p != acks[k] {
+                acks[k] = p;
+                blk.set(shm::T_PAUSE_ACK, p);
+                while req.load(Ordering::Acquire) == p && !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+    }
+
+    /// Hands pending copies on; a dead receiver's are dropped and freed.
+    /// Returns a target whose ring is full, if one is.
+    fn hand_on_pending(&mut self) -> Option<usize> {
+        let mut blocked = None;
+        for (i, t) in self.targets.iter_mut().enumerate() {
+            if t.pending.is_empty() {
+                continue;
+            }
+            if self.to.block(t.tid).get(shm::T_STATE) == shm::STATE_DEAD {
+                self.bt.add(c::DROP_DOWN, t.pending.len() as u64);
+                for d in t.pending.drain(..) {
+                    self.dst.free(d.addr);
+                }
+                continue;
+            }
+            if t.hand_on(self.bt) {
+                blocked = blocked.or(Some(i));
+            }
+        }
+        blocked
+    }
+
+    /// Copies the frame `s` describes into a fresh frame of the receiving
+    /// domain and queues it for a target picked by flow hash.
+    fn copy(&mut self, s: &Desc) {
+        let (fs_from, fs_to) = (self.from.plan.frame_size as u64, self.to.plan.frame_size as u64);
+        let from_len = self.from.umem.config().len() as u64;
+        let room = fs_from - s.addr % fs_from;
+        if s.addr >= from_len || s.len as u64 > room || s.len as u64 > fs_to {
+            self.bf.add(c::DROP_MALFORMED, 1);
+            if s.addr < from_len {
+                self.src.free(s.addr);
+            }
+            return;
+        }
+        let Some(f) = self.dst.alloc() else {
+            self.bf.add(c::DROP_FULL, 1);
+            self.src.free(s.addr);
+            return;
+        };
+        // The receiving domain's NFs can write its pool: a frame address
+        // from it is checked like any other before ferryd, as root, writes
+        // there. A bad one is dropped, not freed.
+        if f % fs_to != 0 || f + fs_to > self.to.umem.config().len() as u64 {
+            self.bf.add(c::DROP_MALFORMED, 1);
+            self.src.free(s.addr);
+            return;
+        }
+        // SAFETY: both ranges were checked against their UMEMs; the source
+        // frame is ours (dequeued), the destination frame is fresh from the
+        // receiver's pool and inside its UMEM.
+        let data = unsafe {
+            let dst = self.to.umem.base().add(f as usize);
+            std::ptr::copy_nonoverlapping(self.from.umem.base().add(s.addr as usize), dst, s.len as usize);
+            std::slice::from_raw_parts(dst, (s.len as usize).min(64))
+        };
+        self.src.free(s.addr);
+        let n = self.targets.len();
+        let i = if n > 1 { ferry_chain::flow_hash(data) as usize % n } else { 0 };
+        self.targets[i].pending.push(Desc { addr: f, len: s.len, next_hop: 0, flags: 0 });
+        self.bf.add(c::COPIED, 1);
+    }
+
+    /// On stop: hands on what it copied (within [`FLUSH_GRACE`]) and
+    /// returns its cached frames to the pools.
+    fn flush(&mut self) {
         let deadline = Instant::now() + FLUSH_GRACE;
-        for t in targets.iter_mut() {
+        for t in self.targets.iter_mut() {
             while !t.pending.is_empty() && Instant::now() < deadline {
-                if t.hand_on(bt) {
+                if t.hand_on(self.bt) {
                     let _ = t.producer.wait_for_room(BURST as u64, Some(Duration::from_millis(20)));
                 }
             }
         }
-        dst.spill_all();
-        src.spill_all();
-        let _ = (from.data.first().map(|e| e.notify(1)), to.data.first().map(|e| e.notify(1)));
-    })?;
-    Ok(thread)
+        self.dst.spill_all();
+        self.src.spill_all();
+        let _ = (self.from.data.first().map(|e| e.notify(1)), self.to.data.first().map(|e| e.notify(1)));
+    }
 }

@@ -180,26 +180,7 @@ impl Chain {
             .collect::<Result<Vec<_>, _>>()?;
         let procs: Vec<Option<Arc<OwnedFd>>> =
             state.nfs.iter().map(|r| r.process.and_then(persist::find_process)).collect();
-        let mut domains = Vec::new();
-        for (d, dplan) in plan.domains.iter().enumerate() {
-            let ids = state.domains.get(d).ok_or_else(|| anyhow!("no identities of domain {}", dplan.name))?;
-            let mut tried = Vec::new();
-            let mut found = None;
-            for (i, _) in plan.nfs.iter().enumerate().filter(|(_, n)| n.domain == d) {
-                let (Some(fd), Some((pid, _))) = (&procs[i], state.nfs[i].process) else { continue };
-                match persist::harvest(pid, fd, ids).and_then(|h| Domain::adopt(dplan, h)) {
-                    Ok(dom) => {
-                        found = Some(dom);
-                        break;
-                    }
-                    Err(e) => tried.push(format!("pid {pid}: {e:#}")),
-                }
-            }
-            let dom = found.ok_or_else(|| {
-                anyhow!("domain {}: no running NF holds its memory ({})", dplan.name, tried.join("; "))
-            })?;
-            domains.push(dom);
-        }
+        let domains = adopt_domains(&plan, &state.domains, &state.nfs, &procs)?;
         let mut ports = Vec::new();
         for (p, pin) in plan.ports.iter().zip(&state.pins) {
             ports.push(match p.nf {
@@ -207,43 +188,9 @@ impl Chain {
                 Some(_) => Some(Mutex::new(Port::adopt(p, pin.as_deref())?)),
             });
         }
-        let mut keys = Vec::new();
-        for (nf, key) in plan.nfs.iter().zip(state.keys.iter().chain(std::iter::repeat(&None))) {
-            keys.push(match (spawn && nf.spawn, key) {
-                (true, _) => None,
-                (false, Some(k)) => Some(NfKey::known(k)),
-                (false, None) => bail!("NF {}: the state holds no key of it", nf.name),
-            });
-        }
+        let keys = known_keys(&plan, &state.keys, spawn)?;
         let creds: Vec<Creds> = state.creds.into_iter().map(|(uid, gid, shown)| Creds { uid, gid, shown }).collect();
-        let mut nfs = Vec::new();
-        for (i, (nf, r)) in plan.nfs.iter().zip(&state.nfs).enumerate() {
-            let dom = &domains[nf.domain];
-            let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
-            let st = match (&procs[i], r.process) {
-                (Some(fd), Some((pid, start))) => {
-                    dom.attach(&threads, pid, fd.clone(), false);
-                    NfState {
-                        pid: Some(pid),
-                        pidfd: Some(fd.clone()),
-                        start: Some(start),
-                        connected: true,
-                        awaiting_rejoin: true,
-                        ..NfState::default()
-                    }
-                }
-                _ => {
-                    dom.mark_dead(&threads);
-                    NfState::default()
-                }
-            };
-            nfs.push(Mutex::new(NfState {
-                restarts: r.restarts,
-                generation: r.generation,
-                counters: r.counters.clone(),
-                ..st
-            }));
-        }
+        let nfs = nf_states(&plan, &domains, &state.nfs, &procs);
         let records = state
             .nfs
             .iter()
@@ -410,4 +357,86 @@ impl Chain {
             let _ = thread.join();
         }
     }
+}
+
+/// Each domain's memory and eventfds, taken from one of its running NFs
+/// (`procs`, by NF index, as `records` identify them).
+fn adopt_domains(
+    plan: &ChainPlan,
+    ids: &[persist::DomainIds],
+    records: &[NfRecord],
+    procs: &[Option<Arc<OwnedFd>>],
+) -> Result<Vec<Domain>> {
+    let mut domains = Vec::new();
+    for (d, dplan) in plan.domains.iter().enumerate() {
+        let ids = ids.get(d).ok_or_else(|| anyhow!("no identities of domain {}", dplan.name))?;
+        let mut tried = Vec::new();
+        let mut found = None;
+        for (i, _) in plan.nfs.iter().enumerate().filter(|(_, n)| n.domain == d) {
+            let (Some(fd), Some((pid, _))) = (&procs[i], records[i].process) else { continue };
+            match persist::harvest(pid, fd, ids).and_then(|h| Domain::adopt(dplan, h)) {
+                Ok(dom) => {
+                    found = Some(dom);
+                    break;
+                }
+                Err(e) => tried.push(format!("pid {pid}: {e:#}")),
+            }
+        }
+        let dom = found
+            .ok_or_else(|| anyhow!("domain {}: no running NF holds its memory ({})", dplan.name, tried.join("; ")))?;
+        domains.push(dom);
+    }
+    Ok(domains)
+}
+
+/// The keys of the NFs ferryd does not start, as the state keeps them.
+fn known_keys(plan: &ChainPlan, keys: &[Option<String>], spawn: bool) -> Result<Vec<Option<NfKey>>> {
+    let mut out = Vec::new();
+    for (nf, key) in plan.nfs.iter().zip(keys.iter().chain(std::iter::repeat(&None))) {
+        out.push(match (spawn && nf.spawn, key) {
+            (true, _) => None,
+            (false, Some(k)) => Some(NfKey::known(k)),
+            (false, None) => bail!("NF {}: the state holds no key of it", nf.name),
+        });
+    }
+    Ok(out)
+}
+
+/// Per NF: a running one is attached to its domain, awaiting its rejoin;
+/// a gone one's threads are marked dead, for the first audit to reclaim.
+fn nf_states(
+    plan: &ChainPlan,
+    domains: &[Domain],
+    records: &[NfRecord],
+    procs: &[Option<Arc<OwnedFd>>],
+) -> Vec<Mutex<NfState>> {
+    let mut nfs = Vec::new();
+    for (i, (nf, r)) in plan.nfs.iter().zip(records).enumerate() {
+        let dom = &domains[nf.domain];
+        let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
+        let st = match (&procs[i], r.process) {
+            (Some(fd), Some((pid, start))) => {
+                dom.attach(&threads, pid, fd.clone(), false);
+                NfState {
+                    pid: Some(pid),
+                    pidfd: Some(fd.clone()),
+                    start: Some(start),
+                    connected: true,
+                    awaiting_rejoin: true,
+                    ..NfState::default()
+                }
+            }
+            _ => {
+                dom.mark_dead(&threads);
+                NfState::default()
+            }
+        };
+        nfs.push(Mutex::new(NfState {
+            restarts: r.restarts,
+            generation: r.generation,
+            counters: r.counters.clone(),
+            ..st
+        }));
+    }
+    nfs
 }
