@@ -209,7 +209,7 @@ impl PartRecord {
         let (mut out, mut bad) = (Vec::new(), Vec::new());
         for e in std::fs::read_dir(&parts)?.flatten() {
             let p = e.path();
-            if p.extension().is_none_or(|x| x != "json") {
+            if p.extension().map_or(true, |x| x != "json") {
                 continue;
             }
             let Some(chain) = p.file_stem().map(|s| s.to_string_lossy().into_owned()) else { continue };

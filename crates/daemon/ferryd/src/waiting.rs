@@ -78,7 +78,7 @@ impl WaitingRoom {
             (w.seats.len() >= self.total).then_some(None),
         ];
         for of in full.into_iter().flatten() {
-            let silent = w.seats.iter().position(|s| of.is_none_or(|uid| s.1 == uid) && !has_data(&s.2));
+            let silent = w.seats.iter().position(|s| of.map_or(true, |uid| s.1 == uid) && !has_data(&s.2));
             match silent {
                 Some(at) => self.evict(&mut w, at),
                 None => {

@@ -111,39 +111,93 @@ impl Source {
 pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
     let p = &opts.profile;
     p.validate()?;
-    let nq = opts.port.queues.len() as u32;
-    let pcap_frames = match &opts.pcap {
-        Some(path) => {
-            let frames: Vec<Vec<u8>> = ferry_traffic::read_pcap(path)?.into_iter().map(|(_, f)| f).collect();
-            if frames.is_empty() {
-                return Err(anyhow!("{} holds no packets", path.display()));
-            }
-            Some(std::sync::Arc::new(frames))
-        }
-        None => None,
-    };
+    let pcap_frames = load_pcap(opts)?;
     let mut io = xskport::open(&opts.port, opts.rx).context("opening AF_XDP ports")?;
     let mut stats = match &opts.mica {
         Some(w) => ferry_traffic::SinkStats::new().check_mica(w.value_len),
         None => ferry_traffic::SinkStats::new(),
     };
-    let mica_spec = match &opts.mica {
-        Some(_) if p.proto != ferry_traffic::Proto::Udp => return Err(anyhow!("--mica sends UDP: set proto=udp")),
-        // Long enough for the longest batch (all SETs), and at least the
-        // profile's size (FLASH sends 512-byte frames).
-        Some(w) => Some(FrameSpec {
+    let mut lanes = lanes(opts, pcap_frames.as_ref(), mica_spec(opts)?)?;
+    let deadline = p.duration_ns().map(|d| Instant::now() + Duration::from_nanos(d));
+    let start = Instant::now();
+    let mut last_activity = Instant::now();
+    let mut rx_descs: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
+    let mut descs: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
+    let running = || !stop_requested() && deadline.map_or(true, |d| Instant::now() < d);
+    while running() {
+        let all_done = send_round(&mut io.ports, &mut lanes, &mut descs, opts.batch)?;
+        if opts.rx && receive_round(&mut io.ports, &mut stats, &mut rx_descs, opts.batch) {
+            last_activity = Instant::now();
+        }
+        if all_done && (!opts.rx || last_activity.elapsed() >= opts.rx_idle) {
+            break;
+        }
+        if !all_done {
+            last_activity = Instant::now();
+        }
+    }
+    drain(&mut io.ports, &lanes);
+    let seconds = start.elapsed().as_secs_f64();
+    let sent_per_queue: Vec<u64> = io.ports.iter().map(|p| p.counters.tx_completed).collect();
+    let sent = sent_per_queue.iter().sum();
+    Ok(XskGenReport {
+        dev: opts.port.dev.clone(),
+        queues: opts.port.queues.clone(),
+        sent_per_queue,
+        sent,
+        flows_started: lanes.iter().map(|l| l.source.flows_started()).sum(),
+        mica: opts.mica.as_ref().map(|_| mica_sent(&lanes)),
+        seconds,
+        pps: sent as f64 / seconds.max(1e-9),
+        received: opts.rx.then(|| stats.report(Some(sent))),
+    })
+}
+
+/// What one queue sends: its frames, its pace and its share of the count.
+struct Lane {
+    source: Source,
+    pacer: Pacer,
+    /// Frames left to queue in all (None: no limit).
+    budget: Option<u64>,
+    queued: u64,
+}
+
+/// The frames of `--pcap`, replayed in order.
+fn load_pcap(opts: &XskGenOptions) -> Result<Option<std::sync::Arc<Vec<Vec<u8>>>>> {
+    let Some(path) = &opts.pcap else { return Ok(None) };
+    let frames: Vec<Vec<u8>> = ferry_traffic::read_pcap(path)?.into_iter().map(|(_, f)| f).collect();
+    if frames.is_empty() {
+        return Err(anyhow!("{} holds no packets", path.display()));
+    }
+    Ok(Some(std::sync::Arc::new(frames)))
+}
+
+/// The frame a MICA request batch rides in: long enough for the longest
+/// batch (all SETs), and at least the profile's size (FLASH sends 512-byte
+/// frames).
+fn mica_spec(opts: &XskGenOptions) -> Result<Option<FrameSpec>> {
+    let p = &opts.profile;
+    match &opts.mica {
+        Some(_) if p.proto != ferry_traffic::Proto::Udp => Err(anyhow!("--mica sends UDP: set proto=udp")),
+        Some(w) => Ok(Some(FrameSpec {
             frame_len: p.frame_spec().frame_len.max(MICA_BATCH_AT + w.max_batch_len()),
             ..p.frame_spec()
-        }),
-        None => None,
-    };
-    let mut rx_descs: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
-    let mut last_activity = Instant::now();
-    let mut sources = Vec::new();
-    let mut pacers = Vec::new();
-    let mut budgets = Vec::new();
+        })),
+        None => Ok(None),
+    }
+}
+
+/// A lane per queue, each with its share of the flows, the rate and the count.
+fn lanes(
+    opts: &XskGenOptions,
+    pcap: Option<&std::sync::Arc<Vec<Vec<u8>>>>,
+    mica_spec: Option<FrameSpec>,
+) -> Result<Vec<Lane>> {
+    let p = &opts.profile;
+    let nq = opts.port.queues.len() as u32;
+    let mut lanes = Vec::new();
     for i in 0..nq {
-        sources.push(match (&pcap_frames, &opts.mica, mica_spec) {
+        let source = match (pcap, &opts.mica, mica_spec) {
             (Some(frames), _, _) => Source::Pcap { frames: frames.clone(), next: 0 },
             (None, Some(w), Some(spec)) => Source::Mica {
                 schedule: Box::new(FlowSchedule::for_queue(p, i, nq)?),
@@ -156,98 +210,94 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
                 stream: opts.stream_base + i as u16,
                 seq: 0,
             },
-        });
-        pacers.push(Pacer::new(p.rate_pps.map(|r| split_evenly(r, i, nq).max(1)), p.burst));
+        };
+        let pacer = Pacer::new(p.rate_pps.map(|r| split_evenly(r, i, nq).max(1)), p.burst);
         // With a pcap and no count, replay the file once.
-        let count = p.count.or(pcap_frames.as_ref().map(|f| f.len() as u64 * nq as u64));
-        budgets.push(count.map(|c| split_evenly(c, i, nq)));
+        let count = p.count.or(pcap.map(|f| f.len() as u64 * nq as u64));
+        lanes.push(Lane { source, pacer, budget: count.map(|c| split_evenly(c, i, nq)), queued: 0 });
     }
-    let deadline = p.duration_ns().map(|d| Instant::now() + Duration::from_nanos(d));
-    let start = Instant::now();
-    let mut queued = vec![0u64; io.ports.len()];
-    let mut descs: Vec<XdpDesc> = Vec::with_capacity(opts.batch);
-    loop {
-        if stop_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
+    Ok(lanes)
+}
+
+/// Queues what each lane's pacer allows; true once every lane sent its
+/// count.
+fn send_round(
+    ports: &mut [ferry_xsk::Port],
+    lanes: &mut [Lane],
+    descs: &mut Vec<XdpDesc>,
+    batch: usize,
+) -> Result<bool> {
+    let mut all_done = true;
+    let now = monotonic_ns();
+    for (port, lane) in ports.iter_mut().zip(lanes.iter_mut()) {
+        port.reclaim();
+        let left = lane.budget.map_or(u64::MAX, |b| b - lane.queued);
+        if left == 0 {
+            continue;
         }
-        let mut all_done = true;
-        let now = monotonic_ns();
-        for (i, port) in io.ports.iter_mut().enumerate() {
-            port.reclaim();
-            let left = budgets[i].map_or(u64::MAX, |b| b - queued[i]);
-            if left == 0 {
-                continue;
-            }
-            all_done = false;
-            let want = pacers[i].take(now, (opts.batch as u64).min(left));
-            descs.clear();
-            for _ in 0..want {
-                let Some(mut d) = port.alloc(port.frame_size()) else { break };
-                let frame = port.frame_mut(&d).expect("allocated frame lies in the UMEM");
-                d.len = sources[i].write(frame)? as u32;
-                descs.push(d);
-            }
-            let sent = port.send(&descs)?;
-            // Frames the TX ring had no room for are not lost: back to the
-            // free list, and the pacer is credited for them.
-            for d in &descs[sent..] {
-                port.release(d.addr);
-            }
-            queued[i] += sent as u64;
+        all_done = false;
+        let want = lane.pacer.take(now, (batch as u64).min(left));
+        descs.clear();
+        for _ in 0..want {
+            let Some(mut d) = port.alloc(port.frame_size()) else { break };
+            let frame = port.frame_mut(&d).expect("allocated frame lies in the UMEM");
+            d.len = lane.source.write(frame)? as u32;
+            descs.push(d);
         }
-        if opts.rx {
-            let rx_ns = monotonic_ns();
-            for port in io.ports.iter_mut() {
-                rx_descs.clear();
-                if port.recv(opts.batch, &mut rx_descs) > 0 {
-                    last_activity = Instant::now();
-                }
-                for d in &rx_descs {
-                    if let Some(frame) = port.frame_mut(d) {
-                        stats.record(frame, rx_ns);
-                    }
-                    port.release(d.addr);
-                }
+        let sent = port.send(descs)?;
+        // Frames the TX ring had no room for are not lost: back to the
+        // free list, and the pacer is credited for them.
+        for d in &descs[sent..] {
+            port.release(d.addr);
+        }
+        lane.queued += sent as u64;
+    }
+    Ok(all_done)
+}
+
+/// Receives what came back and counts it; true if anything did.
+fn receive_round(
+    ports: &mut [ferry_xsk::Port],
+    stats: &mut ferry_traffic::SinkStats,
+    rx_descs: &mut Vec<XdpDesc>,
+    batch: usize,
+) -> bool {
+    let rx_ns = monotonic_ns();
+    let mut active = false;
+    for port in ports.iter_mut() {
+        rx_descs.clear();
+        active |= port.recv(batch, rx_descs) > 0;
+        for d in rx_descs.iter() {
+            if let Some(frame) = port.frame_mut(d) {
+                stats.record(frame, rx_ns);
             }
-        }
-        if all_done && (!opts.rx || last_activity.elapsed() >= opts.rx_idle) {
-            break;
-        }
-        if !all_done {
-            last_activity = Instant::now();
+            port.release(d.addr);
         }
     }
-    // Wait (bounded) for the kernel to complete what was queued.
-    let drain = Instant::now() + Duration::from_secs(1);
-    while io.ports.iter().zip(&queued).any(|(p, q)| p.counters.tx_completed < *q) && Instant::now() < drain {
-        for port in io.ports.iter_mut() {
+    active
+}
+
+/// Waits (at most a second) for the kernel to complete what was queued.
+fn drain(ports: &mut [ferry_xsk::Port], lanes: &[Lane]) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while ports.iter().zip(lanes).any(|(p, l)| p.counters.tx_completed < l.queued) && Instant::now() < deadline {
+        for port in ports.iter_mut() {
             let _ = port.socket().kick_tx();
             port.reclaim();
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    let seconds = start.elapsed().as_secs_f64();
-    let sent_per_queue: Vec<u64> = io.ports.iter().map(|p| p.counters.tx_completed).collect();
-    let sent = sent_per_queue.iter().sum();
-    Ok(XskGenReport {
-        dev: opts.port.dev.clone(),
-        queues: opts.port.queues.clone(),
-        sent_per_queue,
-        sent,
-        flows_started: sources.iter().map(Source::flows_started).sum(),
-        mica: opts.mica.as_ref().map(|_| {
-            let mut all = MicaSent::default();
-            for s in &sources {
-                if let Source::Mica { client, .. } = s {
-                    all.batches += client.sent.batches;
-                    all.gets += client.sent.gets;
-                    all.sets += client.sent.sets;
-                }
-            }
-            all
-        }),
-        seconds,
-        pps: sent as f64 / seconds.max(1e-9),
-        received: opts.rx.then(|| stats.report(Some(sent))),
-    })
+}
+
+/// The MICA batches, GETs and SETs all lanes sent.
+fn mica_sent(lanes: &[Lane]) -> MicaSent {
+    let mut all = MicaSent::default();
+    for lane in lanes {
+        if let Source::Mica { client, .. } = &lane.source {
+            all.batches += client.sent.batches;
+            all.gets += client.sent.gets;
+            all.sets += client.sent.sets;
+        }
+    }
+    all
 }

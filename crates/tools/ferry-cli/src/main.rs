@@ -577,147 +577,10 @@ fn render_error(e: &anyhow::Error) -> String {
 fn run(cli: Cli) -> Result<()> {
     install_stop_handler();
     match cli.cmd {
-        Cmd::Testbed(TestbedCmd::Up { file }) => {
-            let spec = ferry_testbed::parse(&file)?;
-            let tb = ferry_testbed::up_detached(&spec)?;
-            println!("testbed {} is up:", tb.name());
-            for (logical, real) in tb.namespaces() {
-                println!("  {logical:<12} ip netns exec {real} ...");
-            }
-            Ok(())
-        }
-        Cmd::Testbed(TestbedCmd::Down { file_or_name }) => {
-            let path = PathBuf::from(&file_or_name);
-            if path.exists() {
-                ferry_testbed::down_file(&path)?;
-            } else {
-                ferry_testbed::down_by_name(&file_or_name)?;
-            }
-            Ok(())
-        }
-        Cmd::Testbed(TestbedCmd::Sweep) => {
-            for ns in ferry_testbed::sweep_stale()? {
-                println!("removed stale namespace {ns}");
-            }
-            Ok(())
-        }
-        Cmd::Nf(NfCmd::Serve { kind, args }) => {
-            ferry_host::serve(&kind, &args)?;
-            std::process::exit(ferry_host::EXIT_STOPPED);
-        }
-        Cmd::Nf(NfCmd::Host { socket, nfs }) => {
-            ferry_host::host(&socket, &nfs)?;
-            std::process::exit(ferry_host::EXIT_STOPPED);
-        }
-        Cmd::Chain(ChainCmd::Up { file, socket }) => {
-            let socket = socket.unwrap_or_else(ferry_chain::proto::default_socket);
-            let mut rc = chainctl::start(&file, &socket, false)?;
-            println!("chain {} up; `ferry chain show --admin {}`; Ctrl-C stops it", rc.name, rc.admin.display());
-            if let Some(addr) = chainctl::metrics_addr(&rc.admin)? {
-                println!("metrics: http://{addr}/metrics");
-            }
-            let status = rc.child.wait()?;
-            println!("ferryd exited: {status}");
-            Ok(())
-        }
-        Cmd::Chain(ChainCmd::Deploy { file, tls, explain, admin: _, json })
-            if ferry_cli::hostctl::spans_hosts(&file) =>
-        {
-            let parts = ferry_cli::hostctl::deploy(&file, tls.as_deref())?;
-            emit(json, &parts, |parts| {
-                let mut out = String::new();
-                for p in parts {
-                    let (host, c) = (&p.host, &p.deployed);
-                    let placed = if explain { c.placement.clone() } else { String::new() };
-                    out += &format!("{placed}host {host}: deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs);
-                }
-                out
-            })
-        }
-        Cmd::Chain(ChainCmd::Deploy { file, tls: _, explain, admin, json }) => {
-            let summary = chainctl::deploy(&admin, &file)?;
-            emit(json, &summary, |c| {
-                let placed = if explain { c.placement.clone() } else { String::new() };
-                format!("{placed}deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs)
-            })
-        }
-        Cmd::Chain(ChainCmd::Remove { name, admin: _, over: Some(file), tls }) => {
-            ferry_cli::hostctl::check_name(&file, &name)?;
-            ferry_cli::hostctl::remove(&file, tls.as_deref())
-        }
-        Cmd::Chain(ChainCmd::Remove { name, admin, over: None, tls: _ }) => chainctl::remove(&admin, &name),
-        Cmd::Chain(ChainCmd::Reload { name, admin }) => {
-            let outcomes = chainctl::reload(&admin, &name)?;
-            for r in &outcomes {
-                println!("{}: {}", r.nf, r.outcome);
-            }
-            if outcomes.iter().all(|r| r.outcome == "applied" || r.outcome == "not running") {
-                Ok(())
-            } else {
-                Err(anyhow!("not every NF applied the reload"))
-            }
-        }
-        Cmd::Chain(ChainCmd::List { admin, json }) => emit(json, &chainctl::list(&admin)?, chainctl::list_table),
-        Cmd::Chain(ChainCmd::Show { name, admin: _, json, over: Some(file), tls }) => {
-            ferry_cli::hostctl::check_name(&file, &name)?;
-            let parts = ferry_cli::hostctl::status(&file, tls.as_deref())?;
-            emit(json, &parts, |parts| {
-                parts
-                    .iter()
-                    .map(|p| match (&p.status, &p.error) {
-                        (Some(s), _) => format!("host {}:\n{}", p.host, chainctl::status_table(s)),
-                        (None, e) => format!("host {}: no answer: {}\n", p.host, e.as_deref().unwrap_or("")),
-                    })
-                    .collect()
-            })?;
-            match parts.iter().filter(|p| p.status.is_none()).count() {
-                0 => Ok(()),
-                n => Err(anyhow!("{n} hosts did not answer")),
-            }
-        }
-        Cmd::Chain(ChainCmd::Show { name, admin, json, over: None, tls: _ }) => {
-            let s = chainctl::status(&admin, &name)?;
-            emit(json, &s, chainctl::status_table)
-        }
-        Cmd::Chain(ChainCmd::Audit { name, admin }) => {
-            let reports = chainctl::audit(&admin, &name)?;
-            for r in &reports {
-                println!(
-                    "domain {}: {} frames = {} in pool + {} in rings + {} held by threads; lost {}, duplicated {}, reclaimed {} -> {}",
-                    r.domain,
-                    r.frames_total,
-                    r.in_pool,
-                    r.in_rings,
-                    r.held_by_threads,
-                    r.lost,
-                    r.duplicated,
-                    r.reclaimed,
-                    if r.conserved() { "conserved" } else { "NOT CONSERVED" }
-                );
-            }
-            if reports.iter().all(|r| r.conserved()) {
-                Ok(())
-            } else {
-                Err(anyhow!("frame conservation violated"))
-            }
-        }
-        Cmd::Chain(ChainCmd::Check { file, explain }) => {
-            let (spec, placement) = ferry_place::load(&file)?;
-            if explain {
-                print!("{}", placement.explain());
-            }
-            println!(
-                "{}: chain {:?} is valid: {} NFs in {} domains, {} ports, {} links",
-                file.display(),
-                spec.name(),
-                spec.nfs.len(),
-                spec.domains.len(),
-                spec.ports.len(),
-                spec.links.len()
-            );
-            Ok(())
-        }
-        Cmd::Chain(ChainCmd::Down { admin }) => chainctl::shutdown(&admin),
+        Cmd::Testbed(cmd) => run_testbed(cmd),
+        Cmd::Nf(cmd) => run_nf(cmd),
+        Cmd::Chain(cmd) => run_chain(cmd),
+        Cmd::Gen(cmd) => run_gen(cmd),
         Cmd::Top { admin, interval, count, no_clear } => ferry_cli::top::run(&admin, interval, count, !no_clear),
         Cmd::Tls(TlsCmd::Init { dir, hosts }) => {
             ferry_remote::issue(&dir, &hosts)?;
@@ -729,54 +592,8 @@ fn run(cli: Cli) -> Result<()> {
             let cfg = ferry_k8s::PluginConfig { resource_name: resource, slots, ferryd_socket, plugin_dir, endpoint };
             Ok(ferry_k8s::run(cfg, ferry_cli::util::stop_requested)?)
         }
-        Cmd::Nf(NfCmd::List { json }) => {
-            if json {
-                println!("{}", ferry_catalog::json());
-            } else {
-                print!("{}", ferry_catalog::table());
-            }
-            Ok(())
-        }
-        Cmd::Nf(NfCmd::Run { port, batch, duration, measure: WindowArgs { warmup, window }, json, nfs }) => {
-            let mut built = Vec::new();
-            for group in split_nf_args(&nfs) {
-                built.push(ferry_nf::by_name(group[0], &group[1..])?);
-            }
-            let opts = nfrun::NfRunOptions { port: port.spec(), batch, duration, warmup, window, idle_poll_ms: 100 };
-            let report = nfrun::run(&opts, built)?;
-            emit(json, &report, pretty)
-        }
         Cmd::Xdp(XdpCmd::Run { dev, prog, mode, measure: WindowArgs { warmup, window }, timeout, json }) => {
             let report = xdprun::run(&dev, &prog, mode, warmup, window, timeout)?;
-            emit(json, &report, pretty)
-        }
-        Cmd::Gen(GenCmd::Live { dev, profile, stream, cpu, clock_shift, json }) => {
-            let p = profile.profile(&dev)?;
-            let mut opts = genlive::LiveGenOptions::from_profile(&dev, &p, stream, cpu)?;
-            opts.clock_shift = clock_shift;
-            let report = genlive::run(&opts)?;
-            emit(json, &report, pretty)
-        }
-        Cmd::Gen(GenCmd::Txonly { port, profile, batch, run_for, measure: WindowArgs { warmup, window }, json }) => {
-            let p = profile.profile(&port.dev)?;
-            let frame = p.first_frame()?;
-            let opts = txonly::TxOnlyOptions { port: port.spec(), frame, batch, duration: run_for, warmup, window };
-            let report = txonly::run(&opts)?;
-            emit(json, &report, pretty)
-        }
-        Cmd::Gen(GenCmd::Xsk { port, profile, pcap, stream, batch, rx, rx_idle, mica, json }) => {
-            let p = profile.profile(&port.dev)?;
-            let opts = genxsk::XskGenOptions {
-                port: port.spec(),
-                profile: p,
-                pcap,
-                stream_base: stream,
-                batch,
-                rx,
-                rx_idle,
-                mica,
-            };
-            let report = genxsk::run(&opts)?;
             emit(json, &report, pretty)
         }
         Cmd::Sink(a) => {
@@ -798,5 +615,225 @@ fn run(cli: Cli) -> Result<()> {
             let report = demo::run(packets)?;
             emit(json, &report, demo::text)
         }
+    }
+}
+
+/// `ferry testbed ...`.
+fn run_testbed(cmd: TestbedCmd) -> Result<()> {
+    match cmd {
+        TestbedCmd::Up { file } => {
+            let spec = ferry_testbed::parse(&file)?;
+            let tb = ferry_testbed::up_detached(&spec)?;
+            println!("testbed {} is up:", tb.name());
+            for (logical, real) in tb.namespaces() {
+                println!("  {logical:<12} ip netns exec {real} ...");
+            }
+            Ok(())
+        }
+        TestbedCmd::Down { file_or_name } => {
+            let path = PathBuf::from(&file_or_name);
+            if path.exists() {
+                ferry_testbed::down_file(&path)?;
+            } else {
+                ferry_testbed::down_by_name(&file_or_name)?;
+            }
+            Ok(())
+        }
+        TestbedCmd::Sweep => {
+            for ns in ferry_testbed::sweep_stale()? {
+                println!("removed stale namespace {ns}");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `ferry nf ...`.
+fn run_nf(cmd: NfCmd) -> Result<()> {
+    match cmd {
+        NfCmd::Serve { kind, args } => {
+            ferry_host::serve(&kind, &args)?;
+            std::process::exit(ferry_host::EXIT_STOPPED);
+        }
+        NfCmd::Host { socket, nfs } => {
+            ferry_host::host(&socket, &nfs)?;
+            std::process::exit(ferry_host::EXIT_STOPPED);
+        }
+        NfCmd::List { json } => {
+            if json {
+                println!("{}", ferry_catalog::json());
+            } else {
+                print!("{}", ferry_catalog::table());
+            }
+            Ok(())
+        }
+        NfCmd::Run { port, batch, duration, measure: WindowArgs { warmup, window }, json, nfs } => {
+            let mut built = Vec::new();
+            for group in split_nf_args(&nfs) {
+                built.push(ferry_nf::by_name(group[0], &group[1..])?);
+            }
+            let opts = nfrun::NfRunOptions { port: port.spec(), batch, duration, warmup, window, idle_poll_ms: 100 };
+            let report = nfrun::run(&opts, built)?;
+            emit(json, &report, pretty)
+        }
+    }
+}
+
+/// `ferry chain ...`.
+fn run_chain(cmd: ChainCmd) -> Result<()> {
+    match cmd {
+        ChainCmd::Up { file, socket } => {
+            let socket = socket.unwrap_or_else(ferry_chain::proto::default_socket);
+            let mut rc = chainctl::start(&file, &socket, false)?;
+            println!("chain {} up; `ferry chain show --admin {}`; Ctrl-C stops it", rc.name, rc.admin.display());
+            if let Some(addr) = chainctl::metrics_addr(&rc.admin)? {
+                println!("metrics: http://{addr}/metrics");
+            }
+            let status = rc.child.wait()?;
+            println!("ferryd exited: {status}");
+            Ok(())
+        }
+        ChainCmd::Deploy { file, tls, explain, admin: _, json } if ferry_cli::hostctl::spans_hosts(&file) => {
+            let parts = ferry_cli::hostctl::deploy(&file, tls.as_deref())?;
+            emit(json, &parts, |parts| {
+                let mut out = String::new();
+                for p in parts {
+                    let (host, c) = (&p.host, &p.deployed);
+                    let placed = if explain { c.placement.clone() } else { String::new() };
+                    out += &format!("{placed}host {host}: deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs);
+                }
+                out
+            })
+        }
+        ChainCmd::Deploy { file, tls: _, explain, admin, json } => {
+            let summary = chainctl::deploy(&admin, &file)?;
+            emit(json, &summary, |c| {
+                let placed = if explain { c.placement.clone() } else { String::new() };
+                format!("{placed}deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs)
+            })
+        }
+        ChainCmd::Remove { name, admin: _, over: Some(file), tls } => {
+            ferry_cli::hostctl::check_name(&file, &name)?;
+            ferry_cli::hostctl::remove(&file, tls.as_deref())
+        }
+        ChainCmd::Remove { name, admin, over: None, tls: _ } => chainctl::remove(&admin, &name),
+        ChainCmd::Reload { name, admin } => {
+            let outcomes = chainctl::reload(&admin, &name)?;
+            for r in &outcomes {
+                println!("{}: {}", r.nf, r.outcome);
+            }
+            if outcomes.iter().all(|r| r.outcome == "applied" || r.outcome == "not running") {
+                Ok(())
+            } else {
+                Err(anyhow!("not every NF applied the reload"))
+            }
+        }
+        ChainCmd::List { admin, json } => emit(json, &chainctl::list(&admin)?, chainctl::list_table),
+        ChainCmd::Show { name, admin: _, json, over: Some(file), tls } => {
+            chain_show_over(&name, &file, tls.as_deref(), json)
+        }
+        ChainCmd::Show { name, admin, json, over: None, tls: _ } => {
+            let s = chainctl::status(&admin, &name)?;
+            emit(json, &s, chainctl::status_table)
+        }
+        ChainCmd::Audit { name, admin } => chain_audit(&name, &admin),
+        ChainCmd::Check { file, explain } => chain_check(&file, explain),
+        ChainCmd::Down { admin } => chainctl::shutdown(&admin),
+    }
+}
+
+/// `ferry gen ...`.
+fn run_gen(cmd: GenCmd) -> Result<()> {
+    match cmd {
+        GenCmd::Live { dev, profile, stream, cpu, clock_shift, json } => {
+            let p = profile.profile(&dev)?;
+            let mut opts = genlive::LiveGenOptions::from_profile(&dev, &p, stream, cpu)?;
+            opts.clock_shift = clock_shift;
+            let report = genlive::run(&opts)?;
+            emit(json, &report, pretty)
+        }
+        GenCmd::Txonly { port, profile, batch, run_for, measure: WindowArgs { warmup, window }, json } => {
+            let p = profile.profile(&port.dev)?;
+            let frame = p.first_frame()?;
+            let opts = txonly::TxOnlyOptions { port: port.spec(), frame, batch, duration: run_for, warmup, window };
+            let report = txonly::run(&opts)?;
+            emit(json, &report, pretty)
+        }
+        GenCmd::Xsk { port, profile, pcap, stream, batch, rx, rx_idle, mica, json } => {
+            let p = profile.profile(&port.dev)?;
+            let opts = genxsk::XskGenOptions {
+                port: port.spec(),
+                profile: p,
+                pcap,
+                stream_base: stream,
+                batch,
+                rx,
+                rx_idle,
+                mica,
+            };
+            let report = genxsk::run(&opts)?;
+            emit(json, &report, pretty)
+        }
+    }
+}
+
+/// `ferry chain audit`: the frame census of every domain, and whether it holds.
+fn chain_audit(name: &str, admin: &std::path::Path) -> Result<()> {
+    let reports = chainctl::audit(admin, name)?;
+    for r in &reports {
+        println!(
+            "domain {}: {} frames = {} in pool + {} in rings + {} held by threads; lost {}, duplicated {}, reclaimed {} -> {}",
+            r.domain,
+            r.frames_total,
+            r.in_pool,
+            r.in_rings,
+            r.held_by_threads,
+            r.lost,
+            r.duplicated,
+            r.reclaimed,
+            if r.conserved() { "conserved" } else { "NOT CONSERVED" }
+        );
+    }
+    if reports.iter().all(|r| r.conserved()) {
+        Ok(())
+    } else {
+        Err(anyhow!("frame conservation violated"))
+    }
+}
+
+/// `ferry chain check`: the file as ferryd would take it, placed.
+fn chain_check(file: &std::path::Path, explain: bool) -> Result<()> {
+    let (spec, placement) = ferry_place::load(file)?;
+    if explain {
+        print!("{}", placement.explain());
+    }
+    println!(
+        "{}: chain {:?} is valid: {} NFs in {} domains, {} ports, {} links",
+        file.display(),
+        spec.name(),
+        spec.nfs.len(),
+        spec.domains.len(),
+        spec.ports.len(),
+        spec.links.len()
+    );
+    Ok(())
+}
+
+/// `ferry chain show --over FILE`: every host's part of a chain over hosts.
+fn chain_show_over(name: &str, file: &std::path::Path, tls: Option<&std::path::Path>, json: bool) -> Result<()> {
+    ferry_cli::hostctl::check_name(file, name)?;
+    let parts = ferry_cli::hostctl::status(file, tls)?;
+    emit(json, &parts, |parts| {
+        parts
+            .iter()
+            .map(|p| match (&p.status, &p.error) {
+                (Some(s), _) => format!("host {}:\n{}", p.host, chainctl::status_table(s)),
+                (None, e) => format!("host {}: no answer: {}\n", p.host, e.as_deref().unwrap_or("")),
+            })
+            .collect()
+    })?;
+    match parts.iter().filter(|p| p.status.is_none()).count() {
+        0 => Ok(()),
+        n => Err(anyhow!("{n} hosts did not answer")),
     }
 }

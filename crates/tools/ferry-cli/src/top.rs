@@ -130,7 +130,7 @@ pub fn render(prev: &Sample, now: &Sample) -> String {
 pub fn run(admin: &Path, interval: Duration, frames: Option<u64>, clear: bool) -> Result<()> {
     let mut prev = sample(admin)?;
     let mut drawn = 0;
-    while frames.is_none_or(|f| drawn < f) && !crate::util::stop_requested() {
+    while frames.map_or(true, |f| drawn < f) && !crate::util::stop_requested() {
         std::thread::sleep(interval);
         let now = sample(admin)?;
         print!("{}{}", if clear { "\x1b[H\x1b[2J" } else { "" }, render(&prev, &now));

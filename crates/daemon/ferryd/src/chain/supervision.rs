@@ -317,7 +317,7 @@ impl Chain {
             }
             // Said once, then now and then: a stopped NF can hold this up
             // for as long as it stays stopped.
-            if tries.is_multiple_of(30) {
+            if tries % 30 == 0 {
                 tracing::info!(
                     "NF {} gone, but threads {:?} of domain {} did not pause: its frames stay out until they do",
                     nf.name,
