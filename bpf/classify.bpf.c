@@ -7,7 +7,7 @@
  * takes is dropped or handed to the edge's kernel stack, as configured;
  * a malformed frame is dropped and counted.
  *
- * The rules are ferry-nf's classify::Table (the router NF runs the same
+ * The rules are ferry-wire's classify::Table (the router NF runs the same
  * table in user space); the parse is ferry_parse_l4, the same as
  * ferry-wire's flow parser. Per-rule hits are counted in ferry_cls_hits,
  * the default's in its last entry.

@@ -232,7 +232,7 @@ struct ferry_pl_scan {
  * Tenant classification at the edge (classify.bpf.c): a table of rules,
  * the first match wins. A rule matches on the fields its `fields` bits
  * name; `out` is the tenant entry, a key of the classifier's DEVMAP. The
- * table is ferry-nf's classify::Table, which the router NF runs.
+ * table is ferry-wire's classify::Table, which the router NF runs.
  */
 #define FERRY_CLS_MAX_RULES 64
 #define FERRY_CLS_SRC 1
@@ -402,8 +402,8 @@ struct ferry_pl_state {
  * reply halves), eDPI and eNAT (outbound and inbound halves), elements of
  * the stage pipeline like any other, chained by its stage tables. The
  * numbers below are their rows in ferry_hyb_stats (their NF ids in the
- * stage tables are these + 0xffffff00, EvNf::id). Named in
- * crates/base/ferry-bpf/src/evnf.rs.
+ * stage tables are these + 0xffffff00, HybridElement::id). Named in
+ * crates/base/ferry-bpf/src/hybrid.rs.
  */
 #define FERRY_HYBRID_FW 0
 #define FERRY_HYBRID_LB 1

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
 /*
- * The classification rule table (ferry-nf's classify::Table in XDP): the
+ * The classification rule table (ferry-wire's classify::Table in XDP): the
  * rules map and the first-match walk, for the programs that classify
  * frames (the tenant edge, the NSH classifier). Each object that includes
  * it gets its own rules map.

@@ -1,5 +1,5 @@
 //! The edge classifier (`bpf/classify.bpf.c`): tenant classification in
-//! XDP. Its table is ferry-nf's `classify::Table` (the router NF's
+//! XDP. Its table is ferry-wire's `classify::Table` (the router NF's
 //! parser reads the rules), converted rule by rule to `struct
 //! ferry_cls_rule`; each tenant entry is a
 //! DEVMAP slot holding the device frames for it are redirected to.

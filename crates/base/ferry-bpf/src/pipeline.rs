@@ -6,7 +6,7 @@
 //! entries, and last its stage-control entry (the ingress ifindex): until
 //! that last write no packet can reach the new entries. Removing goes the
 //! other way round. Other chains' entries are never touched, so their
-//! traffic loses nothing meanwhile (`tests/pipeline_live.rs`).
+//! traffic loses nothing meanwhile.
 
 use std::os::fd::AsRawFd;
 

@@ -93,8 +93,8 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
 /// The kinds [`run_threaded`] runs: the framework's own threaded NFs.
 pub const THREADED: [&str; 5] = ["source", "sink", "fwd", "split", "slow"];
 
-/// How an NF says hello to ferryd: as its environment says (`nf serve`,
-/// one NF per process), or by name on a given socket (`nf host`, several
+/// How an NF says hello to ferryd: as its environment says (`ferry-host serve`,
+/// one NF per process), or by name on a given socket (`ferry-host host`, several
 /// NFs as threads of one process).
 pub enum Hello<'a> {
     Env,
@@ -144,10 +144,10 @@ pub fn run_threaded(kind: &str, args: &[String], hello: &Hello) -> Result<()> {
     Ok(())
 }
 
-/// `nf host`: NFs given as `NAME=KIND[:ARG,ARG...]`, each connecting to
+/// `ferry-host host`: NFs given as `NAME=KIND[:ARG,ARG...]`, each connecting to
 /// ferryd at `socket` as NF NAME and running as threads of this process.
 /// The one-process bound of `bench chain` on the SDK's own code: the same
-/// NF code, rings and frame pool as `nf serve`, without the processes.
+/// NF code, rings and frame pool as `ferry-host serve`, without the processes.
 pub fn host(socket: &Path, nfs: &[String]) -> Result<()> {
     let parsed = nfs.iter().map(|spec| hosted_nf(spec)).collect::<Result<Vec<_>>>()?;
     std::thread::scope(|s| {

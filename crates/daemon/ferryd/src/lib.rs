@@ -15,7 +15,7 @@
 //!
 //! # When ferryd itself goes away
 //! By default NFs treat the closed control socket as "stop": they leave
-//! their data loop and exit (status 75 from `ferry nf serve`), and NFs
+//! their data loop and exit (status 0 from `ferry-host`), and NFs
 //! ferryd started die with it anyway (PR_SET_PDEATHSIG). A restarted
 //! ferryd builds everything anew. With `--persist`, chains outlive
 //! ferryd: the NFs keep forwarding and the next ferryd adopts them

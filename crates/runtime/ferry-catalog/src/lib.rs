@@ -4,10 +4,10 @@
 //! offloadability, and execution model. The NFs declare their own parts
 //! where they are implemented (`ferry_nf`'s registry, the parallel
 //! runtime's table, the hybrid NFs' types); this crate gathers them and
-//! adds the NF types `ferry nf serve` implements itself.
+//! adds the NF types the NF host (`ferry-host`) implements itself.
 //!
 //! Readers: the chain parser ([`parse_chain`], through
-//! [`ferry_chain::spec::KindCheck`]), `ferry nf list`, `ferry nf serve`
+//! [`ferry_chain::spec::KindCheck`]), `ferry nf list`, `ferry-host`
 //! ([`Values`]).
 
 mod types;

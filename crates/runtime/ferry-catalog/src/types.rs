@@ -1,5 +1,5 @@
 //! The catalog's entries: gathered from where each NF is implemented, plus
-//! the NF types `ferry nf serve` implements itself (forwarders, a source
+//! the NF types the NF host (`ferry-host`) implements itself (forwarders, a source
 //! and a sink for chain tests and benchmarks).
 
 use ferry_nf::model::{ArgSpec, ArgType, Element, ExecModel, Offload};
@@ -16,7 +16,7 @@ const fn u64_in(min: u64, max: u64) -> ArgType {
     ArgType::U64 { min, max }
 }
 
-/// The arguments `ferry nf serve` takes for every parallel NF, on top of
+/// The arguments the NF host takes for every parallel NF, on top of
 /// the NF's own. The defaults are the live runtime's
 /// (`ferry_parallel::live::DEFAULT_*`; a test keeps them equal).
 pub const PARALLEL_HOST_ARGS: [ArgSpec; 5] = [

@@ -245,7 +245,7 @@ pub enum XdpMode {
 pub struct NfSpec {
     pub name: String,
     pub domain: String,
-    /// A built-in NF (`ferry nf list`), run by `ferry nf serve`.
+    /// A built-in NF (`ferry nf list`), run by the NF host, `ferry-host`.
     #[serde(default)]
     pub kind: Option<String>,
     /// Arguments for a built-in NF (`key=value`).

@@ -3,7 +3,7 @@
 //! NF's own it reads. ferryd does the privileged half: it loads the fast
 //! paths, chains and attaches them, applies the firewall's nftables
 //! ruleset, and creates the eDPI's and eNAT's slow-path sockets. The control plane
-//! ([`control_plane`]) runs in `ferry nf serve` as the NF's unprivileged
+//! ([`control_plane`]) runs in the NF host (`ferry-host`) as the NF's unprivileged
 //! user, on the map fds ferryd sent it (and, for the eDPI and eNAT,
 //! receives the slow path's frames as an NF thread and hands them to a
 //! kernel hop).

@@ -125,7 +125,7 @@ pub fn ip_packet(frame: &[u8]) -> Option<&[u8]> {
 }
 
 /// A hybrid NF's control plane: its fast path is an element of the stage
-/// pipeline; `ferry nf serve` calls these from the NF's one thread.
+/// pipeline; the NF host (`ferry-host`) calls these from the NF's one thread.
 pub trait HybridNf {
     fn name(&self) -> &'static str;
     /// Takes a changed configuration (the NF's section of `spec`): what

@@ -9,7 +9,7 @@
 //!   (eNAT, reactive).
 //! * [`config`]: the NFs' configuration file; [`types`]: the hybrid NF
 //!   types' descriptors; [`chained`]: their control planes in a ferryd
-//!   chain, where they run (`ferry nf serve`).
+//!   chain, where they run (the NF host, `ferry-host`).
 //!
 //! No P4 switch or SmartNIC here: the programmable data plane of the
 //! papers is XDP on the device where frames arrive.

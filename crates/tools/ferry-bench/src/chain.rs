@@ -163,7 +163,7 @@ pub(crate) struct ChainShape<'a> {
     pub source: bool,
     /// The source's pace, frames per second; None: flat out.
     pub source_rate: Option<u64>,
-    /// Every NF a thread of one `ferry nf host` process (run as
+    /// Every NF a thread of one `ferry-host host` process (run as
     /// [`HOST_USER`]) instead of a process of its own.
     pub hosted: bool,
     /// Every NF's `poll: { ... }` (the text between the braces); None:
@@ -224,7 +224,7 @@ fn build_chain(name: &str, s: ChainShape) -> String {
     chain_yaml(name, &domains, &nfs, s.hosted.then_some(HOST_USER))
 }
 
-/// Starts `ferry nf host` for every NF of chain file `chain` (all
+/// Starts `ferry-host host` for every NF of chain file `chain` (all
 /// `spawn: false`), as [`HOST_USER`].
 fn start_host(chain: &Path, socket: &Path) -> Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
@@ -258,7 +258,7 @@ pub(crate) fn measure_chain(dir: &Path, name: &str, shape: ChainShape, o: &Bench
 /// Runs chain file text `yaml` (named `name`) under ferryd and measures it
 /// over the window: the rate is what the `sink` NFs `sinks` took, the
 /// latency the first one's. `hosted`: every NF is `spawn: false`, run as
-/// threads of one `ferry nf host` process.
+/// threads of one `ferry-host host` process.
 pub(crate) fn measure_yaml(
     dir: &Path,
     name: &str,

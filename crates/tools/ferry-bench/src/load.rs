@@ -4,7 +4,7 @@
 //!
 //! * memory mode: Ferry zero-copy (ferryd, the in-domain `source` paced at
 //!   the load, N `fwd` NFs, `sink`) against two one-process bounds: the
-//!   same NFs on the SDK as threads of one `ferry nf host` process (the
+//!   same NFs on the SDK as threads of one `ferry-host host` process (the
 //!   same code, rings and pool; only the processes differ), and the
 //!   hand-written threads of `inproc.rs`, its source paced the same way;
 //! * veth mode: Ferry on the demo testbed (`gen live` paced into d0, N

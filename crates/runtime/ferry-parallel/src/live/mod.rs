@@ -64,12 +64,12 @@
 //!   soon as nothing is in flight, so an idle NF shows final values), then packets
 //!   per worker for as many workers as ferry's 24 counters leave room for.
 //! * **Shutdown.** When ferryd stops the NF (`recv_burst` fails), or the
-//!   host asks ([`run_live_until`]; `ferry nf serve` does on SIGTERM), the
+//!   host asks ([`run_live_until`]; the NF host does on SIGTERM), the
 //!   batches in the NF are processed and their output sent, the workers
 //!   stop, and the exit handler runs (as init does, alone, on worker 0's
 //!   engine slot) and its output is sent.
 //!
-//! [`registry`] builds NFs by name for hosts such as `ferry nf serve --kind
+//! [`registry`] builds NFs by name for hosts such as `ferry-host serve --kind
 //! parallel-<name>`; [`counter`] is a small NF for tests.
 
 pub mod counter;

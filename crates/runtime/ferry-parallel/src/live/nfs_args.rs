@@ -1,5 +1,5 @@
 //! The six NFs of [`crate::nfs`] in the live table ([`super::registry`]):
-//! how each is built from `key=value` arguments (`ferry nf serve --kind
+//! how each is built from `key=value` arguments (`ferry-host serve --kind
 //! parallel-<name> --arg k=v`, or `args:` in a chain file), and its packet
 //! sets and periodic timer. Every argument has a default, except Maglev's
 //! `vip`; an error names the argument at fault.
