@@ -312,7 +312,7 @@ impl ChainSpec {
             self.ports[c].classify = None;
         }
         let keep = |p: &crate::spec::PortSpec| {
-            p.via.as_ref().is_none_or(|c| self.ports.iter().any(|q| &q.name == c && q.classify.is_some()))
+            p.via.as_ref().map_or(true, |c| self.ports.iter().any(|q| &q.name == c && q.classify.is_some()))
         };
         let kept: Vec<_> = self.ports.iter().filter(|p| keep(p)).cloned().collect();
         self.ports = kept;
