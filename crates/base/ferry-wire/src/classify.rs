@@ -213,11 +213,11 @@ impl Table {
         let vlan = EthernetFrame::new_unchecked(frame).vlan_id();
         let ports = matches!(flow.proto, ip_proto::TCP | ip_proto::UDP) && flow.l4_offset.is_some();
         let matches = |r: &Rule| {
-            let prefix = |p: Option<Ipv4Prefix>, a| p.is_none_or(|p| flow.is_ipv4 && p.contains(a));
+            let prefix = |p: Option<Ipv4Prefix>, a| p.map_or(true, |p| flow.is_ipv4 && p.contains(a));
             prefix(r.src, flow.src)
                 && prefix(r.dst, flow.dst)
-                && r.vlan.is_none_or(|v| vlan == Some(v))
-                && r.dport.is_none_or(|p| ports && flow.dport == p)
+                && r.vlan.map_or(true, |v| vlan == Some(v))
+                && r.dport.map_or(true, |p| ports && flow.dport == p)
         };
         match self.rules.iter().position(matches) {
             Some(i) => Decision::Rule(i),

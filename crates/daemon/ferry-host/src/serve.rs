@@ -28,6 +28,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
+use ferry_catalog::Runner;
 use ferry_nf::mica_client::{MicaClient, MicaWorkload, BATCH_AT as MICA_BATCH_AT};
 use ferry_nf::ROUTER_COUNTERS;
 use ferry_nf::{PacketNf, Verdict};
@@ -47,13 +48,24 @@ const BURST: usize = 32;
 /// Runs NF kind `kind` until ferryd stops it. Its kind and arguments are
 /// checked against the catalog first, as the chain file was.
 pub fn serve(kind: &str, args: &[String]) -> Result<()> {
-    if let Some(name) = kind.strip_prefix("parallel-") {
+    let runner = ferry_catalog::runner(kind)?;
+    if runner == Runner::Parallel {
+        // Checked there, with the NF's own arguments apart from the host's.
+        let name = kind.strip_prefix("parallel-").unwrap_or(kind);
         return crate::parallel::serve(name, args);
     }
     ferry_catalog::check(kind, args)?;
-    if ferry_evnf::types::find(kind).is_some() {
-        return crate::hybrid::serve(kind, args);
+    match runner {
+        Runner::Hybrid => crate::hybrid::serve(kind, args),
+        Runner::FlowExport => crate::flow_monitor::serve(),
+        Runner::HostLoop => host_loop(kind, args),
+        Runner::Packet { replies } => serve_packet_nf(kind, args, replies),
+        Runner::Parallel => unreachable!("served above"),
     }
+}
+
+/// One of the host's own loops.
+fn host_loop(kind: &str, args: &[String]) -> Result<()> {
     if THREADED.contains(&kind) {
         return run_threaded(kind, args, &Hello::Env);
     }
@@ -65,7 +77,6 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
             let table = maglev_table(nf.out_links(), table_size)?;
             nf.run(|th| maglev(th, &table))?;
         }
-        "flow-monitor" => crate::flow_monitor::serve()?,
         ferry_catalog::TENANT_ROUTER => {
             let rules: Vec<&str> = args.iter().map(String::as_str).collect();
             let table = Table::parse(&rules).map_err(|(i, e)| anyhow!("{kind}: rule {i}: {e}"))?;
@@ -75,18 +86,21 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
             }
             nf.run(|th| tenant_router(th, &table))?;
         }
-        _ => {
-            let build = || build_packet_nf(kind, args);
-            let first = build()?;
-            let names: Vec<&str> = first.spec().counters.to_vec();
-            let nf = Nf::connect_from_env_with(&names)?;
-            let reply = kind.split('+').any(|k| matches!(k, "arp-responder" | "icmp-echo"));
-            nf.run(|th| {
-                let pnf = build().expect("built once already");
-                packet_nf(th, pnf, reply)
-            })?;
-        }
+        _ => bail!("{kind}: the catalog has it run by a host loop the NF host does not have"),
     }
+    Ok(())
+}
+
+/// A per-packet NF (or several joined with `+`) on each thread.
+fn serve_packet_nf(kind: &str, args: &[String], replies: bool) -> Result<()> {
+    let build = || build_packet_nf(kind, args);
+    let first = build()?;
+    let names: Vec<&str> = first.spec().counters.to_vec();
+    let nf = Nf::connect_from_env_with(&names)?;
+    nf.run(|th| {
+        let pnf = build().expect("built once already");
+        packet_nf(th, pnf, replies)
+    })?;
     Ok(())
 }
 

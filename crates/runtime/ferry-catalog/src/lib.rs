@@ -36,6 +36,37 @@ pub struct NfType {
     /// Its own counters (the framework's per-thread counters come on top).
     pub counters: Vec<&'static str>,
     pub elements: &'static [Element],
+    /// How the NF host runs it.
+    pub runner: Runner,
+}
+
+/// How the NF host (`ferry-host`) runs an NF type: the one answer to
+/// "what runs for this `kind:`", which the host and ferryd ask here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    /// A per-packet NF on each thread; a responder's replies leave by the
+    /// port the frame came in on.
+    Packet { replies: bool },
+    /// The per-packet flow monitor, which also exports its flows to a table
+    /// ferryd makes for it.
+    FlowExport,
+    /// One of the host's own loops (forwarders, source, sink, Maglev, the
+    /// tenant router).
+    HostLoop,
+    /// The parallel runtime, on `workers` threads.
+    Parallel,
+    /// A hybrid NF's control plane; ferryd runs its fast path.
+    Hybrid,
+}
+
+impl Runner {
+    fn of(hosted: ferry_nf::Hosted) -> Runner {
+        match hosted {
+            ferry_nf::Hosted::Plain => Runner::Packet { replies: false },
+            ferry_nf::Hosted::Replies => Runner::Packet { replies: true },
+            ferry_nf::Hosted::ExportsFlows => Runner::FlowExport,
+        }
+    }
 }
 
 impl NfType {
@@ -103,6 +134,17 @@ fn unknown(kind: &str) -> KindError {
     KindError::Unknown { kind: kind.to_string(), known: known.join(", ") }
 }
 
+/// How the NF host runs `kind`; `a+b` (per-packet NFs joined in one
+/// process) replies if one of them does.
+pub fn runner(kind: &str) -> Result<Runner, KindError> {
+    if kind.contains('+') {
+        let parts = kind.split('+').map(|k| find(k).map(|t| t.runner).ok_or_else(|| unknown(k)));
+        let replies = parts.collect::<Result<Vec<_>, _>>()?.contains(&Runner::Packet { replies: true });
+        return Ok(Runner::Packet { replies });
+    }
+    find(kind).map(|t| t.runner).ok_or_else(|| unknown(kind))
+}
+
 /// Whether `kind` with `args` can run in a ferryd chain.
 pub fn check(kind: &str, args: &[String]) -> Result<(), KindError> {
     if kind.contains('+') {
@@ -134,7 +176,7 @@ impl Values {
         let k = || kind.to_string();
         let mut pairs: Vec<(&'static str, String)> = Vec::new();
         for (index, a) in args.iter().enumerate() {
-            let Some((key, value)) = a.split_once('=').filter(|(key, _)| !key.is_empty()) else {
+            let Some((key, value)) = ferry_nf::model::split_key_value(a) else {
                 return Err(KindError::NotKeyValue { kind: k(), arg: a.clone(), index });
             };
             let Some(spec) = specs.iter().find(|s| s.key == key) else {

@@ -220,3 +220,21 @@ fn router_mode_becomes_a_router_nf_with_copy_links() {
     let domain = spec.domains.iter().find(|d| d.name == "edge-router").unwrap();
     assert_eq!(domain.tenant, None, "the router is the provider's, no tenant's");
 }
+
+#[test]
+fn every_kind_says_how_the_host_runs_it_as_its_model_says() {
+    for t in catalog() {
+        let fits = match t.runner {
+            Runner::Packet { .. } | Runner::FlowExport => t.model == ExecModel::PerPacket,
+            Runner::HostLoop => t.model == ExecModel::Threaded,
+            Runner::Parallel => t.model == ExecModel::Parallel,
+            Runner::Hybrid => t.model == ExecModel::Hybrid,
+        };
+        assert!(fits, "{}: runner {:?}, model {:?}", t.kind, t.runner, t.model);
+    }
+    assert_eq!(runner("flow-monitor"), Ok(Runner::FlowExport));
+    assert_eq!(runner("l2fwd"), Ok(Runner::Packet { replies: false }));
+    assert_eq!(runner("arp-responder+icmp-echo"), Ok(Runner::Packet { replies: true }));
+    assert_eq!(runner("firewall+l2fwd"), Ok(Runner::Packet { replies: false }));
+    assert!(matches!(runner("l2fwd+nope"), Err(KindError::Unknown { .. })));
+}

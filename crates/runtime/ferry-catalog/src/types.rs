@@ -6,7 +6,7 @@ use ferry_nf::model::{ArgSpec, ArgType, Element, ExecModel, Offload};
 use ferry_nf::NfError;
 use ferry_parallel::live::registry as parallel;
 
-use crate::{find, Args, KindError, NfType, Values};
+use crate::{find, Args, KindError, NfType, Runner, Values};
 
 const fn arg(key: &'static str, ty: ArgType, default: Option<&'static str>, help: &'static str) -> ArgSpec {
     ArgSpec { key, ty, default, help }
@@ -35,6 +35,7 @@ fn serve_types() -> Vec<NfType> {
         args: Args::KeyValue(args),
         counters,
         elements,
+        runner: Runner::HostLoop,
     };
     vec![
         threaded(
@@ -80,6 +81,7 @@ fn serve_types() -> Vec<NfType> {
             counters: ferry_nf::ROUTER_COUNTERS.to_vec(),
             // The baseline of XDP classification: a process by definition.
             elements: &[Element { name: "tenant-classifier", offload: Offload::No }],
+            runner: Runner::HostLoop,
         },
         threaded(
             "source",
@@ -120,6 +122,7 @@ pub(crate) fn all() -> Vec<NfType> {
             args: Args::Positional(i.args),
             counters: i.spec.counters.to_vec(),
             elements: i.elements,
+            runner: Runner::of(i.hosted),
         })
         .collect();
     types.extend(serve_types());
@@ -136,6 +139,7 @@ pub(crate) fn all() -> Vec<NfType> {
             args: Args::KeyValue(args),
             counters: d.counters.to_vec(),
             elements: d.elements,
+            runner: Runner::Parallel,
         });
     }
     for h in &ferry_evnf::types::TYPES {
@@ -146,6 +150,7 @@ pub(crate) fn all() -> Vec<NfType> {
             args: Args::KeyValue(h.args.to_vec()),
             counters: ferry_evnf::types::counters(h),
             elements: h.elements,
+            runner: Runner::Hybrid,
         });
     }
     types

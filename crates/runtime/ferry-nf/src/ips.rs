@@ -105,7 +105,7 @@ impl Ips {
         for &r in &self.touched {
             let rule = &self.rules[r];
             let all = if rule.contents.len() == 64 { u64::MAX } else { (1u64 << rule.contents.len()) - 1 };
-            let fits = rule.proto == proto && rule.dst_port.is_none_or(|p| p == dst_port);
+            let fits = rule.proto == proto && rule.dst_port.map_or(true, |p| p == dst_port);
             if fits && self.seen[r] == all {
                 self.hits[r] += 1;
                 if action != Some(Action::Drop) {

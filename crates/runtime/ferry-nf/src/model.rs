@@ -91,6 +91,13 @@ pub enum ArgType {
     Text,
 }
 
+/// The one syntax of an NF's `key=value` argument: a non-empty key before
+/// the first `=`, the rest its value (which may hold `=` and be empty).
+/// The catalog and the parallel NFs both read arguments through it.
+pub fn split_key_value(arg: &str) -> Option<(&str, &str)> {
+    arg.split_once('=').filter(|(key, _)| !key.is_empty())
+}
+
 /// One `key=value` argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArgSpec {
@@ -119,6 +126,14 @@ impl ArgSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_value_argument_splits_at_its_first_equals_sign() {
+        assert_eq!(split_key_value("rules=a=b"), Some(("rules", "a=b")));
+        assert_eq!(split_key_value("mica="), Some(("mica", "")));
+        assert_eq!(split_key_value("=5"), None);
+        assert_eq!(split_key_value("workers"), None);
+    }
 
     const fn el(offload: Offload) -> Element {
         Element { name: "e", offload }

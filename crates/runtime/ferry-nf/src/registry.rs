@@ -31,7 +31,21 @@ pub struct NfInfo {
     pub args: &'static str,
     /// Its elements and their offloadability.
     pub elements: &'static [Element],
+    /// How a host runs it beyond handing it frames.
+    pub hosted: Hosted,
     build: NfBuilder,
+}
+
+/// What a per-packet NF asks of the process that hosts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hosted {
+    /// Frames in, verdicts out.
+    Plain,
+    /// A responder: its replies leave by the port the frame came in on.
+    Replies,
+    /// Its flows also go to a table outside the process (the flow monitor's,
+    /// which ferryd reads wherever the NF runs).
+    ExportsFlows,
 }
 
 impl NfInfo {
@@ -134,6 +148,7 @@ static REGISTRY: [NfInfo; 8] = [
         summary: "swap source and destination MAC, send back",
         args: "(none)",
         elements: &[Element { name: "ether-swap", offload: Offload::Full }],
+        hosted: Hosted::Plain,
         build: build_l2fwd,
     },
     NfInfo {
@@ -143,6 +158,7 @@ static REGISTRY: [NfInfo; 8] = [
         // Answering needs the reply built from the request: a header
         // rewrite XDP does (XDP_TX), with a static table.
         elements: &[Element { name: "arp-reply", offload: Offload::Full }],
+        hosted: Hosted::Replies,
         build: build_arp,
     },
     NfInfo {
@@ -151,6 +167,7 @@ static REGISTRY: [NfInfo; 8] = [
         args: "IP ...",
         // The reply moves the ICMP message over any IP options: payload access.
         elements: &[Element { name: "icmp-echo-reply", offload: Offload::No }],
+        hosted: Hosted::Replies,
         build: build_icmp,
     },
     NfInfo {
@@ -158,6 +175,7 @@ static REGISTRY: [NfInfo; 8] = [
         summary: "stateless 5-tuple firewall (ACL): prefixes, port ranges, first match wins",
         args: "RULE_FILE [linear|bitvector]",
         elements: &[Element { name: "ip-filter", offload: Offload::Full }],
+        hosted: Hosted::Plain,
         build: build_firewall,
     },
     NfInfo {
@@ -165,6 +183,7 @@ static REGISTRY: [NfInfo; 8] = [
         summary: "count packets and bytes per 5-tuple flow (P4SFC's monitor)",
         args: "(none)",
         elements: &[Element { name: "flow-monitor", offload: Offload::Full }],
+        hosted: Hosted::ExportsFlows,
         build: build_flow_monitor,
     },
     NfInfo {
@@ -172,6 +191,7 @@ static REGISTRY: [NfInfo; 8] = [
         summary: "drop or alert on TCP/UDP payloads matching Snort-like content rules (Aho-Corasick)",
         args: "RULE_FILE",
         elements: &[Element { name: "payload-matcher", offload: Offload::No }],
+        hosted: Hosted::Plain,
         build: build_ips,
     },
     NfInfo {
@@ -181,6 +201,7 @@ static REGISTRY: [NfInfo; 8] = [
         // In XDP when its patterns fit the element (16 of up to 32 bytes);
         // placement checks (ferry-place's lowering).
         elements: &[Element { name: "payload-scan", offload: Offload::Full }],
+        hosted: Hosted::Plain,
         build: build_payload_scan,
     },
     NfInfo {
@@ -188,6 +209,7 @@ static REGISTRY: [NfInfo; 8] = [
         summary: "count and drop every frame (receive baseline)",
         args: "(none)",
         elements: &[Element { name: "drop", offload: Offload::Full }],
+        hosted: Hosted::Plain,
         build: build_rxdrop,
     },
 ];

@@ -196,10 +196,12 @@ fn fast_path<'a>(
 fn flow_tables(plan: &ChainPlan) -> Result<Vec<Option<FlowTable>>> {
     plan.nfs
         .iter()
-        .map(|nf| match nf.kind.as_deref() {
-            Some("flow-monitor") => FlowTable::create(MAX_FLOWS as u32 * nf.threads.len() as u32)
-                .map(Some)
-                .with_context(|| format!("NF {}: its flow table", nf.name)),
+        .map(|nf| match nf.kind.as_deref().map(ferry_catalog::runner) {
+            Some(Ok(ferry_catalog::Runner::FlowExport)) => {
+                FlowTable::create(MAX_FLOWS as u32 * nf.threads.len() as u32)
+                    .map(Some)
+                    .with_context(|| format!("NF {}: its flow table", nf.name))
+            }
             _ => Ok(None),
         })
         .collect()

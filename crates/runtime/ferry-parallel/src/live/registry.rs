@@ -75,9 +75,9 @@ impl NfArgs {
             .iter()
             .map(|a| {
                 let a = a.as_ref();
-                match a.split_once('=') {
-                    Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-                    _ => Err(ArgError::NotKeyValue { arg: a.to_string() }),
+                match ferry_nf::model::split_key_value(a) {
+                    Some((k, v)) => Ok((k.to_string(), v.to_string())),
+                    None => Err(ArgError::NotKeyValue { arg: a.to_string() }),
                 }
             })
             .collect::<Result<_, _>>()?;
