@@ -1,5 +1,5 @@
 //! `ferry bench chain --scenarios load`: latency against offered load
-//! (issue 15). At each load, a chain of N forwarding NFs and its
+//! At each load, a chain of N forwarding NFs and its
 //! comparison run side by side, one after the other:
 //!
 //! * memory mode: Ferry zero-copy (ferryd, the in-domain `source` paced at
