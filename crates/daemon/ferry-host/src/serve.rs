@@ -93,7 +93,7 @@ fn host_loop(kind: &str, args: &[String]) -> Result<()> {
 
 /// A per-packet NF (or several joined with `+`) on each thread.
 fn serve_packet_nf(kind: &str, args: &[String], replies: bool) -> Result<()> {
-    let build = || build_packet_nf(kind, args);
+    let build = || ferry_catalog::build_packet(kind, args);
     let first = build()?;
     let names: Vec<&str> = first.spec().counters.to_vec();
     let nf = Nf::connect_from_env_with(&names)?;
@@ -186,19 +186,6 @@ fn hosted_nf(spec: &str) -> Result<(String, String, Vec<String>)> {
     let (kind, args) = rest.split_once(':').unwrap_or((rest, ""));
     let args = args.split(',').filter(|a| !a.is_empty()).map(str::to_string).collect();
     Ok((name.to_string(), kind.to_string(), args))
-}
-
-fn build_packet_nf(kind: &str, args: &[String]) -> Result<Box<dyn PacketNf>> {
-    let kinds: Vec<&str> = kind.split('+').collect();
-    let groups: Vec<Vec<&str>> = args.split(|a| a == "--").map(|g| g.iter().map(String::as_str).collect()).collect();
-    if kinds.len() == 1 {
-        return Ok(ferry_nf::by_name(kind, groups.first().map_or(&[][..], |g| &g[..]))?);
-    }
-    if groups.len() != kinds.len() {
-        bail!("{kind}: give the arguments of each of the {} NFs, separated by --", kinds.len());
-    }
-    let nfs = kinds.iter().zip(&groups).map(|(k, g)| ferry_nf::by_name(k, g)).collect::<Result<Vec<_>, _>>()?;
-    Ok(Box::new(ferry_nf::NfChainLocal::new(nfs)))
 }
 
 fn packet_nf(mut th: NfThread, mut nf: Box<dyn PacketNf>, reply: bool) {

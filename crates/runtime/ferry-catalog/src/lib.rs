@@ -1,7 +1,9 @@
 //! The one registry of NF types. Every `kind:` a chain file can name, and
-//! every NF `ferry nf list` shows, has one descriptor here: name, summary,
-//! typed arguments with defaults, counters, elements with their
-//! offloadability, and execution model. The NFs declare their own parts
+//! every NF `ferry nf list` shows, has one entry here that describes it
+//! (name, summary, typed arguments with defaults, counters, elements with
+//! their offloadability, execution model), checks its arguments
+//! ([`check`]) and builds it: as a process ([`runner`], [`build_packet`])
+//! and, where it is offloadable, as XDP pipeline elements ([`lower`]). The NFs declare their own parts
 //! where they are implemented (`ferry_nf`'s registry, the parallel
 //! runtime's table, the hybrid NFs' types); this crate gathers them and
 //! adds the NF types the NF host (`ferry-host`) implements itself.
@@ -10,6 +12,7 @@
 //! [`ferry_chain::spec::KindCheck`]), `ferry nf list`, `ferry-host`
 //! ([`Values`]).
 
+pub mod lower;
 mod types;
 
 use std::path::Path;
@@ -143,6 +146,22 @@ pub fn runner(kind: &str) -> Result<Runner, KindError> {
         return Ok(Runner::Packet { replies });
     }
     find(kind).map(|t| t.runner).ok_or_else(|| unknown(kind))
+}
+
+/// Builds a per-packet NF of `kind` (or several joined with `+`, their
+/// arguments in groups separated by `--`), as the NF host runs it.
+pub fn build_packet(kind: &str, args: &[String]) -> Result<Box<dyn ferry_nf::PacketNf>, KindError> {
+    let invalid = |message: String| KindError::Invalid { kind: kind.to_string(), message, index: None };
+    let kinds: Vec<&str> = kind.split('+').collect();
+    let groups: Vec<Vec<&str>> = args.split(|a| a == "--").map(|g| g.iter().map(String::as_str).collect()).collect();
+    if kinds.len() == 1 {
+        return ferry_nf::by_name(kind, groups.first().map_or(&[][..], |g| &g[..])).map_err(|e| invalid(e.to_string()));
+    }
+    if groups.len() != kinds.len() {
+        return Err(invalid(format!("give the arguments of each of the {} NFs, separated by --", kinds.len())));
+    }
+    let nfs = kinds.iter().zip(&groups).map(|(k, g)| ferry_nf::by_name(k, g)).collect::<Result<Vec<_>, _>>();
+    Ok(Box::new(ferry_nf::NfChainLocal::new(nfs.map_err(|e| invalid(e.to_string()))?)))
 }
 
 /// Whether `kind` with `args` can run in a ferryd chain.

@@ -7,8 +7,8 @@ use ferry_bpf::scan::{PlScan, SCAN_DROP, SCAN_PASS};
 use ferry_bpf::BpfError;
 use ferry_nf::payload_scan::OnMatch;
 
-use crate::lower::Step;
 use crate::OffloadedNf;
+use ferry_catalog::lower::Step;
 
 /// Where the path's last element sends a frame that survives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

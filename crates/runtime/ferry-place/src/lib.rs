@@ -41,7 +41,6 @@
 
 pub mod hybrid;
 mod install;
-mod lower;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -50,9 +49,9 @@ use ferry_chain::spec::{ChainSpec, LinkSpec, Node, OffloadPolicy};
 use ferry_config::{locate, Seg, YamlError};
 use ferry_nf::model::{Element, Offload};
 
+pub use ferry_catalog::lower::{lower, Lowering, Step};
 pub use hybrid::{HybridNf, HybridPath};
 pub use install::{elements, install, Configs, Installed, InstalledNf, Target};
-pub use lower::{lower, Lowering, Step};
 
 /// Where one NF runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -94,17 +94,15 @@ pub fn down_and_check(tb: Testbed) {
 
 /// MAC of `dev` in logical namespace `ns`.
 pub fn mac(tb: &Testbed, ns: &str, dev: &str) -> [u8; 6] {
-    let m = tb.mac(ns, dev).unwrap_or_else(|e| panic!("MAC of {dev}: {e}"));
-    parse_mac(&m.to_string())
+    tb.mac(ns, dev).unwrap_or_else(|e| panic!("MAC of {dev}: {e}")).0
 }
 
 pub fn parse_mac(s: &str) -> [u8; 6] {
-    let v: Vec<u8> = s.split(':').map(|p| u8::from_str_radix(p, 16).expect("hex MAC byte")).collect();
-    v.try_into().unwrap_or_else(|_| panic!("bad MAC {s}"))
+    s.parse::<ferry_wire::MacAddr>().unwrap_or_else(|e| panic!("{e}")).0
 }
 
 pub fn fmt_mac(m: [u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    ferry_wire::MacAddr(m).to_string()
 }
 
 /// A unique scratch directory, removed on drop.
