@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use ferry_parallel::live::registry::{self, NfArgs, NfEnv, NfSetup, NfVisitor};
+use ferry_nf::args::NfArgs;
+use ferry_parallel::live::registry::{self, NfEnv, NfSetup, NfVisitor};
 use ferry_parallel::live::{self, LiveConfig, LiveReport};
 use ferry_parallel::runtime::{ParallelNf, RuntimeError, TraceConfig};
 use ferry_parallel::stm::Stm;

@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 
 use ferry_chain::spec::{ChainSpec, KindCheck};
 use ferry_config::YamlError;
+use ferry_nf::args::NfArgs;
 use ferry_nf::model::{nf_offload, ArgSpec, ArgType, Element, ExecModel, Offload};
 
 pub use types::PARALLEL_HOST_ARGS;
@@ -182,11 +183,13 @@ pub fn check(kind: &str, args: &[String]) -> Result<(), KindError> {
     }
 }
 
-/// The values of a key=value NF type's arguments, defaults filled in.
+/// The values of a key=value NF type's arguments, checked against its
+/// declared [`ArgSpec`]s, defaults filled in; read through the one
+/// `key=value` reader, [`NfArgs`].
 #[derive(Debug, Clone)]
 pub struct Values {
     kind: String,
-    pairs: Vec<(&'static str, String)>,
+    args: NfArgs,
 }
 
 impl Values {
@@ -195,9 +198,12 @@ impl Values {
         let k = || kind.to_string();
         let mut pairs: Vec<(&'static str, String)> = Vec::new();
         for (index, a) in args.iter().enumerate() {
-            let Some((key, value)) = ferry_nf::model::split_key_value(a) else {
-                return Err(KindError::NotKeyValue { kind: k(), arg: a.clone(), index });
-            };
+            let parsed = NfArgs::parse(std::slice::from_ref(a)).map_err(|_| KindError::NotKeyValue {
+                kind: k(),
+                arg: a.clone(),
+                index,
+            })?;
+            let (key, value) = parsed.pairs().next().expect("one argument parsed");
             let Some(spec) = specs.iter().find(|s| s.key == key) else {
                 let known: Vec<&str> = specs.iter().map(|s| s.key).collect();
                 return Err(KindError::UnknownArg { kind: k(), key: key.into(), known: known.join(", "), index });
@@ -216,7 +222,9 @@ impl Values {
                 }
             }
         }
-        Ok(Values { kind: kind.to_string(), pairs })
+        let pairs: Vec<String> = pairs.iter().map(|(key, value)| format!("{key}={value}")).collect();
+        let args = NfArgs::parse(&pairs).expect("checked above");
+        Ok(Values { kind: kind.to_string(), args })
     }
 
     /// The arguments of key=value NF type `kind`, checked.
@@ -233,7 +241,7 @@ impl Values {
     /// The text of argument `key` (given or default); None if the type
     /// declares no such argument or it has no default.
     pub fn text(&self, key: &str) -> Option<&str> {
-        self.pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
+        self.args.get(key)
     }
 
     /// Argument `key` as a number (its type was checked on parsing).
@@ -252,7 +260,7 @@ impl Values {
 
     /// Every argument the caller gave plus the defaults, as `key=value`.
     pub fn to_args(&self) -> Vec<String> {
-        self.pairs.iter().map(|(k, v)| format!("{k}={v}")).collect()
+        self.args.pairs().map(|(k, v)| format!("{k}={v}")).collect()
     }
 }
 

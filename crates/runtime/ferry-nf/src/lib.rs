@@ -20,6 +20,7 @@
 //! kept in replies (a reply goes back on the VLAN the request came in on).
 //! QinQ (a second tag) is not unwrapped, so it is "not mine" (`Pass`).
 
+pub mod args;
 mod arp;
 mod chain;
 mod firewall;

@@ -7,8 +7,9 @@
 
 use std::net::Ipv4Addr;
 
+use ferry_nf::args::{ArgError, NfArgs};
 use ferry_parallel::live::nfs_args::{parse_backends, parse_port_range, NAT_KEYS};
-use ferry_parallel::live::registry::{self, ArgError, NfArgs, NfEnv, NfSetup, NfVisitor};
+use ferry_parallel::live::registry::{self, NfEnv, NfSetup, NfVisitor};
 use ferry_parallel::runtime::{run_trace, OutputPacket, Packet, ParallelNf, TraceConfig};
 use ferry_parallel::stm::Stm;
 use ferry_wire::{build_frame, five_tuple, FiveTuple, FrameSpec, L4Proto};

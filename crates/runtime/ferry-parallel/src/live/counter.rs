@@ -20,11 +20,12 @@ use std::time::Instant;
 use ferry_nf::model::{Element, Offload};
 use ferry_wire::five_tuple;
 
-use super::registry::{ArgError, NfArgs, NfEnv, NfSetup, RegisteredNf};
+use super::registry::{NfEnv, NfSetup, RegisteredNf};
 use crate::ds::{DefaultBucketHash, Map};
 use crate::packet_set::{Field, PacketSetDef, PortRule};
 use crate::runtime::{Ctx, NewSet, Packet, ParallelNf};
 use crate::stm::{Abort, Stm};
+use ferry_nf::args::{ArgError, NfArgs};
 
 /// Ports that get a packet-set rule (frames on higher ports are orphans).
 pub const SET_PORTS: u16 = 8;

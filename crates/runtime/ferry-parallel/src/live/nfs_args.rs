@@ -73,7 +73,7 @@ use std::ops::RangeInclusive;
 
 use ferry_nf::model::{Element, Offload};
 
-use super::registry::{bad_value, ArgError, NfArgs, NfEnv, NfSetup, RegisteredNf};
+use super::registry::{NfEnv, NfSetup, RegisteredNf};
 use crate::nfs::anti_ddos::{AntiDdos, AntiDdosConfig, AntiDdosCounters};
 use crate::nfs::bridge::{Bridge, BridgeConfig, BridgeCounters};
 use crate::nfs::firewall::{Firewall, FirewallConfig, FirewallCounters};
@@ -82,6 +82,7 @@ use crate::nfs::nat::{Nat, NatConfig, NatCounters};
 use crate::nfs::policer::{Policer, PolicerConfig, PolicerCounters, PolicerSets, MAX_BURST_BYTES};
 use crate::runtime::TraceConfig;
 use crate::stm::Stm;
+use ferry_nf::args::{bad_value, ArgError, NfArgs};
 
 /// Nanoseconds per millisecond and per microsecond.
 const MS: u64 = 1_000_000;
