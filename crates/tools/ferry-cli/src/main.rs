@@ -169,8 +169,9 @@ enum NfCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Host a built-in NF in a ferryd chain (ferryd runs this; it reads
-    /// FERRY_SOCKET and FERRY_NF).
+    /// Host a built-in NF in a ferryd chain: runs the NF host,
+    /// `ferry-host serve`, which reads FERRY_SOCKET and FERRY_NF (ferryd
+    /// starts `ferry-host` itself).
     Serve {
         #[arg(long)]
         kind: String,
@@ -178,8 +179,8 @@ enum NfCmd {
         #[arg(long = "arg", allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Several `spawn: false` NFs of one chain as threads of this process
-    /// (source, sink, fwd, split, slow), each `NAME=KIND[:ARG,ARG...]`;
+    /// Several `spawn: false` NFs of one chain as threads of one process
+    /// (`ferry-host host`: source, sink, fwd, split, slow), each `NAME=KIND[:ARG,ARG...]`;
     /// set FERRY_CHAIN to the chain's name (each NF's key is read from
     /// the file ferryd wrote for it).
     Host {
@@ -534,8 +535,15 @@ fn pretty<T: Serialize>(v: &T) -> String {
 /// `ferry bench ...` is `ferry-bench ...`: the benchmarks are a binary of
 /// their own, so the control commands do not carry them.
 fn run_bench(args: &[String]) -> Result<()> {
+    exec_sibling("ferry-bench", "FERRY_BENCH", args)
+}
+
+/// Replaces this process with Ferry binary `name` (next to this one, or
+/// `$env`) run with `args`: `ferry nf serve` is the NF host's `serve`, in
+/// the same process, so ferryd sees the pid it expects.
+fn exec_sibling(name: &str, env: &str, args: &[String]) -> Result<()> {
     use std::os::unix::process::CommandExt;
-    let exe = chainctl::sibling_bin("ferry-bench", "FERRY_BENCH")?;
+    let exe = chainctl::sibling_bin(name, env)?;
     Err(anyhow!(std::process::Command::new(&exe).args(args).exec()).context(format!("running {}", exe.display())))
 }
 
@@ -652,12 +660,14 @@ fn run_testbed(cmd: TestbedCmd) -> Result<()> {
 fn run_nf(cmd: NfCmd) -> Result<()> {
     match cmd {
         NfCmd::Serve { kind, args } => {
-            ferry_host::serve(&kind, &args)?;
-            std::process::exit(ferry_host::EXIT_STOPPED);
+            let mut argv = vec!["serve".to_string(), "--kind".into(), kind];
+            argv.extend(args.into_iter().flat_map(|a| ["--arg".to_string(), a]));
+            exec_sibling("ferry-host", "FERRY_HOST", &argv)
         }
         NfCmd::Host { socket, nfs } => {
-            ferry_host::host(&socket, &nfs)?;
-            std::process::exit(ferry_host::EXIT_STOPPED);
+            let mut argv = vec!["host".to_string(), "--socket".into(), socket.display().to_string()];
+            argv.extend(nfs);
+            exec_sibling("ferry-host", "FERRY_HOST", &argv)
         }
         NfCmd::List { json } => {
             if json {
