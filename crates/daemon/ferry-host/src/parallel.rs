@@ -30,17 +30,16 @@ use ferry_parallel::stm::Stm;
 use ferry_sdk::{Nf, NfThread, Waker};
 
 /// Runs parallel NF `name` until ferryd stops it.
-pub fn serve(name: &str, args: &[String]) -> Result<()> {
+pub fn serve(name: &str, kind: &str, args: &[String]) -> Result<()> {
     // The catalog declares the host's arguments (types and defaults) and
     // knows the NF's keys; the NF checks its own values as it is built.
-    let kind = format!("parallel-{name}");
-    ferry_catalog::check(&kind, args)?;
+    ferry_catalog::check(kind, args)?;
     let is_host = |a: &String| {
-        let key = a.split_once('=').map_or(a.as_str(), |(k, _)| k);
+        let key = ferry_nf::model::split_key_value(a).map_or(a.as_str(), |(k, _)| k);
         ferry_catalog::PARALLEL_HOST_ARGS.iter().any(|h| h.key == key)
     };
     let (host_args, own): (Vec<String>, Vec<String>) = args.iter().cloned().partition(is_host);
-    let host = ferry_catalog::Values::of(&kind, &host_args)?;
+    let host = ferry_catalog::Values::of(kind, &host_args)?;
     let nf_args = NfArgs::parse(&own)?;
     let workers = host.u64("workers")? as usize;
     let batch = host.u64("batch")? as usize;

@@ -49,10 +49,9 @@ const BURST: usize = 32;
 /// checked against the catalog first, as the chain file was.
 pub fn serve(kind: &str, args: &[String]) -> Result<()> {
     let runner = ferry_catalog::runner(kind)?;
-    if runner == Runner::Parallel {
+    if let Runner::Parallel { name } = runner {
         // Checked there, with the NF's own arguments apart from the host's.
-        let name = kind.strip_prefix("parallel-").unwrap_or(kind);
-        return crate::parallel::serve(name, args);
+        return crate::parallel::serve(name, kind, args);
     }
     ferry_catalog::check(kind, args)?;
     match runner {
@@ -60,7 +59,7 @@ pub fn serve(kind: &str, args: &[String]) -> Result<()> {
         Runner::FlowExport => crate::flow_monitor::serve(),
         Runner::HostLoop => host_loop(kind, args),
         Runner::Packet { replies } => serve_packet_nf(kind, args, replies),
-        Runner::Parallel => unreachable!("served above"),
+        Runner::Parallel { .. } => unreachable!("served above"),
     }
 }
 

@@ -57,8 +57,8 @@ pub enum Runner {
     /// One of the host's own loops (forwarders, source, sink, Maglev, the
     /// tenant router).
     HostLoop,
-    /// The parallel runtime, on `workers` threads.
-    Parallel,
+    /// The parallel runtime, on `workers` threads: NF `name` of its table.
+    Parallel { name: &'static str },
     /// A hybrid NF's control plane; ferryd runs its fast path.
     Hybrid,
 }

@@ -227,7 +227,7 @@ fn every_kind_says_how_the_host_runs_it_as_its_model_says() {
         let fits = match t.runner {
             Runner::Packet { .. } | Runner::FlowExport => t.model == ExecModel::PerPacket,
             Runner::HostLoop => t.model == ExecModel::Threaded,
-            Runner::Parallel => t.model == ExecModel::Parallel,
+            Runner::Parallel { name } => t.model == ExecModel::Parallel && t.kind == format!("parallel-{name}"),
             Runner::Hybrid => t.model == ExecModel::Hybrid,
         };
         assert!(fits, "{}: runner {:?}, model {:?}", t.kind, t.runner, t.model);

@@ -139,7 +139,7 @@ pub(crate) fn all() -> Vec<NfType> {
             args: Args::KeyValue(args),
             counters: d.counters.to_vec(),
             elements: d.elements,
-            runner: Runner::Parallel,
+            runner: Runner::Parallel { name },
         });
     }
     for h in &ferry_evnf::types::TYPES {
