@@ -415,4 +415,57 @@ mod tests {
         assert!(find_process((me, start)).is_some());
         assert!(find_process((me, start + 1)).is_none(), "another start time is another process");
     }
+
+    /// A scratch state directory of root's (mode 0700), removed on drop.
+    struct StateDir(PathBuf);
+
+    impl StateDir {
+        fn new(tag: &str) -> StateDir {
+            let dir = std::env::temp_dir().join(format!("ferryd-state-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            StateDir(dir)
+        }
+    }
+
+    impl Drop for StateDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn part(text: &str) -> PartRecord {
+        PartRecord { text: text.into(), origin: "c.yaml".into(), macs: vec![("b".into(), "02:00:00:00:00:02".into())] }
+    }
+
+    #[test]
+    fn a_saved_part_comes_back_and_a_corrupt_one_is_named_and_set_aside() {
+        let dir = StateDir::new("parts");
+        part("name: c1").save(&dir.0, "c1").unwrap();
+        part("name: c2").save(&dir.0, "c2").unwrap();
+        std::fs::write(dir.0.join("parts/c2.json"), b"{ not json").unwrap();
+        let (mut parts, bad) = PartRecord::load_all(&dir.0).unwrap();
+        parts.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(parts.len(), 1);
+        assert_eq!((parts[0].0.as_str(), parts[0].1.text.as_str()), ("c1", "name: c1"));
+        assert_eq!(parts[0].1.macs, part("").macs);
+        assert!(bad.len() == 1 && bad[0].contains("parts/c2.json") && bad[0].ends_with("moved aside"), "{bad:?}");
+        assert!(dir.0.join("parts/c2.json.bad").exists(), "the corrupt file is kept, aside");
+        PartRecord::remove(&dir.0, "c1");
+        assert!(PartRecord::load_all(&dir.0).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn state_files_are_roots_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = StateDir::new("modes");
+        part("x").save(&dir.0, "c").unwrap();
+        for p in [dir.0.clone(), dir.0.join("parts")] {
+            assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o700, "{}", p.display());
+        }
+        let file = std::fs::metadata(dir.0.join("parts/c.json")).unwrap();
+        assert_eq!(file.permissions().mode() & 0o777, 0o600);
+        // A directory others could write is refused, not read.
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(PartRecord::load_all(&dir.0).is_err());
+    }
 }

@@ -55,3 +55,19 @@ fn interface_address(text: &str) -> Result<(std::net::IpAddr, u8)> {
     };
     Ok((addr, len))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::interface_address;
+
+    #[test]
+    fn an_interface_address_is_read_as_ip_addr_add_reads_it() {
+        assert_eq!(interface_address("10.0.9.1/24").unwrap(), ("10.0.9.1".parse().unwrap(), 24));
+        assert_eq!(interface_address("10.0.9.1").unwrap(), ("10.0.9.1".parse().unwrap(), 32));
+        assert_eq!(interface_address("2001:db8::1").unwrap(), ("2001:db8::1".parse().unwrap(), 128));
+        assert_eq!(interface_address("2001:db8::1/64").unwrap().1, 64);
+        for bad in ["10.0.9.1/33", "2001:db8::1/129", "10.0.9/24", "10.0.9.1/x", ""] {
+            assert!(interface_address(bad).is_err(), "{bad}");
+        }
+    }
+}
