@@ -319,7 +319,7 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64, mica
         );
         return;
     }
-    let mut client = match mica.map(|w| MicaClient::new(w, th.index() as u64)) {
+    let client = match mica.map(|w| MicaClient::new(w, th.index() as u64)) {
         Some(Ok(c)) => Some(c),
         Some(Err(e)) => {
             tracing::error!("source: mica: {e}");
@@ -327,7 +327,36 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64, mica
         }
         None => None,
     };
-    let off = stamp_offset(L4Proto::Udp);
+    let Some(templates) = flow_templates(&spec, flows) else { return };
+    let mut made = Made { templates, client, stream: th.index() as u16, seq: 0, count: 0, limit: count };
+    // Frame by frame: a frame goes when it is due, not when a burst of
+    // them is, so that latency at a paced load is not queueing behind the
+    // source's own burst.
+    let mut pacer = ferry_sys::Pacer::for_frames((rate > 0).then_some(rate), BURST);
+    while th.service().is_ok() {
+        if made.all_made() {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        let now = monotonic_ns();
+        let due = pacer.allowance(now).min(BURST as u64);
+        if due == 0 {
+            pacer.wait(now);
+            continue;
+        }
+        let Some(sent) = made.send(&mut th, spec.frame_len, due, now) else { return };
+        pacer.consume(sent);
+        th.set_nf_counter(0, made.count);
+        if sent == 0 && !made.all_made() {
+            // The pool is empty: every frame is downstream. Let the NFs
+            // that hold them run rather than spin.
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// One stamped UDP frame per flow, from 10.0.0.1:1024+f to 10.0.1.1:9.
+fn flow_templates(spec: &FrameSpec, flows: u64) -> Option<Vec<Vec<u8>>> {
     let mut templates = Vec::new();
     for f in 0..flows {
         let tuple = FiveTuple {
@@ -338,59 +367,56 @@ fn source(mut th: NfThread, size: usize, rate: u64, flows: u64, count: u64, mica
             proto: L4Proto::Udp,
         };
         let mut buf = vec![0u8; spec.frame_len];
-        if build_frame(&spec, &tuple, Some(&Stamp::default()), &mut buf).is_err() {
-            return;
-        }
+        build_frame(spec, &tuple, Some(&Stamp::default()), &mut buf).ok()?;
         templates.push(buf);
     }
-    let stream = th.index() as u16;
-    let (mut seq, mut made) = (0u32, 0u64);
-    // Frame by frame: a frame goes when it is due, not when a burst of
-    // them is, so that latency at a paced load is not queueing behind the
-    // source's own burst.
-    let mut pacer = ferry_sys::Pacer::for_frames((rate > 0).then_some(rate), BURST);
-    while th.service().is_ok() {
-        if count > 0 && made >= count {
-            std::thread::sleep(Duration::from_millis(1));
-            continue;
-        }
-        let now = monotonic_ns();
-        let due = pacer.allowance(now).min(BURST as u64);
-        if due == 0 {
-            pacer.wait(now);
-            continue;
-        }
-        let before = made;
+    Some(templates)
+}
+
+/// What a source thread makes: its flows' frames, stamped or carrying
+/// MICA request batches, up to `limit` (0: no limit).
+struct Made {
+    templates: Vec<Vec<u8>>,
+    client: Option<MicaClient>,
+    stream: u16,
+    seq: u32,
+    count: u64,
+    limit: u64,
+}
+
+impl Made {
+    fn all_made(&self) -> bool {
+        self.limit > 0 && self.count >= self.limit
+    }
+
+    /// Sends up to `due` frames of `len` bytes; how many, or None when the
+    /// MICA client fails.
+    fn send(&mut self, th: &mut NfThread, len: usize, due: u64, now: u64) -> Option<u64> {
+        let before = self.count;
+        let off = stamp_offset(L4Proto::Udp);
         for _ in 0..due {
-            if count > 0 && made >= count {
+            if self.all_made() {
                 break;
             }
-            let Some(mut pkt) = th.alloc(spec.frame_len) else { break };
-            let t = &templates[(seq as u64 % flows) as usize];
+            let Some(mut pkt) = th.alloc(len) else { break };
             let d = pkt.data_mut();
-            d.copy_from_slice(t);
-            match client.as_mut() {
+            d.copy_from_slice(&self.templates[(self.seq as u64 % self.templates.len() as u64) as usize]);
+            match self.client.as_mut() {
                 Some(c) => {
                     if let Err(e) = c.write_batch(&mut d[MICA_BATCH_AT..]) {
                         tracing::error!("source: mica: {e}");
-                        return;
+                        return None;
                     }
                 }
                 None => {
-                    Stamp { stream, seq, tx_ns: now }.write(&mut d[off..]);
+                    Stamp { stream: self.stream, seq: self.seq, tx_ns: now }.write(&mut d[off..]);
                 }
             }
-            seq = seq.wrapping_add(1);
-            made += 1;
+            self.seq = self.seq.wrapping_add(1);
+            self.count += 1;
             th.send(pkt, 0);
         }
-        pacer.consume(made - before);
-        th.set_nf_counter(0, made);
-        if made == before && (count == 0 || made < count) {
-            // The pool is empty: every frame is downstream. Let the NFs
-            // that hold them run rather than spin.
-            std::thread::sleep(Duration::from_micros(50));
-        }
+        Some(self.count - before)
     }
 }
 

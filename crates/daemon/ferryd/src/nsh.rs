@@ -189,43 +189,18 @@ impl NshInstall {
         part: &HostPart,
         peers: &[HostSpec],
         macs: &HashMap<String, [u8; 6]>,
-        mut plan: Option<&mut ChainPlan>,
+        plan: Option<&mut ChainPlan>,
     ) -> Result<()> {
         let ns = part.host.netns.clone();
         let ns = ns.as_deref();
         for p in peers.iter().filter(|p| p.name != part.host.name) {
             f.sff.add_peer(p.fabric.addr)?;
         }
-        // The attachments' ports: the NF's end is named in the plan.
-        let mut far_end: HashMap<String, u32> = HashMap::new();
-        for hop in &part.hops {
-            let (HopRole::Proxy { port } | HopRole::Return { port }) = &hop.role else { continue };
-            let plan = plan.as_deref_mut().ok_or_else(|| anyhow!("attachment {port} without a local part"))?;
-            let p = plan.ports.iter_mut().find(|p| &p.name == port).ok_or_else(|| anyhow!("no port {port}"))?;
-            let dev = LoopDevice::create(ns, port, &part.host.fabric.dev, p.queues)
-                .with_context(|| format!("the NSH attachment {port}"))?;
-            p.netdev = dev.send_end.clone();
-            far_end.insert(port.clone(), dev.receive_ifindex);
-            self._devices.push(dev);
-        }
+        let far_end = self.attachments(part, plan)?;
         for hop in &part.hops {
             let at = PathHop::new(part.spi, hop.si)?;
             match &hop.role {
-                HopRole::Classify { dev } => {
-                    if let Some(other) = &f.classifying {
-                        bail!("chain {other:?} classifies on host {:?} already (one classifier per host)", f.host.name);
-                    }
-                    let rule: ferry_wire::classify::Rule = "out=0".parse().map_err(|e| anyhow!("{e}"))?;
-                    f.sff.set_classifier(&[rule], &[part.spi])?;
-                    let ifindex = ifindex_in(ns, dev)?;
-                    f.sff.set_role(ifindex, NshRole::Classify)?;
-                    self.roles.push(ifindex);
-                    let (m, sff) = (f.mode, &mut f.sff);
-                    let a = ferry_sys::in_netns(ns, || sff.attach_one(ifindex, m))??;
-                    self.attached.push(a);
-                    f.classifying = Some(chain.to_string());
-                    self.classifies = true;
-                }
+                HopRole::Classify { dev } => self.classify(f, chain, part, dev)?,
                 HopRole::Return { port } => {
                     let ifindex = far_end[port];
                     f.sff.set_role(ifindex, NshRole::Return { hop: at, ttl: RETURN_TTL })?;
@@ -264,6 +239,44 @@ impl NshInstall {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// A loop device per attachment (a proxy or return hop's port); the
+    /// NF's end is named in the plan. Returns each port's far-end ifindex.
+    fn attachments(&mut self, part: &HostPart, mut plan: Option<&mut ChainPlan>) -> Result<HashMap<String, u32>> {
+        let ns = part.host.netns.as_deref();
+        let mut far_end: HashMap<String, u32> = HashMap::new();
+        for hop in &part.hops {
+            let (HopRole::Proxy { port } | HopRole::Return { port }) = &hop.role else { continue };
+            let plan = plan.as_deref_mut().ok_or_else(|| anyhow!("attachment {port} without a local part"))?;
+            let p = plan.ports.iter_mut().find(|p| &p.name == port).ok_or_else(|| anyhow!("no port {port}"))?;
+            let dev = LoopDevice::create(ns, port, &part.host.fabric.dev, p.queues)
+                .with_context(|| format!("the NSH attachment {port}"))?;
+            p.netdev = dev.send_end.clone();
+            far_end.insert(port.clone(), dev.receive_ifindex);
+            self._devices.push(dev);
+        }
+        Ok(far_end)
+    }
+
+    /// Makes `dev` this host's classifier, into the part's path (one
+    /// classifier per host).
+    fn classify(&mut self, f: &mut Fabric, chain: &str, part: &HostPart, dev: &str) -> Result<()> {
+        let ns = part.host.netns.as_deref();
+        if let Some(other) = &f.classifying {
+            bail!("chain {other:?} classifies on host {:?} already (one classifier per host)", f.host.name);
+        }
+        let rule: ferry_wire::classify::Rule = "out=0".parse().map_err(|e| anyhow!("{e}"))?;
+        f.sff.set_classifier(&[rule], &[part.spi])?;
+        let ifindex = ifindex_in(ns, dev)?;
+        f.sff.set_role(ifindex, NshRole::Classify)?;
+        self.roles.push(ifindex);
+        let (m, sff) = (f.mode, &mut f.sff);
+        let a = ferry_sys::in_netns(ns, || sff.attach_one(ifindex, m))??;
+        self.attached.push(a);
+        f.classifying = Some(chain.to_string());
+        self.classifies = true;
         Ok(())
     }
 

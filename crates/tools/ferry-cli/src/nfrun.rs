@@ -71,30 +71,7 @@ pub fn run(opts: &NfRunOptions, nfs: Vec<Box<dyn PacketNf>>) -> Result<NfRunRepo
     while !limit.done() {
         let (rx_total, tx_total) = totals(&io.ports);
         window.observe(rx_total > 0, || (rx_total, tx_total));
-        let mut got_any = false;
-        for port in io.ports.iter_mut() {
-            port.reclaim();
-            rx.clear();
-            tx.clear();
-            if port.recv(opts.batch, &mut rx) == 0 {
-                continue;
-            }
-            got_any = true;
-            for desc in &rx {
-                // A descriptor outside the UMEM cannot come from the kernel;
-                // if it ever did, dropping it is the only safe choice.
-                let verdict = port.frame_mut(desc).map_or(Verdict::Drop, |frame| chain.process(frame));
-                match verdict {
-                    Verdict::Tx => tx.push(*desc),
-                    Verdict::Drop | Verdict::Pass => port.release(desc.addr),
-                }
-            }
-            let sent = port.send(&tx)?;
-            for d in &tx[sent..] {
-                drop_tx_full += 1;
-                port.release(d.addr);
-            }
-        }
+        let got_any = forward_round(&mut io.ports, &mut chain, (&mut rx, &mut tx), opts.batch, &mut drop_tx_full)?;
         if !got_any {
             // Nothing arrived on any port: block briefly instead of spinning,
             // so an idle NF costs no CPU.
@@ -132,6 +109,48 @@ pub fn run(opts: &NfRunOptions, nfs: Vec<Box<dyn PacketNf>>) -> Result<NfRunRepo
     }
     // Let the last transmissions complete before counting frames.
     std::thread::sleep(Duration::from_millis(20));
+    count_ports(&mut io, &mut report)?;
+    Ok(report)
+}
+
+/// One receive burst per port through the NF chain; what it sends back
+/// goes out of the same port. Whether anything arrived.
+fn forward_round(
+    ports: &mut [ferry_xsk::Port],
+    chain: &mut NfChainLocal,
+    (rx, tx): (&mut Vec<XdpDesc>, &mut Vec<XdpDesc>),
+    batch: usize,
+    drop_tx_full: &mut u64,
+) -> Result<bool> {
+    let mut got_any = false;
+    for port in ports.iter_mut() {
+        port.reclaim();
+        rx.clear();
+        tx.clear();
+        if port.recv(batch, rx) == 0 {
+            continue;
+        }
+        got_any = true;
+        for desc in rx.iter() {
+            // A descriptor outside the UMEM cannot come from the kernel;
+            // if it ever did, dropping it is the only safe choice.
+            let verdict = port.frame_mut(desc).map_or(Verdict::Drop, |frame| chain.process(frame));
+            match verdict {
+                Verdict::Tx => tx.push(*desc),
+                Verdict::Drop | Verdict::Pass => port.release(desc.addr),
+            }
+        }
+        let sent = port.send(tx)?;
+        for d in &tx[sent..] {
+            *drop_tx_full += 1;
+            port.release(d.addr);
+        }
+    }
+    Ok(got_any)
+}
+
+/// The ports' and sockets' counters, and the XDP program's verdicts.
+fn count_ports(io: &mut xskport::XskPorts, report: &mut NfRunReport) -> Result<()> {
     for port in io.ports.iter_mut() {
         port.reclaim();
         report.rx_packets += port.counters.rx_packets;
@@ -147,7 +166,7 @@ pub fn run(opts: &NfRunOptions, nfs: Vec<Box<dyn PacketNf>>) -> Result<NfRunRepo
         let v = p.verdicts()?;
         report.xdp = ferry_bpf::VERDICT_NAMES.iter().zip(v.packets).map(|(n, c)| (n.to_string(), c)).collect();
     }
-    Ok(report)
+    Ok(())
 }
 
 fn totals(ports: &[ferry_xsk::Port]) -> (u64, u64) {
