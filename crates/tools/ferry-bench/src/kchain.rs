@@ -45,12 +45,11 @@
 //! succeeded or failed (errors name its `fy??????` prefix), and by its
 //! reaper process even if this process is killed.
 
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use ferry_bpf::{AttachMode, LoadedXdp, Object};
 use serde::Serialize;
 use serde_json::Value;
@@ -354,7 +353,7 @@ fn attach_redirects(tb: &ferry_testbed::Testbed, nfs: usize) -> Result<Vec<NfPro
     let mut all = Vec::new();
     for i in 1..=nfs {
         let ns = tb.ns_name(&nf_ns(i));
-        let progs = in_netns(ns, || -> Result<NfPrograms> {
+        let progs = ferry_sys::in_netns(Some(ns), || -> Result<NfPrograms> {
             let (ifin, ifout) = (ferry_cli::util::ifindex("in")?, ferry_cli::util::ifindex("out")?);
             let mut redirect = LoadedXdp::attach(Object::Redirect, "ferry_redirect", ifin, AttachMode::Driver)
                 .context("attaching ferry_redirect")?;
@@ -363,27 +362,11 @@ fn attach_redirects(tb: &ferry_testbed::Testbed, nfs: usize) -> Result<Vec<NfPro
                 .context("attaching ferry_pass")?;
             Ok(NfPrograms { redirect, _pass: pass })
         })
+        .with_context(|| format!("entering netns {ns}"))?
         .with_context(|| format!("NF {i} (netns {ns})"))?;
         all.push(progs);
     }
     Ok(all)
-}
-
-/// Runs `f` on a thread that has joined network namespace `real_ns`.
-fn in_netns<T: Send>(real_ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let path = Path::new("/run/netns").join(real_ns);
-            let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-            // SAFETY: a valid namespace fd; setns affects only this thread.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(anyhow!("setns into {real_ns}: {}", std::io::Error::last_os_error()));
-            }
-            f()
-        })
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e))
-    })
 }
 
 /// Bridge mode: `br0` over `in` and `out` in each NF namespace; GRO on

@@ -357,12 +357,8 @@ impl ProfileArgs {
     fn profile(&self, dev: &str) -> Result<TrafficProfile> {
         let mut p = match &self.profile {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-                let de = serde_yaml::Deserializer::from_str(&text);
-                serde_path_to_error::deserialize(de).map_err(|e| {
-                    let loc = e.inner().location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
-                    anyhow!("{}{loc}: {}: {}", path.display(), e.path(), e.inner())
-                })?
+                let (text, origin) = ferry_config::read_file(path)?;
+                ferry_config::parse_located(&text, &origin, |_: &TrafficProfile| Ok(()))?
             }
             None => TrafficProfile::default(),
         };
