@@ -22,6 +22,8 @@ pub struct ChainPlan {
     pub ports: Vec<PortPlan>,
     pub kernel: Vec<crate::spec::KernelSpec>,
     pub nfs: Vec<NfPlan>,
+    /// (`bridges` in plans written before copy links had their name.)
+    #[serde(alias = "bridges")]
     pub copy_links: Vec<CopyLinkPlan>,
 }
 
@@ -125,7 +127,12 @@ pub enum OutLink {
     /// it; the sender picks a thread by flow hash.
     Nf { nf: usize, rings: Vec<u32>, tids: Vec<u32> },
     /// Across domains: into the input ring of a ferryd copy link.
-    Copy { link: usize, ring: u32, tid: u32 },
+    Copy {
+        #[serde(alias = "bridge")]
+        link: usize,
+        ring: u32,
+        tid: u32,
+    },
     /// Out of a port, on this thread's own socket.
     Port { port: usize },
     /// Into the kernel stack: a write to TAP device `kernel`.

@@ -369,76 +369,13 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
     let want = |s: &str| o.scenarios.iter().any(|x| x == s);
     let zc = ChainShape { poll: o.poll.as_deref(), ..ZERO_COPY };
     if want("fig10") {
-        for &n in &o.nfs {
-            for (variant, copy) in [("ferry-zero-copy", false), ("ferry-copy", true)] {
-                let shape = ChainShape { fwds: n, copy, ..zc };
-                let (mut row, _) = measure_chain(&dir, &format!("f10-{variant}-{n}"), shape, o)?;
-                row.scenario = "fig10".into();
-                row.variant = variant.into();
-                row.nfs = n;
-                rows.push(row);
-            }
-            rows.push(inproc_row("fig10", "one-process-threads", &inproc_opts(n, 32, o))?);
-            let shape = ChainShape { fwds: n, hosted: true, ..zc };
-            let (mut row, _) = measure_chain(&dir, &format!("f10-sdk-{n}"), shape, o)?;
-            row.scenario = "fig10".into();
-            row.variant = "one-process-sdk".into();
-            row.nfs = n;
-            rows.push(row);
-            if o.kernel {
-                let r = run_kernel_chain(&KernelChainOptions {
-                    nfs: n,
-                    mode: KernelChainMode::XdpRedirect,
-                    duration: o.window + o.warmup,
-                    ..Default::default()
-                })?;
-                rows.push(Row {
-                    scenario: "fig10".into(),
-                    variant: "kernel-xdp-redirect".into(),
-                    nfs: n,
-                    mode: "veth".into(),
-                    mpps: r.rx_mpps,
-                    p50_us: r.latency_p50_us,
-                    p99_us: r.latency_p99_us,
-                    notes: BTreeMap::from([("loss_ratio".to_string(), r.loss_ratio)]),
-                    ..Default::default()
-                });
-            }
-        }
+        rows.extend(fig10_rows(&dir, o, zc)?);
     }
     if want("fig11") {
-        let n = 4;
-        for batch in [32u32, 1] {
-            let (mut row, _) = measure_chain(&dir, &format!("f11-{batch}"), ChainShape { fwds: n, batch, ..zc }, o)?;
-            row.scenario = "fig11".into();
-            row.variant = format!("ferry-batch-{batch}");
-            row.nfs = n;
-            rows.push(row);
-            rows.push(inproc_row("fig11", &format!("one-process-batch-{batch}"), &inproc_opts(n, batch as usize, o))?);
-        }
+        rows.extend(fig11_rows(&dir, o, zc)?);
     }
     if want("table1") {
-        // Six threads: on a machine with fewer CPUs ferryd settles
-        // `idle_polls` to 6. Two more rows with `block` show the choice
-        // against its alternatives: polling for the whole 200 µs after a
-        // busy burst (the rule before), and blocking at once.
-        let variants = [
-            ("block", "block", None),
-            ("block-poll-always", "block", Some("idle_polls: 4294967295")),
-            ("block-poll-never", "block", Some("idle_timeout_us: 0")),
-            ("sleep", "sleep", None),
-            ("none", "none", None),
-        ];
-        for (variant, bp, poll) in variants {
-            let shape = ChainShape { fwds: 4, slow: Some((2, 2000)), backpressure: bp, poll: poll.or(zc.poll), ..zc };
-            let (mut row, st) = measure_chain(&dir, &format!("t1-{variant}"), shape, o)?;
-            row.scenario = "table1".into();
-            row.variant = format!("backpressure-{variant}");
-            row.nfs = 4;
-            let dropped: u64 = ["src", "nf1", "nf2", "nf3", "nf4"].iter().map(|n| counter(&st, n, "drop_full")).sum();
-            row.notes.insert("drop_full".into(), dropped as f64);
-            rows.push(row);
-        }
+        rows.extend(table1_rows(&dir, o, zc)?);
     }
     if want("idle") {
         let shape = ChainShape { fwds: 4, source: false, ..zc };
@@ -454,6 +391,91 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(BenchChainReport { machine: crate::io::machine_summary(), rows })
+}
+
+/// FLASH Fig. 10: chains of `o.nfs` NFs, zero-copy and copy, beside the
+/// one-process bounds and the kernel's XDP-redirect chain.
+fn fig10_rows(dir: &Path, o: &BenchChainOptions, zc: ChainShape<'_>) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for &n in &o.nfs {
+        for (variant, copy) in [("ferry-zero-copy", false), ("ferry-copy", true)] {
+            let shape = ChainShape { fwds: n, copy, ..zc };
+            let (mut row, _) = measure_chain(dir, &format!("f10-{variant}-{n}"), shape, o)?;
+            row.scenario = "fig10".into();
+            row.variant = variant.into();
+            row.nfs = n;
+            rows.push(row);
+        }
+        rows.push(inproc_row("fig10", "one-process-threads", &inproc_opts(n, 32, o))?);
+        let shape = ChainShape { fwds: n, hosted: true, ..zc };
+        let (mut row, _) = measure_chain(dir, &format!("f10-sdk-{n}"), shape, o)?;
+        row.scenario = "fig10".into();
+        row.variant = "one-process-sdk".into();
+        row.nfs = n;
+        rows.push(row);
+        if o.kernel {
+            let r = run_kernel_chain(&KernelChainOptions {
+                nfs: n,
+                mode: KernelChainMode::XdpRedirect,
+                duration: o.window + o.warmup,
+                ..Default::default()
+            })?;
+            rows.push(Row {
+                scenario: "fig10".into(),
+                variant: "kernel-xdp-redirect".into(),
+                nfs: n,
+                mode: "veth".into(),
+                mpps: r.rx_mpps,
+                p50_us: r.latency_p50_us,
+                p99_us: r.latency_p99_us,
+                notes: BTreeMap::from([("loss_ratio".to_string(), r.loss_ratio)]),
+                ..Default::default()
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// FLASH Fig. 11: four NFs, batches of 32 and of 1.
+fn fig11_rows(dir: &Path, o: &BenchChainOptions, zc: ChainShape<'_>) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let n = 4;
+    for batch in [32u32, 1] {
+        let (mut row, _) = measure_chain(dir, &format!("f11-{batch}"), ChainShape { fwds: n, batch, ..zc }, o)?;
+        row.scenario = "fig11".into();
+        row.variant = format!("ferry-batch-{batch}");
+        row.nfs = n;
+        rows.push(row);
+        rows.push(inproc_row("fig11", &format!("one-process-batch-{batch}"), &inproc_opts(n, batch as usize, o))?);
+    }
+    Ok(rows)
+}
+
+/// FLASH Table 1: a slow NF in a chain, under each backpressure mode.
+fn table1_rows(dir: &Path, o: &BenchChainOptions, zc: ChainShape<'_>) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    // Six threads: on a machine with fewer CPUs ferryd settles
+    // `idle_polls` to 6. Two more rows with `block` show the choice
+    // against its alternatives: polling for the whole 200 µs after a
+    // busy burst (the rule before), and blocking at once.
+    let variants = [
+        ("block", "block", None),
+        ("block-poll-always", "block", Some("idle_polls: 4294967295")),
+        ("block-poll-never", "block", Some("idle_timeout_us: 0")),
+        ("sleep", "sleep", None),
+        ("none", "none", None),
+    ];
+    for (variant, bp, poll) in variants {
+        let shape = ChainShape { fwds: 4, slow: Some((2, 2000)), backpressure: bp, poll: poll.or(zc.poll), ..zc };
+        let (mut row, st) = measure_chain(dir, &format!("t1-{variant}"), shape, o)?;
+        row.scenario = "table1".into();
+        row.variant = format!("backpressure-{variant}");
+        row.nfs = 4;
+        let dropped: u64 = ["src", "nf1", "nf2", "nf3", "nf4"].iter().map(|n| counter(&st, n, "drop_full")).sum();
+        row.notes.insert("drop_full".into(), dropped as f64);
+        rows.push(row);
+    }
+    Ok(rows)
 }
 
 /// Table 1's question: how much CPU backpressure saves against none, in

@@ -599,16 +599,7 @@ pub fn run_inproc_chain(o: &InprocOptions) -> Result<InprocResult> {
         busy_poll: Duration::from_micros(o.busy_poll_us),
     };
 
-    let mut template = vec![0u8; o.frame_len];
-    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: o.frame_len };
-    let tuple = FiveTuple {
-        src_ip: [10, 0, 0, 1].into(),
-        dst_ip: [10, 0, 0, 2].into(),
-        src_port: 1024,
-        dst_port: 9,
-        proto: L4Proto::Udp,
-    };
-    build_frame(&spec, &tuple, Some(&Stamp::default()), &mut template)?;
+    let template = udp_template(o.frame_len)?;
 
     // Handles are made before any thread starts, so a wiring error leaves
     // nothing running.
@@ -654,6 +645,34 @@ pub fn run_inproc_chain(o: &InprocOptions) -> Result<InprocResult> {
     let nfs = nfs.into_iter().map(|r| r.and_then(|x| x)).collect::<Result<Vec<_>>>()?;
     let sink = sink??;
 
+    Ok(result(o, (&pool, &rings), source, nfs, sink))
+}
+
+/// The one UDP frame the source stamps and sends, 10.0.0.1:1024 to
+/// 10.0.0.2:9.
+fn udp_template(frame_len: usize) -> Result<Vec<u8>> {
+    let mut template = vec![0u8; frame_len];
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len };
+    let tuple = FiveTuple {
+        src_ip: [10, 0, 0, 1].into(),
+        dst_ip: [10, 0, 0, 2].into(),
+        src_port: 1024,
+        dst_port: 9,
+        proto: L4Proto::Udp,
+    };
+    build_frame(&spec, &tuple, Some(&Stamp::default()), &mut template)?;
+    Ok(template)
+}
+
+/// The run's result from what each stage counted, with the frame
+/// conservation check over the pool and the rings.
+fn result(
+    o: &InprocOptions,
+    (pool, rings): (&FramePool, &[RingWiring]),
+    source: StageStats,
+    nfs: Vec<StageStats>,
+    sink: SinkOut,
+) -> InprocResult {
     let frames_total = pool.frames_total();
     let frames_returned = pool.available();
     let frames_in_flight: u64 = rings.iter().map(|r| r.ring.fill_level()).sum();
@@ -668,7 +687,7 @@ pub fn run_inproc_chain(o: &InprocOptions) -> Result<InprocResult> {
     stages.push(source);
     stages.extend(nfs);
     stages.push(sink.st);
-    Ok(InprocResult {
+    InprocResult {
         nfs: o.nfs,
         batch: o.batch,
         frame_len: o.frame_len,
@@ -689,7 +708,7 @@ pub fn run_inproc_chain(o: &InprocOptions) -> Result<InprocResult> {
         frames_in_flight,
         conserved,
         stages,
-    })
+    }
 }
 
 #[cfg(test)]

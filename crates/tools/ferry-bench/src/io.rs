@@ -122,68 +122,14 @@ fn measure_once(
     // start-up order does not matter; the timeout only bounds a broken run.
     let timeout = secs(total + Duration::from_secs(20));
     let (warmup, window) = (secs(o.warmup), secs(o.window));
-    let dut_args = match s {
-        Scenario::XdpDrop | Scenario::XdpTx => {
-            let prog = if s == Scenario::XdpDrop { "drop" } else { "tx" };
-            argv(&[
-                "xdp",
-                "run",
-                "--dev",
-                "d0",
-                "--prog",
-                prog,
-                "--warmup",
-                &warmup,
-                "--window",
-                &window,
-                "--timeout",
-                &timeout,
-            ])
-        }
-        Scenario::XskRxDrop | Scenario::XskL2fwd => {
-            let nf = if s == Scenario::XskRxDrop { "rxdrop" } else { "l2fwd" };
-            argv(&["nf", "run", "--dev", "d0", "--warmup", &warmup, "--window", &window, "--duration", &timeout, nf])
-        }
-        Scenario::XskTxOnly => {
-            let run_for = secs(total + Duration::from_millis(200));
-            let size = size.to_string();
-            argv(&[
-                "gen",
-                "txonly",
-                "--dev",
-                "d0",
-                "--size",
-                &size,
-                "--dst-mac",
-                "02:00:00:00:00:01",
-                "--warmup",
-                &warmup,
-                "--window",
-                &window,
-                "--run-for",
-                &run_for,
-            ])
-        }
-    };
+    let dut_args = dut_args(s, size, (&warmup, &window, &timeout), total);
     // TX-only sends by itself: it starts once g0 counts what arrives.
     let dut = (s != Scenario::XskTxOnly).then(|| proc::spawn(&dut_ns, &dut_args, Some(1))).transpose()?;
     // The returning frames need an XDP program on g0 to be received there.
     let ret = if s.returns_traffic() {
-        let args = argv(&[
-            "xdp",
-            "run",
-            "--dev",
-            "g0",
-            "--prog",
-            "drop",
-            "--warmup",
-            &warmup,
-            "--window",
-            &window,
-            "--timeout",
-            &timeout,
-        ]);
-        Some(proc::spawn(&gen_ns, &args, Some(0))?)
+        let args = argv(&["xdp", "run", "--dev", "g0", "--prog", "drop"]);
+        let window_flags = argv(&["--warmup", &warmup, "--window", &window, "--timeout", &timeout]);
+        Some(proc::spawn(&gen_ns, &[args, window_flags].concat(), Some(0))?)
     } else {
         None
     };
@@ -235,14 +181,67 @@ fn measure_once(
         }
         None => None,
     };
-    let dut_pps = match s {
-        Scenario::XdpDrop | Scenario::XdpTx => num(&dut_report, "/pps"),
-        Scenario::XskRxDrop => num(&dut_report, "/window_rx") / num(&dut_report, "/window_seconds").max(1e-9),
-        Scenario::XskL2fwd | Scenario::XskTxOnly => {
-            num(&dut_report, "/window_tx") / num(&dut_report, "/window_seconds").max(1e-9)
-        }
-    };
+    let dut_pps = dut_pps(s, &dut_report);
     Ok((dut_pps, num(&gen_report, "/pps"), returned))
+}
+
+/// The device under test's `ferry` subcommand for scenario `s`, given the
+/// window's (warmup, window, timeout) as flags.
+fn dut_args(s: Scenario, size: usize, (warmup, window, timeout): (&str, &str, &str), total: Duration) -> Vec<String> {
+    match s {
+        Scenario::XdpDrop | Scenario::XdpTx => {
+            let prog = if s == Scenario::XdpDrop { "drop" } else { "tx" };
+            argv(&[
+                "xdp",
+                "run",
+                "--dev",
+                "d0",
+                "--prog",
+                prog,
+                "--warmup",
+                warmup,
+                "--window",
+                window,
+                "--timeout",
+                timeout,
+            ])
+        }
+        Scenario::XskRxDrop | Scenario::XskL2fwd => {
+            let nf = if s == Scenario::XskRxDrop { "rxdrop" } else { "l2fwd" };
+            argv(&["nf", "run", "--dev", "d0", "--warmup", warmup, "--window", window, "--duration", timeout, nf])
+        }
+        Scenario::XskTxOnly => {
+            let run_for = secs(total + Duration::from_millis(200));
+            let size = size.to_string();
+            argv(&[
+                "gen",
+                "txonly",
+                "--dev",
+                "d0",
+                "--size",
+                &size,
+                "--dst-mac",
+                "02:00:00:00:00:01",
+                "--warmup",
+                warmup,
+                "--window",
+                window,
+                "--run-for",
+                &run_for,
+            ])
+        }
+    }
+}
+
+/// What the device under test achieved, from its report.
+fn dut_pps(s: Scenario, dut_report: &serde_json::Value) -> f64 {
+    match s {
+        Scenario::XdpDrop | Scenario::XdpTx => num(dut_report, "/pps"),
+        Scenario::XskRxDrop => num(dut_report, "/window_rx") / num(dut_report, "/window_seconds").max(1e-9),
+        Scenario::XskL2fwd | Scenario::XskTxOnly => {
+            num(dut_report, "/window_tx") / num(dut_report, "/window_seconds").max(1e-9)
+        }
+    }
 }
 
 /// Runs the whole matrix on a fresh testbed and tears it down.

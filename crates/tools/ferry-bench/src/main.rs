@@ -209,6 +209,22 @@ enum BenchCmd {
     },
 }
 
+/// `--poll`, checked as the chain file would check it, before it goes
+/// verbatim into every chain the bench writes.
+fn check_poll(poll: Option<&str>) -> Result<()> {
+    if let Some(text) = poll {
+        serde_yaml::from_str::<ferry_chain::spec::PollSpec>(&format!("{{ {text} }}"))
+            .with_context(|| format!("--poll {text:?}: not a chain file's poll: {{ ... }}"))?;
+    }
+    Ok(())
+}
+
+/// Prints `report` as its table and writes it to `json` (if given).
+fn show<R: Serialize>(report: &R, table: fn(&R) -> String, json: Option<&std::path::Path>) -> Result<()> {
+    print!("{}", table(report));
+    write_json(json, report)
+}
+
 /// Writes a benchmark report to `path` (if given), creating its directory.
 fn write_json<T: Serialize>(path: Option<&std::path::Path>, report: &T) -> Result<()> {
     if let Some(path) = path {
@@ -241,30 +257,19 @@ fn run(cmd: BenchCmd) -> Result<()> {
                 window,
                 scenarios: scenarios.unwrap_or_else(|| io::Scenario::ALL.to_vec()),
             };
-            let report = io::run_io(&opts)?;
-            print!("{}", io::table(&report));
-            write_json(json.as_deref(), &report)
+            show(&io::run_io(&opts)?, io::table, json.as_deref())
         }
         BenchCmd::Realworld { scenarios, rules, size, cnf, warmup, window, json } => {
             // NFs run with / as their working directory.
             let rules = std::fs::canonicalize(&rules).with_context(|| format!("{}", rules.display()))?;
             let cnf = std::path::absolute(&cnf)?;
             let opts = realworld::BenchRealworldOptions { scenarios, warmup, window, rules, size, cnf };
-            let report = realworld::run(&opts)?;
-            print!("{}", realworld::table(&report));
-            write_json(json.as_deref(), &report)
+            show(&realworld::run(&opts)?, realworld::table, json.as_deref())
         }
         BenchCmd::Chain { scenarios, nfs, load_nfs, poll, warmup, window, no_kernel, json } => {
-            if let Some(text) = &poll {
-                // Checked here, as the chain file would check it, before
-                // it goes verbatim into every chain the bench writes.
-                serde_yaml::from_str::<ferry_chain::spec::PollSpec>(&format!("{{ {text} }}"))
-                    .with_context(|| format!("--poll {text:?}: not a chain file's poll: {{ ... }}"))?;
-            }
+            check_poll(poll.as_deref())?;
             let opts = chain::BenchChainOptions { scenarios, nfs, load_nfs, poll, warmup, window, kernel: !no_kernel };
-            let report = chain::run(&opts)?;
-            print!("{}", chain::table(&report));
-            write_json(json.as_deref(), &report)
+            show(&chain::run(&opts)?, chain::table, json.as_deref())
         }
         BenchCmd::Offload { scenarios, sizes, measure, json } => {
             for sc in &scenarios {
@@ -280,9 +285,7 @@ fn run(cmd: BenchCmd) -> Result<()> {
                 latency_pps: measure.latency_pps,
                 latency_frames: measure.latency_frames,
             };
-            let report = offload::run(&opts)?;
-            print!("{}", offload::table(&report));
-            write_json(json.as_deref(), &report)
+            show(&offload::run(&opts)?, offload::table, json.as_deref())
         }
         BenchCmd::Tenant { figures, sizes, measure, json } => {
             tenant::check_figures(&figures)?;
@@ -294,9 +297,7 @@ fn run(cmd: BenchCmd) -> Result<()> {
                 latency_pps: measure.latency_pps,
                 latency_frames: measure.latency_frames,
             };
-            let report = tenant::run(&opts)?;
-            print!("{}", tenant::table(&report));
-            write_json(json.as_deref(), &report)
+            show(&tenant::run(&opts)?, tenant::table, json.as_deref())
         }
         BenchCmd::Nsh { sizes, measure, json } => {
             nsh::check_sizes(&sizes)?;
@@ -307,31 +308,21 @@ fn run(cmd: BenchCmd) -> Result<()> {
                 latency_pps: measure.latency_pps,
                 latency_frames: measure.latency_frames,
             };
-            let report = nsh::run(&opts)?;
-            print!("{}", nsh::table(&report));
-            write_json(json.as_deref(), &report)
+            show(&nsh::run(&opts)?, nsh::table, json.as_deref())
         }
         BenchCmd::Firewall { rules, packets, runs, json } => {
-            let report = firewall::run(rules, packets, runs)?;
-            print!("{}", firewall::table(&report));
-            write_json(json.as_deref(), &report)
+            show(&firewall::run(rules, packets, runs)?, firewall::table, json.as_deref())
         }
         BenchCmd::Pipeline { runs, repeat, json } => {
-            let report = pipeline::run(repeat, runs.max(1))?;
-            print!("{}", pipeline::table(&report));
-            write_json(json.as_deref(), &report)
+            show(&pipeline::run(repeat, runs.max(1))?, pipeline::table, json.as_deref())
         }
         BenchCmd::Evnf { scenarios, conns, elephants, duration, runs, json } => {
             let opts = evnf::BenchEvnfOptions { scenarios, conns, elephants, duration, runs };
-            let report = evnf::run(&opts)?;
-            print!("{}", evnf::table(&report));
-            write_json(json.as_deref(), &report)
+            show(&evnf::run(&opts)?, evnf::table, json.as_deref())
         }
         BenchCmd::Parallel { nfs, packets, runs, no_case_studies, json } => {
             let opts = parallel::BenchParallelOptions { nfs, packets, runs, case_studies: !no_case_studies };
-            let report = parallel::run(&opts)?;
-            print!("{}", parallel::table(&report));
-            write_json(json.as_deref(), &report)
+            show(&parallel::run(&opts)?, parallel::table, json.as_deref())
         }
     }
 }

@@ -268,7 +268,7 @@ links:
     // The copies f received never outnumber what src copied. src counts a
     // batch just after it publishes it, so for a moment (longer if src is
     // kept off its CPU) f can be ahead by a batch: wait for src's count,
-    // read after f's, to catch up. A bridge that duplicated frames would
+    // read after f's, to catch up. A copy link that duplicated frames would
     // keep f ahead for good, and the wait would fail.
     wait_until("src's copies to cover what f received", || {
         let received = c(&rc.status().unwrap(), "f", "rx_ring");

@@ -146,7 +146,7 @@ const MADE: u64 = 1_200_000;
 
 /// Frames a copy link can hold when ferryd is killed: what it copied and
 /// has not queued yet (a burst), which the next ferryd reclaims.
-const BRIDGE_HOLDS: u64 = 64;
+const COPY_LINK_HOLDS: u64 = 64;
 
 /// src -> mid -> snk, src making MADE frames at 200 kpps; `snk` in domain
 /// `snk_domain` (a copy link from mid when it is not `main`).
@@ -170,7 +170,7 @@ links:
 /// Runs `yaml` (chain `name`) under a persistent ferryd and ends ferryd
 /// once per `signals` while frames flow, each time replaced by a new one.
 /// Block backpressure drops nothing, so every frame made must be sunk,
-/// but for what `may_lose` allows (a killed ferryd's bridge's burst): the
+/// but for what `may_lose` allows (a killed ferryd's copy link's burst): the
 /// same processes all along, every one rejoined, counters that kept
 /// counting, a conserved audit.
 fn restart_under_load(name: &str, yaml: &str, signals: &[i32], may_lose: u64) {
@@ -210,7 +210,7 @@ fn restart_under_load(name: &str, yaml: &str, signals: &[i32], may_lose: u64) {
     eprintln!("{}", chainctl::status_table(&st));
     assert_eq!(c(&st, "src", "made"), MADE);
     let reclaimed: u64 = st.domains.iter().map(|d| d.reclaimed).sum();
-    assert!(may_lose > 0 || reclaimed == 0, "nothing to reclaim without a killed bridge: {:?}", st.domains);
+    assert!(may_lose > 0 || reclaimed == 0, "nothing to reclaim without a killed copy link: {:?}", st.domains);
     for nf in ["src", "mid", "snk"] {
         for drop in ["drop_full", "drop_down", "drop_malformed"] {
             assert_eq!(c(&st, nf, drop), 0, "{nf} {drop}");
@@ -242,17 +242,17 @@ fn ferryd_restarts_under_200_kpps_and_loses_no_frame() {
     restart_under_load("persist", &counted_chain("persist", "main"), &[libc::SIGTERM, libc::SIGKILL], 0);
 }
 
-/// A copy link: the bridge is a ferryd thread. Stopped (SIGTERM), it
+/// A copy link: a ferryd thread. Stopped (SIGTERM), it
 /// hands on what it copied; killed (SIGKILL), it may lose the burst it
-/// held, which the next ferryd reclaims before it starts the bridge
+/// held, which the next ferryd reclaims before it starts the copy link
 /// again on the same ring.
 #[test]
 fn a_copy_link_survives_ferryd_restarts() {
     if !privileged("copy_link_restarts") {
         return;
     }
-    let chain = counted_chain("bridged", "other");
-    restart_under_load("bridged", &chain, &[libc::SIGTERM, libc::SIGKILL], BRIDGE_HOLDS);
+    let chain = counted_chain("linked", "other");
+    restart_under_load("linked", &chain, &[libc::SIGTERM, libc::SIGKILL], COPY_LINK_HOLDS);
 }
 
 /// Writes chain `name`: in (d0 of `dut`) -> a (fwd) -> b (l2fwd) -> out (d1).

@@ -453,7 +453,7 @@ where
 
 /// A 5-tuple as a flow key (ordered, unlike [`FiveTuple`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FlowTuple {
+pub struct TupleKey {
     pub proto: u8,
     pub src_ip: Ipv4Addr,
     pub src_port: u16,
@@ -461,9 +461,9 @@ pub struct FlowTuple {
     pub dst_port: u16,
 }
 
-impl From<FiveTuple> for FlowTuple {
-    fn from(t: FiveTuple) -> FlowTuple {
-        FlowTuple {
+impl From<FiveTuple> for TupleKey {
+    fn from(t: FiveTuple) -> TupleKey {
+        TupleKey {
             proto: t.proto.ip_proto(),
             src_ip: t.src_ip,
             src_port: t.src_port,
@@ -475,8 +475,8 @@ impl From<FiveTuple> for FlowTuple {
 
 /// The flow of an output by its 5-tuple as sent (`None` for frames that
 /// are not IPv4 UDP/TCP/ICMP). For NFs that do not rewrite headers.
-pub fn five_tuple_key(output: &OutputPacket) -> Option<FlowTuple> {
-    five_tuple(&output.data).map(FlowTuple::from)
+pub fn five_tuple_key(output: &OutputPacket) -> Option<TupleKey> {
+    five_tuple(&output.data).map(TupleKey::from)
 }
 
 // ---------------------------------------------------------------------------

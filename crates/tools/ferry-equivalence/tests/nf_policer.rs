@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
 use ferry_equivalence::equivalence::{
-    assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, EquivalenceReport, FlowTuple, TraceSpec,
+    assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, EquivalenceReport, TraceSpec, TupleKey,
 };
 use ferry_parallel::nfs::policer::{Policer, PolicerConfig, PolicerCounters, PolicerError, PolicerSets};
 use ferry_parallel::runtime::{run_trace, Packet, TraceConfig, TraceReport};
@@ -167,7 +167,7 @@ fn wan_lan_trace(seed: u64) -> Vec<Packet> {
 const RATE: u64 = 2_000_000; // bytes per second per host
 const BURST: u64 = 2_000;
 
-fn policer_check(sets: PolicerSets) -> (EquivalenceCheck<'static, FlowTuple>, PolicerConfig) {
+fn policer_check(sets: PolicerSets) -> (EquivalenceCheck<'static, TupleKey>, PolicerConfig) {
     let nf_config = PolicerConfig { sets, ..PolicerConfig::new(RATE, BURST) };
     let stm = Stm::new(1).unwrap();
     let packet_sets = Policer::new(&stm, nf_config.clone()).unwrap().packet_sets().clone();

@@ -2,10 +2,11 @@
 //!
 //! Parsing happens in two stages, both reporting `file:line:column: field:`:
 //! 1. serde deserialization (unknown fields, types, and value validation via
-//!    the constructors in [`crate::types`]); serde_path_to_error supplies the
-//!    field path and serde_yaml the location;
+//!    the constructors in [`crate::types`]), through ferry-config, which
+//!    reports the field path and the location;
 //! 2. cross-reference checks ([`TestbedSpec::validate`]), which only know a
-//!    field path; [`locate`] walks the YAML a second time to find its line.
+//!    field path; `ferry_config::locate` walks the YAML a second time to
+//!    find its line.
 
 use crate::error::TestbedError;
 use ferry_wire::MacAddr;
