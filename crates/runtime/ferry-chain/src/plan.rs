@@ -371,6 +371,14 @@ links:
   - { from: c, to: out }
 "#;
         let p = plan_of(text);
+        // A plan written before copy links had their name still reads (a
+        // persisted state of an older ferryd is then refused by version).
+        let old = serde_json::to_string(&p)
+            .unwrap()
+            .replace("\"copy_links\"", "\"bridges\"")
+            .replace("{\"link\"", "{\"bridge\"");
+        assert!(old.contains("\"bridges\"") && old.contains("\"bridge\""));
+        assert_eq!(serde_json::from_str::<ChainPlan>(&old).unwrap(), p);
         // Each copy link has a thread id in both domains it joins.
         assert_eq!(p.domains[0].tids, 4 + 2, "s, x, c×2 and both copy links");
         assert_eq!(p.domains[1].tids, 1 + 2, "y and both copy links");
