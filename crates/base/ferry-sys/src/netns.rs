@@ -20,6 +20,7 @@ pub fn in_netns<T: Send>(ns: Option<&str>, f: impl FnOnce() -> T + Send) -> std:
             Ok(f())
         })
         .join()
-        .expect("netns thread panicked")
+        // A panic in `f` is the caller's, as if `f` had run on its thread.
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
 }

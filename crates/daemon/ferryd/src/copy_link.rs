@@ -79,6 +79,12 @@ pub fn start(
             bf: from.block(plan.from_tid),
             bt: to.block(plan.to_tid),
             targets,
+            geometry: Geometry {
+                from_frame: from.plan.frame_size as u64,
+                from_len: from.umem.config().len() as u64,
+                to_frame: to.plan.frame_size as u64,
+                to_len: to.umem.config().len() as u64,
+            },
         };
         link.run(&mut consumer, &stop);
     })?;
@@ -95,6 +101,17 @@ struct Link<'d> {
     bf: shm::ThreadBlock<'d>,
     bt: shm::ThreadBlock<'d>,
     targets: Vec<Target>,
+    /// Both UMEMs' frame sizes and lengths, read once: every copied frame
+    /// is checked against them.
+    geometry: Geometry,
+}
+
+#[derive(Clone, Copy)]
+struct Geometry {
+    from_frame: u64,
+    from_len: u64,
+    to_frame: u64,
+    to_len: u64,
 }
 
 impl Link<'_> {
@@ -168,8 +185,7 @@ impl Link<'_> {
     /// Copies the frame `s` describes into a fresh frame of the receiving
     /// domain and queues it for a target picked by flow hash.
     fn copy(&mut self, s: &Desc) {
-        let (fs_from, fs_to) = (self.from.plan.frame_size as u64, self.to.plan.frame_size as u64);
-        let from_len = self.from.umem.config().len() as u64;
+        let Geometry { from_frame: fs_from, from_len, to_frame: fs_to, to_len } = self.geometry;
         let room = fs_from - s.addr % fs_from;
         if s.addr >= from_len || s.len as u64 > room || s.len as u64 > fs_to {
             self.bf.add(c::DROP_MALFORMED, 1);
@@ -186,7 +202,7 @@ impl Link<'_> {
         // The receiving domain's NFs can write its pool: a frame address
         // from it is checked like any other before ferryd, as root, writes
         // there. A bad one is dropped, not freed.
-        if f % fs_to != 0 || f + fs_to > self.to.umem.config().len() as u64 {
+        if f % fs_to != 0 || f + fs_to > to_len {
             self.bf.add(c::DROP_MALFORMED, 1);
             self.src.free(s.addr);
             return;

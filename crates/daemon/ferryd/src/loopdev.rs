@@ -60,12 +60,14 @@ fn ferryd_alive(pid: u32) -> bool {
 /// as the DaemonSet runs it), and a ferryd to run as `ferryd`: another's
 /// pid would look dead.
 fn sweep_dead(ns: Option<&str>) -> Result<()> {
-    for device in in_ns(ns, link::links)? {
-        if owner(&device.name).is_some_and(|pid| !ferryd_alive(pid)) {
-            let _ = in_ns(ns, || link::delete(&device.name));
+    in_ns(ns, || {
+        for device in link::links()? {
+            if owner(&device.name).is_some_and(|pid| !ferryd_alive(pid)) {
+                let _ = link::delete(&device.name);
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// The largest MTU a loop device gets. It carries only frames an NF built

@@ -152,17 +152,15 @@ pub fn runner(kind: &str) -> Result<Runner, KindError> {
 /// Builds a per-packet NF of `kind` (or several joined with `+`, their
 /// arguments in groups separated by `--`), as the NF host runs it.
 pub fn build_packet(kind: &str, args: &[String]) -> Result<Box<dyn ferry_nf::PacketNf>, KindError> {
-    let invalid = |message: String| KindError::Invalid { kind: kind.to_string(), message, index: None };
-    let kinds: Vec<&str> = kind.split('+').collect();
-    let groups: Vec<Vec<&str>> = args.split(|a| a == "--").map(|g| g.iter().map(String::as_str).collect()).collect();
-    if kinds.len() == 1 {
-        return ferry_nf::by_name(kind, groups.first().map_or(&[][..], |g| &g[..])).map_err(|e| invalid(e.to_string()));
+    let invalid =
+        |e: ferry_nf::NfError| KindError::Invalid { kind: kind.to_string(), message: e.to_string(), index: None };
+    let build = |k: &str, g: &[String]| ferry_nf::by_name(k, &g.iter().map(String::as_str).collect::<Vec<_>>());
+    if !kind.contains('+') {
+        let first = args.split(|a| a == "--").next().unwrap_or_default();
+        return build(kind, first).map_err(invalid);
     }
-    if groups.len() != kinds.len() {
-        return Err(invalid(format!("give the arguments of each of the {} NFs, separated by --", kinds.len())));
-    }
-    let nfs = kinds.iter().zip(&groups).map(|(k, g)| ferry_nf::by_name(k, g)).collect::<Result<Vec<_>, _>>();
-    Ok(Box::new(ferry_nf::NfChainLocal::new(nfs.map_err(|e| invalid(e.to_string()))?)))
+    let nfs = types::joined(kind, args)?.into_iter().map(|(k, g)| build(k, g)).collect::<Result<Vec<_>, _>>();
+    Ok(Box::new(ferry_nf::NfChainLocal::new(nfs.map_err(invalid)?)))
 }
 
 /// Whether `kind` with `args` can run in a ferryd chain.
@@ -198,12 +196,9 @@ impl Values {
         let k = || kind.to_string();
         let mut pairs: Vec<(&'static str, String)> = Vec::new();
         for (index, a) in args.iter().enumerate() {
-            let parsed = NfArgs::parse(std::slice::from_ref(a)).map_err(|_| KindError::NotKeyValue {
-                kind: k(),
-                arg: a.clone(),
-                index,
-            })?;
-            let (key, value) = parsed.pairs().next().expect("one argument parsed");
+            let Some((key, value)) = ferry_nf::model::split_key_value(a) else {
+                return Err(KindError::NotKeyValue { kind: k(), arg: a.clone(), index });
+            };
             let Some(spec) = specs.iter().find(|s| s.key == key) else {
                 let known: Vec<&str> = specs.iter().map(|s| s.key).collect();
                 return Err(KindError::UnknownArg { kind: k(), key: key.into(), known: known.join(", "), index });
@@ -222,8 +217,7 @@ impl Values {
                 }
             }
         }
-        let pairs: Vec<String> = pairs.iter().map(|(key, value)| format!("{key}={value}")).collect();
-        let args = NfArgs::parse(&pairs).expect("checked above");
+        let args = NfArgs::from_pairs(pairs.into_iter().map(|(key, value)| (key.to_string(), value)).collect());
         Ok(Values { kind: kind.to_string(), args })
     }
 

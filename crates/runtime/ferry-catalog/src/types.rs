@@ -193,6 +193,18 @@ pub(crate) fn check_joined(kind: &str, args: &[String]) -> Result<(), KindError>
             None => return Err(crate::unknown(p)),
         }
     }
+    let mut offset = 0;
+    for (p, g) in joined(kind, args)? {
+        check_positional(p, g, offset)?;
+        offset += g.len() + 1;
+    }
+    Ok(())
+}
+
+/// `a+b`'s NFs, each with its group of arguments (groups separated by
+/// `--`, one per NF).
+pub(crate) fn joined<'a>(kind: &'a str, args: &'a [String]) -> Result<Vec<(&'a str, &'a [String])>, KindError> {
+    let parts: Vec<&str> = kind.split('+').collect();
     let groups: Vec<&[String]> = args.split(|a| a == "--").collect();
     if groups.len() != parts.len() {
         return Err(KindError::Invalid {
@@ -201,12 +213,7 @@ pub(crate) fn check_joined(kind: &str, args: &[String]) -> Result<(), KindError>
             index: None,
         });
     }
-    let mut offset = 0;
-    for (p, g) in parts.iter().zip(&groups) {
-        check_positional(p, g, offset)?;
-        offset += g.len() + 1;
-    }
-    Ok(())
+    Ok(parts.into_iter().zip(groups).collect())
 }
 
 /// A hybrid NF's `config=FILE`: the file parses and has the NF's section.

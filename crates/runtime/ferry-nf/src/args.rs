@@ -46,6 +46,11 @@ impl NfArgs {
         Ok(NfArgs { pairs })
     }
 
+    /// Arguments already split (and checked) elsewhere, in order.
+    pub fn from_pairs(pairs: Vec<(String, String)>) -> NfArgs {
+        NfArgs { pairs }
+    }
+
     /// Every `(key, value)`, in the order given.
     pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
         self.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))

@@ -28,16 +28,10 @@ pub fn udp_frame() -> Vec<u8> {
 /// machine can move the test thread between runs, and the next run finds
 /// the other CPU's fresh state (production pins its generator threads too).
 pub fn pin_to_this_cpu() {
-    // SAFETY: sched_getcpu has no arguments; the cpu_set_t is plain data
-    // we own, passed with its size.
-    unsafe {
-        let cpu = libc::sched_getcpu();
-        assert!(cpu >= 0, "sched_getcpu: {}", std::io::Error::last_os_error());
-        let mut one: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut one);
-        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
-        assert_eq!(rc, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
-    }
+    // SAFETY: sched_getcpu has no arguments.
+    let cpu = unsafe { libc::sched_getcpu() };
+    assert!(cpu >= 0, "sched_getcpu: {}", std::io::Error::last_os_error());
+    ferry_sys::pin_thread(cpu as usize).expect("sched_setaffinity");
 }
 
 /// Runs `agree` on 3000 frames made from `templates`: one of them, with up

@@ -7,7 +7,7 @@ pub mod chain;
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -312,18 +312,7 @@ pub fn assert_partition(nf: &str, counters: &[(String, u64)]) {
 
 /// Runs `f` on a thread that has joined the network namespace `real_ns`.
 pub fn in_netns<T: Send>(real_ns: &str, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let path = Path::new("/run/netns").join(real_ns);
-            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            // SAFETY: a valid namespace fd; setns only affects this thread.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns {real_ns}: {}", std::io::Error::last_os_error());
-            f()
-        })
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e))
-    })
+    ferry_sys::in_netns(Some(real_ns), f).unwrap_or_else(|e| panic!("entering {real_ns}: {e}"))
 }
 
 /// An AF_PACKET SOCK_RAW socket bound to one device (all protocols).
