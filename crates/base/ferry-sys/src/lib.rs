@@ -1,7 +1,8 @@
 //! Ferry's OS plumbing, written once for every layer above it.
 //!
 //! - [`netns`]: running code inside a named network namespace.
-//! - [`link`]: network devices and their addresses over rtnetlink.
+//! - [`link`]: network devices and their addresses over rtnetlink;
+//!   [`tap`]: TAP devices, to hand frames back to the kernel stack.
 //! - [`users`]: accounts by name.
 //! - [`affinity`]: CPU sets, for threads and for children between fork and
 //!   exec.
@@ -16,6 +17,7 @@ pub mod clock;
 pub mod link;
 pub mod netns;
 pub mod pacer;
+pub mod tap;
 pub mod users;
 
 pub use affinity::{pin_thread, CpuSet};

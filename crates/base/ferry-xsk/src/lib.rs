@@ -15,7 +15,6 @@ mod port;
 mod ring;
 mod socket;
 pub mod sys;
-pub mod tun;
 mod umem;
 
 pub use port::{Port, PortCounters};

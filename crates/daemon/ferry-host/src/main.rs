@@ -1,5 +1,7 @@
 //! `ferry-host`: hosts one built-in NF of a ferryd chain (ferryd runs it), or
-//! several `spawn: false` NFs as threads of one process.
+//! several `spawn: false` NFs as threads of one process. It parses its
+//! command line and calls the catalog, which builds and runs each kind
+//! (`ferry_catalog::host`).
 
 use std::path::PathBuf;
 
@@ -37,12 +39,12 @@ fn main() {
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,ferry_host=info".into());
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
     let result = match Cli::parse().cmd {
-        Cmd::Serve { kind, args } => ferry_host::serve(&kind, &args),
-        Cmd::Host { socket, nfs } => ferry_host::host(&socket, &nfs),
+        Cmd::Serve { kind, args } => ferry_catalog::host::serve(&kind, &args),
+        Cmd::Host { socket, nfs } => ferry_catalog::host::host(&socket, &nfs),
     };
     if let Err(e) = result {
         eprintln!("ferry-host: {e:#}");
         std::process::exit(1);
     }
-    std::process::exit(ferry_host::EXIT_STOPPED);
+    std::process::exit(ferry_catalog::host::EXIT_STOPPED);
 }

@@ -6,9 +6,9 @@ use std::os::fd::OwnedFd;
 
 use anyhow::{Context, Result};
 use ferry_chain::spec::KernelSpec;
-use ferry_xsk::tun::open_tap;
 
 use ferry_sys::link;
+use ferry_sys::tap::open_tap;
 
 use crate::netdev::{in_ns, sysctl};
 

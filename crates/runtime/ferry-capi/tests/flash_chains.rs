@@ -260,7 +260,7 @@ fn the_fig15_chain_answers_mica_requests_through_four_nfs() {
     assert_eq!(single["sent"], ONE_FLOW);
     let report = json_of(sink, "ferry sink --mica");
     let st = rc.status().unwrap();
-    let table = ferry_host::maglev_table(&["kv1".into(), "kv2".into()], 65537).unwrap();
+    let table = ferry_catalog::host::maglev_table(&["kv1".into(), "kv2".into()], 65537).unwrap();
     let h = ferry_parallel::nfs::maglev::flow_hash([10, 0, 0, 9].into(), [10, 0, 1, 1].into(), 17, 4000, 9);
     let (to, other) = if table.lookup(h).unwrap() == 0 { ("kv1", "kv2") } else { ("kv2", "kv1") };
     let grew = |nf: &str| counter(&st, nf, "requests") - counter(&before, nf, "requests");

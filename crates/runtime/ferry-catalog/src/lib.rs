@@ -2,16 +2,20 @@
 //! every NF `ferry nf list` shows, has one entry here that describes it
 //! (name, summary, typed arguments with defaults, counters, elements with
 //! their offloadability, execution model), checks its arguments
-//! ([`check`]) and builds it: as a process ([`runner`], [`build_packet`])
-//! and, where it is offloadable, as XDP pipeline elements ([`lower`]). The NFs declare their own parts
-//! where they are implemented (`ferry_nf`'s registry, the parallel
-//! runtime's table, the hybrid NFs' types); this crate gathers them and
-//! adds the NF types the NF host (`ferry-host`) implements itself.
+//! ([`check`]) and builds and runs it: in the NF host process (the
+//! entry's [`host::Serve`], called by [`host::serve`]) and, where it is
+//! offloadable, as XDP pipeline elements ([`lower`]). The NFs declare their
+//! own parts where they are implemented (`ferry_nf`'s registry, the
+//! parallel NFs' `RegisteredNf` impls, the hybrid NFs' types); this crate
+//! gathers them into entries and adds the NF host's own loops
+//! (forwarders, a source and a sink, Maglev, the tenant router).
 //!
 //! Readers: the chain parser ([`parse_chain`], through
-//! [`ferry_chain::spec::KindCheck`]), `ferry nf list`, `ferry-host`
-//! ([`Values`]).
+//! [`ferry_chain::spec::KindCheck`]), `ferry nf list`, ferryd ([`runner`]),
+//! and the NF host binary `ferry-host`, which only parses its command
+//! line and calls [`host::serve`] or [`host::host`].
 
+pub mod host;
 pub mod lower;
 mod types;
 
@@ -30,7 +34,7 @@ pub use types::PARALLEL_HOST_ARGS;
 pub use ferry_chain::classify::TENANT_ROUTER;
 
 /// One NF type.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct NfType {
     /// Its `kind:` in chain files.
     pub kind: String,
@@ -42,7 +46,15 @@ pub struct NfType {
     pub elements: &'static [Element],
     /// How the NF host runs it.
     pub runner: Runner,
+    /// What builds and runs it in the NF host.
+    pub serve: host::Serve,
+    /// For kinds whose argument values are checked by building the NF
+    /// (the parallel NFs): builds it for an NF with the given out-links.
+    pub check_built: Option<BuiltCheck>,
 }
+
+/// Checks a kind's arguments by building it: `(kind, args, out_links)`.
+pub type BuiltCheck = fn(&str, &[String], usize) -> Result<(), KindError>;
 
 /// How the NF host (`ferry-host`) runs an NF type: the one answer to
 /// "what runs for this `kind:`", which the host and ferryd ask here.
@@ -178,6 +190,17 @@ pub fn check(kind: &str, args: &[String]) -> Result<(), KindError> {
             }
         }
         Args::Positional(_) => types::check_positional(kind, args, 0),
+    }
+}
+
+/// As [`check`], for an NF with `out_links` out-links in its chain: kinds
+/// whose argument values only building can check (the parallel NFs' own
+/// arguments, some of which name out-links) are built once, and dropped.
+pub fn check_in_chain(kind: &str, args: &[String], out_links: usize) -> Result<(), KindError> {
+    check(kind, args)?;
+    match find(kind).and_then(|t| t.check_built) {
+        Some(built) => built(kind, args, out_links),
+        None => Ok(()),
     }
 }
 
@@ -332,8 +355,8 @@ pub fn json() -> serde_json::Value {
 pub struct Catalog;
 
 impl KindCheck for Catalog {
-    fn check(&self, kind: &str, args: &[String]) -> Result<(), (Option<usize>, String)> {
-        check(kind, args).map_err(|e| (e.arg_index(), e.to_string()))
+    fn check(&self, kind: &str, args: &[String], out_links: usize) -> Result<(), (Option<usize>, String)> {
+        check_in_chain(kind, args, out_links).map_err(|e| (e.arg_index(), e.to_string()))
     }
 }
 

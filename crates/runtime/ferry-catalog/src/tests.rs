@@ -103,6 +103,26 @@ fn chain_files_name_the_line_of_a_bad_kind_or_argument() {
     assert!(parse_chain_str(&chain("{ name: a, domain: main, kind: source, args: [\"rate=1\"] }"), "c.yaml").is_ok());
 }
 
+/// A parallel NF's own arguments are checked by building it, for the
+/// out-links the chain file gives it: at `chain check`, not when it starts.
+#[test]
+fn parallel_nfs_own_arguments_are_checked_by_building_for_their_out_links() {
+    let nat = |a: &[&str], out_links| check_in_chain("parallel-nat", &args(a), out_links);
+    assert!(nat(&["workers=2", "public_ip=203.0.113.7"], 2).is_ok());
+    let e = nat(&["workers=2", "public_ip=nope"], 2).unwrap_err();
+    assert_eq!(e.arg_index(), Some(1), "{e}");
+    assert!(e.to_string().contains("public_ip=nope"), "{e}");
+    let e = nat(&[], 1).unwrap_err();
+    assert!(e.to_string().contains("needs 2 out-links"), "{e}");
+    // The host's own arguments are checked by their specs, as before.
+    assert_eq!(nat(&["workers=0"], 2).unwrap_err().arg_index(), Some(0));
+    // In a chain file: the file, line and argument.
+    let chain = "name: t\ndomains: [ { name: main } ]\nports: [ { name: i, netns: x, netdev: d0 }, { name: o, netns: x, netdev: d1 } ]\nnfs:\n  - { name: n, domain: main, kind: parallel-bridge, args: [\"ports=3\"] }\nlinks:\n  - { from: i, to: n }\n  - { from: n, to: i }\n  - { from: n, to: o }\n";
+    let e = parse_chain_str(chain, "c.yaml").unwrap_err().to_string();
+    assert!(e.starts_with("c.yaml:5:") && e.contains("nfs[0].args[0]") && e.contains("ports: port 2"), "{e}");
+    assert!(parse_chain_str(&chain.replace("ports=3", "ports=2"), "c.yaml").is_ok());
+}
+
 #[test]
 fn the_json_listing_has_every_type_with_its_offloadability() {
     let v = json();

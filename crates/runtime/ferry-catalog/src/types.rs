@@ -1,11 +1,15 @@
 //! The catalog's entries: gathered from where each NF is implemented, plus
-//! the NF types the NF host (`ferry-host`) implements itself (forwarders, a source
-//! and a sink for chain tests and benchmarks).
+//! the NF host's own loops ([`crate::host::loops`]: forwarders, a source and
+//! a sink for chain tests and benchmarks, Maglev, the tenant router).
 
 use ferry_nf::model::{ArgSpec, ArgType, Element, ExecModel, Offload};
 use ferry_nf::NfError;
-use ferry_parallel::live::registry as parallel;
+use ferry_parallel::live::counter::DstCounter;
+use ferry_parallel::live::registry::RegisteredNf;
+use ferry_parallel::nfs::policer::Policer;
+use ferry_parallel::nfs::{anti_ddos::AntiDdos, bridge::Bridge, firewall::Firewall, maglev::Maglev, nat::Nat};
 
+use crate::host::{self, loops, Serve};
 use crate::{find, Args, KindError, NfType, Runner, Values};
 
 const fn arg(key: &'static str, ty: ArgType, default: Option<&'static str>, help: &'static str) -> ArgSpec {
@@ -28,7 +32,7 @@ pub const PARALLEL_HOST_ARGS: [ArgSpec; 5] = [
 ];
 
 fn serve_types() -> Vec<NfType> {
-    let threaded = |kind: &str, summary, args: Vec<ArgSpec>, counters: Vec<&'static str>, elements| NfType {
+    let threaded = |kind: &str, summary, args: Vec<ArgSpec>, counters: Vec<&'static str>, elements, serve| NfType {
         kind: kind.to_string(),
         summary,
         model: ExecModel::Threaded,
@@ -36,6 +40,8 @@ fn serve_types() -> Vec<NfType> {
         counters,
         elements,
         runner: Runner::HostLoop,
+        serve,
+        check_built: None,
     };
     vec![
         threaded(
@@ -49,6 +55,7 @@ fn serve_types() -> Vec<NfType> {
             )],
             vec![],
             &[Element { name: "forward", offload: Offload::Full }],
+            loops::serve_forward,
         ),
         threaded(
             "split",
@@ -56,6 +63,7 @@ fn serve_types() -> Vec<NfType> {
             vec![],
             vec![],
             &[Element { name: "flow-hash-classifier", offload: Offload::Full }],
+            loops::serve_forward,
         ),
         threaded(
             "slow",
@@ -63,6 +71,7 @@ fn serve_types() -> Vec<NfType> {
             vec![arg("work_ns", u64_in(1, 1_000_000_000), None, "CPU to burn per packet, ns")],
             vec![],
             &[Element { name: "busy-work", offload: Offload::No }],
+            loops::serve_forward,
         ),
         threaded(
             "maglev",
@@ -72,6 +81,7 @@ fn serve_types() -> Vec<NfType> {
             // A static table lookup: XDP does that. Connection affinity
             // across backend changes would need per-flow state (partial).
             &[Element { name: "consistent-hash-forward", offload: Offload::Full }],
+            loops::serve_maglev,
         ),
         NfType {
             kind: crate::TENANT_ROUTER.to_string(),
@@ -82,6 +92,8 @@ fn serve_types() -> Vec<NfType> {
             // The baseline of XDP classification: a process by definition.
             elements: &[Element { name: "tenant-classifier", offload: Offload::No }],
             runner: Runner::HostLoop,
+            serve: loops::serve_tenant_router,
+            check_built: None,
         },
         threaded(
             "source",
@@ -100,6 +112,7 @@ fn serve_types() -> Vec<NfType> {
             ],
             vec!["made"],
             &[],
+            loops::serve_source,
         ),
         threaded(
             "sink",
@@ -107,6 +120,7 @@ fn serve_types() -> Vec<NfType> {
             vec![],
             vec!["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns", "lat_p999_ns"],
             &[],
+            loops::serve_sink,
         ),
     ]
 }
@@ -123,25 +137,23 @@ pub(crate) fn all() -> Vec<NfType> {
             counters: i.spec.counters.to_vec(),
             elements: i.elements,
             runner: Runner::of(i.hosted),
+            serve: match i.hosted {
+                ferry_nf::Hosted::ExportsFlows => host::flow_monitor::serve,
+                _ => host::serve_packet,
+            },
+            check_built: None,
         })
         .collect();
     types.extend(serve_types());
-    for name in parallel::NAMES {
-        let d = parallel::describe(name).expect("every listed parallel NF is described");
-        let mut args = PARALLEL_HOST_ARGS.to_vec();
-        args.extend(d.args.iter().map(|&key| {
-            arg(key, ArgType::Text, Some(""), "the NF's own; checked when it starts (empty: the NF's default)")
-        }));
-        types.push(NfType {
-            kind: format!("parallel-{name}"),
-            summary: d.summary,
-            model: ExecModel::Parallel,
-            args: Args::KeyValue(args),
-            counters: d.counters.to_vec(),
-            elements: d.elements,
-            runner: Runner::Parallel { name },
-        });
-    }
+    types.extend([
+        parallel::<DstCounter>("counter"),
+        parallel::<Nat>("nat"),
+        parallel::<Bridge>("bridge"),
+        parallel::<Firewall>("firewall"),
+        parallel::<Maglev>("maglev"),
+        parallel::<Policer>("policer"),
+        parallel::<AntiDdos>("anti_ddos"),
+    ]);
     for h in &ferry_evnf::types::TYPES {
         types.push(NfType {
             kind: h.kind.to_string(),
@@ -151,9 +163,32 @@ pub(crate) fn all() -> Vec<NfType> {
             counters: ferry_evnf::types::counters(h),
             elements: h.elements,
             runner: Runner::Hybrid,
+            serve: host::hybrid::serve,
+            check_built: None,
         });
     }
     types
+}
+
+/// Parallel NF `N` as `parallel-<name>`: the host's arguments, then its own.
+fn parallel<N: RegisteredNf>(name: &'static str) -> NfType {
+    let mut args = PARALLEL_HOST_ARGS.to_vec();
+    args.extend(N::ARGS.iter().map(|&key| {
+        arg(key, ArgType::Text, Some(""), "the NF's own (empty: the NF's default); checked by building the NF")
+    }));
+    let serve: Serve = host::parallel::serve::<N>;
+    let check_built: crate::BuiltCheck = host::parallel::check_built::<N>;
+    NfType {
+        kind: format!("parallel-{name}"),
+        summary: N::SUMMARY,
+        model: ExecModel::Parallel,
+        args: Args::KeyValue(args),
+        counters: N::COUNTERS.to_vec(),
+        elements: N::ELEMENTS,
+        runner: Runner::Parallel { name },
+        serve,
+        check_built: Some(check_built),
+    }
 }
 
 /// A per-packet NF's positional `args` (from `offset` in the chain file's

@@ -225,12 +225,14 @@ impl ChainSpec {
                         return Err((rule(key), format!("{value:?}: one value, without `,` or `=`")));
                     }
                     let one = [format!("out=0,{key}={value}")];
-                    kinds.check(TENANT_ROUTER, &one).map_err(|(_, message)| (rule(key), message))?;
+                    kinds.check(TENANT_ROUTER, &one, entries.len()).map_err(|(_, message)| (rule(key), message))?;
                 }
             }
             // The table as a whole: the classifier's limits on rules and
             // entries.
-            kinds.check(TENANT_ROUTER, &self.classify_table(i)).map_err(|(_, message)| (rules_at(), message))?;
+            kinds
+                .check(TENANT_ROUTER, &self.classify_table(i), entries.len())
+                .map_err(|(_, message)| (rules_at(), message))?;
         }
         for (i, l) in self.links.iter().enumerate() {
             for (end, name) in [("from", &l.from), ("to", &l.to)] {

@@ -333,7 +333,7 @@ mod tests {
 
     struct AnyKind;
     impl crate::spec::KindCheck for AnyKind {
-        fn check(&self, _: &str, _: &[String]) -> Result<(), (Option<usize>, String)> {
+        fn check(&self, _: &str, _: &[String], _: usize) -> Result<(), (Option<usize>, String)> {
             Ok(())
         }
     }

@@ -23,21 +23,19 @@ pub use plan::{ChainPlan, DomainPlan, NfPlan, OutLink, PortPlan, ThreadPlan};
 pub use spec::{ChainSpec, LinkMode};
 
 /// A cheap flow hash of an IPv4 packet's addresses, protocol and ports (0 for
-/// anything else), used to keep a flow on one thread of a multi-threaded NF.
+/// anything else, malformed frames included), used to keep a flow on one
+/// thread of a multi-threaded NF. The frame is read by the one flow parser,
+/// [`ferry_wire::flow::parse`], as the NFs read it.
 pub fn flow_hash(frame: &[u8]) -> u32 {
-    if frame.len() < 34 || frame[12..14] != [0x08, 0x00] {
+    let Some(flow) = ferry_wire::flow::parse(frame).ok().filter(|f| f.is_ipv4) else {
         return 0;
-    }
-    let ihl = ((frame[14] & 0x0f) as usize) * 4;
+    };
     let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut mix = |v: u64| h = (h ^ v).wrapping_mul(0x100_0000_01b3).rotate_left(29);
-    mix(u32::from_be_bytes([frame[26], frame[27], frame[28], frame[29]]) as u64);
-    mix(u32::from_be_bytes([frame[30], frame[31], frame[32], frame[33]]) as u64);
-    mix(frame[23] as u64);
-    let l4 = 14 + ihl;
-    if ihl >= 20 && frame.len() >= l4 + 4 {
-        mix(u32::from_be_bytes([frame[l4], frame[l4 + 1], frame[l4 + 2], frame[l4 + 3]]) as u64);
-    }
+    mix(u32::from(flow.src) as u64);
+    mix(u32::from(flow.dst) as u64);
+    mix(flow.proto as u64);
+    mix(((flow.sport as u64) << 16) | flow.dport as u64);
     // splitmix64's finaliser: every input bit reaches the low bits that
     // `% threads` looks at.
     h ^= h >> 30;
@@ -52,19 +50,43 @@ pub fn flow_hash(frame: &[u8]) -> u32 {
 mod tests {
     use super::flow_hash;
 
+    use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
+
+    fn udp_frame(src_port: u16) -> Vec<u8> {
+        let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 64 };
+        let tuple = FiveTuple {
+            src_ip: [10, 0, 0, 1].into(),
+            dst_ip: [10, 0, 1, 1].into(),
+            src_port,
+            dst_port: 9,
+            proto: L4Proto::Udp,
+        };
+        let mut frame = vec![0u8; 64];
+        build_frame(&spec, &tuple, None, &mut frame).unwrap();
+        frame
+    }
+
     #[test]
     fn flow_hash_spreads_flows_that_differ_only_in_a_port() {
-        let mut frame = [0u8; 64];
-        frame[12..14].copy_from_slice(&[0x08, 0x00]);
-        frame[14] = 0x45;
-        frame[23] = 17;
         for n in [2usize, 3, 4, 8] {
             let mut seen = vec![0u32; n];
             for port in 1024u16..1088 {
-                frame[34..36].copy_from_slice(&port.to_be_bytes());
-                seen[flow_hash(&frame) as usize % n] += 1;
+                seen[flow_hash(&udp_frame(port)) as usize % n] += 1;
             }
             assert!(seen.iter().all(|&c| c >= 64 / n as u32 / 3), "{n} targets: {seen:?}");
         }
+    }
+
+    #[test]
+    fn flow_hash_is_zero_for_what_is_not_ipv4_and_for_malformed_frames() {
+        let frame = udp_frame(1024);
+        assert_ne!(flow_hash(&frame), 0);
+        assert_eq!(flow_hash(&frame[..30]), 0, "cut short");
+        let mut arp = frame.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(flow_hash(&arp), 0);
+        let mut bad_len = frame;
+        bad_len[16..18].copy_from_slice(&1000u16.to_be_bytes());
+        assert_eq!(flow_hash(&bad_len), 0, "IPv4 total length beyond the frame");
     }
 }

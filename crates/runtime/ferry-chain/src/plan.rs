@@ -403,7 +403,7 @@ links:
         // Planning does not look at kinds: any will do here.
         struct AnyKind;
         impl crate::spec::KindCheck for AnyKind {
-            fn check(&self, _: &str, _: &[String]) -> Result<(), (Option<usize>, String)> {
+            fn check(&self, _: &str, _: &[String], _: usize) -> Result<(), (Option<usize>, String)> {
                 Ok(())
             }
         }

@@ -483,8 +483,9 @@ fn default_bp_sleep_us() -> u64 {
 /// registry lives above this layer: `ferry-catalog`).
 pub trait KindCheck {
     /// Whether `kind` is an NF type that can run in a chain and `args` are
-    /// its arguments. An error blames `args[i]` (`Some(i)`) or the kind.
-    fn check(&self, kind: &str, args: &[String]) -> Result<(), (Option<usize>, String)>;
+    /// its arguments, for an NF with `out_links` out-links (its links in
+    /// the file). An error blames `args[i]` (`Some(i)`) or the kind.
+    fn check(&self, kind: &str, args: &[String], out_links: usize) -> Result<(), (Option<usize>, String)>;
 }
 
 /// Reads and validates a chain file, its NFs' kinds and arguments too.
@@ -651,10 +652,13 @@ impl ChainSpec {
                     return Err((at("kind"), "needs `kind` or `exec` (or `spawn: false`)".into()))
                 }
                 (None, Some(argv)) if argv.is_empty() => return Err((at("exec"), "empty command".into())),
-                (Some(kind), None) => kinds.check(kind, &n.args).map_err(|(arg, message)| match arg {
-                    Some(j) => (vec![Key("nfs"), Index(i), Key("args"), Index(j)], message),
-                    None => (at("kind"), message),
-                })?,
+                (Some(kind), None) => {
+                    let out_links = self.links.iter().filter(|l| l.from == n.name).count();
+                    kinds.check(kind, &n.args, out_links).map_err(|(arg, message)| match arg {
+                        Some(j) => (vec![Key("nfs"), Index(i), Key("args"), Index(j)], message),
+                        None => (at("kind"), message),
+                    })?
+                }
                 _ => {}
             }
             if !(1..=64).contains(&n.threads) {
@@ -977,7 +981,7 @@ links:
     struct TestKinds;
 
     impl KindCheck for TestKinds {
-        fn check(&self, kind: &str, args: &[String]) -> Result<(), (Option<usize>, String)> {
+        fn check(&self, kind: &str, args: &[String], _out_links: usize) -> Result<(), (Option<usize>, String)> {
             let allowed: &[&str] = match kind {
                 "l2fwd" => &[],
                 "fwd" => &["by_port=0", "by_port=1"],

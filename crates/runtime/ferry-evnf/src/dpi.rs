@@ -6,7 +6,6 @@
 //! nDPI alone: every frame is inspected in user space.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use ferry_bpf::abi::SlowMeta;
@@ -42,21 +41,13 @@ pub struct Dpi {
     not_ipv4: u64,
 }
 
-/// The 5-tuple of an IPv4 TCP/UDP packet (ports 0 for other protocols).
-pub fn flow_of(ip: &[u8]) -> Option<FlowTuple> {
-    if ip.len() < 20 || ip[0] >> 4 != 4 {
-        return None;
-    }
-    let ihl = (ip[0] & 0x0f) as usize * 4;
-    let proto = ip[9];
-    let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-    let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-    let (sport, dport) = match (proto, ip.get(ihl..ihl + 4)) {
-        (6 | 17, Some(p)) => (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])),
-        (6 | 17, None) => return None,
-        _ => (0, 0),
-    };
-    Some(FlowTuple::new(src, sport, dst, dport, proto))
+/// The 5-tuple of a frame's IPv4 packet (ports 0 for protocols without
+/// them), read by the one flow parser, as the fast path reads it
+/// (`ferry_parse.h` keeps the same rules); None for a frame without IPv4.
+/// An error is a malformed frame.
+pub fn flow_of(frame: &[u8]) -> Result<Option<FlowTuple>, ferry_wire::WireError> {
+    let flow = ferry_wire::flow::parse(frame)?;
+    Ok(flow.is_ipv4.then(|| FlowTuple::new(flow.src, flow.sport, flow.dst, flow.dport, flow.proto)))
 }
 
 impl Dpi {
@@ -131,8 +122,9 @@ impl HybridNf for Dpi {
     }
 
     fn on_slow_path(&mut self, _fast: &mut HybridMaps, frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
-        let Some(ip) = ip_packet(frame) else { return SlowVerdict::Drop };
-        let Some(key) = flow_of(ip) else {
+        // Malformed: dropped, as the fast path drops it.
+        let Ok(flow) = flow_of(frame) else { return SlowVerdict::Drop };
+        let (Some(key), Some(ip)) = (flow, ip_packet(frame)) else {
             self.not_ipv4 += 1;
             return SlowVerdict::Reinject;
         };
@@ -181,22 +173,29 @@ impl HybridNf for Dpi {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
     #[test]
-    fn flow_of_reads_tcp_and_rejects_short() {
-        let mut ip = vec![0u8; 40];
-        ip[0] = 0x45;
-        ip[9] = 6;
-        ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
-        ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
-        ip[20..24].copy_from_slice(&[0x9c, 0x40, 0x14, 0x51]);
-        let f = flow_of(&ip).unwrap();
+    fn flow_of_reads_the_5_tuple_and_refuses_malformed_frames() {
+        use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
+        let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 64 };
+        let tuple = FiveTuple {
+            src_ip: [10, 0, 0, 1].into(),
+            dst_ip: [10, 0, 0, 2].into(),
+            src_port: 40000,
+            dst_port: 5201,
+            proto: L4Proto::Tcp,
+        };
+        let mut frame = vec![0u8; 64];
+        build_frame(&spec, &tuple, None, &mut frame).unwrap();
+        let f = flow_of(&frame).unwrap().unwrap();
         assert_eq!(f.src(), (Ipv4Addr::new(10, 0, 0, 1), 40000));
         assert_eq!(f.dst(), (Ipv4Addr::new(10, 0, 0, 2), 5201));
-        assert!(flow_of(&ip[..22]).is_none());
-        assert!(flow_of(&ip[..10]).is_none());
-        ip[9] = 1;
-        assert_eq!(flow_of(&ip[..20]).unwrap().sport, 0);
+        assert!(flow_of(&frame[..40]).is_err(), "cut inside the TCP header");
+        let mut arp = frame.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(flow_of(&arp), Ok(None));
     }
 }

@@ -23,6 +23,7 @@ use aya::Pod;
 use ferry_bpf::abi::SlowMeta;
 use ferry_bpf::hybrid::{DpiBypass, HybridMaps, LbConn, LbReply};
 use ferry_bpf::state::{StateTable, Update};
+use ferry_wire::ethernet::{ethertype, EthernetFrame};
 
 use crate::config::EvnfSpec;
 use crate::EvnfError;
@@ -110,16 +111,14 @@ pub enum SlowVerdict {
     Drop,
 }
 
-/// The IP packet inside an Ethernet frame (one VLAN tag allowed), or None
-/// for a frame that carries none.
+/// The IP packet inside an Ethernet frame (one VLAN tag allowed, as
+/// `ferry_wire`'s Ethernet view reads it), or None for a frame that carries
+/// none.
 pub fn ip_packet(frame: &[u8]) -> Option<&[u8]> {
-    let ethertype = |at: usize| frame.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
-    let mut at = 12;
-    if matches!(ethertype(at)?, 0x8100 | 0x88a8) {
-        at += 4;
-    }
-    match ethertype(at)? {
-        0x0800 | 0x86dd => frame.get(at + 2..).filter(|p| !p.is_empty()),
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    let at = eth.header_len();
+    match eth.ethertype() {
+        ethertype::IPV4 | ethertype::IPV6 => frame.get(at..).filter(|p| !p.is_empty()),
         _ => None,
     }
 }

@@ -18,11 +18,22 @@ pub enum ArgError {
     /// does not have.
     #[error("{key}: port {port} is not an out-link of the NF (it has {out_links}: 0..{out_links})")]
     NoOutLink { key: String, port: u16, out_links: u16 },
-    #[error("no parallel NF {name:?} (known: {known})")]
-    UnknownNf { name: String, known: String },
     /// The NF could not be built (e.g. a data structure refused its size).
     #[error("{nf}: {message}")]
     Build { nf: &'static str, message: String },
+}
+
+impl ArgError {
+    /// The argument at fault, if one is.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ArgError::BadValue { key, .. }
+            | ArgError::Unknown { key, .. }
+            | ArgError::Missing { key, .. }
+            | ArgError::NoOutLink { key, .. } => Some(key),
+            ArgError::NotKeyValue { .. } | ArgError::Build { .. } => None,
+        }
+    }
 }
 
 /// `key=value` arguments, in order.

@@ -1,4 +1,4 @@
-//! The live table's six NFs: each is built by name from `key=value`
+//! The parallel NFs a host builds (`RegisteredNf`): each is built from `key=value`
 //! arguments (defaults, good values that reach the NF's configuration, and
 //! bad values refused with an error naming the argument), with its packet
 //! sets and periodic timer; a short trace through the built NF shows the
@@ -8,50 +8,61 @@
 use std::net::Ipv4Addr;
 
 use ferry_nf::args::{ArgError, NfArgs};
+use ferry_parallel::live::counter::DstCounter;
 use ferry_parallel::live::nfs_args::{parse_backends, parse_port_range, NAT_KEYS};
-use ferry_parallel::live::registry::{self, NfEnv, NfSetup, NfVisitor};
-use ferry_parallel::runtime::{run_trace, OutputPacket, Packet, ParallelNf, TraceConfig};
+use ferry_parallel::live::registry::{NfEnv, NfSetup, RegisteredNf};
+use ferry_parallel::nfs::policer::Policer;
+use ferry_parallel::nfs::{anti_ddos::AntiDdos, bridge::Bridge, firewall::Firewall, maglev::Maglev, nat::Nat};
+use ferry_parallel::runtime::{run_trace, OutputPacket, Packet, TraceConfig};
 use ferry_parallel::stm::Stm;
 use ferry_wire::{build_frame, five_tuple, FiveTuple, FrameSpec, L4Proto};
 
-/// What a build gave: the setup, and the output of `packets` run through
-/// the NF (all workers', sorted by port then bytes).
+/// The NFs that declare `RegisteredNf`, by the name the catalog gives
+/// them (`parallel-<name>`).
+const NAMES: [&str; 7] = ["counter", "nat", "bridge", "firewall", "maglev", "policer", "anti_ddos"];
+
+/// What a build gave: the setup, the counters the NF declares and names,
+/// and the output of `packets` run through the NF (all workers', sorted by
+/// port then bytes).
 struct Built {
     setup: NfSetup,
+    declared: &'static [&'static str],
+    named: Vec<&'static str>,
     outputs: Vec<OutputPacket>,
 }
 
-/// Runs the built NF over `packets` in trace mode, with the setup the
-/// table gave (packet sets, periodic timer).
-struct RunOver<'s> {
-    stm: &'s Stm,
-    env: NfEnv,
-    packets: Vec<Packet>,
-}
-
-impl NfVisitor for RunOver<'_> {
-    type Output = Built;
-
-    fn visit<N: ParallelNf>(self, nf: N, setup: NfSetup) -> Built {
-        let config = TraceConfig {
-            workers: self.env.workers,
-            batch_size: 32,
-            ports: self.env.ports,
-            periodic_ns: setup.periodic_ns,
-            packet_sets: setup.packet_sets.clone(),
-        };
-        let report = run_trace(self.stm, &nf, &config, self.packets).expect("the trace runs");
-        let mut outputs: Vec<OutputPacket> = report.workers.into_iter().flat_map(|w| w.outputs).collect();
-        outputs.sort_by(|a, b| (a.port, &a.data).cmp(&(b.port, &b.data)));
-        Built { setup, outputs }
-    }
+/// Builds `N` and runs it over `packets` in trace mode, with the setup it
+/// gave (packet sets, periodic timer).
+fn run_over<N: RegisteredNf>(stm: &Stm, env: NfEnv, args: &NfArgs, packets: Vec<Packet>) -> Result<Built, ArgError> {
+    let (nf, setup) = N::build(stm, &env, args)?;
+    let config = TraceConfig {
+        workers: env.workers,
+        batch_size: 32,
+        ports: env.ports,
+        periodic_ns: setup.periodic_ns,
+        packet_sets: setup.packet_sets.clone(),
+    };
+    let named = nf.named_counters().into_iter().map(|(name, _)| name).collect();
+    let report = run_trace(stm, &nf, &config, packets).expect("the trace runs");
+    let mut outputs: Vec<OutputPacket> = report.workers.into_iter().flat_map(|w| w.outputs).collect();
+    outputs.sort_by(|a, b| (a.port, &a.data).cmp(&(b.port, &b.data)));
+    Ok(Built { setup, declared: N::COUNTERS, named, outputs })
 }
 
 fn build_with(name: &str, args: &[&str], ports: u16, workers: usize, packets: Vec<Packet>) -> Result<Built, ArgError> {
     let stm = Stm::new(workers).unwrap();
     let env = NfEnv { ports, workers };
     let args = NfArgs::parse(args)?;
-    registry::build(name, &stm, &env, &args, RunOver { stm: &stm, env, packets })
+    match name {
+        "counter" => run_over::<DstCounter>(&stm, env, &args, packets),
+        "nat" => run_over::<Nat>(&stm, env, &args, packets),
+        "bridge" => run_over::<Bridge>(&stm, env, &args, packets),
+        "firewall" => run_over::<Firewall>(&stm, env, &args, packets),
+        "maglev" => run_over::<Maglev>(&stm, env, &args, packets),
+        "policer" => run_over::<Policer>(&stm, env, &args, packets),
+        "anti_ddos" => run_over::<AntiDdos>(&stm, env, &args, packets),
+        _ => panic!("no parallel NF {name}"),
+    }
 }
 
 /// Builds with two out-links and two workers, running nothing.
@@ -98,8 +109,7 @@ fn packet(port: u16, ts_ns: u64, tuple: &FiveTuple) -> Packet {
 
 #[test]
 fn the_table_lists_all_seven_nfs_and_each_builds_with_its_defaults() {
-    assert_eq!(registry::NAMES, ["counter", "nat", "bridge", "firewall", "maglev", "policer", "anti_ddos"]);
-    for name in registry::NAMES.iter().filter(|n| **n != "maglev") {
+    for name in NAMES.iter().filter(|n| **n != "maglev") {
         let built = build(name, &[]).unwrap_or_else(|e| panic!("{name} with no arguments: {e}"));
         assert!(!built.setup.packet_sets.rules().is_empty(), "{name} has packet sets");
     }
@@ -108,12 +118,11 @@ fn the_table_lists_all_seven_nfs_and_each_builds_with_its_defaults() {
     assert!(matches!(e, ArgError::Missing { .. }), "{e:?}");
     build("maglev", &["vip=192.0.2.10"]).unwrap();
     // Unknown keys are refused, with the list of known ones.
-    for name in registry::NAMES {
-        let args: &[&str] = if *name == "maglev" { &["vip=192.0.2.10", "colour=red"] } else { &["colour=red"] };
+    for name in NAMES {
+        let args: &[&str] = if name == "maglev" { &["vip=192.0.2.10", "colour=red"] } else { &["colour=red"] };
         let e = refused(name, args, "colour");
         assert!(matches!(e, ArgError::Unknown { .. }), "{name}: {e:?}");
     }
-    assert!(matches!(error("nope", &[], 2), ArgError::UnknownNf { .. }));
     let e = refused("nat", &["colour=red"], "colour");
     assert!(e.to_string().contains(&NAT_KEYS.join(", ")), "{e}");
 }
@@ -182,7 +191,7 @@ fn bridge_spans_the_out_links_floods_and_refuses_bad_arguments() {
     assert_eq!(two.setup.packet_sets.rules().len(), 2);
 
     let e = error("bridge", &["ports=4"], 3);
-    assert!(matches!(e, ArgError::Build { nf: "bridge", .. }) && e.to_string().contains("ports=4"), "{e}");
+    assert!(matches!(e, ArgError::NoOutLink { port: 3, out_links: 3, .. }) && e.key() == Some("ports"), "{e}");
     let e = error("bridge", &[], 1);
     assert!(e.to_string().contains("at least 2 ports"), "{e}");
     refused("bridge", &["ports=1"], "ports=1");
@@ -295,4 +304,36 @@ fn anti_ddos_forwards_until_the_threshold_and_refuses_bad_arguments() {
     refused("anti_ddos", &["in_port=1"], "out_port");
     let e = refused("anti_ddos", &["out_port=2"], "out_port");
     assert!(matches!(e, ArgError::NoOutLink { port: 2, out_links: 2, .. }), "{e:?}");
+}
+
+#[test]
+fn every_nf_names_the_counters_it_declares_in_order() {
+    for name in NAMES {
+        let args: &[&str] = if name == "maglev" { &["vip=198.18.0.1"] } else { &[] };
+        let built = build_with(name, args, 2, 1, Vec::new()).unwrap();
+        assert_eq!(built.named, built.declared, "{name}");
+        if name != "counter" {
+            assert!(built.named.len() >= 6, "{name} publishes its counters: {:?}", built.named);
+        }
+        // Declared next to the live mode's own and per-worker counters:
+        // no name twice, within ferry's limit, room for 2 workers.
+        let declared = ferry_parallel::live::counter_names(64, &built.named);
+        assert!(declared.len() <= ferry_sdk::MAX_NF_COUNTERS, "{name}: {declared:?}");
+        assert!(declared.contains(&"w1_packets".to_string()), "{name}: {declared:?}");
+        let unique: std::collections::HashSet<&String> = declared.iter().collect();
+        assert_eq!(unique.len(), declared.len(), "{name}: a name twice in {declared:?}");
+    }
+}
+
+#[test]
+fn a_host_takes_its_keys_and_leaves_the_rest() {
+    let mut args = NfArgs::parse(&["workers=2", "buckets=8", "batch=16"]).unwrap();
+    let host = args.take(&["workers", "batch"]);
+    assert_eq!(host.u64_or("workers", 1), Ok(2));
+    assert_eq!(host.u64_or("batch", 32), Ok(16));
+    assert_eq!(args.get("buckets"), Some("8"));
+    assert_eq!(args.get("workers"), None);
+    assert!(args.u64_or("buckets", 0).is_ok());
+    assert!(NfArgs::parse(&["n=x"]).unwrap().u64_or("n", 0).is_err());
+    assert!(matches!(NfArgs::parse(&["novalue"]), Err(ArgError::NotKeyValue { .. })));
 }

@@ -32,7 +32,7 @@ fn maglev_sends_each_flow_to_the_backend_its_table_names() {
     }
     // The source's flows: 10.0.0.1:1024+f -> 10.0.1.1:9, UDP, each sent
     // SENT/FLOWS times (it cycles over them frame by frame).
-    let table = ferry_host::maglev_table(&["b1".into(), "b2".into()], 251).unwrap();
+    let table = ferry_catalog::host::maglev_table(&["b1".into(), "b2".into()], 251).unwrap();
     let mut want = [0u64; 2];
     for f in 0..FLOWS {
         let h = flow_hash([10, 0, 0, 1].into(), [10, 0, 1, 1].into(), 17, 1024 + f as u16, 9);

@@ -6,5 +6,6 @@
 //! - [`workloads`]: the NFOS case-study NFs over their traces, with their
 //!   control runs, for `ferry bench parallel` and the tests.
 
+pub mod by_name;
 pub mod equivalence;
 pub mod workloads;

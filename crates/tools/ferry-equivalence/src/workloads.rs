@@ -9,7 +9,9 @@ use ferry_traffic::Ipv4Range;
 use crate::equivalence::{generate_trace, TraceSpec};
 use ferry_nf::args::NfArgs;
 use ferry_parallel::heap::{self, HeapMark, HeapUse};
-use ferry_parallel::live::registry::{self, NfEnv, NfSetup, NfVisitor};
+use ferry_parallel::live::registry::{NfEnv, NfSetup};
+
+use crate::by_name::{self as registry, NfVisitor};
 use ferry_parallel::profiler::{Profile, Profiler, RootCause};
 use ferry_parallel::runtime::{
     run_control_presplit, run_trace_lockstep, run_trace_presplit, ControlWork, OutputMode, Packet, ParallelNf,

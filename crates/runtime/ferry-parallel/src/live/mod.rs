@@ -69,8 +69,9 @@
 //!   stop, and the exit handler runs (as init does, alone, on worker 0's
 //!   engine slot) and its output is sent.
 //!
-//! [`registry`] builds NFs by name for hosts such as `ferry-host serve --kind
-//! parallel-<name>`; [`counter`] is a small NF for tests.
+//! [`registry`] is what an NF declares so that a host can build it from
+//! `key=value` arguments (the catalog's `parallel-<name>` kinds);
+//! [`counter`] is a small NF for tests.
 
 pub mod counter;
 pub mod nfs_args;
@@ -111,8 +112,8 @@ pub const COUNTERS: [&str; 8] =
 
 /// The names to declare when connecting ([`ferry_sdk::Nf::connect_from_env_with`]):
 /// [`COUNTERS`], then the NF's own (`nf_counters`: what its
-/// [`ParallelNf::named_counters`] names, e.g. from
-/// [`registry::counter_names`]), then `w<i>_packets` for as many workers as
+/// [`ParallelNf::named_counters`] names, e.g.
+/// [`registry::RegisteredNf::COUNTERS`]), then `w<i>_packets` for as many workers as
 /// ferry's 24 counters leave room for.
 pub fn counter_names(workers: usize, nf_counters: &[&str]) -> Vec<String> {
     COUNTERS
@@ -207,7 +208,7 @@ struct Done {
 /// Runs `nf` live on `th` until ferryd stops the NF: init, packets, exit.
 /// Publishes [`counter_names`] counters on `th`: declare
 /// `counter_names(workers, names)` at connect, with `names` the ones
-/// `nf.named_counters()` gives ([`registry::counter_names`] for the table).
+/// `nf.named_counters()` gives ([`registry::RegisteredNf::COUNTERS`]).
 pub fn run_live<N: ParallelNf>(
     stm: &Stm,
     nf: &N,

@@ -1,6 +1,6 @@
-//! The six NFs of [`crate::nfs`] in the live table ([`super::registry`]):
-//! how each is built from `key=value` arguments (`ferry-host serve --kind
-//! parallel-<name> --arg k=v`, or `args:` in a chain file), and its packet
+//! The six NFs of [`crate::nfs`] as hosts build them ([`super::registry`]):
+//! how each is built from `key=value` arguments (`args:` of a
+//! `parallel-<name>` NF in a chain file), and its packet
 //! sets and periodic timer. Every argument has a default, except Maglev's
 //! `vip`; an error names the argument at fault.
 //!
@@ -261,12 +261,12 @@ impl RegisteredNf for Bridge {
         let d = BridgeConfig::default();
         let ports: u16 = number(args, "ports", env.ports)?;
         if ports < 2 {
-            let message = format!("needs at least 2 ports (out-links); ports={ports}");
-            return Err(ArgError::Build { nf: "bridge", message });
+            let reason = "a bridge needs at least 2 ports (out-links)";
+            return Err(ArgError::BadValue { key: "ports".into(), value: ports.to_string(), reason });
         }
         if ports > env.ports {
-            let message = format!("ports={ports}: bridge port i is out-link i, and the NF has {} out-links", env.ports);
-            return Err(ArgError::Build { nf: "bridge", message });
+            // Bridge port i is out-link i.
+            return Err(ArgError::NoOutLink { key: "ports".into(), port: ports - 1, out_links: env.ports });
         }
         let capacity = positive(args, "capacity", number(args, "capacity", d.capacity)?)?;
         let mac_timeout_ns = positive(args, "timeout_ms", args.duration_ns_or("timeout_ms", MS, d.mac_timeout_ns)?)?;

@@ -1,4 +1,4 @@
-//! `ferry-host --kind efw|elb|edpi|enat`: a hybrid NF's control plane in a
+//! `efw`, `elb`, `edpi`, `enat`: a hybrid NF's control plane in a
 //! ferryd chain. ferryd started it as the NF's unprivileged user and
 //! attached its fast path; the welcome carries the fast path's maps as
 //! fds. It re-applies the NF's configuration (so a restarted control
@@ -23,13 +23,13 @@ use ferry_bpf::hybrid::HybridMaps;
 use ferry_evnf::hybrid::{HybridNf, SlowVerdict};
 use ferry_evnf::types::HybridType;
 use ferry_evnf::EvnfError;
-use ferry_sdk::{Nf, NfThread, Packet};
+use ferry_sdk::{NfThread, Packet};
 use ferry_sys::monotonic_ns;
+
+use super::{Launch, BURST};
 
 /// How often the thread wakes to run timers and publish counters.
 const WAKE_EVERY: Duration = Duration::from_millis(100);
-
-const BURST: usize = 32;
 
 /// Set by SIGHUP: ferryd asks the control plane to read its file again.
 static RELOAD: AtomicBool = AtomicBool::new(false);
@@ -66,16 +66,17 @@ impl Config<'_> {
     }
 }
 
-pub fn serve(kind: &str, args: &[String]) -> Result<()> {
+pub fn serve(l: &Launch) -> Result<()> {
+    let (kind, args) = (l.kind, l.args);
     // Before the hello: ferryd signals only NFs that are connected, and
     // SIGHUP's default action would end the process.
     // SAFETY: the handler only stores to an atomic.
     unsafe { libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t) };
     let t = ferry_evnf::types::find(kind).ok_or_else(|| anyhow!("{kind}: not a hybrid NF type"))?;
-    let values = ferry_catalog::Values::of(kind, args)?;
+    let values = crate::Values::of(kind, args)?;
     let file = values.text("config").unwrap_or_default();
     let spec = ferry_evnf::chained::config(kind, Path::new(file)).map_err(|e| anyhow!(e))?;
-    let nf = Nf::connect_from_env_with(&ferry_evnf::types::counters(t))?;
+    let nf = l.hello.connect(&ferry_evnf::types::counters(t))?;
     let mut maps = HybridMaps::from_fds(nf.take_maps())?;
     let mut control = ferry_evnf::chained::control_plane(kind, &spec, &maps)?;
     control.install(&mut maps)?;

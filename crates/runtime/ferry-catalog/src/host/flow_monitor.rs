@@ -1,4 +1,4 @@
-//! `ferry-host --kind flow-monitor`: the flow monitor as a process.
+//! `flow-monitor`: the flow monitor as a process.
 //! Each thread counts its flows ([`ferry_nf::FlowMonitor`]) and, every
 //! [`EXPORT_EVERY`], writes the flows it counted since into the flow table
 //! ferryd made for the NF (a BPF hash map with the XDP flow monitor's
@@ -17,16 +17,16 @@ use ferry_bpf::hybrid::FlowTuple;
 use ferry_bpf::pipeline::{FlowKey as TableKey, PlCount};
 use ferry_nf::flow_monitor::{FlowCount, FlowKey};
 use ferry_nf::{FlowMonitor, PacketNf, Verdict};
-use ferry_sdk::{Nf, NfThread, Packet};
+use ferry_sdk::{NfThread, Packet};
+
+use super::{Launch, BURST};
 
 /// How stale the table ferryd reads may be.
 pub const EXPORT_EVERY: Duration = Duration::from_millis(100);
 
-const BURST: usize = 32;
-
-pub fn serve() -> Result<()> {
+pub fn serve(l: &Launch) -> Result<()> {
     let counters: Vec<&str> = FlowMonitor::new().spec().counters.to_vec();
-    let nf = Nf::connect_from_env_with(&counters)?;
+    let nf = l.hello.connect(&counters)?;
     let table = nf.take_maps().into_iter().find(|(name, _)| name == MAP_NAME).map(|(_, fd)| fd);
     let table = table.ok_or_else(|| anyhow!("ferryd sent no flow table ({MAP_NAME})"))?;
     // One handle per thread, opened before any thread runs.

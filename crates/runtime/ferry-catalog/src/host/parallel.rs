@@ -1,5 +1,5 @@
-//! `ferry-host --kind parallel-<name>`: a parallel NF (NFOS-style, from
-//! `ferry_parallel::live::registry`) hosted in a ferryd chain in live mode
+//! `parallel-<name>`: a parallel NF (NFOS-style, an impl of
+//! `ferry_parallel::live::registry::RegisteredNf`) hosted in a ferryd chain in live mode
 //! (`ferry_parallel::live`): the NF's one ferry thread receives and
 //! dispatches, `workers` threads run the handlers as transactions.
 //!
@@ -23,24 +23,56 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_nf::args::NfArgs;
-use ferry_parallel::live::registry::{self, NfEnv, NfSetup, NfVisitor};
+use ferry_parallel::live::registry::{NfEnv, RegisteredNf};
 use ferry_parallel::live::{self, LiveConfig, LiveReport};
-use ferry_parallel::runtime::{ParallelNf, RuntimeError, TraceConfig};
+use ferry_parallel::runtime::TraceConfig;
 use ferry_parallel::stm::Stm;
-use ferry_sdk::{Nf, NfThread, Waker};
+use ferry_sdk::Waker;
 
-/// Runs parallel NF `name` until ferryd stops it.
-pub fn serve(name: &str, kind: &str, args: &[String]) -> Result<()> {
-    // The catalog declares the host's arguments (types and defaults) and
-    // knows the NF's keys; the NF checks its own values as it is built.
-    ferry_catalog::check(kind, args)?;
+use super::Launch;
+use crate::KindError;
+
+/// The host's arguments ([`crate::PARALLEL_HOST_ARGS`], checked, defaults
+/// filled in) and the NF's own.
+fn split_args(kind: &str, args: &[String]) -> Result<(crate::Values, NfArgs), KindError> {
     let is_host = |a: &String| {
         let key = ferry_nf::model::split_key_value(a).map_or(a.as_str(), |(k, _)| k);
-        ferry_catalog::PARALLEL_HOST_ARGS.iter().any(|h| h.key == key)
+        crate::PARALLEL_HOST_ARGS.iter().any(|h| h.key == key)
     };
     let (host_args, own): (Vec<String>, Vec<String>) = args.iter().cloned().partition(is_host);
-    let host = ferry_catalog::Values::of(kind, &host_args)?;
-    let nf_args = NfArgs::parse(&own)?;
+    let host = crate::Values::of(kind, &host_args)?;
+    let own = NfArgs::parse(&own).map_err(|e| KindError::Invalid {
+        kind: kind.into(),
+        message: e.to_string(),
+        index: None,
+    })?;
+    Ok((host, own))
+}
+
+/// Checks parallel NF `N`'s own arguments by building it once, on one
+/// worker, for an NF with `out_links` out-links (as the NF host would:
+/// NF port `p` is out-link `p`); an error names the argument at fault.
+pub fn check_built<N: RegisteredNf>(kind: &str, args: &[String], out_links: usize) -> Result<(), KindError> {
+    let (_, own) = split_args(kind, args)?;
+    let invalid = |message: String, index| KindError::Invalid { kind: kind.into(), message, index };
+    let stm = Stm::new(1).map_err(|e| invalid(e.to_string(), None))?;
+    let ports = u16::try_from(out_links.max(1)).map_err(|_| invalid("too many out-links".into(), None))?;
+    match N::build(&stm, &NfEnv { ports, workers: 1 }, &own) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let index =
+                e.key().and_then(|key| args.iter().position(|a| a.split_once('=').map(|(k, _)| k) == Some(key)));
+            Err(invalid(e.to_string(), index))
+        }
+    }
+}
+
+/// Runs parallel NF `N` until ferryd stops it.
+pub fn serve<N: RegisteredNf>(l: &Launch) -> Result<()> {
+    // The catalog declares the host's arguments (types and defaults) and
+    // knows the NF's keys; the NF checks its own values as it is built.
+    let (kind, args) = (l.kind, l.args);
+    let (host, nf_args) = split_args(kind, args)?;
     let workers = host.u64("workers")? as usize;
     let batch = host.u64("batch")? as usize;
     let queue = host.u64("queue")? as usize;
@@ -49,24 +81,41 @@ pub fn serve(name: &str, kind: &str, args: &[String]) -> Result<()> {
     let stm = Stm::new(workers).with_context(|| format!("workers={workers}"))?;
     // Before any thread exists (connect starts one), so all inherit it.
     let signals = block_stop_signals()?;
-    let names = live::counter_names(workers, registry::counter_names(name)?);
+    let names = live::counter_names(workers, N::COUNTERS);
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let nf = Nf::connect_from_env_with(&names)?;
+    let nf = l.hello.connect(&names)?;
     if nf.threads() != 1 {
-        bail!("parallel-{name}: give the NF `threads: 1` (it has {}); `workers=N` sets its cores", nf.threads());
+        bail!("{kind}: give the NF `threads: 1` (it has {}); `workers=N` sets its cores", nf.threads());
     }
     let mut th = nf.thread(0)?;
     let stop = Arc::new(AtomicBool::new(false));
     watch_stop_signals(signals, stop.clone(), th.waker())?;
     let ports = u16::try_from(th.out_links().max(1)).map_err(|_| anyhow!("too many out-links"))?;
     let env = NfEnv { ports, workers };
-    let host = Host { stm: &stm, th: &mut th, stop: &stop, workers, batch, queue, tick_ns, ring_port, ports };
-    let report = registry::build(name, &stm, &env, &nf_args, host)??;
+    let (parallel_nf, setup) = N::build(&stm, &env, &nf_args)?;
+    let config = LiveConfig {
+        run: TraceConfig {
+            workers,
+            batch_size: batch,
+            ports,
+            periodic_ns: setup.periodic_ns,
+            packet_sets: setup.packet_sets,
+        },
+        queued_batches: queue,
+        tick_ns,
+        ring_port,
+    };
+    let report = live::run_live_until(&stm, &parallel_nf, &config, &mut th, &stop)?;
+    log_report(kind, nf.name(), &report);
+    Ok(())
+}
+
+/// What the NF did, in the log, when it stops.
+fn log_report(kind: &str, nf: &str, report: &LiveReport) {
     let c = &report.counters;
     tracing::info!(
-        "parallel-{name} ({}): stopped; received {} outputs {} sent {} no_frame {} bad_port {} commits {} aborts {} \
+        "{kind} ({nf}): stopped; received {} outputs {} sent {} no_frame {} bad_port {} commits {} aborts {} \
          per worker {:?}",
-        nf.name(),
         c.received,
         c.outputs,
         c.sent,
@@ -78,41 +127,7 @@ pub fn serve(name: &str, kind: &str, args: &[String]) -> Result<()> {
     );
     let own: Vec<String> = report.nf_counters.iter().map(|(name, v)| format!("{name} {v}")).collect();
     if !own.is_empty() {
-        tracing::info!("parallel-{name} ({}): {}", nf.name(), own.join(" "));
-    }
-    Ok(())
-}
-
-/// Runs the NF the table built on this thread.
-struct Host<'h> {
-    stm: &'h Stm,
-    th: &'h mut NfThread,
-    stop: &'h AtomicBool,
-    workers: usize,
-    batch: usize,
-    queue: usize,
-    tick_ns: u64,
-    ring_port: u16,
-    ports: u16,
-}
-
-impl NfVisitor for Host<'_> {
-    type Output = Result<LiveReport, RuntimeError>;
-
-    fn visit<N: ParallelNf>(self, nf: N, setup: NfSetup) -> Self::Output {
-        let config = LiveConfig {
-            run: TraceConfig {
-                workers: self.workers,
-                batch_size: self.batch,
-                ports: self.ports,
-                periodic_ns: setup.periodic_ns,
-                packet_sets: setup.packet_sets,
-            },
-            queued_batches: self.queue,
-            tick_ns: self.tick_ns,
-            ring_port: self.ring_port,
-        };
-        live::run_live_until(self.stm, &nf, &config, self.th, self.stop)
+        tracing::info!("{kind} ({nf}): {}", own.join(" "));
     }
 }
 

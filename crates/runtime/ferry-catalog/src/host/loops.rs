@@ -1,207 +1,78 @@
-//! The host process for built-in NFs in a ferryd chain (`ferry-host`).
-//! ferryd starts it (as the NF's unprivileged user) with `FERRY_SOCKET` and
-//! `FERRY_NF` set; `--kind` picks the NF, `--arg` passes its arguments.
-//!
-//! Kinds:
-//! * any per-packet NF of `ferry nf list`, or several joined with `+`
-//!   (`arp-responder+icmp-echo`, arguments of each separated by `--`):
-//!   `tx` replies out of the arrival port for responders and forwards on
-//!   out-link 0 for the others; `pass` forwards on out-link 0;
-//! * `fwd`: forward everything on out-link 0; with `by_port=1`, a frame
-//!   that arrived on the thread's i-th port goes to out-link i (to route
-//!   through an external program on a veth and back);
-//! * `split`: spread flows over all out-links by flow hash (fan-out);
-//! * `slow arg work_ns=N`: burn N ns of CPU per packet, then forward;
-//! * `source` (args `size=64`, `rate=PPS`, `flows=N`): make stamped UDP
-//!   frames in the domain's own UMEM, for measuring chaining without veth;
-//! * `sink`: count, check stamps, publish latency percentiles, free;
-//! * `parallel-<name>`: a parallel NF on worker threads (`workers=N`), see
-//!   [`crate::parallel`];
-//! * `tenant-router` (rules `out=N,dst=CIDR,...`): the trusted router of
-//!   `classify: router`, each frame to the out-link of its rule's entry;
-//! * `flow-monitor`: its flows also go to the table ferryd reads, see
-//!   [`crate::flow_monitor`];
-//! * `efw`, `elb`, `edpi`, `enat`: a hybrid NF's control plane, see
-//!   [`crate::hybrid`].
+//! The NF host's own loops: the forwarders (`fwd`, `split`, `slow`), the
+//! measurement NFs (`source`, `sink`), Maglev and the tenant router of
+//! `classify: router`. Each `serve_*` is the [`super::Serve`] of its
+//! catalog entry.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use ferry_catalog::Runner;
 use ferry_nf::mica_client::{MicaClient, MicaWorkload, BATCH_AT as MICA_BATCH_AT};
 use ferry_nf::ROUTER_COUNTERS;
-use ferry_nf::{PacketNf, Verdict};
 use ferry_parallel::nfs::maglev::{flow_hash, LookupTable, Permutation};
-use ferry_sdk::{Nf, NfThread, Packet};
+use ferry_sdk::{NfThread, Packet};
+use ferry_sys::monotonic_ns;
 use ferry_wire::classify::{Decision, Table};
 use ferry_wire::{build_frame, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp};
 use hdrhistogram::Histogram;
 
-use ferry_sys::monotonic_ns;
+use super::{Launch, BURST};
+use crate::Values;
 
-/// Exit status when ferryd closed the control socket.
-pub const EXIT_STOPPED: i32 = 0;
-
-const BURST: usize = 32;
-
-/// Runs NF kind `kind` until ferryd stops it. Its kind and arguments are
-/// checked against the catalog first, as the chain file was.
-pub fn serve(kind: &str, args: &[String]) -> Result<()> {
-    let runner = ferry_catalog::runner(kind)?;
-    if let Runner::Parallel { name } = runner {
-        // Checked there, with the NF's own arguments apart from the host's.
-        return crate::parallel::serve(name, kind, args);
-    }
-    ferry_catalog::check(kind, args)?;
-    match runner {
-        Runner::Hybrid => crate::hybrid::serve(kind, args),
-        Runner::FlowExport => crate::flow_monitor::serve(),
-        Runner::HostLoop => host_loop(kind, args),
-        Runner::Packet { replies } => serve_packet_nf(kind, args, replies),
-        Runner::Parallel { .. } => unreachable!("served above"),
-    }
-}
-
-/// One of the host's own loops.
-fn host_loop(kind: &str, args: &[String]) -> Result<()> {
-    if THREADED.contains(&kind) {
-        return run_threaded(kind, args, &Hello::Env);
-    }
-    match kind {
-        "maglev" => {
-            let v = ferry_catalog::Values::of(kind, args)?;
-            let table_size = u32::try_from(v.u64("table_size")?)?;
-            let nf = Nf::connect_from_env()?;
-            let table = maglev_table(nf.out_links(), table_size)?;
-            nf.run(|th| maglev(th, &table))?;
-        }
-        ferry_catalog::TENANT_ROUTER => {
-            let rules: Vec<&str> = args.iter().map(String::as_str).collect();
-            let table = Table::parse(&rules).map_err(|(i, e)| anyhow!("{kind}: rule {i}: {e}"))?;
-            let nf = Nf::connect_from_env_with(&ROUTER_COUNTERS)?;
-            if let Some(r) = table.rules.iter().find(|r| usize::from(r.out) >= nf.out_links().len()) {
-                bail!("{kind}: rule {r} picks out-link {}, but the NF has {}", r.out, nf.out_links().len());
-            }
-            nf.run(|th| tenant_router(th, &table))?;
-        }
-        _ => bail!("{kind}: the catalog has it run by a host loop the NF host does not have"),
-    }
+/// `fwd`, `split` and `slow`.
+pub fn serve_forward(l: &Launch) -> Result<()> {
+    let v = Values::of(l.kind, l.args)?;
+    let work_ns = if l.kind == "slow" { v.u64("work_ns")? } else { 0 };
+    let route = match l.kind {
+        "split" => Route::FlowHash,
+        "fwd" if v.u64("by_port")? == 1 => Route::ByPort,
+        _ => Route::First,
+    };
+    let nf = l.hello.connect(&[])?;
+    nf.run(|th| forward(th, route, work_ns))?;
     Ok(())
 }
 
-/// A per-packet NF (or several joined with `+`) on each thread.
-fn serve_packet_nf(kind: &str, args: &[String], replies: bool) -> Result<()> {
-    let build = || ferry_catalog::build_packet(kind, args);
-    let first = build()?;
-    let names: Vec<&str> = first.spec().counters.to_vec();
-    let nf = Nf::connect_from_env_with(&names)?;
-    nf.run(|th| {
-        let pnf = build().expect("built once already");
-        packet_nf(th, pnf, replies)
-    })?;
+/// `source`.
+pub fn serve_source(l: &Launch) -> Result<()> {
+    let v = Values::of(l.kind, l.args)?;
+    let (size, rate, flows) = (v.u64("size")? as usize, v.u64("rate")?, v.u64("flows")?);
+    let count = v.u64("count")?;
+    let mica: Option<MicaWorkload> = match v.text("mica").unwrap_or_default() {
+        "" => None,
+        spec => Some(spec.parse().map_err(|e| anyhow!("source: mica={spec}: {e}"))?),
+    };
+    let nf = l.hello.connect(&["made"])?;
+    nf.run(|th| source(th, size, rate, flows, count, mica.clone()))?;
     Ok(())
 }
 
-/// The kinds [`run_threaded`] runs: the framework's own threaded NFs.
-pub const THREADED: [&str; 5] = ["source", "sink", "fwd", "split", "slow"];
-
-/// How an NF says hello to ferryd: as its environment says (`ferry-host serve`,
-/// one NF per process), or by name on a given socket (`ferry-host host`, several
-/// NFs as threads of one process).
-pub enum Hello<'a> {
-    Env,
-    Named { socket: &'a Path, name: &'a str },
-}
-
-impl Hello<'_> {
-    fn connect(&self, counters: &[&str]) -> Result<Nf> {
-        Ok(match self {
-            Hello::Env => Nf::connect_from_env_with(counters)?,
-            Hello::Named { socket, name } => Nf::connect(socket, name, counters)?,
-        })
-    }
-}
-
-/// Runs one of the [`THREADED`] kinds until ferryd stops it.
-pub fn run_threaded(kind: &str, args: &[String], hello: &Hello) -> Result<()> {
-    ferry_catalog::check(kind, args)?;
-    let v = ferry_catalog::Values::of(kind, args)?;
-    match kind {
-        "source" => {
-            let nf = hello.connect(&["made"])?;
-            let (size, rate, flows) = (v.u64("size")? as usize, v.u64("rate")?, v.u64("flows")?);
-            let count = v.u64("count")?;
-            let mica: Option<MicaWorkload> = match v.text("mica").unwrap_or_default() {
-                "" => None,
-                spec => Some(spec.parse().map_err(|e| anyhow!("source: mica={spec}: {e}"))?),
-            };
-            nf.run(|th| source(th, size, rate, flows, count, mica.clone()))?;
-        }
-        "sink" => {
-            let nf = hello.connect(&["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns", "lat_p999_ns"])?;
-            nf.run(sink)?;
-        }
-        "fwd" | "split" | "slow" => {
-            let work_ns = if kind == "slow" { v.u64("work_ns")? } else { 0 };
-            let nf = hello.connect(&[])?;
-            let route = match kind {
-                "split" => Route::FlowHash,
-                "fwd" if v.u64("by_port")? == 1 => Route::ByPort,
-                _ => Route::First,
-            };
-            nf.run(|th| forward(th, route, work_ns))?;
-        }
-        _ => bail!("{kind} is not a threaded NF kind ({})", THREADED.join(", ")),
-    }
+/// `sink`.
+pub fn serve_sink(l: &Launch) -> Result<()> {
+    let nf = l.hello.connect(&["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns", "lat_p999_ns"])?;
+    nf.run(sink)?;
     Ok(())
 }
 
-/// `ferry-host host`: NFs given as `NAME=KIND[:ARG,ARG...]`, each connecting to
-/// ferryd at `socket` as NF NAME and running as threads of this process.
-/// The one-process bound of `bench chain` on the SDK's own code: the same
-/// NF code, rings and frame pool as `ferry-host serve`, without the processes.
-pub fn host(socket: &Path, nfs: &[String]) -> Result<()> {
-    let parsed = nfs.iter().map(|spec| hosted_nf(spec)).collect::<Result<Vec<_>>>()?;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = parsed
-            .iter()
-            .map(|(name, kind, args)| {
-                s.spawn(move || {
-                    run_threaded(kind, args, &Hello::Named { socket, name }).map_err(|e| e.context(name.clone()))
-                })
-            })
-            .collect();
-        handles.into_iter().try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("an NF thread panicked"))?)
-    })
+/// `maglev`: one Maglev table over the NF's out-links.
+pub fn serve_maglev(l: &Launch) -> Result<()> {
+    let v = Values::of(l.kind, l.args)?;
+    let table_size = u32::try_from(v.u64("table_size")?)?;
+    let nf = l.hello.connect(&[])?;
+    let table = maglev_table(nf.out_links(), table_size)?;
+    nf.run(|th| maglev(th, &table))?;
+    Ok(())
 }
 
-/// `NAME=KIND[:ARG,ARG...]` as (name, kind, arguments).
-fn hosted_nf(spec: &str) -> Result<(String, String, Vec<String>)> {
-    let (name, rest) = spec.split_once('=').ok_or_else(|| anyhow::anyhow!("{spec:?}: NAME=KIND[:ARG,ARG...]"))?;
-    if name.is_empty() || rest.is_empty() {
-        bail!("{spec:?}: NAME=KIND[:ARG,ARG...]");
+/// The tenant router: its positional arguments are the edge's rules.
+pub fn serve_tenant_router(l: &Launch) -> Result<()> {
+    let rules: Vec<&str> = l.args.iter().map(String::as_str).collect();
+    let table = Table::parse(&rules).map_err(|(i, e)| anyhow!("{}: rule {i}: {e}", l.kind))?;
+    let nf = l.hello.connect(&ROUTER_COUNTERS)?;
+    if let Some(r) = table.rules.iter().find(|r| usize::from(r.out) >= nf.out_links().len()) {
+        bail!("{}: rule {r} picks out-link {}, but the NF has {}", l.kind, r.out, nf.out_links().len());
     }
-    let (kind, args) = rest.split_once(':').unwrap_or((rest, ""));
-    let args = args.split(',').filter(|a| !a.is_empty()).map(str::to_string).collect();
-    Ok((name.to_string(), kind.to_string(), args))
-}
-
-fn packet_nf(mut th: NfThread, mut nf: Box<dyn PacketNf>, reply: bool) {
-    let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
-    while th.recv_burst(&mut burst, BURST).is_ok() {
-        for mut pkt in burst.drain(..) {
-            match nf.process(pkt.data_mut()) {
-                Verdict::Tx if reply => th.reply(pkt),
-                Verdict::Tx | Verdict::Pass if th.out_links() > 0 => th.send(pkt, 0),
-                Verdict::Tx => th.reply(pkt),
-                Verdict::Pass | Verdict::Drop => th.drop_packet(pkt),
-            }
-        }
-        for (i, &v) in nf.counters().iter().enumerate() {
-            th.set_nf_counter(i, v);
-        }
-    }
+    nf.run(|th| tenant_router(th, &table))?;
+    Ok(())
 }
 
 fn spin_for(ns: u64) {
@@ -450,25 +321,6 @@ fn sink(mut th: NfThread) {
         }
         if r.is_err() {
             return;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosted_nfs_are_name_kind_and_arguments() {
-        let nf = |spec: &str| hosted_nf(spec).unwrap();
-        assert_eq!(
-            nf("src=source:rate=1000,size=64"),
-            ("src".into(), "source".into(), vec!["rate=1000".into(), "size=64".into()])
-        );
-        assert_eq!(nf("nf1=fwd"), ("nf1".into(), "fwd".into(), vec![]));
-        assert_eq!(nf("nf1=fwd:"), ("nf1".into(), "fwd".into(), vec![]));
-        for bad in ["fwd", "=fwd", "nf1="] {
-            assert!(hosted_nf(bad).is_err(), "{bad}");
         }
     }
 }
