@@ -15,6 +15,7 @@
 //! and the NF host binary `ferry-host`, which only parses its command
 //! line and calls [`host::serve`] or [`host::host`].
 
+pub mod fused;
 pub mod host;
 pub mod lower;
 mod types;
@@ -177,6 +178,9 @@ pub fn build_packet(kind: &str, args: &[String]) -> Result<Box<dyn ferry_nf::Pac
 
 /// Whether `kind` with `args` can run in a ferryd chain.
 pub fn check(kind: &str, args: &[String]) -> Result<(), KindError> {
+    if kind == fused::FUSED {
+        return fused::check(args);
+    }
     if kind.contains('+') {
         return types::check_joined(kind, args);
     }

@@ -95,6 +95,17 @@ fn serve_types() -> Vec<NfType> {
             serve: loops::serve_tenant_router,
             check_built: None,
         },
+        NfType {
+            kind: crate::fused::FUSED.to_string(),
+            summary: "NFs run to completion in one NF's threads: what placement makes of a run of NFs with fuse: auto",
+            model: ExecModel::Threaded,
+            args: Args::Positional("@stage=NAME:KIND ARG... (two or more stages, as placement writes them)"),
+            counters: vec![],
+            elements: &[],
+            runner: Runner::HostLoop,
+            serve: host::fused::serve,
+            check_built: None,
+        },
         threaded(
             "source",
             "make stamped UDP frames in the domain's own UMEM (chaining without veth)",

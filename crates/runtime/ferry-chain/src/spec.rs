@@ -17,8 +17,10 @@
 //!     exec: [/usr/local/bin/my-nf, --flag]   # ... or any program using the SDK
 //!     threads: 2
 //!     poll: { busy_threshold: 8, idle_timeout_us: 200, idle_polls: 6 }   # idle_polls: see PollSpec
+//!                                    # or poll: { busy: true } with cpus: of its own
 //!     backpressure: { mode: block, threshold: 0.75 }
 //!     offload: never          # auto (default) | never | force: may it run in XDP?
+//!     fuse: auto              # never (default, or the domain's fuse:) | auto: run with its neighbours in one thread
 //!     cpus: [1]               # CPUs its process may run on (default: any)
 //! links:                        # out-link i of an NF = its i-th `from:` line
 //!   - { from: in, to: resp }
@@ -114,6 +116,10 @@ pub struct DomainSpec {
     /// The tenant that owns it (required once `tenants:` are declared).
     #[serde(default)]
     pub tenant: Option<String>,
+    /// Whether placement may run adjacent NFs of the domain in one thread
+    /// (`fuse: auto`); an NF's own `fuse` overrides it.
+    #[serde(default, skip_serializing_if = "FusePolicy::is_never")]
+    pub fuse: FusePolicy,
 }
 
 /// An AF_XDP port: queues of one netdev.
@@ -290,6 +296,10 @@ pub struct NfSpec {
     /// The host it runs on (a chain over `hosts`).
     #[serde(default)]
     pub location: Option<String>,
+    /// Whether placement may fuse it with its neighbours (absent: its
+    /// domain's `fuse`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuse: Option<FusePolicy>,
 }
 
 /// Highest CPU number `cpus:` may name (the size of a `cpu_set_t`).
@@ -305,6 +315,7 @@ impl DomainSpec {
             ring_size: default_ring_size(),
             user: None,
             tenant: None,
+            fuse: FusePolicy::Never,
         }
     }
 }
@@ -329,7 +340,39 @@ impl NfSpec {
             offload: OffloadPolicy::default(),
             cpus: Vec::new(),
             location: None,
+            fuse: None,
         }
+    }
+}
+
+/// Whether placement may run a run of adjacent NFs in one thread, each
+/// batch through each NF in turn, with no ring and no wake-up between
+/// them (BESS's and VPP's run to completion). It gives up process
+/// isolation between the NFs fused, who share a domain (one UMEM)
+/// already.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FusePolicy {
+    /// Fuse with the neighbours it can be fused with (same domain,
+    /// threads, CPUs, user and polling; one link between them).
+    Auto,
+    /// A process of its own.
+    #[default]
+    Never,
+}
+
+impl FusePolicy {
+    fn is_never(&self) -> bool {
+        *self == FusePolicy::Never
+    }
+}
+
+impl ChainSpec {
+    /// NF `i`'s fuse policy: its own, else its domain's.
+    pub fn fuse_policy(&self, i: usize) -> FusePolicy {
+        let nf = &self.nfs[i];
+        nf.fuse
+            .unwrap_or_else(|| self.domains.iter().find(|d| d.name == nf.domain).map_or(FusePolicy::Never, |d| d.fuse))
     }
 }
 
@@ -349,10 +392,18 @@ pub enum OffloadPolicy {
 
 /// Smart polling (FLASH §4): busy-poll while batches are large, block in
 /// poll() once no batch reached the threshold for the idle timeout, or
-/// once `idle_polls` polls in a row found nothing.
+/// once `idle_polls` polls in a row found nothing. With `busy: true` the
+/// NF never blocks: it polls its inputs without pause, as a DPDK, VPP or
+/// OVS PMD thread does, for the lowest latency at the price of its CPUs
+/// (all of them, at any load).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PollSpec {
+    /// Never block: spin on the inputs. Needs `cpus:` on the NF, CPUs of
+    /// its own (a spinning thread takes the whole CPU from whatever shares
+    /// it). The other fields are then unused.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub busy: bool,
     /// Packets per receive burst that count as "busy".
     #[serde(default = "default_busy_threshold")]
     pub busy_threshold: u32,
@@ -374,6 +425,7 @@ pub struct PollSpec {
 impl Default for PollSpec {
     fn default() -> Self {
         PollSpec {
+            busy: false,
             busy_threshold: default_busy_threshold(),
             idle_timeout_us: default_idle_timeout_us(),
             idle_polls: None,
@@ -465,6 +517,9 @@ fn one() -> u32 {
 }
 fn yes() -> bool {
     true
+}
+fn is_false(b: &bool) -> bool {
+    !b
 }
 fn default_busy_threshold() -> u32 {
     8
@@ -663,6 +718,10 @@ impl ChainSpec {
             }
             if !(1..=64).contains(&n.threads) {
                 return Err((at("threads"), format!("{} must be in 1..=64", n.threads)));
+            }
+            if n.poll.busy && n.cpus.is_empty() {
+                let path = vec![Key("nfs"), Index(i), Key("poll"), Key("busy")];
+                return Err((path, "a busy NF spins on its CPUs: give it `cpus:` of its own".into()));
             }
             if !(1..=256).contains(&n.batch) {
                 return Err((at("batch"), format!("{} must be in 1..=256", n.batch)));
@@ -1021,6 +1080,19 @@ links:
         assert!(err(&with("[1024]")).contains("nfs[0].cpus[0]: CPU 1024 is past 1023"), "{}", err(&with("[1024]")));
         let unspawned = with("[0]").replace("kind: l2fwd,", "spawn: false,");
         assert!(err(&unspawned).contains("nfs[0].cpus: only for NFs ferryd starts"), "{}", err(&unspawned));
+    }
+
+    #[test]
+    fn a_busy_nf_needs_cpus_of_its_own() {
+        let busy = GOOD.replace("kind: l2fwd }", "kind: l2fwd, poll: { busy: true } }");
+        let e = err(&busy);
+        assert!(e.contains("nfs[0].poll.busy: a busy NF spins on its CPUs: give it `cpus:`"), "{e}");
+        let pinned = busy.replace("poll: { busy: true }", "poll: { busy: true }, cpus: [1]");
+        let spec = parse(&pinned).unwrap();
+        assert!(spec.nfs[0].poll.busy);
+        // The wire form says busy only when it is.
+        assert!(serde_json::to_string(&spec.nfs[0].poll).unwrap().contains("\"busy\":true"));
+        assert!(!serde_json::to_string(&PollSpec::default()).unwrap().contains("busy\""));
     }
 
     #[test]

@@ -39,6 +39,7 @@
 //! Partially offloadable process NFs (`parallel-nat`, `maglev`) run whole
 //! as processes; their split forms are the hybrid types.
 
+mod fuse;
 pub mod hybrid;
 mod install;
 
@@ -50,6 +51,7 @@ use ferry_config::{locate, Seg, YamlError};
 use ferry_nf::model::{Element, Offload};
 
 pub use ferry_catalog::lower::{lower, Lowering, Step};
+pub use fuse::FusedGroup;
 pub use hybrid::{HybridNf, HybridPath};
 pub use install::{elements, install, Configs, Installed, InstalledNf, Target};
 
@@ -147,6 +149,10 @@ pub struct Placement {
     /// is not split): their processes keep their state in the hybrid
     /// tables all the same.
     pub whole: Vec<HybridNf>,
+    /// Runs of NFs that run in one NF's threads (`fuse: auto`); in
+    /// [`Placement::server`] each is one NF of kind `fused` with the
+    /// first member's name.
+    pub fused: Vec<FusedGroup>,
     /// Every NF of the chain file, in file order.
     pub decisions: Vec<Decision>,
 }
@@ -314,8 +320,33 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
         .filter(|&i| hybrid::is_chain_nat(spec, i) && !post.iter().any(|p| p.split.as_ref() == Some(&spec.nfs[i].name)))
         .map(|i| hybrid::hybrid_nf(spec, i))
         .collect();
-    let server = server_part(spec, &paths, &post, &hybrid, &offloaded);
-    Ok(Placement { server, xdp: paths, post, hybrid, whole, decisions })
+    let mut server = server_part(spec, &paths, &post, &hybrid, &offloaded);
+    let (fused, why_not) = fuse::fuse(&mut server);
+    let (post, decisions) = note_fusion(post, decisions, &fused, why_not);
+    Ok(Placement { server, xdp: paths, post, hybrid, whole, fused, decisions })
+}
+
+/// Says in each decision what fusion did, and names a post-server part
+/// by the fused NF that now sends into it.
+fn note_fusion(
+    mut post: Vec<PostPath>,
+    mut decisions: Vec<Decision>,
+    fused: &[FusedGroup],
+    mut why_not: std::collections::HashMap<String, String>,
+) -> (Vec<PostPath>, Vec<Decision>) {
+    for d in &mut decisions {
+        if let Some(g) = fused.iter().find(|g| g.members.contains(&d.nf)) {
+            d.why += &format!("; fused: runs in {}'s threads ({})", g.name, g.members.join(" -> "));
+        } else if let Some(why) = why_not.remove(&d.nf) {
+            d.why += &format!("; {why}");
+        }
+    }
+    for p in &mut post {
+        if let Some(g) = fused.iter().find(|g| g.members.contains(&p.after)) {
+            p.after = g.name.clone();
+        }
+    }
+    (post, decisions)
 }
 
 /// NFs `nfs` (index and XDP form), in order, as they run in XDP.
@@ -607,6 +638,13 @@ impl Placement {
                     p.port
                 );
             }
+        }
+        for g in &self.fused {
+            out += &format!(
+                "fused in {}'s threads: {} (each batch through each NF in turn: no ring, no wake-up between them)\n",
+                g.name,
+                g.members.join(" -> ")
+            );
         }
         for h in &self.hybrid {
             let names: Vec<&str> =

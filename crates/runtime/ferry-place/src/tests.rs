@@ -539,3 +539,72 @@ fn reply_ports_are_named_once_and_at_least_once() {
     let e = load_str(&text.replace("reply_ports=b1", "reply_ports=b1,b1"), "edge.yaml").unwrap_err();
     assert!(e.message.contains("reply port \"b1\" is named twice"), "{e}");
 }
+
+/// The demo chain, `in -> resp -> l2fwd -> fwd -> out`, with `fuse` on
+/// its domain and `extra` on the NF named by each pair.
+fn demo(fuse: &str, extra: &[(&str, &str)]) -> String {
+    let more = |nf: &str| extra.iter().filter(|(n, _)| *n == nf).map(|(_, l)| format!(", {l}")).collect::<String>();
+    format!(
+        "name: demo
+domains: [ {{ name: main, fuse: {fuse} }} ]
+ports:
+  - {{ name: in, netdev: a0 }}
+  - {{ name: out, netdev: b0 }}
+nfs:
+  - {{ name: resp, domain: main, kind: arp-responder+icmp-echo, args: [\"10.0.1.2=02:00:00:00:01:02\", \"--\", \"10.0.1.2\"]{} }}
+  - {{ name: l2fwd, domain: main, kind: l2fwd{} }}
+  - {{ name: fwd, domain: main, kind: fwd{} }}
+links:
+  - {{ from: in, to: resp }}
+  - {{ from: resp, to: l2fwd }}
+  - {{ from: l2fwd, to: fwd }}
+  - {{ from: fwd, to: out }}
+",
+        more("resp"),
+        more("l2fwd"),
+        more("fwd")
+    )
+}
+
+#[test]
+fn fuse_auto_runs_a_domains_adjacent_nfs_in_one_nf() {
+    let (_, p) = load_str(&demo("auto", &[]), "demo.yaml").unwrap();
+    assert_eq!(
+        p.fused,
+        [FusedGroup { name: "resp".into(), members: vec!["resp".into(), "l2fwd".into(), "fwd".into()] }]
+    );
+    assert_eq!(p.server.nfs.len(), 1);
+    let nf = &p.server.nfs[0];
+    assert_eq!((nf.name.as_str(), nf.kind.as_deref()), ("resp", Some("fused")));
+    assert_eq!(nf.args[0], "@stage=resp:arp-responder+icmp-echo");
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "resp"), ("resp", "out")]);
+    // The server part is a valid chain of its own.
+    ferry_catalog::parse_chain_str(&serde_yaml::to_string(&p.server).unwrap(), "server.yaml").unwrap();
+    let explain = p.explain();
+    assert!(explain.contains("fused in resp's threads: resp -> l2fwd -> fwd"), "{explain}");
+    assert!(p.decisions.iter().all(|d| d.place == Place::Server && d.why.contains("fused: runs in resp's threads")));
+    // By default, nothing fuses.
+    let (_, p) = load_str(&demo("never", &[]), "demo.yaml").unwrap();
+    assert!(p.fused.is_empty());
+    assert_eq!(p.server.nfs.len(), 3);
+}
+
+#[test]
+fn fusion_stops_where_a_thread_would_differ_and_says_why() {
+    // l2fwd on its own CPU: resp fuses with nothing, l2fwd and fwd differ.
+    let (_, p) = load_str(&demo("auto", &[("l2fwd", "cpus: [1]")]), "demo.yaml").unwrap();
+    assert!(p.fused.is_empty(), "{:?}", p.fused);
+    let why = |nf: &str| p.decisions.iter().find(|d| d.nf == nf).unwrap().why.clone();
+    assert!(why("resp").contains("not fused with l2fwd: their cpus differ"), "{}", why("resp"));
+    // An NF that says never splits the run.
+    let (_, p) = load_str(&demo("auto", &[("fwd", "fuse: never")]), "demo.yaml").unwrap();
+    assert_eq!(p.fused.len(), 1);
+    assert_eq!(p.fused[0].members, ["resp", "l2fwd"]);
+    assert_eq!(p.server.nfs.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["resp", "fwd"]);
+    let why = |nf: &str| p.decisions.iter().find(|d| d.nf == nf).unwrap().why.clone();
+    assert!(why("l2fwd").contains("fused"), "{}", why("l2fwd"));
+    // A forwarder that routes by arrival port does not fuse.
+    let (_, p) = load_str(&demo("auto", &[("fwd", "args: [\"by_port=1\"]")]), "demo.yaml").unwrap();
+    assert_eq!(p.fused[0].members, ["resp", "l2fwd"]);
+}

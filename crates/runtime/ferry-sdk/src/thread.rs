@@ -15,6 +15,9 @@ use crate::packet::{Origin, Packet, ORPHANS};
 use crate::SdkError;
 
 use ferry_chain::frames::CACHE_BATCH;
+/// Empty polls between two returns of a busy thread's free frames to the
+/// shared pool.
+const BUSY_SPILL_EVERY: u32 = 1024;
 /// Longest single block, so pause requests and stops are seen promptly.
 const MAX_BLOCK: Duration = Duration::from_millis(50);
 /// Longest block while frames wait on a TX ring for a kick (poll()'s
@@ -593,6 +596,17 @@ impl NfThread {
             }
             if self.woken.swap(false, Ordering::AcqRel) {
                 return Ok(0);
+            }
+            if self.poll.busy {
+                // Busy mode: no sleep, no yield; the NF has CPUs of its own.
+                // Now and then the free frames it holds go back to the
+                // shared pool, as a sleeping thread's do.
+                self.empty_polls = self.empty_polls.wrapping_add(1);
+                if self.empty_polls % BUSY_SPILL_EVERY == 0 {
+                    self.cache.spill_all();
+                }
+                std::hint::spin_loop();
+                continue;
             }
             if self.busy && self.empty_polls < idle_polls && self.last_busy.elapsed() < idle {
                 self.empty_polls += 1;

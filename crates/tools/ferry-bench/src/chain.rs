@@ -132,11 +132,12 @@ struct NfLine {
     extra: String,
 }
 
-fn chain_yaml(name: &str, domains: &[String], nfs: &[NfLine], user: Option<&str>) -> String {
+fn chain_yaml(name: &str, domains: &[String], nfs: &[NfLine], user: Option<&str>, fused: bool) -> String {
     let mut y = format!("name: {name}\ndomains:\n");
     let user = user.map_or(String::new(), |u| format!(", user: {u}"));
+    let fuse = if fused { ", fuse: auto" } else { "" };
     for d in domains {
-        y += &format!("  - {{ name: {d}, frames: 8192{user} }}\n");
+        y += &format!("  - {{ name: {d}, frames: 8192{user}{fuse} }}\n");
     }
     y += "nfs:\n";
     for n in nfs {
@@ -169,6 +170,9 @@ pub(crate) struct ChainShape<'a> {
     /// Every NF's `poll: { ... }` (the text between the braces); None:
     /// the defaults, as ferryd settles them.
     pub poll: Option<&'a str>,
+    /// `fuse: auto` on the domains: the forwarders between source and
+    /// sink run in one NF's threads.
+    pub fused: bool,
 }
 
 /// The user the one-process SDK bound runs as: NFs never run as root.
@@ -186,6 +190,7 @@ pub(crate) const ZERO_COPY: ChainShape<'static> = ChainShape {
     source_rate: None,
     hosted: false,
     poll: None,
+    fused: false,
 };
 
 fn build_chain(name: &str, s: ChainShape) -> String {
@@ -221,7 +226,7 @@ fn build_chain(name: &str, s: ChainShape) -> String {
     }
     let mut domains: Vec<String> = nfs.iter().map(|n| n.domain.clone()).collect();
     domains.dedup();
-    chain_yaml(name, &domains, &nfs, s.hosted.then_some(HOST_USER))
+    chain_yaml(name, &domains, &nfs, s.hosted.then_some(HOST_USER), s.fused)
 }
 
 /// Starts `ferry-host host` for every NF of chain file `chain` (all
@@ -398,8 +403,10 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
 fn fig10_rows(dir: &Path, o: &BenchChainOptions, zc: ChainShape<'_>) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for &n in &o.nfs {
-        for (variant, copy) in [("ferry-zero-copy", false), ("ferry-copy", true)] {
-            let shape = ChainShape { fwds: n, copy, ..zc };
+        for (variant, copy, fused) in
+            [("ferry-fused", false, true), ("ferry-zero-copy", false, false), ("ferry-copy", true, false)]
+        {
+            let shape = ChainShape { fwds: n, copy, fused, ..zc };
             let (mut row, _) = measure_chain(dir, &format!("f10-{variant}-{n}"), shape, o)?;
             row.scenario = "fig10".into();
             row.variant = variant.into();

@@ -53,23 +53,29 @@ fn load_label(rate: Option<u64>) -> String {
 }
 
 fn memory_rows(dir: &Path, n: usize, o: &BenchChainOptions, rows: &mut Vec<Row>) -> Result<()> {
-    let chain = |rate: Option<u64>, hosted: bool| -> Result<Row> {
-        let name = format!("load-{n}-{}-{hosted}", rate.unwrap_or(0));
-        let shape = ChainShape { fwds: n, source_rate: rate, hosted, poll: o.poll.as_deref(), ..ZERO_COPY };
+    let chain = |rate: Option<u64>, hosted: bool, fused: bool| -> Result<Row> {
+        let name = format!("load-{n}-{}-{hosted}-{fused}", rate.unwrap_or(0));
+        let shape = ChainShape { fwds: n, source_rate: rate, hosted, fused, poll: o.poll.as_deref(), ..ZERO_COPY };
         let (mut row, _) = measure_chain(dir, &name, shape, o)?;
         row.scenario = "load".into();
-        row.variant = if hosted { "one-process-sdk" } else { "ferry-zero-copy" }.into();
+        row.variant = match (hosted, fused) {
+            (true, _) => "one-process-sdk",
+            (false, true) => "ferry-fused",
+            (false, false) => "ferry-zero-copy",
+        }
+        .into();
         row.nfs = n;
         row.offered_pps = rate;
         Ok(row)
     };
-    let flat = chain(None, false)?;
+    let flat = chain(None, false, false)?;
     for rate in loads(flat.mpps * 1e6) {
+        rows.push(chain(rate, false, true)?);
         rows.push(match rate {
             None => flat.clone(),
-            Some(_) => chain(rate, false)?,
+            Some(_) => chain(rate, false, false)?,
         });
-        rows.push(chain(rate, true)?);
+        rows.push(chain(rate, true, false)?);
         let opts = InprocOptions { nfs: n, duration: o.window, warmup: o.warmup, rate_pps: rate, ..Default::default() };
         rows.push(inproc_row("load", "one-process-threads", &opts)?);
     }
@@ -77,11 +83,12 @@ fn memory_rows(dir: &Path, n: usize, o: &BenchChainOptions, rows: &mut Vec<Row>)
 }
 
 /// Ferry on the demo testbed: d0 -> N fwd -> d1, at `rate` (None: flat
-/// out for the window), every frame counted at the sink.
+/// out for the window), every frame counted at the sink; `fused`: with
+/// `fuse: auto`, the N forwarders in one NF's threads.
 fn ferry_veth(
     tb: &ferry_testbed::Testbed,
     dir: &Path,
-    n: usize,
+    (n, fused): (usize, bool),
     rate: Option<u64>,
     o: &BenchChainOptions,
 ) -> Result<Row> {
@@ -92,8 +99,9 @@ fn ferry_veth(
         std::iter::once("in".to_string()).chain((1..=n).map(|i| format!("nf{i}"))).chain(["out".into()]).collect();
     let links: String = nodes.windows(2).map(|w| format!("  - {{ from: {}, to: {} }}\n", w[0], w[1])).collect();
     let yaml = format!(
-        "name: veth\ndomains: [ {{ name: main, frames: 8192 }} ]\nports:\n  - {{ name: in, netns: \"{dut}\", netdev: d0, xdp_mode: \
+        "name: veth\ndomains: [ {{ name: main, frames: 8192, fuse: {} }} ]\nports:\n  - {{ name: in, netns: \"{dut}\", netdev: d0, xdp_mode: \
          driver }}\n  - {{ name: out, netns: \"{dut}\", netdev: d1, xdp_mode: driver }}\nnfs:\n{}links:\n{links}",
+        if fused { "auto" } else { "never" },
         (1..=n).map(nf).collect::<String>()
     );
     let chain = dir.join(format!("veth-{n}.yaml"));
@@ -130,7 +138,7 @@ fn ferry_veth(
     let received = num(&sink, "/packets");
     Ok(Row {
         scenario: "load".into(),
-        variant: "ferry-veth".into(),
+        variant: if fused { "ferry-veth-fused" } else { "ferry-veth" }.into(),
         nfs: n,
         mode: "veth".into(),
         mpps: num(&sink, "/pps") / 1e6,
@@ -170,12 +178,13 @@ fn kernel_row(n: usize, rate: Option<u64>, o: &BenchChainOptions) -> Result<Row>
 fn veth_rows(dir: &Path, n: usize, o: &BenchChainOptions, rows: &mut Vec<Row>) -> Result<()> {
     let spec = ferry_testbed::TestbedSpec::from_yaml_str(DEMO_TESTBED, "examples/testbeds/demo.yaml")?;
     let tb = ferry_testbed::up(&spec).context("building the testbed")?;
-    let flat = ferry_veth(&tb, dir, n, None, o)?;
+    let flat = ferry_veth(&tb, dir, (n, false), None, o)?;
     let plan = loads(flat.mpps * 1e6);
     for rate in plan {
+        rows.push(ferry_veth(&tb, dir, (n, true), rate, o)?);
         let row = match rate {
             None => flat.clone(),
-            Some(_) => ferry_veth(&tb, dir, n, rate, o)?,
+            Some(_) => ferry_veth(&tb, dir, (n, false), rate, o)?,
         };
         rows.push(row);
         if o.kernel {
@@ -207,22 +216,32 @@ fn cpu(row: &Row) -> String {
     }
 }
 
-/// Each Ferry row, then its comparisons at the same load, each with the
-/// Ferry p50 over its own.
+/// Each load's Ferry rows, then its comparisons at the same load, each
+/// with every Ferry row's p50 over its own.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "latency against offered load (p50 / p99 / p99.9 us; CPU of the NF processes; ratio = Ferry p50 / this p50)\n",
+        "latency against offered load (p50 / p99 / p99.9 us; CPU of the NF processes; ratios = each Ferry p50 / this \
+         p50)\n",
     );
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
-    let mut ferry: Option<&Row> = None;
+    let mut ferry: Vec<&Row> = Vec::new();
+    let mut last_was_ferry = false;
     for row in rows {
         let is_ferry = row.variant.starts_with("ferry");
-        if is_ferry {
-            ferry = Some(row);
+        if is_ferry && !last_was_ferry {
+            ferry.clear();
         }
-        let ratio = match (ferry.and_then(|x| x.p50_us), row.p50_us) {
-            (Some(x), Some(y)) if !is_ferry && y > 0.0 => format!("{:.2}", x / y),
-            _ => String::new(),
+        if is_ferry {
+            ferry.push(row);
+        }
+        last_was_ferry = is_ferry;
+        let ratio = match row.p50_us.filter(|y| !is_ferry && *y > 0.0) {
+            Some(y) => ferry
+                .iter()
+                .filter_map(|x| x.p50_us.map(|p| format!("{}={:.2}", x.variant, p / y)))
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => String::new(),
         };
         out += &format!(
             "{:<6} nfs={} {:<11} {:<21} {:>6.3} Mpps {:>7}/{:>7}/{:>8} {:>5}  {ratio}\n",

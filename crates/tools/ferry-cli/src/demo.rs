@@ -57,7 +57,10 @@ pub fn run(packets: u64) -> Result<DemoReport> {
     let (gen_cpu, sink_cpu) = if cpus >= 2 { (Some(0), Some(1)) } else { (None, None) };
     let chain = dir.join("demo.yaml");
     std::fs::write(&chain, demo_chain(dut, sink_cpu)?)?;
-    eprintln!("[demo] ferryd: chain in(d0) -> resp (ARP+ICMP) -> l2fwd -> fwd -> out(d1), each domain as its own allocated uid");
+    eprintln!(
+        "[demo] ferryd: chain in(d0) -> resp (ARP+ICMP) -> l2fwd -> fwd -> out(d1), fused (fuse: auto): one process \
+         runs the three NFs to completion, as the domain's own allocated uid"
+    );
     let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true)?;
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
 

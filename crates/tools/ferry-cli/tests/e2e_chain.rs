@@ -406,3 +406,83 @@ links:
     rc.shutdown().unwrap();
     down_and_check(tb);
 }
+
+/// src -> a (fwd) -> b (l2fwd) -> c (fwd) -> snk in memory, the three in
+/// the middle fused into `a` when `fuse` is auto; src makes `count`
+/// frames per thread at `rate` (0: flat out).
+fn fusable_chain(name: &str, fuse: &str, count: u64, rate: u64) -> String {
+    format!(
+        r#"
+name: {name}
+domains: [ {{ name: main, frames: 4096, ring_size: 512, fuse: {fuse} }} ]
+nfs:
+  - {{ name: src, domain: main, kind: source, args: ["count={count}", "rate={rate}"] }}
+  - {{ name: a, domain: main, kind: fwd }}
+  - {{ name: b, domain: main, kind: l2fwd }}
+  - {{ name: c, domain: main, kind: fwd }}
+  - {{ name: snk, domain: main, kind: sink }}
+links:
+  - {{ from: src, to: a }}
+  - {{ from: a, to: b }}
+  - {{ from: b, to: c }}
+  - {{ from: c, to: snk }}
+"#
+    )
+}
+
+#[test]
+fn a_fused_chain_counts_every_frame_as_its_unfused_self_does() {
+    if !privileged("fused_counts") {
+        return;
+    }
+    const COUNT: u64 = 20_000;
+    for fuse in ["never", "auto"] {
+        let dir = TempDir::new(&format!("fused-{fuse}"));
+        let (rc, _) = start(&dir, &fusable_chain(&format!("fuse-{fuse}"), fuse, COUNT, 0));
+        let st = wait_for("every frame at the sink", || {
+            rc.status().ok().filter(|s| c(s, "snk", "sunk") >= COUNT && c(s, "src", "made") == COUNT)
+        });
+        eprintln!("{}", chainctl::status_table(&st));
+        let names: Vec<&str> = st.nfs.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(c(&st, "snk", "sunk"), COUNT, "fuse: {fuse}");
+        if fuse == "auto" {
+            // One NF runs a, b and c; b's own counters are still there.
+            assert_eq!(names, ["src", "a", "snk"]);
+            assert_eq!(c(&st, "a", "rx_ring"), COUNT);
+            assert_eq!(c(&st, "a", "b.rx"), COUNT);
+            assert_eq!(c(&st, "a", "b.tx"), COUNT);
+        } else {
+            assert_eq!(names, ["src", "a", "b", "c", "snk"]);
+            for nf in ["a", "b", "c"] {
+                assert_eq!(c(&st, nf, "rx_ring"), COUNT, "{nf}");
+            }
+            assert_eq!(c(&st, "b", "tx"), COUNT);
+        }
+        assert_conserved(&rc);
+        rc.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn kill_9_of_a_fused_nf_under_load_leaks_no_frame_and_the_chain_resumes() {
+    if !privileged("fused_kill_9") {
+        return;
+    }
+    let dir = TempDir::new("fused-kill9");
+    let (rc, _) = start(&dir, &fusable_chain("fused-kill9", "auto", 0, 300_000));
+    let before = wait_for("traffic before the kill", || rc.status().ok().filter(|s| c(s, "snk", "sunk") > 0));
+    let pid = pid_of(&before, "a");
+    // SAFETY: plain kill of the NF process ferryd started.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    wait_until("the fused NF to be restarted", || {
+        rc.status().is_ok_and(|s| s.nfs.iter().any(|n| n.name == "a" && n.connected && n.restarts >= 1))
+    });
+    let restarted = rc.status().unwrap();
+    assert_ne!(pid_of(&restarted, "a"), pid);
+    let sunk = c(&restarted, "snk", "sunk");
+    wait_until("traffic after the restart", || rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > sunk + 10_000));
+    let st = rc.status().unwrap();
+    assert!(st.domains[0].reclaimed > 0, "ferryd reclaimed the dead NF's frames");
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+}

@@ -11,12 +11,14 @@
 //! * the flow monitor, which also exports to ferryd's flow table: [`flow_monitor`];
 //! * the host's own loops (forwarders, `source`, `sink`, Maglev, the tenant
 //!   router): [`loops`];
+//! * NFs placement fused into one NF's threads: [`fused`];
 //! * parallel NFs on worker threads: [`parallel`];
 //! * a hybrid NF's control plane: [`hybrid`].
 //!
 //! [`host`] runs several NFs of one chain as threads of one process.
 
 pub mod flow_monitor;
+pub mod fused;
 pub mod hybrid;
 pub mod loops;
 pub mod parallel;

@@ -1,0 +1,133 @@
+//! Fusion: runs of adjacent process NFs that may share one thread become
+//! one NF of kind `fused` (`ferry_catalog::fused`), which runs each batch
+//! through each of them in turn. It runs on the server part, after XDP
+//! has taken what it can.
+//!
+//! NF `a` fuses with the NF `b` after it when both have `fuse: auto`
+//! (their own, or their domain's), both are of kinds that fuse, `a`'s one
+//! out-link is a zero-copy link to `b`, `b`'s one in-link is that link,
+//! and they agree on what a thread is: domain, threads, CPUs, user,
+//! batch, polling, backpressure and host. The fused NF takes the first
+//! NF's name and settings, and the last NF's out-links, in their order.
+
+use std::collections::HashMap;
+
+use ferry_catalog::fused::{fused_args, unfusable, Stage, FUSED};
+use ferry_chain::spec::{ChainSpec, FusePolicy, LinkMode, NfSpec};
+
+/// NFs that run in one NF's threads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FusedGroup {
+    /// The fused NF: the first member's name.
+    pub name: String,
+    /// The members in path order.
+    pub members: Vec<String>,
+}
+
+/// Why NF `i` cannot fuse at all, if it cannot.
+fn alone(spec: &ChainSpec, i: usize) -> Option<String> {
+    let nf = &spec.nfs[i];
+    if spec.fuse_policy(i) == FusePolicy::Never {
+        return Some("fuse: never".into());
+    }
+    if !nf.spawn {
+        return Some("spawn: false: a process of its own connects as it".into());
+    }
+    match nf.kind.as_deref() {
+        None => Some("an exec NF is a program of its own".into()),
+        Some(kind) => unfusable(kind, &nf.args),
+    }
+}
+
+/// Why `a` cannot fuse with `b` after it, if it cannot.
+fn apart(spec: &ChainSpec, a: &NfSpec, b: &NfSpec) -> Option<String> {
+    let outs: Vec<_> = spec.links.iter().filter(|l| l.from == a.name).collect();
+    if outs.len() != 1 || outs[0].to != b.name {
+        return Some(format!("{} has {} out-links", a.name, outs.len()));
+    }
+    if outs[0].mode == Some(LinkMode::Copy) {
+        return Some("the link between them is a copy link".into());
+    }
+    let ins = spec.links.iter().filter(|l| l.to == b.name).count();
+    if ins != 1 {
+        return Some(format!("frames reach {} from {ins} places", b.name));
+    }
+    let differ = [
+        ("domain", a.domain != b.domain),
+        ("threads", a.threads != b.threads),
+        ("cpus", a.cpus != b.cpus),
+        ("user", a.user != b.user),
+        ("batch", a.batch != b.batch),
+        ("poll", a.poll != b.poll),
+        ("backpressure", a.backpressure != b.backpressure),
+        ("location", a.location != b.location),
+    ];
+    differ.iter().find(|(_, d)| *d).map(|(field, _)| format!("their {field} differ"))
+}
+
+/// Fuses what may be fused in `server`; returns the groups and, for each
+/// NF with `fuse: auto` left alone, why.
+pub(crate) fn fuse(server: &mut ChainSpec) -> (Vec<FusedGroup>, HashMap<String, String>) {
+    let n = server.nfs.len();
+    let alone: Vec<Option<String>> = (0..n).map(|i| alone(server, i)).collect();
+    let mut why_not: HashMap<String, String> = HashMap::new();
+    // next[i]: the NF after i that i fuses with.
+    let mut next: Vec<Option<usize>> = vec![None; n];
+    for i in 0..n {
+        let Some(link) = server.links.iter().find(|l| l.from == server.nfs[i].name) else { continue };
+        let Some(j) = server.nfs.iter().position(|nf| nf.name == link.to) else { continue };
+        let why =
+            alone[i].clone().or_else(|| alone[j].clone()).or_else(|| apart(server, &server.nfs[i], &server.nfs[j]));
+        match why {
+            None => next[i] = Some(j),
+            Some(why) if server.fuse_policy(i) == FusePolicy::Auto => {
+                why_not.insert(server.nfs[i].name.clone(), format!("not fused with {}: {why}", link.to));
+            }
+            Some(_) => {}
+        }
+    }
+    let mut groups = Vec::new();
+    for head in (0..n).filter(|&h| !next.contains(&Some(h))) {
+        let mut members = vec![head];
+        while let Some(j) = next[*members.last().expect("one member")] {
+            members.push(j);
+        }
+        if members.len() > 1 {
+            groups.push(members);
+        }
+    }
+    let fused: Vec<FusedGroup> = groups.iter().map(|g| rewrite(server, g)).collect();
+    let gone: Vec<&str> = fused.iter().flat_map(|g| g.members[1..].iter().map(String::as_str)).collect();
+    server.nfs.retain(|nf| !gone.contains(&nf.name.as_str()));
+    for g in &fused {
+        for m in &g.members {
+            why_not.remove(m);
+        }
+    }
+    (fused, why_not)
+}
+
+/// Makes group `members` (indexes into `server.nfs`, in path order) one
+/// NF in the first's place; the others are removed by the caller.
+fn rewrite(server: &mut ChainSpec, members: &[usize]) -> FusedGroup {
+    let names: Vec<String> = members.iter().map(|&i| server.nfs[i].name.clone()).collect();
+    let owned: Vec<(String, String, Vec<String>)> = members
+        .iter()
+        .map(|&i| {
+            let nf = &server.nfs[i];
+            (nf.name.clone(), nf.kind.clone().expect("a kind NF"), nf.args.clone())
+        })
+        .collect();
+    let stages: Vec<Stage> = owned.iter().map(|(name, kind, args)| Stage { name, kind, args }).collect();
+    let first = &mut server.nfs[members[0]];
+    first.kind = Some(FUSED.to_string());
+    first.args = fused_args(&stages);
+    let (head, last) = (names[0].clone(), names[names.len() - 1].clone());
+    // The links inside the group go; the last member's out-links become
+    // the fused NF's, in the same places (out-link i is the i-th).
+    server.links.retain(|l| !(names.contains(&l.from) && names.contains(&l.to)));
+    for l in server.links.iter_mut().filter(|l| l.from == last) {
+        l.from = head.clone();
+    }
+    FusedGroup { name: head, members: names }
+}
