@@ -3,12 +3,12 @@
 //! kind; [`crate::host::fused`] runs it).
 //!
 //! Which kinds fuse: the per-packet NFs that forward what they pass
-//! ([`Runner::Packet`], joined `a+b` ones too), and `fwd` without
-//! `by_port`. They take frames, give a verdict and keep to out-link 0,
-//! so a thread can run them back to back and do what their processes
-//! would have done. The flow monitor (which exports to a table per
-//! process), the host's other loops, parallel, hybrid and `exec:` NFs run
-//! as processes of their own.
+//! ([`Runner::Packet`], joined `a+b` ones too), the flow monitor (at
+//! most one per fused NF: it exports to the one flow table ferryd makes
+//! for the fused NF), and `fwd` without `by_port`. They take frames, give
+//! a verdict and keep to out-link 0, so a thread can run them back to back
+//! and do what their processes would have done. The host's other loops,
+//! parallel, hybrid and `exec:` NFs run as processes of their own.
 //!
 //! A fused NF's arguments are its stages, each `@stage=NAME:KIND` then
 //! the stage's own arguments; its counters are each stage's, named
@@ -34,10 +34,9 @@ pub struct Stage<'a> {
 /// Why NF kind `kind` with `args` cannot be fused, if it cannot.
 pub fn unfusable(kind: &str, args: &[String]) -> Option<String> {
     match runner(kind) {
-        Ok(Runner::Packet { .. }) => None,
+        Ok(Runner::Packet { .. } | Runner::FlowExport) => None,
         Ok(Runner::HostLoop) if kind == "fwd" && args.iter().all(|a| a == "by_port=0") => None,
         Ok(Runner::HostLoop) if kind == "fwd" => Some("fwd with by_port=1 routes by arrival port".into()),
-        Ok(Runner::FlowExport) => Some(format!("{kind} exports its flows from a process of its own")),
         Ok(other) => Some(format!("{kind} runs as {}", runner_text(other))),
         Err(e) => Some(e.to_string()),
     }
@@ -80,6 +79,14 @@ pub fn stages(args: &[String]) -> Result<Vec<Stage<'_>>, KindError> {
     Ok(stages)
 }
 
+/// How many counters stage `kind` with `args` adds to a fused NF, and
+/// whether it is a flow monitor (one per fused NF): what placement
+/// weighs when it cuts a run into fused NFs.
+pub fn stage_budget(kind: &str, args: &[String]) -> (usize, bool) {
+    let counters = counters(&[Stage { name: "", kind, args }]).map_or(usize::MAX, |c| c.len());
+    (counters, runner(kind).ok() == Some(Runner::FlowExport))
+}
+
 /// The counter names a fused NF declares: each stage's, as `NAME.COUNTER`.
 pub fn counters(stages: &[Stage]) -> Result<Vec<String>, KindError> {
     let mut names = Vec::new();
@@ -88,9 +95,19 @@ pub fn counters(stages: &[Stage]) -> Result<Vec<String>, KindError> {
             continue;
         }
         let nf = crate::build_packet(s.kind, s.args)?;
+        // (The flow monitor builds as a per-packet NF too.)
         names.extend(nf.spec().counters.iter().map(|c| format!("{}.{c}", s.name)));
     }
     Ok(names)
+}
+
+/// Whether NF kind `kind` with `args` exports flows to a table ferryd
+/// makes for it: a flow monitor, or a fused NF with one among its stages.
+pub fn exports_flows(kind: &str, args: &[String]) -> bool {
+    match kind {
+        FUSED => stages(args).is_ok_and(|st| st.iter().any(|s| runner(s.kind).ok() == Some(Runner::FlowExport))),
+        _ => runner(kind).ok() == Some(Runner::FlowExport),
+    }
 }
 
 /// A fused NF's arguments are valid: two or more stages, each of a kind
@@ -107,6 +124,11 @@ pub(crate) fn check(args: &[String]) -> Result<(), KindError> {
             message: format!("{}: {e}", s.name),
             index: at,
         })?;
+    }
+    let monitors = stages.iter().filter(|s| runner(s.kind).ok() == Some(Runner::FlowExport)).count();
+    if monitors > 1 {
+        let message = format!("{monitors} flow monitors: one fused NF exports one flow table");
+        return Err(KindError::Invalid { kind: FUSED.into(), message, index: None });
     }
     let n = counters(&stages)?.len();
     if n > ferry_chain::shm::MAX_NF_COUNTERS {
@@ -146,7 +168,9 @@ mod tests {
         assert_eq!(unfusable("l2fwd", &[]), None);
         assert_eq!(unfusable("fwd", &strings(&["by_port=0"])), None);
         assert!(unfusable("fwd", &strings(&["by_port=1"])).unwrap().contains("by_port"));
-        assert!(unfusable("flow-monitor", &[]).unwrap().contains("exports"));
+        assert_eq!(unfusable("flow-monitor", &[]), None);
+        let two = strings(&["@stage=a:flow-monitor", "@stage=b:flow-monitor"]);
+        assert!(check(&two).unwrap_err().to_string().contains("2 flow monitors"));
         assert!(unfusable("parallel-nat", &[]).unwrap().contains("worker threads"));
         assert!(unfusable("sink", &[]).unwrap().contains("loop of its own"));
         let one = strings(&["@stage=a:l2fwd"]);

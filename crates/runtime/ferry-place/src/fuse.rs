@@ -12,7 +12,8 @@
 
 use std::collections::HashMap;
 
-use ferry_catalog::fused::{fused_args, unfusable, Stage, FUSED};
+use ferry_catalog::fused::{fused_args, stage_budget, unfusable, Stage, FUSED};
+use ferry_chain::shm::MAX_NF_COUNTERS;
 use ferry_chain::spec::{ChainSpec, FusePolicy, LinkMode, NfSpec};
 
 /// NFs that run in one NF's threads.
@@ -88,23 +89,50 @@ pub(crate) fn fuse(server: &mut ChainSpec) -> (Vec<FusedGroup>, HashMap<String, 
     }
     let mut groups = Vec::new();
     for head in (0..n).filter(|&h| !next.contains(&Some(h))) {
-        let mut members = vec![head];
-        while let Some(j) = next[*members.last().expect("one member")] {
-            members.push(j);
+        let mut run = vec![head];
+        while let Some(j) = next[*run.last().expect("one member")] {
+            run.push(j);
         }
-        if members.len() > 1 {
-            groups.push(members);
+        for members in cut(server, &run, &mut why_not) {
+            if members.len() > 1 {
+                groups.push(members);
+            }
         }
     }
     let fused: Vec<FusedGroup> = groups.iter().map(|g| rewrite(server, g)).collect();
     let gone: Vec<&str> = fused.iter().flat_map(|g| g.members[1..].iter().map(String::as_str)).collect();
     server.nfs.retain(|nf| !gone.contains(&nf.name.as_str()));
     for g in &fused {
-        for m in &g.members {
+        // The last member's reason (why the group ends there) stays.
+        for m in &g.members[..g.members.len() - 1] {
             why_not.remove(m);
         }
     }
     (fused, why_not)
+}
+
+/// Cuts a run of NFs that may fuse pairwise into fused NFs that fit one
+/// NF: its counters, and one flow monitor (one flow table).
+fn cut(server: &ChainSpec, run: &[usize], why_not: &mut HashMap<String, String>) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let (mut counters, mut monitor) = (0usize, false);
+    for &i in run {
+        let nf = &server.nfs[i];
+        let (c, is_monitor) = stage_budget(nf.kind.as_deref().unwrap_or_default(), &nf.args);
+        let full = counters.saturating_add(c) > MAX_NF_COUNTERS;
+        if groups.is_empty() || full || (monitor && is_monitor) {
+            if let Some(prev) = groups.last().and_then(|g| g.last()) {
+                let why = if full { "their counters together would not fit one NF" } else { "a second flow monitor" };
+                why_not.insert(server.nfs[*prev].name.clone(), format!("not fused with {}: {why}", nf.name));
+            }
+            groups.push(Vec::new());
+            (counters, monitor) = (0, false);
+        }
+        groups.last_mut().expect("a group").push(i);
+        counters = counters.saturating_add(c);
+        monitor |= is_monitor;
+    }
+    groups
 }
 
 /// Makes group `members` (indexes into `server.nfs`, in path order) one

@@ -608,3 +608,18 @@ fn fusion_stops_where_a_thread_would_differ_and_says_why() {
     let (_, p) = load_str(&demo("auto", &[("fwd", "args: [\"by_port=1\"]")]), "demo.yaml").unwrap();
     assert_eq!(p.fused[0].members, ["resp", "l2fwd"]);
 }
+
+#[test]
+fn the_p4sfc_chain_kept_in_processes_fuses_its_monitor_too() {
+    let f = Files::new("fuse-sfc", 3);
+    let auto = "fuse: auto";
+    let pinned = [("fw", "offload: never, fuse: auto"), ("mon", "offload: never, fuse: auto"), ("ips", auto)];
+    let (_, p) = load_str(&f.chain(&pinned), "sfc.yaml").unwrap();
+    assert_eq!(p.fused.len(), 1, "{}", p.explain());
+    assert_eq!(p.fused[0].members, ["fw", "mon", "ips"]);
+    assert!(ferry_catalog::fused::exports_flows("fused", &p.server.nfs[0].args));
+    // Placed as P4SFC places it, the firewall and monitor go to XDP and
+    // the IPS has nothing to fuse with.
+    let (_, p) = load_str(&f.chain(&[("fw", auto), ("mon", auto), ("ips", auto)]), "sfc.yaml").unwrap();
+    assert!(p.fused.is_empty(), "{}", p.explain());
+}

@@ -80,6 +80,16 @@ pub struct Row {
     pub notes: BTreeMap<String, f64>,
 }
 
+impl Row {
+    /// CPU time of the processes measured (ferryd left out) per frame
+    /// carried, ns; None where no CPU was measured (the kernel chain runs
+    /// in softirq) or nothing was carried.
+    pub fn cpu_ns_per_frame(&self) -> Option<f64> {
+        let percent: f64 = self.cpu_percent.iter().filter(|(k, _)| k.as_str() != "ferryd").map(|(_, v)| v).sum();
+        (!self.cpu_percent.is_empty() && self.mpps > 0.0).then(|| percent / 100.0 / (self.mpps * 1e6) * 1e9)
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchChainReport {
     pub machine: String,
@@ -514,15 +524,15 @@ fn table1_summary(rows: &[Row]) -> String {
 pub fn table(r: &BenchChainReport) -> String {
     let mut out = format!("machine: {}\n", r.machine);
     out += &format!(
-        "{:<8} {:<31} {:>3} {:<6} {:>7} {:>9} {:>9}  {}\n",
-        "scenario", "variant", "nfs", "mode", "Mpps", "p50 us", "p99 us", "CPU % per NF / notes"
+        "{:<8} {:<31} {:>3} {:<6} {:>7} {:>9} {:>9} {:>9}  {}\n",
+        "scenario", "variant", "nfs", "mode", "Mpps", "p50 us", "p99 us", "CPU ns/fr", "CPU % per NF / notes"
     );
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     for row in r.rows.iter().filter(|x| x.scenario != "load") {
         let cpu: Vec<String> = row.cpu_percent.iter().map(|(k, v)| format!("{k}={v:.0}")).collect();
         let notes: Vec<String> = row.notes.iter().map(|(k, v)| format!("{k}={v}")).collect();
         out += &format!(
-            "{:<8} {:<31} {:>3} {:<6} {:>7.3} {:>9} {:>9}  {} {}\n",
+            "{:<8} {:<31} {:>3} {:<6} {:>7.3} {:>9} {:>9} {:>9}  {} {}\n",
             row.scenario,
             row.variant,
             row.nfs,
@@ -530,6 +540,7 @@ pub fn table(r: &BenchChainReport) -> String {
             row.mpps,
             f(row.p50_us),
             f(row.p99_us),
+            row.cpu_ns_per_frame().map_or("-".into(), |ns| format!("{ns:.0}")),
             cpu.join(" "),
             notes.join(" ")
         );

@@ -220,8 +220,8 @@ fn cpu(row: &Row) -> String {
 /// with every Ferry row's p50 over its own.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "latency against offered load (p50 / p99 / p99.9 us; CPU of the NF processes; ratios = each Ferry p50 / this \
-         p50)\n",
+        "latency against offered load (p50 / p99 / p99.9 us; CPU of the NF processes, and per frame; ratios = each \
+         Ferry p50 / this p50)\n",
     );
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     let mut ferry: Vec<&Row> = Vec::new();
@@ -244,7 +244,7 @@ pub fn table(rows: &[Row]) -> String {
             None => String::new(),
         };
         out += &format!(
-            "{:<6} nfs={} {:<11} {:<21} {:>6.3} Mpps {:>7}/{:>7}/{:>8} {:>5}  {ratio}\n",
+            "{:<6} nfs={} {:<11} {:<21} {:>6.3} Mpps {:>7}/{:>7}/{:>8} {:>5} {:>8}  {ratio}\n",
             row.mode,
             row.nfs,
             load_label(row.offered_pps),
@@ -254,6 +254,7 @@ pub fn table(rows: &[Row]) -> String {
             f(row.p99_us),
             f(row.p999_us),
             cpu(row),
+            row.cpu_ns_per_frame().map_or("-".into(), |ns| format!("{ns:.0} ns")),
         );
     }
     out

@@ -486,3 +486,27 @@ fn kill_9_of_a_fused_nf_under_load_leaks_no_frame_and_the_chain_resumes() {
     assert_conserved(&rc);
     rc.shutdown().unwrap();
 }
+
+#[test]
+fn a_fused_flow_monitor_exports_every_frame_to_the_fused_nfs_flow_table() {
+    if !privileged("fused_monitor") {
+        return;
+    }
+    const COUNT: u64 = 6_400;
+    let yaml = fusable_chain("fused-mon", "auto", COUNT, 0)
+        .replace("name: b, domain: main, kind: l2fwd", "name: b, domain: main, kind: flow-monitor");
+    let dir = TempDir::new("fused-mon");
+    let (rc, _) = start(&dir, &yaml);
+    // The source's 64 flows, every frame counted, exported within 100 ms.
+    let st = wait_for("every frame in the fused monitor's flows", || {
+        rc.status().ok().filter(|s| {
+            let a = s.nfs.iter().find(|n| n.name == "a").expect("the fused NF");
+            c(s, "snk", "sunk") == COUNT && a.flows.iter().map(|f| f.packets).sum::<u64>() == COUNT
+        })
+    });
+    let a = st.nfs.iter().find(|n| n.name == "a").unwrap();
+    assert_eq!(a.flows_total, 64);
+    assert_eq!(c(&st, "a", "b.rx"), COUNT);
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+}

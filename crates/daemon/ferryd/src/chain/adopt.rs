@@ -58,7 +58,7 @@ pub(super) fn check_persistable(
         format!("tenant classification on port {}", p.name)
     } else if let Some(k) = plan.kernel.first() {
         format!("kernel hop {}", k.name)
-    } else if let Some(n) = plan.nfs.iter().find(|n| exports_flows(n.kind.as_deref())) {
+    } else if let Some(n) = plan.nfs.iter().find(|n| exports_flows(n.kind.as_deref(), &n.args)) {
         format!("flow monitor {} (its flow table)", n.name)
     } else {
         return Ok(());
@@ -443,6 +443,6 @@ fn nf_states(
 
 /// Whether an NF of `kind` exports its flows to a table ferryd makes (a
 /// table that does not outlive ferryd).
-fn exports_flows(kind: Option<&str>) -> bool {
-    kind.and_then(|k| ferry_catalog::runner(k).ok()) == Some(ferry_catalog::Runner::FlowExport)
+fn exports_flows(kind: Option<&str>, args: &[String]) -> bool {
+    kind.is_some_and(|k| ferry_catalog::fused::exports_flows(k, args))
 }

@@ -190,14 +190,14 @@ fn fast_path<'a>(
     Ok(Some((path.nfs.as_slice(), FastPathIds { chain: placed.id, nfs: ids, then })))
 }
 
-/// A flow table per flow monitor run as a process: each thread counts its
-/// own flows (its index is their key's config), as many as the NF's table
-/// holds.
+/// A flow table per flow monitor run as a process (alone, or fused with
+/// other NFs): each thread counts its own flows (its index is their key's
+/// config), as many as the NF's table holds.
 fn flow_tables(plan: &ChainPlan) -> Result<Vec<Option<FlowTable>>> {
     plan.nfs
         .iter()
-        .map(|nf| match nf.kind.as_deref().map(ferry_catalog::runner) {
-            Some(Ok(ferry_catalog::Runner::FlowExport)) => {
+        .map(|nf| match nf.kind.as_deref() {
+            Some(kind) if ferry_catalog::fused::exports_flows(kind, &nf.args) => {
                 FlowTable::create(MAX_FLOWS as u32 * nf.threads.len() as u32)
                     .map(Some)
                     .with_context(|| format!("NF {}: its flow table", nf.name))

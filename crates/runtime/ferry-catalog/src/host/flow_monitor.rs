@@ -17,7 +17,7 @@ use ferry_bpf::hybrid::FlowTuple;
 use ferry_bpf::pipeline::{FlowKey as TableKey, PlCount};
 use ferry_nf::flow_monitor::{FlowCount, FlowKey};
 use ferry_nf::{FlowMonitor, PacketNf, Verdict};
-use ferry_sdk::{NfThread, Packet};
+use ferry_sdk::{Nf, NfThread, Packet};
 
 use super::{Launch, BURST};
 
@@ -27,19 +27,64 @@ pub const EXPORT_EVERY: Duration = Duration::from_millis(100);
 pub fn serve(l: &Launch) -> Result<()> {
     let counters: Vec<&str> = FlowMonitor::new().spec().counters.to_vec();
     let nf = l.hello.connect(&counters)?;
-    let table = nf.take_maps().into_iter().find(|(name, _)| name == MAP_NAME).map(|(_, fd)| fd);
-    let table = table.ok_or_else(|| anyhow!("ferryd sent no flow table ({MAP_NAME})"))?;
-    // One handle per thread, opened before any thread runs.
-    let mut tables = Vec::new();
-    for _ in 0..nf.threads() {
-        let fd: OwnedFd = table.as_fd().try_clone_to_owned()?;
-        tables.push(Mutex::new(Some(FlowTable::from_fd(fd)?)));
-    }
+    let tables = thread_tables(&nf)?;
     nf.run(|th| {
         let table = tables[th.index() as usize].lock().expect("tables lock").take().expect("one run per thread");
         count_flows(th, table)
     })?;
     Ok(())
+}
+
+/// The flow table ferryd sent the NF, one handle per thread, opened
+/// before any thread runs.
+pub(crate) fn thread_tables(nf: &Nf) -> Result<Vec<Mutex<Option<FlowTable>>>> {
+    let table = nf.take_maps().into_iter().find(|(name, _)| name == MAP_NAME).map(|(_, fd)| fd);
+    let table = table.ok_or_else(|| anyhow!("ferryd sent no flow table ({MAP_NAME})"))?;
+    let mut tables = Vec::new();
+    for _ in 0..nf.threads() {
+        let fd: OwnedFd = table.as_fd().try_clone_to_owned()?;
+        tables.push(Mutex::new(Some(FlowTable::from_fd(fd)?)));
+    }
+    Ok(tables)
+}
+
+/// Writes one thread's flows into the table, at most [`EXPORT_EVERY`]
+/// apart; the key's `config` is the thread's index.
+pub(crate) struct Exporter {
+    table: FlowTable,
+    config: u32,
+    exported: Instant,
+}
+
+impl Exporter {
+    /// A flow monitor for thread `config`, with the counts a previous
+    /// process of the NF left in `table`.
+    pub(crate) fn open(table: FlowTable, config: u32) -> (Exporter, FlowMonitor) {
+        let mine = table.flows().into_iter().filter(|(k, _)| k.config == config);
+        let nf = FlowMonitor::with_flows(
+            mine.map(|(k, c)| (from_table(&k), FlowCount { packets: c.packets, bytes: c.bytes })),
+        );
+        (Exporter { table, config, exported: Instant::now() }, nf)
+    }
+
+    /// Exports what changed if the last export is [`EXPORT_EVERY`] old.
+    pub(crate) fn tick(&mut self, nf: &mut FlowMonitor) {
+        if self.exported.elapsed() >= EXPORT_EVERY {
+            self.export(nf);
+        }
+    }
+
+    /// Exports what changed.
+    pub(crate) fn export(&mut self, nf: &mut FlowMonitor) {
+        for (k, c) in nf.take_changed() {
+            // A failed write leaves the table behind until the flow's next
+            // export; the counts here stay right.
+            if let Err(e) = self.table.set(to_table(self.config, &k), PlCount { packets: c.packets, bytes: c.bytes }) {
+                tracing::warn!("flow table: {e}");
+            }
+        }
+        self.exported = Instant::now();
+    }
 }
 
 fn to_table(config: u32, k: &FlowKey) -> TableKey {
@@ -57,15 +102,11 @@ fn from_table(k: &TableKey) -> FlowKey {
     }
 }
 
-fn count_flows(mut th: NfThread, mut table: FlowTable) {
-    let config = th.index();
-    let mine = table.flows().into_iter().filter(|(k, _)| k.config == config);
-    let mut nf =
-        FlowMonitor::with_flows(mine.map(|(k, c)| (from_table(&k), FlowCount { packets: c.packets, bytes: c.bytes })));
+fn count_flows(mut th: NfThread, table: FlowTable) {
+    let (mut exporter, mut nf) = Exporter::open(table, th.index());
     // Wake the thread when no frames come, so the last counts get out.
     let ticker = th.waker().every(EXPORT_EVERY);
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
-    let mut exported = Instant::now();
     while th.recv_burst(&mut burst, BURST).is_ok() {
         for mut pkt in burst.drain(..) {
             match nf.process(pkt.data_mut()) {
@@ -76,21 +117,8 @@ fn count_flows(mut th: NfThread, mut table: FlowTable) {
         for (i, &v) in nf.counters().iter().enumerate() {
             th.set_nf_counter(i, v);
         }
-        if exported.elapsed() >= EXPORT_EVERY {
-            export(&mut nf, &mut table, config);
-            exported = Instant::now();
-        }
+        exporter.tick(&mut nf);
     }
-    export(&mut nf, &mut table, config);
+    exporter.export(&mut nf);
     drop(ticker);
-}
-
-fn export(nf: &mut FlowMonitor, table: &mut FlowTable, config: u32) {
-    for (k, c) in nf.take_changed() {
-        // A failed write leaves the table behind until the flow's next
-        // export; the counts here stay right.
-        if let Err(e) = table.set(to_table(config, &k), PlCount { packets: c.packets, bytes: c.bytes }) {
-            tracing::warn!("flow table: {e}");
-        }
-    }
 }

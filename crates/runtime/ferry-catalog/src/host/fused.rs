@@ -12,22 +12,48 @@
 //!   stage), and after the last, out-link 0 of the fused NF (the last
 //!   stage's), or dropped if it has none.
 //!
+//! A flow monitor stage (at most one per fused NF) exports its flows to
+//! the table ferryd made for the fused NF, as the flow monitor's own
+//! process does ([`super::flow_monitor`]).
+//!
 //! Frames keep their order through the stages. A panic in a stage ends
 //! the process: ferryd restarts the fused NF, as it restarts any NF, and
 //! reclaims its frames (the audit stays conserved).
 
+use std::sync::Mutex;
+
 use anyhow::Result;
-use ferry_nf::{PacketNf, Verdict};
+use ferry_bpf::flow_table::FlowTable;
+use ferry_nf::{FlowMonitor, PacketNf, Verdict};
 use ferry_sdk::{NfThread, Packet};
 
+use super::flow_monitor::{thread_tables, Exporter, EXPORT_EVERY};
 use super::{Launch, BURST};
 use crate::fused::{self, Stage};
 use crate::Runner;
 
+/// A stage's NF.
+enum StageNf {
+    /// `fwd`, which only forwards.
+    Forward,
+    Packet(Box<dyn PacketNf>),
+    /// The flow monitor, with the exporter of its thread's flows.
+    Monitor(Box<(FlowMonitor, Exporter)>),
+}
+
+impl StageNf {
+    fn nf(&mut self) -> Option<&mut dyn PacketNf> {
+        match self {
+            StageNf::Forward => None,
+            StageNf::Packet(nf) => Some(nf.as_mut()),
+            StageNf::Monitor(m) => Some(&mut m.0),
+        }
+    }
+}
+
 /// One stage as a thread runs it.
 struct Step {
-    /// None for `fwd`, which only forwards.
-    nf: Option<Box<dyn PacketNf>>,
+    nf: StageNf,
     /// A responder: its `Tx` is a reply out of the arrival port.
     replies: bool,
     /// Where its counters start among the fused NF's.
@@ -39,22 +65,35 @@ pub fn serve(l: &Launch) -> Result<()> {
     let names = fused::counters(&stages)?;
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let nf = l.hello.connect(&names)?;
+    let monitors = stages.iter().any(|s| crate::runner(s.kind).ok() == Some(Runner::FlowExport));
+    let tables: Vec<Mutex<Option<FlowTable>>> = if monitors { thread_tables(&nf)? } else { Vec::new() };
     nf.run(|th| {
-        let steps = steps(&stages).expect("built once already");
+        let table = tables.get(th.index() as usize).and_then(|t| t.lock().expect("tables lock").take());
+        let steps = steps(&stages, table, th.index()).expect("built once already");
         run(th, steps)
     })?;
     Ok(())
 }
 
-fn steps(stages: &[Stage]) -> Result<Vec<Step>> {
+/// The stages of thread `index`; `table` is its handle on the flow table,
+/// if a stage is a flow monitor.
+fn steps(stages: &[Stage], mut table: Option<FlowTable>, index: u32) -> Result<Vec<Step>> {
     let mut steps = Vec::new();
     let mut first_counter = 0;
     for s in stages {
-        let nf = if s.kind == "fwd" { None } else { Some(crate::build_packet(s.kind, s.args)?) };
-        let replies = crate::runner(s.kind)? == Runner::Packet { replies: true };
-        let counters = nf.as_ref().map_or(0, |nf| nf.spec().counters.len());
-        steps.push(Step { nf, replies, first_counter });
-        first_counter += counters;
+        let runner = crate::runner(s.kind)?;
+        let nf = match (s.kind, runner) {
+            ("fwd", _) => StageNf::Forward,
+            (_, Runner::FlowExport) => {
+                let t = table.take().ok_or_else(|| anyhow::anyhow!("{}: no flow table", s.name))?;
+                let (exporter, monitor) = Exporter::open(t, index);
+                StageNf::Monitor(Box::new((monitor, exporter)))
+            }
+            _ => StageNf::Packet(crate::build_packet(s.kind, s.args)?),
+        };
+        let mut step = Step { nf, replies: runner == Runner::Packet { replies: true }, first_counter };
+        first_counter += step.nf.nf().map_or(0, |nf| nf.spec().counters.len());
+        steps.push(step);
     }
     Ok(steps)
 }
@@ -62,9 +101,12 @@ fn steps(stages: &[Stage]) -> Result<Vec<Step>> {
 fn run(mut th: NfThread, mut steps: Vec<Step>) {
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     let mut kept: Vec<Packet> = Vec::with_capacity(BURST);
+    // A flow monitor's last counts get out while no frames come.
+    let monitors = steps.iter().any(|s| matches!(s.nf, StageNf::Monitor(_)));
+    let ticker = monitors.then(|| th.waker().every(EXPORT_EVERY));
     while th.recv_burst(&mut burst, BURST).is_ok() {
         for (k, step) in steps.iter_mut().enumerate() {
-            let Some(nf) = step.nf.as_mut() else { continue };
+            let Some(nf) = step.nf.nf() else { continue };
             for mut pkt in burst.drain(..) {
                 match nf.process(pkt.data_mut()) {
                     Verdict::Drop => th.drop_packet(pkt),
@@ -81,11 +123,23 @@ fn run(mut th: NfThread, mut steps: Vec<Step>) {
                 th.drop_packet(pkt);
             }
         }
-        for step in &steps {
-            let Some(nf) = &step.nf else { continue };
+        for step in &mut steps {
+            let first = step.first_counter;
+            if let StageNf::Monitor(m) = &mut step.nf {
+                let (nf, exporter) = &mut **m;
+                exporter.tick(nf);
+            }
+            let Some(nf) = step.nf.nf() else { continue };
             for (i, &v) in nf.counters().iter().enumerate() {
-                th.set_nf_counter(step.first_counter + i, v);
+                th.set_nf_counter(first + i, v);
             }
         }
     }
+    for step in &mut steps {
+        if let StageNf::Monitor(m) = &mut step.nf {
+            let (nf, exporter) = &mut **m;
+            exporter.export(nf);
+        }
+    }
+    drop(ticker);
 }
