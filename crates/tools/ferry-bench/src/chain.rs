@@ -49,7 +49,7 @@ pub struct BenchChainOptions {
 impl Default for BenchChainOptions {
     fn default() -> Self {
         BenchChainOptions {
-            scenarios: ["fig10", "fig11", "table1", "idle", "load"].map(String::from).to_vec(),
+            scenarios: ["fig10", "fig11", "table1", "idle", "load", "roundtrip"].map(String::from).to_vec(),
             nfs: vec![1, 2, 4, 8],
             warmup: Duration::from_millis(700),
             window: Duration::from_secs(2),
@@ -403,6 +403,9 @@ pub fn run(o: &BenchChainOptions) -> Result<BenchChainReport> {
     }
     if want("load") {
         rows.extend(crate::load::rows(&dir, o)?);
+    }
+    if want("roundtrip") {
+        rows.extend(crate::roundtrip::rows(&dir, o)?);
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(BenchChainReport { machine: crate::io::machine_summary(), rows })

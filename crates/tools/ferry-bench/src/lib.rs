@@ -19,4 +19,5 @@ pub mod offload;
 pub mod parallel;
 pub mod pipeline;
 pub mod realworld;
+pub mod roundtrip;
 pub mod tenant;

@@ -182,8 +182,9 @@ enum BenchCmd {
     },
     /// FLASH's chaining experiments (Fig. 10, Fig. 11, Table 1, idle CPU).
     Chain {
-        /// Scenarios (comma separated): fig10, fig11, table1, idle, load (latency against offered load).
-        #[arg(long, value_delimiter = ',', default_value = "fig10,fig11,table1,idle,load")]
+        /// Scenarios (comma separated): fig10, fig11, table1, idle, load (latency against offered load),
+        /// roundtrip (default polling against busy mode, one NF alone on a CPU).
+        #[arg(long, value_delimiter = ',', default_value = "fig10,fig11,table1,idle,load,roundtrip")]
         scenarios: Vec<String>,
         /// Chain lengths for fig10.
         #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]

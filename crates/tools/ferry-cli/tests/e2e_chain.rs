@@ -481,8 +481,8 @@ fn kill_9_of_a_fused_nf_under_load_leaks_no_frame_and_the_chain_resumes() {
     assert_ne!(pid_of(&restarted, "a"), pid);
     let sunk = c(&restarted, "snk", "sunk");
     wait_until("traffic after the restart", || rc.status().is_ok_and(|s| c(&s, "snk", "sunk") > sunk + 10_000));
-    let st = rc.status().unwrap();
-    assert!(st.domains[0].reclaimed > 0, "ferryd reclaimed the dead NF's frames");
+    // Whatever the dead NF held at the kill (nothing, if it was between
+    // bursts) is back: every frame is in one place.
     assert_conserved(&rc);
     rc.shutdown().unwrap();
 }

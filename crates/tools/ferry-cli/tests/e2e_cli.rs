@@ -349,19 +349,31 @@ fn bench_chain_load_smoke() {
     let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("bench-load");
     let out = dir.path("load.json");
-    let args = ["bench", "chain", "--scenarios", "load", "--load-nfs", "1", "--warmup", "200ms", "--window", "300ms"];
+    let args = [
+        "bench",
+        "chain",
+        "--scenarios",
+        "load,roundtrip",
+        "--load-nfs",
+        "1",
+        "--warmup",
+        "200ms",
+        "--window",
+        "300ms",
+    ];
     let done =
         Ferry::spawn_here(&[&args[..], &["--json", out.to_str().unwrap()]].concat()).finish(Duration::from_secs(300));
     assert!(done.status.success(), "bench chain load failed: {}", done.stderr);
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let rows = r["rows"].as_array().unwrap();
     let modes: [(&str, &[&str]); 2] = [
-        ("memory", &["ferry-zero-copy", "one-process-sdk", "one-process-threads"]),
-        ("veth", &["ferry-veth", "kernel-xdp-redirect"]),
+        ("memory", &["ferry-zero-copy", "ferry-fused", "one-process-sdk", "one-process-threads"]),
+        ("veth", &["ferry-veth", "ferry-veth-fused", "kernel-xdp-redirect"]),
     ];
+    let load: Vec<&serde_json::Value> = rows.iter().filter(|x| x["scenario"] == "load").collect();
     for (mode, variants) in modes {
         let of = |v: &str| -> Vec<serde_json::Value> {
-            rows.iter().filter(|x| x["mode"] == mode && x["variant"] == v).map(|x| x["offered_pps"].clone()).collect()
+            load.iter().filter(|x| x["mode"] == mode && x["variant"] == v).map(|x| x["offered_pps"].clone()).collect()
         };
         let first = of(variants[0]);
         for v in &variants[1..] {
@@ -369,6 +381,15 @@ fn bench_chain_load_smoke() {
         }
         assert_eq!(first.first().and_then(|v| v.as_u64()), Some(10_000), "{mode}: from 10 kpps: {r:#}");
         assert!(first.last().is_some_and(|v| v.is_null()), "{mode}: to saturation: {r:#}");
+    }
+    // The round trip: both polling modes at each of the four loads.
+    for v in ["ferry-l2fwd-default", "ferry-l2fwd-busy"] {
+        let loads: Vec<u64> = rows
+            .iter()
+            .filter(|x| x["scenario"] == "roundtrip" && x["variant"] == v)
+            .filter_map(|x| x["offered_pps"].as_u64())
+            .collect();
+        assert_eq!(loads, [10_000, 50_000, 100_000, 200_000], "{v}: {r:#}");
     }
     // Latency comes from the stamps of the frames that arrived.
     for row in rows {

@@ -1,0 +1,80 @@
+//! `ferry bench chain --scenarios roundtrip`: polling against load, with a
+//! clean instrument. One `l2fwd` NF sends each frame back out of the port
+//! it came in on (d0); `ferry gen xsk --rx` sends and receives on g0, on
+//! CPU 0, and the NF runs alone on CPU 1, so no instrument shares its CPU.
+//! The NF runs with the default polling and in busy mode (`poll: { busy:
+//! true }`), at 10, 50, 100 and 200 kpps: the trade-off between latency
+//! and CPU that busy mode buys.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+use crate::chain::{BenchChainOptions, CpuSample, Row};
+use ferry_cli::chainctl;
+use ferry_cli::demo::{DEMO_TESTBED, IN_MAC};
+use ferry_cli::proc::{self, num};
+
+const GEN_CPU: usize = 0;
+const NF_CPU: usize = 1;
+/// The paced loads, frames per second.
+const RATES: [u64; 4] = [10_000, 50_000, 100_000, 200_000];
+
+/// The roundtrip rows: for each load, the default polling then busy mode.
+pub fn rows(dir: &Path, o: &BenchChainOptions) -> Result<Vec<Row>> {
+    let spec = ferry_testbed::TestbedSpec::from_yaml_str(DEMO_TESTBED, "examples/testbeds/demo.yaml")?;
+    let tb = ferry_testbed::up(&spec).context("building the testbed")?;
+    let mut rows = Vec::new();
+    for rate in RATES {
+        for busy in [false, true] {
+            rows.push(one(&tb, dir, busy, rate, o)?);
+        }
+    }
+    tb.down()?;
+    Ok(rows)
+}
+
+/// d0 -> l2fwd -> d0 at `rate`, for the window.
+fn one(tb: &ferry_testbed::Testbed, dir: &Path, busy: bool, rate: u64, o: &BenchChainOptions) -> Result<Row> {
+    let dut = tb.ns_name("dut");
+    let poll = if busy { ", poll: { busy: true }" } else { "" };
+    let yaml = format!(
+        "name: roundtrip\ndomains: [ {{ name: main, frames: 8192 }} ]\nports:\n  - {{ name: in, netns: \"{dut}\", netdev: d0, \
+         xdp_mode: driver }}\nnfs:\n  - {{ name: nf1, domain: main, kind: l2fwd, cpus: [{NF_CPU}]{poll} }}\nlinks:\n  - {{ \
+         from: in, to: nf1 }}\n  - {{ from: nf1, to: in }}\n"
+    );
+    let chain = dir.join("roundtrip.yaml");
+    std::fs::write(&chain, yaml)?;
+    let rc = chainctl::start(&chain, &dir.join("roundtrip.sock"), true).context("starting ferryd")?;
+    let count = ((rate as f64 * o.window.as_secs_f64()) as u64).to_string();
+    let rate_s = rate.to_string();
+    let gen_args: Vec<String> =
+        ["gen", "xsk", "--dev", "g0", "--dst-mac", IN_MAC, "--size", "64", "--rx", "--rate", &rate_s]
+            .iter()
+            .chain(["--count", count.as_str()].iter())
+            .map(|s| s.to_string())
+            .collect();
+    let st = rc.status()?;
+    let cpu = CpuSample::start(st.nfs.iter().filter_map(|n| n.pid.map(|p| (n.name.clone(), p))).collect());
+    let gen = proc::spawn(tb.ns_name("gen"), &gen_args, Some(GEN_CPU))?.wait(o.window + Duration::from_secs(60))?;
+    let cpu_percent = cpu.percent();
+    rc.shutdown()?;
+    let us = |p: &str| gen.pointer(p).and_then(Value::as_f64).map(|ns| ns / 1e3);
+    let received = num(&gen, "/received/packets");
+    Ok(Row {
+        scenario: "roundtrip".into(),
+        variant: if busy { "ferry-l2fwd-busy" } else { "ferry-l2fwd-default" }.into(),
+        nfs: 1,
+        mode: "veth".into(),
+        mpps: received / num(&gen, "/seconds").max(1e-9) / 1e6,
+        offered_pps: Some(rate),
+        p50_us: us("/received/latency/p50_ns"),
+        p99_us: us("/received/latency/p99_ns"),
+        p999_us: us("/received/latency/p999_ns"),
+        cpu_percent,
+        notes: BTreeMap::from([("lost".to_string(), (num(&gen, "/sent") - received).max(0.0))]),
+    })
+}
