@@ -104,8 +104,13 @@ pub struct Row {
     pub size: usize,
     pub software: Medians,
     pub placed: Medians,
+    /// Every NF a process (`offload: never`), with `fuse: auto`: adjacent
+    /// NFs that fuse run in one process's threads.
+    pub fused: Medians,
     /// placed / software throughput.
     pub throughput_ratio: f64,
+    /// fused / software throughput.
+    pub fused_ratio: f64,
     /// 1 - placed p50 / software p50 (positive: placed is faster).
     pub p50_reduction: Option<f64>,
     pub p99_reduction: Option<f64>,
@@ -248,7 +253,11 @@ fn measure(
     let (scenario, variant, size, run) = key;
     let offload = if variant == "placed" { "auto" } else { "never" };
     let chain = dir.join(format!("{scenario}-{variant}.yaml"));
-    std::fs::write(&chain, chain_yaml(scenario, tb.ns_name("dut"), dir, offload, nf_cpu()))?;
+    let mut yaml = chain_yaml(scenario, tb.ns_name("dut"), dir, offload, nf_cpu());
+    if variant == "fused" {
+        yaml = yaml.replace("{ name: main, frames: 8192 }", "{ name: main, frames: 8192, fuse: auto }");
+    }
+    std::fs::write(&chain, yaml)?;
     let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true).context("starting ferryd")?;
     let gen_extra: &[&str] = match scenario {
         "nat" | "p4sfc" => &["--set", NAT_SOURCE_PORTS],
@@ -376,7 +385,11 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
             for &size in &o.sizes {
                 for run in 0..o.runs {
                     // Alternating order: neither variant always goes first.
-                    let order = if run % 2 == 0 { ["software", "placed"] } else { ["placed", "software"] };
+                    let order = match run % 3 {
+                        0 => ["software", "placed", "fused"],
+                        1 => ["placed", "fused", "software"],
+                        _ => ["fused", "software", "placed"],
+                    };
                     for variant in order {
                         let s = measure(&tb, &dir, o, (scenario, variant, size, run))
                             .with_context(|| format!("{scenario} {variant} {size} B run {run}"))?;
@@ -399,7 +412,7 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
     for scenario in &o.scenarios {
         for &size in &o.sizes {
             let of = |variant: &str| medians(&samples, scenario, size, variant);
-            let (software, placed) = (of("software"), of("placed"));
+            let (software, placed, fused) = (of("software"), of("placed"), of("fused"));
             let reduction = |p: Option<f64>, s: Option<f64>| match (p, s) {
                 (Some(p), Some(s)) if s > 0.0 => Some(1.0 - p / s),
                 _ => None,
@@ -408,10 +421,12 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
                 scenario: scenario.clone(),
                 size,
                 throughput_ratio: if software.mpps > 0.0 { placed.mpps / software.mpps } else { 0.0 },
+                fused_ratio: if software.mpps > 0.0 { fused.mpps / software.mpps } else { 0.0 },
                 p50_reduction: reduction(placed.p50_us, software.p50_us),
                 p99_reduction: reduction(placed.p99_us, software.p99_us),
                 software,
                 placed,
+                fused,
             });
         }
     }
@@ -420,22 +435,31 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
 
 /// The readable table.
 pub fn table(r: &BenchOffloadReport) -> String {
-    let mut s =
-        format!("ferry bench offload — {} (medians; placed = `offload: auto`, software = `never`)\n", r.machine);
-    s += "scenario  size  software Mpps  placed Mpps  ratio  software p50/p99 us  placed p50/p99 us  p50 -%  CPU% (softirq) sw / placed\n";
+    let mut s = format!(
+        "ferry bench offload — {} (medians; placed = `offload: auto`, software = `never`, fused = `never` with \
+             `fuse: auto`)\n",
+        r.machine
+    );
+    s += "scenario  size  software Mpps  placed Mpps  ratio  fused Mpps  ratio  software p50/p99 us  placed p50/p99 us  fused \
+          p50/p99 us  p50 -%  CPU% (softirq) sw / placed\n";
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.0}"));
     for row in &r.rows {
         s += &format!(
-            "{:<9} {:>4}  {:>13.3}  {:>11.3}  {:>5.2}  {:>9}/{:<9}  {:>8}/{:<8}  {:>6}  {:>4.0} ({:>3.0}) / {:>4.0} ({:>3.0})\n",
+            "{:<9} {:>4}  {:>13.3}  {:>11.3}  {:>5.2}  {:>10.3}  {:>5.2}  {:>9}/{:<9}  {:>8}/{:<8}  {:>7}/{:<8}  {:>6}  \
+             {:>4.0} ({:>3.0}) / {:>4.0} ({:>3.0})\n",
             row.scenario,
             row.size,
             row.software.mpps,
             row.placed.mpps,
             row.throughput_ratio,
+            row.fused.mpps,
+            row.fused_ratio,
             f(row.software.p50_us),
             f(row.software.p99_us),
             f(row.placed.p50_us),
             f(row.placed.p99_us),
+            f(row.fused.p50_us),
+            f(row.fused.p99_us),
             row.p50_reduction.map_or("-".to_string(), |x| format!("{:.0}", x * 100.0)),
             row.software.cpu_percent,
             row.software.softirq_percent,

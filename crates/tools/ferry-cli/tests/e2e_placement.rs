@@ -612,7 +612,7 @@ fn bench_offload_smoke() {
     assert!(stdout.contains("firewall") && stdout.contains("ratio"), "{stdout}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let variants: Vec<&str> = v["samples"].as_array().unwrap().iter().map(|s| s["variant"].as_str().unwrap()).collect();
-    assert_eq!(variants, ["software", "placed", "software", "placed"], "{v}");
+    assert_eq!(variants, ["software", "placed", "fused", "software", "placed", "fused"], "{v}");
     let rows: Vec<&str> = v["rows"].as_array().unwrap().iter().map(|r| r["scenario"].as_str().unwrap()).collect();
     assert_eq!(rows, ["firewall", "nat"], "{v}");
     // Frames went through every variant (the sink saw stamped ones).
