@@ -95,17 +95,6 @@ fn serve_types() -> Vec<NfType> {
             serve: loops::serve_tenant_router,
             check_built: None,
         },
-        NfType {
-            kind: crate::fused::FUSED.to_string(),
-            summary: "NFs run to completion in one NF's threads: what placement makes of a run of NFs with fuse: auto",
-            model: ExecModel::Threaded,
-            args: Args::Positional("@stage=NAME:KIND ARG... (two or more stages, as placement writes them)"),
-            counters: vec![],
-            elements: &[],
-            runner: Runner::HostLoop,
-            serve: host::fused::serve,
-            check_built: None,
-        },
         threaded(
             "source",
             "make stamped UDP frames in the domain's own UMEM (chaining without veth)",
@@ -156,6 +145,7 @@ pub(crate) fn all() -> Vec<NfType> {
         })
         .collect();
     types.extend(serve_types());
+    types.push(fused_type());
     types.extend([
         parallel::<DstCounter>("counter"),
         parallel::<Nat>("nat"),
@@ -179,6 +169,21 @@ pub(crate) fn all() -> Vec<NfType> {
         });
     }
     types
+}
+
+/// What placement makes of a run of NFs with `fuse: auto`.
+fn fused_type() -> NfType {
+    NfType {
+        kind: crate::fused::FUSED.to_string(),
+        summary: "NFs run to completion in one NF's threads: what placement makes of a run of NFs with fuse: auto",
+        model: ExecModel::Threaded,
+        args: Args::Positional("@stage=NAME:KIND ARG... (two or more stages, as placement writes them)"),
+        counters: vec![],
+        elements: &[],
+        runner: Runner::HostLoop,
+        serve: host::fused::serve,
+        check_built: None,
+    }
 }
 
 /// Parallel NF `N` as `parallel-<name>`: the host's arguments, then its own.

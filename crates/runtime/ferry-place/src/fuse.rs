@@ -26,7 +26,7 @@ pub struct FusedGroup {
 }
 
 /// Why NF `i` cannot fuse at all, if it cannot.
-fn alone(spec: &ChainSpec, i: usize) -> Option<String> {
+pub(crate) fn alone(spec: &ChainSpec, i: usize) -> Option<String> {
     let nf = &spec.nfs[i];
     if spec.fuse_policy(i) == FusePolicy::Never {
         return Some("fuse: never".into());
@@ -41,7 +41,7 @@ fn alone(spec: &ChainSpec, i: usize) -> Option<String> {
 }
 
 /// Why `a` cannot fuse with `b` after it, if it cannot.
-fn apart(spec: &ChainSpec, a: &NfSpec, b: &NfSpec) -> Option<String> {
+pub(crate) fn apart(spec: &ChainSpec, a: &NfSpec, b: &NfSpec) -> Option<String> {
     let outs: Vec<_> = spec.links.iter().filter(|l| l.from == a.name).collect();
     if outs.len() != 1 || outs[0].to != b.name {
         return Some(format!("{} has {} out-links", a.name, outs.len()));
@@ -158,4 +158,23 @@ fn rewrite(server: &mut ChainSpec, members: &[usize]) -> FusedGroup {
         l.from = head.clone();
     }
     FusedGroup { name: head, members: names }
+}
+
+/// Whether the NFs after the last process `after` on the way to a port
+/// (`post`, in path order, a split NAT last if `split`) run better in
+/// `after`'s threads than in XDP on a loop device in front of the port:
+/// yes when all of them say `fuse: auto` and each fuses with the one
+/// before it (the NAT, which does not fuse, then runs whole as the process
+/// after them). A frame then crosses no loop device: on the 2-vCPU
+/// machine Ferry is built on, P4SFC's chain placed so carries 0.90-1.10x
+/// its all-process throughput, and 0.68-0.74x with its monitor, firewall
+/// and NAT on the loop device (`ferry bench offload`, fused and placed
+/// variants).
+pub(crate) fn post_fuses(spec: &ChainSpec, after: usize, post: &[usize], split: Option<usize>) -> bool {
+    let fusing: Vec<usize> = post.iter().copied().filter(|&i| Some(i) != split).collect();
+    if fusing.is_empty() || alone(spec, after).is_some() || fusing.iter().any(|&i| alone(spec, i).is_some()) {
+        return false;
+    }
+    let run: Vec<usize> = std::iter::once(after).chain(fusing).collect();
+    run.windows(2).all(|w| apart(spec, &spec.nfs[w[0]], &spec.nfs[w[1]]).is_none())
 }

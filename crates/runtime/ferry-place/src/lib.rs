@@ -305,6 +305,7 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
         paths.push(XdpPath { port: port.name.clone(), nfs: offloaded_nfs(spec, nfs), then });
     }
     let post = post_paths(spec, &mut offloaded, &mut why_server);
+    let post = keep_fusable_posts(spec, post, &mut offloaded, &mut why_server);
     let decisions = decide(spec, &offloaded, &post, &hybrid, why_server);
     if let Some((i, d)) = decisions
         .iter()
@@ -324,6 +325,42 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
     let (fused, why_not) = fuse::fuse(&mut server);
     let (post, decisions) = note_fusion(post, decisions, &fused, why_not);
     Ok(Placement { server, xdp: paths, post, hybrid, whole, fused, decisions })
+}
+
+/// Takes back the post-server parts that run better fused into the last
+/// process's threads ([`fuse::post_fuses`]): their NFs stay processes.
+fn keep_fusable_posts(
+    spec: &ChainSpec,
+    post: Vec<PostPath>,
+    offloaded: &mut HashSet<usize>,
+    why_server: &mut [Option<String>],
+) -> Vec<PostPath> {
+    let index = |name: &str| spec.nfs.iter().position(|n| n.name == name).expect("an NF of the chain");
+    post.into_iter()
+        .filter(|p| {
+            let nfs: Vec<usize> = p.nfs.iter().map(|n| index(&n.name)).collect();
+            let split = p.split.as_deref().map(index);
+            if !fuse::post_fuses(spec, index(&p.after), &nfs, split) {
+                return true;
+            }
+            for &i in &nfs {
+                offloaded.remove(&i);
+                why_server[i] = Some(if Some(i) == split {
+                    format!(
+                        "after {}'s fused run, whole as a process: no loop device in front of port {}",
+                        p.after, p.port
+                    )
+                } else {
+                    format!(
+                        "after the last process {} with fuse: auto: run in its threads rather than in XDP on a loop \
+                         device in front of port {} (no device crossing)",
+                        p.after, p.port
+                    )
+                });
+            }
+            false
+        })
+        .collect()
 }
 
 /// Says in each decision what fusion did, and names a post-server part

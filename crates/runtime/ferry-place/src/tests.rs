@@ -623,3 +623,20 @@ fn the_p4sfc_chain_kept_in_processes_fuses_its_monitor_too() {
     let (_, p) = load_str(&f.chain(&[("fw", auto), ("mon", auto), ("ips", auto)]), "sfc.yaml").unwrap();
     assert!(p.fused.is_empty(), "{}", p.explain());
 }
+
+#[test]
+fn with_fuse_auto_p4sfcs_chain_fuses_after_the_ips_instead_of_crossing_a_loop_device() {
+    let f = Files::new("post-fuse", 3);
+    // in -> ips -> mon -> fw -> nat -> out, every NF with fuse: auto.
+    let p4sfc = with_nat(&f, "").replace("domains: [ { name: main } ]", "domains: [ { name: main, fuse: auto } ]");
+    let (_, p) = load_str(&p4sfc, "sfc.yaml").unwrap();
+    assert!(p.post.is_empty(), "{}", p.explain());
+    assert_eq!(p.fused.len(), 1, "{}", p.explain());
+    assert_eq!(p.fused[0].members, ["ips", "mon", "fw"]);
+    assert_eq!(p.whole.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["nat"]);
+    let why = |nf: &str| p.decisions.iter().find(|d| d.nf == nf).unwrap().why.clone();
+    assert!(why("mon").contains("rather than in XDP on a loop device"), "{}", why("mon"));
+    assert!(why("nat").contains("whole as a process"), "{}", why("nat"));
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "ips"), ("ips", "nat"), ("nat", "out")]);
+}

@@ -104,8 +104,9 @@ pub struct Row {
     pub size: usize,
     pub software: Medians,
     pub placed: Medians,
-    /// Every NF a process (`offload: never`), with `fuse: auto`: adjacent
-    /// NFs that fuse run in one process's threads.
+    /// Placed with `fuse: auto` too: what placement keeps in processes,
+    /// adjacent NFs that fuse run in one process's threads (and after the
+    /// last process they fuse rather than cross a loop device).
     pub fused: Medians,
     /// placed / software throughput.
     pub throughput_ratio: f64,
@@ -251,7 +252,7 @@ fn measure(
     key: (&str, &str, usize, usize),
 ) -> Result<Sample> {
     let (scenario, variant, size, run) = key;
-    let offload = if variant == "placed" { "auto" } else { "never" };
+    let offload = if variant == "software" { "never" } else { "auto" };
     let chain = dir.join(format!("{scenario}-{variant}.yaml"));
     let mut yaml = chain_yaml(scenario, tb.ns_name("dut"), dir, offload, nf_cpu());
     if variant == "fused" {
@@ -436,7 +437,7 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
 /// The readable table.
 pub fn table(r: &BenchOffloadReport) -> String {
     let mut s = format!(
-        "ferry bench offload — {} (medians; placed = `offload: auto`, software = `never`, fused = `never` with \
+        "ferry bench offload — {} (medians; placed = `offload: auto`, software = `never`, fused = `auto` with \
              `fuse: auto`)\n",
         r.machine
     );
