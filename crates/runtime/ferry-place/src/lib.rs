@@ -38,6 +38,11 @@
 //!
 //! Partially offloadable process NFs (`parallel-nat`, `maglev`) run whole
 //! as processes; their split forms are the hybrid types.
+//!
+//! - **fusion** ([`FusedGroup`], `fuse.rs`): with `fuse: auto`, runs of
+//!   adjacent process NFs become one NF that runs each batch through each
+//!   of them in its threads; the NFs after the last process stay in its
+//!   threads rather than crossing a loop device when they fuse with it.
 
 mod fuse;
 pub mod hybrid;
