@@ -790,12 +790,16 @@ impl ChainSpec {
                 return Err((at("mode"), "port links are always AF_XDP sockets; `mode` is for NF-to-NF links".into()));
             }
             if let Some(&other) = port_user.get(&port) {
-                if other != nf {
+                // Two NFs that may fuse may share a port: placement makes
+                // them one NF, or refuses the chain at this link.
+                let may_fuse = self.fuse_policy(other) == FusePolicy::Auto && self.fuse_policy(nf) == FusePolicy::Auto;
+                if other != nf && !may_fuse {
                     return Err((
                         at("to"),
                         format!(
                             "port {:?} is already used by NF {:?}: a port queue is one AF_XDP socket, owned by one \
-                             NF thread (fan in through an NF instead)",
+                             NF thread (fan in through an NF instead, or give both NFs fuse: auto so that placement \
+                             runs them as one)",
                             self.ports[port].name, self.nfs[other].name
                         ),
                     ));

@@ -178,3 +178,49 @@ pub(crate) fn post_fuses(spec: &ChainSpec, after: usize, post: &[usize], split: 
     let run: Vec<usize> = std::iter::once(after).chain(fusing).collect();
     run.windows(2).all(|w| apart(spec, &spec.nfs[w[0]], &spec.nfs[w[1]]).is_none())
 }
+
+/// Each port is one NF's after fusion. The chain parser lets two NFs with
+/// `fuse: auto` share a port (`in -> a -> b -> in`, a round trip through
+/// a run of NFs) on the understanding that they fuse; if they did not,
+/// the link that made the second one a user of the port is refused here,
+/// with why they did not fuse.
+pub(crate) fn check_port_owners(
+    spec: &ChainSpec,
+    server: &ChainSpec,
+    why_not: &HashMap<String, String>,
+) -> Result<(), crate::PlaceError> {
+    for port in &spec.ports {
+        let mut owner: Option<&str> = None;
+        for (i, l) in server.links.iter().enumerate() {
+            let nf = if l.from == port.name {
+                &l.to
+            } else if l.to == port.name {
+                &l.from
+            } else {
+                continue;
+            };
+            if server.nfs.iter().all(|n| &n.name != nf) {
+                continue;
+            }
+            match owner {
+                Some(o) if o != nf => {
+                    let why = why_not
+                        .get(o)
+                        .or_else(|| why_not.get(nf.as_str()))
+                        .map_or(String::new(), |w| format!(" ({w})"));
+                    let at = spec.links.iter().position(|s| s.from == l.from && s.to == l.to).unwrap_or(i);
+                    return Err(crate::PlaceError {
+                        at: vec![ferry_config::Seg::Key("links"), ferry_config::Seg::Index(at)],
+                        message: format!(
+                            "port {:?} is used by NFs {o:?} and {nf:?}, which did not fuse into one{why}: a port queue \
+                             is one AF_XDP socket, owned by one NF thread",
+                            port.name
+                        ),
+                    });
+                }
+                _ => owner = Some(nf),
+            }
+        }
+    }
+    Ok(())
+}

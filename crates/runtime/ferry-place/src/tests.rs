@@ -640,3 +640,36 @@ fn with_fuse_auto_p4sfcs_chain_fuses_after_the_ips_instead_of_crossing_a_loop_de
     let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
     assert_eq!(links, [("in", "ips"), ("ips", "nat"), ("nat", "out")]);
 }
+
+/// in -> a (l2fwd) -> b (fwd) -> in: a round trip through two NFs, which
+/// may share port `in` only as one fused NF.
+fn round_trip(fuse: &str, b_extra: &str) -> String {
+    format!(
+        "name: rt
+domains: [ {{ name: main, fuse: {fuse} }} ]
+ports: [ {{ name: in, netdev: a0 }} ]
+nfs:
+  - {{ name: a, domain: main, kind: l2fwd }}
+  - {{ name: b, domain: main, kind: fwd{b_extra} }}
+links:
+  - {{ from: in, to: a }}
+  - {{ from: a, to: b }}
+  - {{ from: b, to: in }}
+"
+    )
+}
+
+#[test]
+fn a_round_trip_through_several_nfs_shares_its_port_only_fused() {
+    let (_, p) = load_str(&round_trip("auto", ""), "rt.yaml").unwrap();
+    assert_eq!(p.fused[0].members, ["a", "b"]);
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "a"), ("a", "in")]);
+    // Without fuse: auto the parser refuses the second user of the port.
+    let e = load_str(&round_trip("never", ""), "rt.yaml").unwrap_err().to_string();
+    assert!(e.contains("links[2].to: port \"in\" is already used by NF \"a\"") && e.contains("fuse: auto"), "{e}");
+    // With it, but NFs that do not fuse: placement refuses the link, and says why.
+    let e = load_str(&round_trip("auto", ", cpus: [1]"), "rt.yaml").unwrap_err().to_string();
+    assert!(e.starts_with("rt.yaml:10:") && e.contains("links[2]"), "{e}");
+    assert!(e.contains("did not fuse into one (not fused with b: their cpus differ)"), "{e}");
+}

@@ -4,7 +4,9 @@
 //! CPU 0, and the NF runs alone on CPU 1, so no instrument shares its CPU.
 //! The NF runs with the default polling and in busy mode (`poll: { busy:
 //! true }`), at 10, 50, 100 and 200 kpps: the trade-off between latency
-//! and CPU that busy mode buys.
+//! and CPU that busy mode buys. A third row runs four NFs (`l2fwd`, then
+//! three `fwd`) fused into one, busy, on the same CPU: a chain that costs
+//! one core.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,22 +31,35 @@ pub fn rows(dir: &Path, o: &BenchChainOptions) -> Result<Vec<Row>> {
     let tb = ferry_testbed::up(&spec).context("building the testbed")?;
     let mut rows = Vec::new();
     for rate in RATES {
-        for busy in [false, true] {
-            rows.push(one(&tb, dir, busy, rate, o)?);
+        for (nfs, busy) in [(1, false), (1, true), (4, true)] {
+            rows.push(one(&tb, dir, (nfs, busy), rate, o)?);
         }
     }
     tb.down()?;
     Ok(rows)
 }
 
-/// d0 -> l2fwd -> d0 at `rate`, for the window.
-fn one(tb: &ferry_testbed::Testbed, dir: &Path, busy: bool, rate: u64, o: &BenchChainOptions) -> Result<Row> {
+/// d0 -> l2fwd (-> fwd ...: `nfs` NFs, fused) -> d0 at `rate`, for the window.
+fn one(
+    tb: &ferry_testbed::Testbed,
+    dir: &Path,
+    (nfs, busy): (usize, bool),
+    rate: u64,
+    o: &BenchChainOptions,
+) -> Result<Row> {
     let dut = tb.ns_name("dut");
     let poll = if busy { ", poll: { busy: true }" } else { "" };
+    let nf = |i: usize| {
+        let kind = if i == 1 { "l2fwd" } else { "fwd" };
+        format!("  - {{ name: nf{i}, domain: main, kind: {kind}, cpus: [{NF_CPU}]{poll} }}\n")
+    };
+    let nodes: Vec<String> =
+        std::iter::once("in".to_string()).chain((1..=nfs).map(|i| format!("nf{i}"))).chain(["in".into()]).collect();
+    let links: String = nodes.windows(2).map(|w| format!("  - {{ from: {}, to: {} }}\n", w[0], w[1])).collect();
     let yaml = format!(
-        "name: roundtrip\ndomains: [ {{ name: main, frames: 8192 }} ]\nports:\n  - {{ name: in, netns: \"{dut}\", netdev: d0, \
-         xdp_mode: driver }}\nnfs:\n  - {{ name: nf1, domain: main, kind: l2fwd, cpus: [{NF_CPU}]{poll} }}\nlinks:\n  - {{ \
-         from: in, to: nf1 }}\n  - {{ from: nf1, to: in }}\n"
+        "name: roundtrip\ndomains: [ {{ name: main, frames: 8192, fuse: auto }} ]\nports:\n  - {{ name: in, netns: \
+         \"{dut}\", netdev: d0, xdp_mode: driver }}\nnfs:\n{}links:\n{links}",
+        (1..=nfs).map(nf).collect::<String>()
     );
     let chain = dir.join("roundtrip.yaml");
     std::fs::write(&chain, yaml)?;
@@ -66,8 +81,12 @@ fn one(tb: &ferry_testbed::Testbed, dir: &Path, busy: bool, rate: u64, o: &Bench
     let received = num(&gen, "/received/packets");
     Ok(Row {
         scenario: "roundtrip".into(),
-        variant: if busy { "ferry-l2fwd-busy" } else { "ferry-l2fwd-default" }.into(),
-        nfs: 1,
+        variant: match (nfs, busy) {
+            (1, false) => "ferry-l2fwd-default".to_string(),
+            (1, true) => "ferry-l2fwd-busy".to_string(),
+            (n, _) => format!("ferry-{n}-fused-busy"),
+        },
+        nfs,
         mode: "veth".into(),
         mpps: received / num(&gen, "/seconds").max(1e-9) / 1e6,
         offered_pps: Some(rate),

@@ -382,8 +382,9 @@ fn bench_chain_load_smoke() {
         assert_eq!(first.first().and_then(|v| v.as_u64()), Some(10_000), "{mode}: from 10 kpps: {r:#}");
         assert!(first.last().is_some_and(|v| v.is_null()), "{mode}: to saturation: {r:#}");
     }
-    // The round trip: both polling modes at each of the four loads.
-    for v in ["ferry-l2fwd-default", "ferry-l2fwd-busy"] {
+    // The round trip: both polling modes, and four NFs fused, at each of
+    // the four loads.
+    for v in ["ferry-l2fwd-default", "ferry-l2fwd-busy", "ferry-4-fused-busy"] {
         let loads: Vec<u64> = rows
             .iter()
             .filter(|x| x["scenario"] == "roundtrip" && x["variant"] == v)
