@@ -10,9 +10,10 @@
 //! and do what their processes would have done. The host's other loops,
 //! parallel, hybrid and `exec:` NFs run as processes of their own.
 //!
-//! A fused NF's arguments are its stages, each `@stage=NAME:KIND` then
-//! the stage's own arguments; its counters are each stage's, named
-//! `NAME.COUNTER`.
+//! A fused NF's arguments are its stages, each `@stage=NAME:KIND:N` then
+//! the stage's own N arguments (counted, so that no argument of a stage
+//! can pass for the start of another); its counters are each stage's,
+//! named `NAME.COUNTER`.
 
 use crate::{runner, KindError, Runner};
 
@@ -56,7 +57,7 @@ fn runner_text(r: Runner) -> &'static str {
 pub fn fused_args(stages: &[Stage]) -> Vec<String> {
     let mut args = Vec::new();
     for s in stages {
-        args.push(format!("{STAGE}{}:{}", s.name, s.kind));
+        args.push(format!("{STAGE}{}:{}:{}", s.name, s.kind, s.args.len()));
         args.extend(s.args.iter().cloned());
     }
     args
@@ -65,16 +66,26 @@ pub fn fused_args(stages: &[Stage]) -> Vec<String> {
 /// A fused NF's stages, from its arguments.
 pub fn stages(args: &[String]) -> Result<Vec<Stage<'_>>, KindError> {
     let invalid = |message: String, index| KindError::Invalid { kind: FUSED.into(), message, index };
-    let heads: Vec<usize> = (0..args.len()).filter(|&i| args[i].starts_with(STAGE)).collect();
-    if heads.first() != Some(&0) || heads.len() < 2 {
-        return Err(invalid(format!("give two or more stages, each {STAGE}NAME:KIND then its arguments"), Some(0)));
-    }
     let mut stages = Vec::new();
-    for (n, &at) in heads.iter().enumerate() {
-        let end = heads.get(n + 1).copied().unwrap_or(args.len());
-        let head = &args[at][STAGE.len()..];
-        let (name, kind) = head.split_once(':').ok_or_else(|| invalid(format!("{head:?}: NAME:KIND"), Some(at)))?;
+    let mut at = 0;
+    while at < args.len() {
+        let head = args[at]
+            .strip_prefix(STAGE)
+            .ok_or_else(|| invalid(format!("{:?}: expected {STAGE}NAME:KIND:N", args[at]), Some(at)))?;
+        let mut parts = head.splitn(3, ':');
+        let (name, kind, n) = (parts.next(), parts.next(), parts.next().and_then(|n| n.parse::<usize>().ok()));
+        let (Some(name), Some(kind), Some(n)) = (name, kind, n) else {
+            return Err(invalid(format!("{head:?}: NAME:KIND:N (N: how many arguments follow)"), Some(at)));
+        };
+        let end = at + 1 + n;
+        if end > args.len() {
+            return Err(invalid(format!("{name}: {n} arguments announced, {} given", args.len() - at - 1), Some(at)));
+        }
         stages.push(Stage { name, kind, args: &args[at + 1..end] });
+        at = end;
+    }
+    if stages.len() < 2 {
+        return Err(invalid(format!("give two or more stages, each {STAGE}NAME:KIND:N then its N arguments"), Some(0)));
     }
     Ok(stages)
 }
@@ -115,7 +126,8 @@ pub fn exports_flows(kind: &str, args: &[String]) -> bool {
 pub(crate) fn check(args: &[String]) -> Result<(), KindError> {
     let stages = stages(args)?;
     for s in &stages {
-        let at = args.iter().position(|a| a == &format!("{STAGE}{}:{}", s.name, s.kind));
+        let head = format!("{STAGE}{}:{}:{}", s.name, s.kind, s.args.len());
+        let at = args.iter().position(|a| *a == head);
         if let Some(why) = unfusable(s.kind, s.args) {
             return Err(KindError::Invalid { kind: FUSED.into(), message: format!("{}: {why}", s.name), index: at });
         }
@@ -157,6 +169,7 @@ mod tests {
         ];
         let args = fused_args(&want);
         assert_eq!(stages(&args).unwrap(), want);
+        assert_eq!(args[0], "@stage=resp:arp-responder+icmp-echo:3");
         check(&args).unwrap();
         let names = counters(&want).unwrap();
         assert_eq!(names[0], "resp.rx");
@@ -169,16 +182,32 @@ mod tests {
         assert_eq!(unfusable("fwd", &strings(&["by_port=0"])), None);
         assert!(unfusable("fwd", &strings(&["by_port=1"])).unwrap().contains("by_port"));
         assert_eq!(unfusable("flow-monitor", &[]), None);
-        let two = strings(&["@stage=a:flow-monitor", "@stage=b:flow-monitor"]);
+        let two = strings(&["@stage=a:flow-monitor:0", "@stage=b:flow-monitor:0"]);
         assert!(check(&two).unwrap_err().to_string().contains("2 flow monitors"));
         assert!(unfusable("parallel-nat", &[]).unwrap().contains("worker threads"));
         assert!(unfusable("sink", &[]).unwrap().contains("loop of its own"));
-        let one = strings(&["@stage=a:l2fwd"]);
+        let one = strings(&["@stage=a:l2fwd:0"]);
         assert!(check(&one).unwrap_err().to_string().contains("two or more stages"));
-        let bad = strings(&["@stage=a:l2fwd", "@stage=b:sink"]);
+        let bad = strings(&["@stage=a:l2fwd:0", "@stage=b:sink:0"]);
         let e = check(&bad).unwrap_err();
         assert!(e.to_string().contains("b: sink runs as a loop of its own"), "{e}");
         assert_eq!(e.arg_index(), Some(1));
-        assert!(check(&strings(&["l2fwd", "@stage=b:l2fwd"])).is_err());
+        assert!(check(&strings(&["l2fwd", "@stage=b:l2fwd:0"])).is_err());
+        assert!(check(&strings(&["@stage=a:l2fwd:1", "@stage=b:l2fwd:0"])).is_err(), "counted wrong");
+        assert!(check(&strings(&["@stage=a:l2fwd:2", "x"])).is_err(), "fewer than announced");
+    }
+
+    #[test]
+    fn a_stage_argument_that_looks_like_a_stage_stays_an_argument() {
+        // A payload-scan pattern is free text.
+        let scan = strings(&["count", "@stage=evil:rxdrop:0"]);
+        let none: Vec<String> = Vec::new();
+        let want = vec![
+            Stage { name: "scan", kind: "payload-scan", args: &scan },
+            Stage { name: "f", kind: "l2fwd", args: &none },
+        ];
+        let args = fused_args(&want);
+        assert_eq!(stages(&args).unwrap(), want);
+        check(&args).unwrap();
     }
 }

@@ -177,7 +177,9 @@ fn fused_type() -> NfType {
         kind: crate::fused::FUSED.to_string(),
         summary: "NFs run to completion in one NF's threads: what placement makes of a run of NFs with fuse: auto",
         model: ExecModel::Threaded,
-        args: Args::Positional("@stage=NAME:KIND ARG... (two or more stages, as placement writes them)"),
+        args: Args::Positional(
+            "@stage=NAME:KIND:N ARG... (two or more stages, each with its N arguments, as placement writes them)",
+        ),
         counters: vec![],
         elements: &[],
         runner: Runner::HostLoop,

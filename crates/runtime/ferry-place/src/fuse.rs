@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use ferry_catalog::fused::{fused_args, stage_budget, unfusable, Stage, FUSED};
 use ferry_chain::shm::MAX_NF_COUNTERS;
-use ferry_chain::spec::{ChainSpec, FusePolicy, LinkMode, NfSpec};
+use ferry_chain::spec::{ChainSpec, FusePolicy, LinkMode, NfSpec, OffloadPolicy};
 
 /// NFs that run in one NF's threads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +61,8 @@ pub(crate) fn apart(spec: &ChainSpec, a: &NfSpec, b: &NfSpec) -> Option<String> 
         ("batch", a.batch != b.batch),
         ("poll", a.poll != b.poll),
         ("backpressure", a.backpressure != b.backpressure),
+        ("on_downstream_down", a.on_downstream_down != b.on_downstream_down),
+        ("restart", a.restart != b.restart),
         ("location", a.location != b.location),
     ];
     differ.iter().find(|(_, d)| *d).map(|(field, _)| format!("their {field} differ"))
@@ -118,7 +120,7 @@ fn cut(server: &ChainSpec, run: &[usize], why_not: &mut HashMap<String, String>)
     let (mut counters, mut monitor) = (0usize, false);
     for &i in run {
         let nf = &server.nfs[i];
-        let (c, is_monitor) = stage_budget(nf.kind.as_deref().unwrap_or_default(), &nf.args);
+        let (c, is_monitor) = budget(nf);
         let full = counters.saturating_add(c) > MAX_NF_COUNTERS;
         if groups.is_empty() || full || (monitor && is_monitor) {
             if let Some(prev) = groups.last().and_then(|g| g.last()) {
@@ -133,6 +135,19 @@ fn cut(server: &ChainSpec, run: &[usize], why_not: &mut HashMap<String, String>)
         monitor |= is_monitor;
     }
     groups
+}
+
+/// What NF `nf` adds to a fused NF: counters, and whether it is a flow
+/// monitor.
+fn budget(nf: &NfSpec) -> (usize, bool) {
+    stage_budget(nf.kind.as_deref().unwrap_or_default(), &nf.args)
+}
+
+/// Whether NFs `run` fit one fused NF ([`cut`] would not cut them).
+fn fits(spec: &ChainSpec, run: &[usize]) -> bool {
+    let budgets: Vec<(usize, bool)> = run.iter().map(|&i| budget(&spec.nfs[i])).collect();
+    let counters = budgets.iter().fold(0usize, |n, (c, _)| n.saturating_add(*c));
+    counters <= MAX_NF_COUNTERS && budgets.iter().filter(|(_, m)| *m).count() <= 1
 }
 
 /// Makes group `members` (indexes into `server.nfs`, in path order) one
@@ -170,13 +185,38 @@ fn rewrite(server: &mut ChainSpec, members: &[usize]) -> FusedGroup {
 /// its all-process throughput, and 0.68-0.74x with its monitor, firewall
 /// and NAT on the loop device (`ferry bench offload`, fused and placed
 /// variants).
+/// Not when one of them must run in XDP (`offload: force`), or when they
+/// and `after` would not fit one fused NF.
 pub(crate) fn post_fuses(spec: &ChainSpec, after: usize, post: &[usize], split: Option<usize>) -> bool {
     let fusing: Vec<usize> = post.iter().copied().filter(|&i| Some(i) != split).collect();
     if fusing.is_empty() || alone(spec, after).is_some() || fusing.iter().any(|&i| alone(spec, i).is_some()) {
         return false;
     }
+    if post.iter().any(|&i| spec.nfs[i].offload == OffloadPolicy::Force) {
+        return false;
+    }
     let run: Vec<usize> = std::iter::once(after).chain(fusing).collect();
-    run.windows(2).all(|w| apart(spec, &spec.nfs[w[0]], &spec.nfs[w[1]]).is_none())
+    if !run.windows(2).all(|w| apart(spec, &spec.nfs[w[0]], &spec.nfs[w[1]]).is_none()) {
+        return false;
+    }
+    // The fused NF holds the NFs before `after` that fuse with it too.
+    let mut whole = run;
+    while let Some(p) = fusing_before(spec, whole[0]) {
+        if whole.contains(&p) {
+            break;
+        }
+        whole.insert(0, p);
+    }
+    fits(spec, &whole)
+}
+
+/// The NF before NF `i` that fuses with it, if one does.
+fn fusing_before(spec: &ChainSpec, i: usize) -> Option<usize> {
+    let name = &spec.nfs[i].name;
+    let ins: Vec<_> = spec.links.iter().filter(|l| &l.to == name).collect();
+    let [link] = ins.as_slice() else { return None };
+    let p = spec.nfs.iter().position(|n| n.name == link.from)?;
+    (alone(spec, p).is_none() && apart(spec, &spec.nfs[p], &spec.nfs[i]).is_none()).then_some(p)
 }
 
 /// Each port is one NF's after fusion. The chain parser lets two NFs with
@@ -187,8 +227,13 @@ pub(crate) fn post_fuses(spec: &ChainSpec, after: usize, post: &[usize], split: 
 pub(crate) fn check_port_owners(
     spec: &ChainSpec,
     server: &ChainSpec,
+    fused: &[FusedGroup],
     why_not: &HashMap<String, String>,
 ) -> Result<(), crate::PlaceError> {
+    // A server link from a fused NF was the last member's in the file.
+    let file_names = |nf: &str| -> Vec<String> {
+        fused.iter().find(|g| g.name == nf).map_or_else(|| vec![nf.to_string()], |g| g.members.clone())
+    };
     for port in &spec.ports {
         let mut owner: Option<&str> = None;
         for (i, l) in server.links.iter().enumerate() {
@@ -208,7 +253,9 @@ pub(crate) fn check_port_owners(
                         .get(o)
                         .or_else(|| why_not.get(nf.as_str()))
                         .map_or(String::new(), |w| format!(" ({w})"));
-                    let at = spec.links.iter().position(|s| s.from == l.from && s.to == l.to).unwrap_or(i);
+                    let (froms, tos) = (file_names(&l.from), file_names(&l.to));
+                    let at =
+                        spec.links.iter().position(|s| froms.contains(&s.from) && tos.contains(&s.to)).unwrap_or(i);
                     return Err(crate::PlaceError {
                         at: vec![ferry_config::Seg::Key("links"), ferry_config::Seg::Index(at)],
                         message: format!(

@@ -328,7 +328,7 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
         .collect();
     let mut server = server_part(spec, &paths, &post, &hybrid, &offloaded);
     let (fused, why_not) = fuse::fuse(&mut server);
-    fuse::check_port_owners(spec, &server, &why_not)?;
+    fuse::check_port_owners(spec, &server, &fused, &why_not)?;
     let (post, decisions) = note_fusion(post, decisions, &fused, why_not);
     Ok(Placement { server, xdp: paths, post, hybrid, whole, fused, decisions })
 }

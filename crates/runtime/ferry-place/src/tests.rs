@@ -576,7 +576,7 @@ fn fuse_auto_runs_a_domains_adjacent_nfs_in_one_nf() {
     assert_eq!(p.server.nfs.len(), 1);
     let nf = &p.server.nfs[0];
     assert_eq!((nf.name.as_str(), nf.kind.as_deref()), ("resp", Some("fused")));
-    assert_eq!(nf.args[0], "@stage=resp:arp-responder+icmp-echo");
+    assert_eq!(nf.args[0], "@stage=resp:arp-responder+icmp-echo:3");
     let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
     assert_eq!(links, [("in", "resp"), ("resp", "out")]);
     // The server part is a valid chain of its own.
@@ -672,4 +672,35 @@ fn a_round_trip_through_several_nfs_shares_its_port_only_fused() {
     let e = load_str(&round_trip("auto", ", cpus: [1]"), "rt.yaml").unwrap_err().to_string();
     assert!(e.starts_with("rt.yaml:10:") && e.contains("links[2]"), "{e}");
     assert!(e.contains("did not fuse into one (not fused with b: their cpus differ)"), "{e}");
+}
+
+#[test]
+fn the_refused_round_trip_link_is_the_one_in_the_file() {
+    // c does not fuse with a (its CPUs differ); a and b fuse, and their
+    // fused NF sends to the port c receives from: the file's b -> in.
+    let text = round_trip("auto", "")
+        .replace("  - { name: a,", "  - { name: c, domain: main, kind: fwd, cpus: [1] }\n  - { name: a,")
+        .replace("  - { from: in, to: a }", "  - { from: in, to: c }\n  - { from: c, to: a }");
+    let e = load_str(&text, "rt.yaml").unwrap_err().to_string();
+    assert!(e.contains("links[3]") && e.contains("\"c\" and \"a\""), "{e}");
+}
+
+#[test]
+fn after_the_last_process_fusion_yields_to_offload_force_and_to_what_one_nf_holds() {
+    let f = Files::new("post-limits", 3);
+    let auto = with_nat(&f, "").replace("domains: [ { name: main } ]", "domains: [ { name: main, fuse: auto } ]");
+    // The monitor must run in XDP: the post-server part stays.
+    let forced = auto.replace("kind: flow-monitor", "kind: flow-monitor, offload: force");
+    let (_, p) = load_str(&forced, "sfc.yaml").unwrap();
+    assert_eq!(p.post.len(), 1, "{}", p.explain());
+    // A second flow monitor before the IPS: ips, mon and fw would not fit
+    // one fused NF, so the post-server part stays too.
+    let two = auto
+        .replace(
+            "  - { name: fw,",
+            "  - { name: mon0, domain: main, kind: flow-monitor, offload: never }\n  - { name: fw,",
+        )
+        .replace("  - { from: in, to: ips }", "  - { from: in, to: mon0 }\n  - { from: mon0, to: ips }");
+    let (_, p) = load_str(&two, "sfc.yaml").unwrap();
+    assert_eq!(p.post.len(), 1, "{}", p.explain());
 }
