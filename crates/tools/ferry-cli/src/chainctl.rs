@@ -266,6 +266,28 @@ fn flows_table(flows: &[FlowStatus], total: u64) -> String {
 }
 
 /// The per-NF table `ferry chain show` prints: nonzero counters only.
+/// One thread's non-zero counters; a fused NF's members' own counters
+/// (`MEMBER.COUNTER`) on a line per member.
+fn thread_lines(i: usize, counters: &[(String, u64)]) -> String {
+    let nonzero = counters.iter().filter(|(_, v)| *v != 0);
+    let own: Vec<String> = nonzero.clone().filter(|(k, _)| !k.contains('.')).map(|(k, v)| format!("{k}={v}")).collect();
+    let mut out = format!("    thread {i}: {}\n", own.join(" "));
+    let mut members: Vec<&str> = Vec::new();
+    for (k, _) in counters {
+        if let Some((m, _)) = k.split_once('.') {
+            if !members.contains(&m) {
+                members.push(m);
+            }
+        }
+    }
+    for m in members {
+        let mine = nonzero.clone().filter_map(|(k, v)| Some((k.split_once('.').filter(|(p, _)| *p == m)?.1, v)));
+        let parts: Vec<String> = mine.map(|(k, v)| format!("{k}={v}")).collect();
+        out += &format!("      {m}: {}\n", parts.join(" "));
+    }
+    out
+}
+
 pub fn status_table(s: &Status) -> String {
     let mut out = format!("chain {} (id {})\n", s.chain, s.id);
     for n in &s.nfs {
@@ -284,8 +306,7 @@ pub fn status_table(s: &Status) -> String {
             idle_polls
         );
         for (i, t) in n.threads.iter().enumerate() {
-            let parts: Vec<String> = t.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
-            out += &format!("    thread {i}: {}\n", parts.join(" "));
+            out += &thread_lines(i, t);
         }
         out += &flows_table(&n.flows, n.flows_total);
     }
@@ -321,4 +342,18 @@ pub fn status_table(s: &Status) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thread_lines;
+
+    #[test]
+    fn a_fused_nfs_members_get_a_line_each() {
+        let counters: Vec<(String, u64)> = [("rx_ring", 7), ("drop_nf", 0), ("a.rx", 7), ("a.drop", 0), ("b.rx", 5)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        assert_eq!(thread_lines(0, &counters), "    thread 0: rx_ring=7\n      a: rx=7\n      b: rx=5\n");
+    }
 }
