@@ -310,7 +310,7 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
         paths.push(XdpPath { port: port.name.clone(), nfs: offloaded_nfs(spec, nfs), then });
     }
     let post = post_paths(spec, &mut offloaded, &mut why_server);
-    let post = keep_fusable_posts(spec, post, &mut offloaded, &mut why_server);
+    let (post, whole_by_fusion) = keep_fusable_posts(spec, post, &mut offloaded, &mut why_server);
     let decisions = decide(spec, &offloaded, &post, &hybrid, why_server);
     if let Some((i, d)) = decisions
         .iter()
@@ -329,59 +329,70 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
     let mut server = server_part(spec, &paths, &post, &hybrid, &offloaded);
     let (fused, why_not) = fuse::fuse(&mut server);
     fuse::check_port_owners(spec, &server, &fused, &why_not)?;
-    let (post, decisions) = note_fusion(post, decisions, &fused, why_not);
+    let (post, decisions) = note_fusion(post, decisions, &fused, (why_not, whole_by_fusion));
     Ok(Placement { server, xdp: paths, post, hybrid, whole, fused, decisions })
 }
 
 /// Takes back the post-server parts that run better fused into the last
 /// process's threads ([`fuse::post_fuses`]): their NFs stay processes.
+/// Also returns the NATs that run whole for it, with the reason.
 fn keep_fusable_posts(
     spec: &ChainSpec,
     post: Vec<PostPath>,
     offloaded: &mut HashSet<usize>,
     why_server: &mut [Option<String>],
-) -> Vec<PostPath> {
+) -> (Vec<PostPath>, Vec<(String, String)>) {
     let index = |name: &str| spec.nfs.iter().position(|n| n.name == name).expect("an NF of the chain");
-    post.into_iter()
-        .filter(|p| {
-            let nfs: Vec<usize> = p.nfs.iter().map(|n| index(&n.name)).collect();
-            let split = p.split.as_deref().map(index);
-            if !fuse::post_fuses(spec, index(&p.after), &nfs, split) {
-                return true;
-            }
-            for &i in &nfs {
-                offloaded.remove(&i);
-                why_server[i] = Some(if Some(i) == split {
-                    format!(
-                        "after {}'s fused run, whole as a process: no loop device in front of port {}",
-                        p.after, p.port
-                    )
-                } else {
-                    format!(
-                        "after the last process {} with fuse: auto: run in its threads rather than in XDP on a loop \
-                         device in front of port {} (no device crossing)",
-                        p.after, p.port
-                    )
-                });
-            }
-            false
-        })
-        .collect()
+    let mut whole = Vec::new();
+    let mut kept = Vec::new();
+    for p in post {
+        let nfs: Vec<usize> = p.nfs.iter().map(|n| index(&n.name)).collect();
+        let split = p.split.as_deref().map(index);
+        if !fuse::post_fuses(spec, index(&p.after), &nfs, split) {
+            kept.push(p);
+            continue;
+        }
+        for &i in &nfs {
+            offloaded.remove(&i);
+            let why = if Some(i) == split {
+                let why = format!(
+                    "after {}'s fused run (fuse: auto), whole as a process: no loop device in front of port {}",
+                    p.after, p.port
+                );
+                whole.push((spec.nfs[i].name.clone(), why.clone()));
+                why
+            } else {
+                format!(
+                    "after the last process {} with fuse: auto: run in its threads rather than in XDP on a loop \
+                     device in front of port {} (no device crossing)",
+                    p.after, p.port
+                )
+            };
+            why_server[i] = Some(why);
+        }
+    }
+    (kept, whole)
 }
 
-/// Says in each decision what fusion did, and names a post-server part
-/// by the fused NF that now sends into it.
+/// Says in each decision what fusion did (and why a NAT runs whole for
+/// it), and names a post-server part by the fused NF that now sends into
+/// it.
 fn note_fusion(
     mut post: Vec<PostPath>,
     mut decisions: Vec<Decision>,
     fused: &[FusedGroup],
-    mut why_not: std::collections::HashMap<String, String>,
+    (mut why_not, whole_by_fusion): (std::collections::HashMap<String, String>, Vec<(String, String)>),
 ) -> (Vec<PostPath>, Vec<Decision>) {
     for d in &mut decisions {
         if let Some(g) = fused.iter().find(|g| g.members.contains(&d.nf)) {
             d.why += &format!("; fused: runs in {}'s threads ({})", g.name, g.members.join(" -> "));
         } else if let Some(why) = why_not.remove(&d.nf) {
             d.why += &format!("; {why}");
+        }
+    }
+    for (nat, why) in whole_by_fusion {
+        if let Some(d) = decisions.iter_mut().find(|d| d.nf == nat) {
+            d.why = why;
         }
     }
     for p in &mut post {

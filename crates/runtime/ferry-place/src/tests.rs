@@ -636,7 +636,7 @@ fn with_fuse_auto_p4sfcs_chain_fuses_after_the_ips_instead_of_crossing_a_loop_de
     assert_eq!(p.whole.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["nat"]);
     let why = |nf: &str| p.decisions.iter().find(|d| d.nf == nf).unwrap().why.clone();
     assert!(why("mon").contains("rather than in XDP on a loop device"), "{}", why("mon"));
-    assert!(why("nat").contains("whole as a process"), "{}", why("nat"));
+    assert!(why("nat").contains("after ips's fused run (fuse: auto), whole as a process"), "{}", why("nat"));
     let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
     assert_eq!(links, [("in", "ips"), ("ips", "nat"), ("nat", "out")]);
 }
