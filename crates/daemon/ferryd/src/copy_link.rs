@@ -213,7 +213,7 @@ impl Link<'_> {
         let data = unsafe {
             let dst = self.to.umem.base().add(f as usize);
             std::ptr::copy_nonoverlapping(self.from.umem.base().add(s.addr as usize), dst, s.len as usize);
-            std::slice::from_raw_parts(dst, (s.len as usize).min(64))
+            std::slice::from_raw_parts(dst, s.len as usize)
         };
         self.src.free(s.addr);
         let n = self.targets.len();

@@ -25,7 +25,8 @@ pub use spec::{ChainSpec, LinkMode};
 /// A cheap flow hash of an IPv4 packet's addresses, protocol and ports (0 for
 /// anything else, malformed frames included), used to keep a flow on one
 /// thread of a multi-threaded NF. The frame is read by the one flow parser,
-/// [`ferry_wire::flow::parse`], as the NFs read it.
+/// [`ferry_wire::flow::parse`], as the NFs read it; give it the whole frame
+/// (the parse checks the IP lengths against it), not only its headers.
 pub fn flow_hash(frame: &[u8]) -> u32 {
     let Some(flow) = ferry_wire::flow::parse(frame).ok().filter(|f| f.is_ipv4) else {
         return 0;
@@ -75,6 +76,23 @@ mod tests {
             }
             assert!(seen.iter().all(|&c| c >= 64 / n as u32 / 3), "{n} targets: {seen:?}");
         }
+    }
+
+    #[test]
+    fn flow_hash_needs_the_whole_frame() {
+        let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 1500 };
+        let tuple = FiveTuple {
+            src_ip: [10, 0, 0, 1].into(),
+            dst_ip: [10, 0, 1, 1].into(),
+            src_port: 7,
+            dst_port: 9,
+            proto: L4Proto::Udp,
+        };
+        let mut frame = vec![0u8; 1500];
+        build_frame(&spec, &tuple, None, &mut frame).unwrap();
+        assert_ne!(flow_hash(&frame), 0);
+        // Its first 64 bytes alone are an IPv4 packet cut short: malformed.
+        assert_eq!(flow_hash(&frame[..64]), 0);
     }
 
     #[test]

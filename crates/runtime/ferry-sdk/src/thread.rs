@@ -234,9 +234,9 @@ impl NfThread {
             Some(Out::Nf { targets }) => {
                 let t = if targets.len() > 1 {
                     // SAFETY: the frame is ours until queued; read-only peek.
-                    let data = unsafe {
-                        std::slice::from_raw_parts(self.umem.base().add(addr as usize), (len as usize).min(64))
-                    };
+                    // The whole frame: the flow parse checks the IP lengths
+                    // against it (and reads the headers only).
+                    let data = unsafe { std::slice::from_raw_parts(self.umem.base().add(addr as usize), len as usize) };
                     flow_hash(data) as usize % targets.len()
                 } else {
                     0

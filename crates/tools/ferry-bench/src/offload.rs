@@ -219,6 +219,14 @@ pub(crate) fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str, c
     )
 }
 
+/// `yaml` (a chain file [`chain_yaml`] wrote) with `fuse: auto` on its
+/// domain; the file must say what it says.
+fn with_fuse(yaml: &str) -> String {
+    const DOMAIN: &str = "{ name: main, frames: 8192 }";
+    assert!(yaml.contains(DOMAIN), "chain_yaml's domain line changed: {yaml}");
+    yaml.replace(DOMAIN, "{ name: main, frames: 8192, fuse: auto }")
+}
+
 /// The median of the runs (every variant has at least one).
 fn median(mut v: Vec<f64>) -> f64 {
     crate::io::median(&mut v)
@@ -256,7 +264,7 @@ fn measure(
     let chain = dir.join(format!("{scenario}-{variant}.yaml"));
     let mut yaml = chain_yaml(scenario, tb.ns_name("dut"), dir, offload, nf_cpu());
     if variant == "fused" {
-        yaml = yaml.replace("{ name: main, frames: 8192 }", "{ name: main, frames: 8192, fuse: auto }");
+        yaml = with_fuse(&yaml);
     }
     std::fs::write(&chain, yaml)?;
     let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true).context("starting ferryd")?;

@@ -116,12 +116,11 @@ fn run(mut th: NfThread, mut steps: Vec<Step>) {
             }
             std::mem::swap(&mut burst, &mut kept);
         }
-        for pkt in burst.drain(..) {
-            if th.out_links() > 0 {
-                th.send(pkt, 0);
-            } else {
-                th.drop_packet(pkt);
-            }
+        // On to out-link 0 (the last stage's), or dropped without one.
+        if th.out_links() > 0 {
+            burst.drain(..).for_each(|pkt| th.send(pkt, 0));
+        } else {
+            burst.drain(..).for_each(|pkt| th.drop_packet(pkt));
         }
         for step in &mut steps {
             let first = step.first_counter;
