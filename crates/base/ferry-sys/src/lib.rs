@@ -1,6 +1,7 @@
 //! Ferry's OS plumbing, written once for every layer above it.
 //!
 //! - [`netns`]: running code inside a named network namespace.
+//! - [`devattr`]: a device's sysfs attributes, in its own namespace.
 //! - [`link`]: network devices and their addresses over rtnetlink;
 //!   [`tap`]: TAP devices, to hand frames back to the kernel stack.
 //! - [`users`]: accounts by name.
@@ -14,6 +15,7 @@
 
 pub mod affinity;
 pub mod clock;
+pub mod devattr;
 pub mod link;
 pub mod netns;
 pub mod pacer;

@@ -27,6 +27,9 @@ pub struct Link {
     pub mac: Option<[u8; 6]>,
     pub num_rx_queues: u32,
     pub num_tx_queues: u32,
+    /// IFLA_INFO_KIND for virtual devices ("veth", "bridge", ...); `None`
+    /// for a physical device.
+    pub kind: Option<String>,
 }
 
 /// The kernel refused a request (NLMSG_ERROR with a negative errno).
@@ -154,8 +157,15 @@ fn sizing(queues: Option<u32>, mtu: Option<u32>) -> Vec<LinkAttribute> {
 
 fn as_link(msg: Rtm) -> Option<Link> {
     let Rtm::NewLink(msg) = msg else { return None };
-    let mut link =
-        Link { index: msg.header.index, name: String::new(), mtu: 0, mac: None, num_rx_queues: 0, num_tx_queues: 0 };
+    let mut link = Link {
+        index: msg.header.index,
+        name: String::new(),
+        mtu: 0,
+        mac: None,
+        num_rx_queues: 0,
+        num_tx_queues: 0,
+        kind: None,
+    };
     for attr in msg.attributes {
         match attr {
             LinkAttribute::IfName(n) => link.name = n,
@@ -163,6 +173,12 @@ fn as_link(msg: Rtm) -> Option<Link> {
             LinkAttribute::Address(a) => link.mac = a.as_slice().try_into().ok(),
             LinkAttribute::NumRxQueues(n) => link.num_rx_queues = n,
             LinkAttribute::NumTxQueues(n) => link.num_tx_queues = n,
+            LinkAttribute::LinkInfo(infos) => {
+                link.kind = infos.into_iter().find_map(|i| match i {
+                    LinkInfo::Kind(k) => Some(k.to_string()),
+                    _ => None,
+                })
+            }
             _ => {}
         }
     }

@@ -78,6 +78,7 @@ fn veth_lifecycle() {
         assert!(ip.contains(" mtu 9000 "), "{ip}");
         assert!(ip.contains("numtxqueues 4 numrxqueues 4"), "{ip}");
         assert!(ip.contains(" veth "), "{ip}");
+        assert_eq!(l.kind.as_deref(), Some("veth"));
     }
     let all = ns.run(link::links).unwrap();
     let names: Vec<&str> = all.iter().map(|l| l.name.as_str()).collect();
@@ -162,4 +163,22 @@ fn kernel_errors_carry_errno_op_and_device() {
         assert_eq!(inner.extack.as_deref(), Some("Invalid number of transmit queues"));
         assert!(err.to_string().ends_with("(Invalid number of transmit queues)"), "{err}");
     });
+}
+
+/// A device's sysfs attributes are those of its own namespace's device:
+/// written there, read back there, and the host's sysfs never sees them.
+#[test]
+fn device_attributes_in_another_namespace() {
+    use ferry_sys::devattr;
+    let ns = Netns::new();
+    ns.run(|| link::add_veth("nla-a", "nla-b", None, None)).unwrap();
+    let at = Some(ns.name.as_str());
+    let old = devattr::replace(at, "nla-a", "gro_flush_timeout", "200000").unwrap();
+    assert_eq!(old, "0");
+    assert_eq!(devattr::read(at, "nla-a", "gro_flush_timeout").unwrap(), "200000");
+    assert_eq!(devattr::read(at, "nla-b", "gro_flush_timeout").unwrap(), "0", "only the one device");
+    assert!(devattr::read(None, "nla-a", "gro_flush_timeout").is_err(), "not a device of the host's namespace");
+    devattr::write(at, "nla-a", "gro_flush_timeout", &old).unwrap();
+    assert_eq!(devattr::read(at, "nla-a", "gro_flush_timeout").unwrap(), "0");
+    assert_eq!(ns.run(|| link::link("lo")).unwrap().unwrap().kind, None, "lo has no kind");
 }

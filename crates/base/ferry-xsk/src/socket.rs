@@ -269,6 +269,34 @@ impl XskSocket {
         Ok(moved)
     }
 
+    /// Kicks the kernel's receive side without waiting: a zero-length
+    /// recvfrom(). On a socket with preferred busy polling this runs the
+    /// device's NAPI here, in this thread (poll() does not, unless the
+    /// `net.core.busy_poll` sysctl is set).
+    pub fn kick_rx(&self) {
+        // SAFETY: a zero-length, non-blocking receive on our socket;
+        // EAGAIN (nothing there) is the common answer and is harmless.
+        unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                std::ptr::null_mut(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+    }
+
+    /// The NAPI instance the kernel marked the socket with when it first
+    /// received on it (`SO_INCOMING_NAPI_ID`); None before that, or on a
+    /// device whose receive queue names no NAPI, where busy polling the
+    /// socket has nothing to poll.
+    pub fn napi_id(&self) -> Option<u32> {
+        let id: libc::c_uint = getsockopt(self.fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_INCOMING_NAPI_ID).ok()?;
+        (id != 0).then_some(id)
+    }
+
     /// Waits up to `timeout_ms` for received frames (also wakes the driver's
     /// RX processing when need_wakeup is in use). Returns true if readable.
     pub fn poll_rx(&self, timeout_ms: i32) -> bool {

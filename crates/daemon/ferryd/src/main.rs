@@ -40,6 +40,11 @@ struct Args {
     /// what it probes the other hosts with).
     #[arg(long)]
     tls_dir: Option<PathBuf>,
+    /// Place chains by this cost model (`ferry bench cost --out FILE`
+    /// writes one); also FERRY_COST_MODEL. Without one, placement goes by
+    /// its rules alone.
+    #[arg(long)]
+    cost_model: Option<PathBuf>,
     /// uids to allocate to domains that name no user, FIRST-LAST.
     #[arg(long, default_value = "2130706432-2130771967")]
     uid_range: ferryd::users::UidRange,
@@ -52,6 +57,16 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,ferryd=info".into());
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
     let a = Args::parse();
+    let cost_model = match a.cost_model.or_else(|| std::env::var_os("FERRY_COST_MODEL").map(PathBuf::from)) {
+        Some(path) => match ferry_place::CostModel::load(&path) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("ferryd: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let opts = ferryd::Options {
         chain: a.chain,
         socket: a.socket,
@@ -63,6 +78,7 @@ fn main() -> ExitCode {
         host: a.host,
         listen: a.listen,
         tls_dir: a.tls_dir,
+        cost_model,
     };
     match ferryd::run(&opts) {
         Ok(()) => ExitCode::SUCCESS,

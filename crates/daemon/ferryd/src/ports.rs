@@ -12,9 +12,9 @@ use ferry_bpf::pinned::PinnedRedirect;
 use ferry_bpf::{AttachMode, LoadedXdp, Object};
 use ferry_chain::plan::PortPlan;
 use ferry_chain::proto::OffloadedStatus;
-use ferry_chain::spec::XdpMode;
+use ferry_chain::spec::{PreferBusyPoll, XdpMode};
 use ferry_place::OffloadedNf;
-use ferry_xsk::{BindMode, SocketConfig, Umem, XskSocket};
+use ferry_xsk::{BindMode, BusyPoll, SocketConfig, Umem, XskSocket};
 
 use crate::fastpath::{FastPath, FastPathEnd, FastPathIds};
 use crate::loopdev::LoopDevice;
@@ -35,10 +35,53 @@ pub struct Port {
     /// The device the port's sockets are bound to: the port's own, or its
     /// loop device's sending end.
     pub ifindex: u32,
+    /// That device's name.
+    sock_dev: String,
+    /// The device settings preferred busy polling changed, put back when
+    /// the port goes (first: before a loop device is deleted).
+    napi: Option<NapiDeferral>,
     /// The steering program, when the port delivers to an NF.
     pub xdp: Option<Steering>,
     /// The post-server NFs in front of a port that only sends.
     post: Option<PostServer>,
+}
+
+/// A device's `napi_defer_hard_irqs` and `gro_flush_timeout` as they were
+/// before an NF's preferred busy polling set them; dropping it puts them
+/// back.
+struct NapiDeferral {
+    ns: Option<String>,
+    dev: String,
+    old: [(&'static str, String); 2],
+}
+
+impl NapiDeferral {
+    fn set(ns: Option<&str>, dev: &str, b: &PreferBusyPoll) -> Result<NapiDeferral> {
+        let set = |attr: &'static str, v: String| {
+            ferry_sys::devattr::replace(ns, dev, attr, &v).map(|old| (attr, old)).with_context(|| {
+                format!("setting {attr} of {dev} for preferred busy polling (needs a kernel with it in sysfs)")
+            })
+        };
+        let defer = set("napi_defer_hard_irqs", b.defer_hard_irqs.to_string())?;
+        let flush = match set("gro_flush_timeout", b.gro_flush_timeout_ns.to_string()) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = ferry_sys::devattr::write(ns, dev, defer.0, &defer.1);
+                return Err(e);
+            }
+        };
+        Ok(NapiDeferral { ns: ns.map(str::to_string), dev: dev.to_string(), old: [defer, flush] })
+    }
+}
+
+impl Drop for NapiDeferral {
+    fn drop(&mut self) {
+        for (attr, old) in &self.old {
+            if let Err(e) = ferry_sys::devattr::write(self.ns.as_deref(), &self.dev, attr, old) {
+                tracing::warn!("putting back {attr} of {}: {e}", self.dev);
+            }
+        }
+    }
 }
 
 /// The pipeline on a loop device, and the device. Fields drop in order:
@@ -131,7 +174,8 @@ impl Port {
             }
         };
         let ifindex = post.as_ref().map_or(device, |p| p.dev.send_ifindex);
-        Ok(Port { plan: plan.clone(), ifindex, xdp, post })
+        let sock_dev = post.as_ref().map_or(&plan.netdev, |p| &p.dev.send_end).clone();
+        Ok(Port { plan: plan.clone(), ifindex, sock_dev, xdp, post, napi: None })
     }
 
     /// The port of a chain an earlier ferryd set up: its redirect program
@@ -144,7 +188,7 @@ impl Port {
             )),
             None => None,
         };
-        Ok(Port { plan: plan.clone(), ifindex, xdp, post: None })
+        Ok(Port { plan: plan.clone(), ifindex, sock_dev: plan.netdev.clone(), xdp, post: None, napi: None })
     }
 
     /// Its pinned program stays on the device after ferryd is gone.
@@ -171,7 +215,8 @@ impl Port {
         let post = post.ok_or_else(|| anyhow::anyhow!("port {} has no split NF in front of it", of.plan.name))?;
         // Its sockets are on the loop device's receiving end: errors name it.
         let plan = PortPlan { netdev: post.dev.receive_end.clone(), ..plan.clone() };
-        Ok(Port { plan, ifindex: post.dev.receive_ifindex, xdp: None, post: None })
+        let sock_dev = post.dev.receive_end.clone();
+        Ok(Port { plan, ifindex: post.dev.receive_ifindex, sock_dev, xdp: None, post: None, napi: None })
     }
 
     /// Steers the misses of queue `queue` of the post-server part to
@@ -196,9 +241,15 @@ impl Port {
     /// A socket on `queue` over `umem`, steered to by the XDP program when
     /// the port receives. The NF gets the only fd that stays open, so the
     /// kernel releases the socket (and its frames) when the NF dies.
-    pub fn socket(&mut self, umem: &Arc<Umem>, queue: u32) -> Result<XskSocket> {
-        let cfg =
-            SocketConfig { rings: self.plan.rings.sizes(), bind: BindMode::Auto, need_wakeup: true, busy_poll: None };
+    /// With `busy`, the socket gets preferred busy polling, and the device
+    /// it is bound to the settings that go with it.
+    pub fn socket(&mut self, umem: &Arc<Umem>, queue: u32, busy: Option<&PreferBusyPoll>) -> Result<XskSocket> {
+        if let (Some(b), None) = (busy, &self.napi) {
+            self.check_busy_pollable()?;
+            self.napi = Some(NapiDeferral::set(self.plan.netns.as_deref(), &self.sock_dev, b)?);
+        }
+        let busy_poll = busy.map(|b| BusyPoll { usecs: b.usecs, budget: b.budget, prefer: true });
+        let cfg = SocketConfig { rings: self.plan.rings.sizes(), bind: BindMode::Auto, need_wakeup: true, busy_poll };
         let ns = self.plan.netns.clone();
         let (ifindex, umem) = (self.ifindex, umem.clone());
         let sock = ferry_sys::in_netns(ns.as_deref(), move || XskSocket::create(umem, ifindex, queue, &cfg, None))?
@@ -216,6 +267,27 @@ impl Port {
             None => {}
         }
         Ok(sock)
+    }
+
+    /// Refuses preferred busy polling where the kernel cannot do it. A
+    /// busy poll runs the NAPI the socket was marked with on its first
+    /// receive; a veth registers its XDP receive queue before its NAPI
+    /// exists, so its AF_XDP sockets are never marked, a busy poll polls
+    /// nothing, and the deferred softirq would only hold frames back.
+    pub fn check_busy_pollable(&self) -> Result<()> {
+        let ns = self.plan.netns.as_deref();
+        let dev = self.sock_dev.clone();
+        let link = ferry_sys::in_netns(ns, move || ferry_sys::link::link(&dev))??;
+        if link.as_ref().and_then(|l| l.kind.as_deref()) == Some("veth") {
+            anyhow::bail!(
+                "port {}: not supported: preferred busy polling needs a device whose XDP receive queue names its \
+                 NAPI, and {} is a veth (its AF_XDP sockets get no NAPI id); leave `poll.prefer_busy_poll` out \
+                 (`poll: {{ busy: true }}` spins without it)",
+                self.plan.name,
+                self.sock_dev
+            );
+        }
+        Ok(())
     }
 
     /// The steering program's verdict counters, or those of the

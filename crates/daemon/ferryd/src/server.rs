@@ -56,6 +56,8 @@ pub struct Options {
     /// The TLS directory: the listener's, and this host's key for probing
     /// the other hosts.
     pub tls_dir: Option<PathBuf>,
+    /// Place chains by it (`ferry_place::cost`); None: by the rules.
+    pub cost_model: Option<ferry_place::CostModel>,
 }
 
 /// How often a host probes the hosts its parts send to.
@@ -107,6 +109,8 @@ pub struct Daemon {
     tls_dir: Option<PathBuf>,
     /// This ferryd's host in chains over hosts (`--host`).
     host: Option<String>,
+    /// What placement weighs post-server parts by (`--cost-model`).
+    cost_model: Option<ferry_place::CostModel>,
     /// The NSH forwarder on the host's fabric, once a chain needs it.
     fabric: Mutex<Option<Arc<Mutex<Fabric>>>>,
     /// Parts of chains over hosts with no NF here: NSH entries only.
@@ -208,6 +212,7 @@ impl Daemon {
             listen: Mutex::new(None),
             tls_dir: opts.tls_dir.clone(),
             host: opts.host.clone(),
+            cost_model: opts.cost_model.clone(),
             fabric: Mutex::new(None),
             paths: Mutex::new(Vec::new()),
         }

@@ -420,6 +420,18 @@ pub struct PollSpec {
     /// field existed still reads a plan that does not limit it.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_polls: Option<u32>,
+    /// Keep polling through an idle gap for a window sized by the recent
+    /// gaps, at most this many µs, before blocking: gaps the window
+    /// covers cost no wake-up, gaps past it soon cost no spinning (see
+    /// the SDK's `SpinWindow`). 0 (the default): block at once. Needs
+    /// `cpus:`, as `busy` does.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spin_us: u32,
+    /// The kernel's preferred busy polling on the NF's AF_XDP sockets:
+    /// each receive poll runs the device's NAPI in the NF's own syscall,
+    /// on the NF's CPU, instead of in a softirq. Left out: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefer_busy_poll: Option<PreferBusyPoll>,
 }
 
 impl Default for PollSpec {
@@ -429,6 +441,44 @@ impl Default for PollSpec {
             busy_threshold: default_busy_threshold(),
             idle_timeout_us: default_idle_timeout_us(),
             idle_polls: None,
+            spin_us: 0,
+            prefer_busy_poll: None,
+        }
+    }
+}
+
+/// Preferred busy polling (the kernel's `napi.rst`): the socket options
+/// `SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL` and `SO_BUSY_POLL_BUDGET` on every
+/// AF_XDP socket of the NF, and the device settings that keep the softirq
+/// from taking the NAPI back: `napi_defer_hard_irqs` and
+/// `gro_flush_timeout`, which ferryd sets on the port's device while the
+/// chain runs and puts back after. The defaults are the values the
+/// kernel's documentation gives as an example.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PreferBusyPoll {
+    /// `SO_BUSY_POLL`: how long one syscall polls the NAPI, µs.
+    #[serde(default = "default_busy_poll_us")]
+    pub usecs: u32,
+    /// `SO_BUSY_POLL_BUDGET`: packets one busy poll may process.
+    #[serde(default = "default_busy_poll_budget")]
+    pub budget: u32,
+    /// The device's `napi_defer_hard_irqs`.
+    #[serde(default = "default_defer_hard_irqs")]
+    pub defer_hard_irqs: u32,
+    /// The device's `gro_flush_timeout`, ns: the longest the device waits
+    /// for the NF's next poll before its softirq runs the NAPI again.
+    #[serde(default = "default_gro_flush_timeout_ns")]
+    pub gro_flush_timeout_ns: u64,
+}
+
+impl Default for PreferBusyPoll {
+    fn default() -> Self {
+        PreferBusyPoll {
+            usecs: default_busy_poll_us(),
+            budget: default_busy_poll_budget(),
+            defer_hard_irqs: default_defer_hard_irqs(),
+            gro_flush_timeout_ns: default_gro_flush_timeout_ns(),
         }
     }
 }
@@ -521,11 +571,26 @@ fn yes() -> bool {
 fn is_false(b: &bool) -> bool {
     !b
 }
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
 fn default_busy_threshold() -> u32 {
     8
 }
 fn default_idle_timeout_us() -> u64 {
     200
+}
+fn default_busy_poll_us() -> u32 {
+    20
+}
+fn default_busy_poll_budget() -> u32 {
+    64
+}
+fn default_defer_hard_irqs() -> u32 {
+    2
+}
+fn default_gro_flush_timeout_ns() -> u64 {
+    200_000
 }
 fn default_bp_threshold() -> f64 {
     0.75
@@ -722,6 +787,23 @@ impl ChainSpec {
             if n.poll.busy && n.cpus.is_empty() {
                 let path = vec![Key("nfs"), Index(i), Key("poll"), Key("busy")];
                 return Err((path, "a busy NF spins on its CPUs: give it `cpus:` of its own".into()));
+            }
+            if n.poll.spin_us > 0 && n.cpus.is_empty() {
+                let path = vec![Key("nfs"), Index(i), Key("poll"), Key("spin_us")];
+                return Err((path, "a spinning NF takes its CPU while it spins: give it `cpus:` of its own".into()));
+            }
+            if n.poll.spin_us > 1_000_000 {
+                let path = vec![Key("nfs"), Index(i), Key("poll"), Key("spin_us")];
+                return Err((path, format!("{} µs is past a second", n.poll.spin_us)));
+            }
+            if let Some(b) = n.poll.prefer_busy_poll {
+                let path = |f| vec![Key("nfs"), Index(i), Key("poll"), Key("prefer_busy_poll"), Key(f)];
+                if !(1..=65535).contains(&b.budget) {
+                    return Err((path("budget"), format!("{} must be in 1..=65535", b.budget)));
+                }
+                if b.usecs > 1_000_000 {
+                    return Err((path("usecs"), format!("{} µs is past a second", b.usecs)));
+                }
             }
             if !(1..=256).contains(&n.batch) {
                 return Err((at("batch"), format!("{} must be in 1..=256", n.batch)));
@@ -1097,6 +1179,32 @@ links:
         // The wire form says busy only when it is.
         assert!(serde_json::to_string(&spec.nfs[0].poll).unwrap().contains("\"busy\":true"));
         assert!(!serde_json::to_string(&PollSpec::default()).unwrap().contains("busy\""));
+    }
+
+    #[test]
+    fn preferred_busy_polling_takes_the_kernel_documentation_defaults() {
+        let with =
+            |b: &str| GOOD.replace("kind: l2fwd }", &format!("kind: l2fwd, poll: {{ prefer_busy_poll: {b} }} }}"));
+        let spec = parse(&with("{}")).unwrap();
+        assert_eq!(spec.nfs[0].poll.prefer_busy_poll, Some(PreferBusyPoll::default()));
+        let b = PreferBusyPoll::default();
+        assert_eq!((b.usecs, b.budget, b.defer_hard_irqs, b.gro_flush_timeout_ns), (20, 64, 2, 200_000));
+        let e = err(&with("{ budget: 0 }"));
+        assert!(e.contains("nfs[0].poll.prefer_busy_poll.budget: 0 must be in 1..=65535"), "{e}");
+        let e = err(&with("{ usecs: 2000000 }"));
+        assert!(e.contains("nfs[0].poll.prefer_busy_poll.usecs"), "{e}");
+        assert!(err(&with("{ budgett: 8 }")).contains("budgett"), "unknown fields are refused");
+        assert!(PollSpec::default().prefer_busy_poll.is_none(), "off unless asked for");
+    }
+
+    #[test]
+    fn a_spin_window_needs_cpus_of_its_own() {
+        let spin = GOOD.replace("kind: l2fwd }", "kind: l2fwd, poll: { spin_us: 50 } }");
+        let e = err(&spin);
+        assert!(e.contains("nfs[0].poll.spin_us: a spinning NF takes its CPU while it spins: give it `cpus:`"), "{e}");
+        let pinned = spin.replace("poll: { spin_us: 50 }", "poll: { spin_us: 50 }, cpus: [1]");
+        assert_eq!(parse(&pinned).unwrap().nfs[0].poll.spin_us, 50);
+        assert!(!serde_json::to_string(&PollSpec::default()).unwrap().contains("spin_us"), "left out when off");
     }
 
     #[test]

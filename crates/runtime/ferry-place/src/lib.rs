@@ -43,7 +43,12 @@
 //!   adjacent process NFs become one NF that runs each batch through each
 //!   of them in its threads; the NFs after the last process stay in its
 //!   threads rather than crossing a loop device when they fuse with it.
+//!
+//! - **cost** ([`cost`]): with a [`CostModel`] measured on the machine, the
+//!   post-server part goes where its estimated per-frame cost is lowest:
+//!   XDP on the loop device, fused into the last process, or processes.
 
+pub mod cost;
 mod fuse;
 pub mod hybrid;
 mod install;
@@ -55,6 +60,7 @@ use ferry_chain::spec::{ChainSpec, LinkSpec, Node, OffloadPolicy};
 use ferry_config::{locate, Seg, YamlError};
 use ferry_nf::model::{Element, Offload};
 
+pub use cost::{CostModel, PostCost, PostPlace};
 pub use ferry_catalog::lower::{lower, Lowering, Step};
 pub use fuse::FusedGroup;
 pub use hybrid::{HybridNf, HybridPath};
@@ -160,6 +166,9 @@ pub struct Placement {
     pub fused: Vec<FusedGroup>,
     /// Every NF of the chain file, in file order.
     pub decisions: Vec<Decision>,
+    /// Each post-server part's estimates and where it went (with a cost
+    /// model only).
+    pub costs: Vec<PostCost>,
 }
 
 /// Why a chain cannot be placed: an NF that must be offloaded
@@ -175,14 +184,24 @@ pub struct PlaceError {
 /// Reads, validates and places a chain file; errors name the file, line
 /// and field.
 pub fn load(path: &Path) -> Result<(ChainSpec, Placement), YamlError> {
+    load_with(path, None)
+}
+
+/// As [`load`], placing by `model` when given.
+pub fn load_with(path: &Path, model: Option<&CostModel>) -> Result<(ChainSpec, Placement), YamlError> {
     let (text, origin) = ferry_config::read_file(path)?;
-    load_str(&text, &origin)
+    load_str_with(&text, &origin, model)
 }
 
 /// As [`load`], from text.
 pub fn load_str(text: &str, origin: &str) -> Result<(ChainSpec, Placement), YamlError> {
+    load_str_with(text, origin, None)
+}
+
+/// As [`load_with`], from text.
+pub fn load_str_with(text: &str, origin: &str, model: Option<&CostModel>) -> Result<(ChainSpec, Placement), YamlError> {
     let spec = ferry_catalog::parse_chain_str(text, origin)?;
-    let placement = place(&spec).map_err(|e| {
+    let placement = place_with(&spec, model).map_err(|e| {
         let (line, column) = locate(text, &e.at).unzip();
         YamlError {
             origin: origin.to_string(),
@@ -236,8 +255,14 @@ fn offloadable(spec: &ChainSpec, i: usize, in_links: usize) -> Result<Lowering, 
     lower(kind, &nf.args)
 }
 
-/// Splits `spec` into its XDP and server parts.
+/// Splits `spec` into its XDP and server parts, by the rules alone.
 pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
+    place_with(spec, None)
+}
+
+/// Splits `spec` into its XDP and server parts; with `model`, each
+/// post-server part goes where it costs least ([`cost`]).
+pub fn place_with(spec: &ChainSpec, model: Option<&CostModel>) -> Result<Placement, PlaceError> {
     let hybrid = hybrid::paths(spec)?;
     let in_links = |name: &str| spec.links.iter().filter(|l| l.to == name).count();
     let mut why_server: Vec<Option<String>> = vec![None; spec.nfs.len()];
@@ -310,7 +335,7 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
         paths.push(XdpPath { port: port.name.clone(), nfs: offloaded_nfs(spec, nfs), then });
     }
     let post = post_paths(spec, &mut offloaded, &mut why_server);
-    let (post, whole_by_fusion) = keep_fusable_posts(spec, post, &mut offloaded, &mut why_server);
+    let (post, whole_by_fusion, costs) = place_posts(spec, post, model, &mut offloaded, &mut why_server);
     let decisions = decide(spec, &offloaded, &post, &hybrid, why_server);
     if let Some((i, d)) = decisions
         .iter()
@@ -330,48 +355,73 @@ pub fn place(spec: &ChainSpec) -> Result<Placement, PlaceError> {
     let (fused, why_not) = fuse::fuse(&mut server);
     fuse::check_port_owners(spec, &server, &fused, &why_not)?;
     let (post, decisions) = note_fusion(post, decisions, &fused, (why_not, whole_by_fusion));
-    Ok(Placement { server, xdp: paths, post, hybrid, whole, fused, decisions })
+    Ok(Placement { server, xdp: paths, post, hybrid, whole, fused, decisions, costs })
 }
 
-/// Takes back the post-server parts that run better fused into the last
-/// process's threads ([`fuse::post_fuses`]): their NFs stay processes.
-/// Also returns the NATs that run whole for it, with the reason.
-fn keep_fusable_posts(
+/// Where each post-server part runs. Without a model: fused into the last
+/// process's threads when its NFs fuse with it ([`fuse::post_fuses`]),
+/// else in XDP. With one: the cheapest place the file allows
+/// (`offload: force` keeps XDP). Parts taken out of XDP leave `offloaded`;
+/// also returns the NATs that run whole for it, with the reason, and the
+/// estimates.
+fn place_posts(
     spec: &ChainSpec,
     post: Vec<PostPath>,
+    model: Option<&CostModel>,
     offloaded: &mut HashSet<usize>,
     why_server: &mut [Option<String>],
-) -> (Vec<PostPath>, Vec<(String, String)>) {
+) -> (Vec<PostPath>, Vec<(String, String)>, Vec<PostCost>) {
     let index = |name: &str| spec.nfs.iter().position(|n| n.name == name).expect("an NF of the chain");
-    let mut whole = Vec::new();
-    let mut kept = Vec::new();
+    let (mut whole, mut kept, mut costs) = (Vec::new(), Vec::new(), Vec::new());
     for p in post {
         let nfs: Vec<usize> = p.nfs.iter().map(|n| index(&n.name)).collect();
         let split = p.split.as_deref().map(index);
-        if !fuse::post_fuses(spec, index(&p.after), &nfs, split) {
+        let fusable = fuse::post_fuses(spec, index(&p.after), &nfs, split);
+        let forced = nfs.iter().any(|&i| spec.nfs[i].offload == OffloadPolicy::Force);
+        let chosen = match model {
+            _ if forced => PostPlace::Xdp,
+            None if fusable => PostPlace::Fused,
+            None => PostPlace::Xdp,
+            Some(m) => {
+                let estimate = m.estimate(nfs.len(), fusable);
+                let chosen = estimate.cheapest();
+                let names = p.nfs.iter().map(|n| n.name.clone()).collect();
+                let (after, port) = (p.after.clone(), p.port.clone());
+                costs.push(PostCost { after, port, nfs: names, estimate, chosen, by: m.origin.clone() });
+                chosen
+            }
+        };
+        if chosen == PostPlace::Xdp {
             kept.push(p);
             continue;
         }
+        let cost = costs.last().filter(|_| model.is_some()).map(|c| format!(" ({})", c.estimate.describe()));
+        let cost = cost.unwrap_or_default();
         for &i in &nfs {
             offloaded.remove(&i);
-            let why = if Some(i) == split {
-                let why = format!(
-                    "after {}'s fused run (fuse: auto), whole as a process: no loop device in front of port {}",
+            let why = match (chosen, Some(i) == split) {
+                (PostPlace::Fused, true) => format!(
+                    "after {}'s fused run (fuse: auto), whole as a process: no loop device in front of port {}{cost}",
                     p.after, p.port
-                );
-                whole.push((spec.nfs[i].name.clone(), why.clone()));
-                why
-            } else {
-                format!(
+                ),
+                (PostPlace::Fused, false) => format!(
                     "after the last process {} with fuse: auto: run in its threads rather than in XDP on a loop \
-                     device in front of port {} (no device crossing)",
+                     device in front of port {} (no device crossing){cost}",
                     p.after, p.port
-                )
+                ),
+                _ => format!(
+                    "after the last process {}: processes cost less per frame than XDP on a loop device in front \
+                     of port {}{cost}",
+                    p.after, p.port
+                ),
             };
+            if Some(i) == split {
+                whole.push((spec.nfs[i].name.clone(), why.clone()));
+            }
             why_server[i] = Some(why);
         }
     }
-    (kept, whole)
+    (kept, whole, costs)
 }
 
 /// Says in each decision what fusion did (and why a NAT runs whole for
@@ -692,6 +742,17 @@ impl Placement {
                     p.port
                 );
             }
+        }
+        for c in &self.costs {
+            out += &format!(
+                "cost after {} to port {} ({}): {} per frame: {} (cost model: {})\n",
+                c.after,
+                c.port,
+                c.nfs.join(" -> "),
+                c.estimate.describe(),
+                c.chosen.name(),
+                c.by
+            );
         }
         for g in &self.fused {
             out += &format!(

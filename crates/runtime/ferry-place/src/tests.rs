@@ -120,6 +120,69 @@ fn nfs_after_the_last_process_run_in_xdp_in_front_of_their_port() {
     assert!(text.contains("  fw: counter rx, acl (3 rules), counter pass\n"), "{text}");
 }
 
+fn model(loop_crossing_ns: f64, xdp_stage_ns: f64, fused_stage_ns: f64, process_hop_ns: f64) -> CostModel {
+    CostModel { loop_crossing_ns, xdp_stage_ns, fused_stage_ns, process_hop_ns, origin: "test model".into() }
+}
+
+/// With a cost model, the NFs after the last process go where they cost
+/// least: XDP when the model says so, processes when XDP on the loop
+/// device costs more; `offload: force` keeps XDP whatever the cost.
+#[test]
+fn a_cost_model_places_the_nfs_after_the_last_process() {
+    let f = Files::new("cost", 3);
+    let text = ips_first(&f.chain(&[]));
+    let (spec, _) = load_str(&text, "sfc.yaml").unwrap();
+
+    let cheap_xdp = model(10.0, 20.0, 30.0, 40.0);
+    let p = place_with(&spec, Some(&cheap_xdp)).unwrap();
+    assert_eq!(places(&p), [("fw", Place::Xdp), ("mon", Place::Xdp), ("ips", Place::Server)]);
+    assert_eq!(p.costs.len(), 1);
+    let c = &p.costs[0];
+    assert_eq!((c.after.as_str(), c.port.as_str(), c.chosen), ("ips", "out", PostPlace::Xdp));
+    assert_eq!((c.estimate.xdp_ns, c.estimate.fused_ns, c.estimate.processes_ns), (50.0, None, 140.0));
+
+    let dear_xdp = model(100.0, 200.0, 30.0, 40.0);
+    let p = place_with(&spec, Some(&dear_xdp)).unwrap();
+    assert_eq!(places(&p), [("fw", Place::Server), ("mon", Place::Server), ("ips", Place::Server)]);
+    assert!(p.post.is_empty(), "{:?}", p.post);
+    assert_eq!(p.costs[0].chosen, PostPlace::Processes);
+    assert!(
+        p.decisions[0].why.contains("processes cost less per frame than XDP on a loop device"),
+        "{:?}",
+        p.decisions
+    );
+    let text_out = p.explain();
+    assert!(
+        text_out.contains(
+            "cost after ips to port out (mon -> fw): XDP on a loop device 500 ns, fused: cannot, processes 140 ns per \
+             frame: processes of their own (cost model: test model)"
+        ),
+        "{text_out}"
+    );
+
+    let forced = ips_first(&f.chain(&[("mon", "offload: force"), ("fw", "offload: force")]));
+    let (spec, _) = load_str(&forced, "sfc.yaml").unwrap();
+    let p = place_with(&spec, Some(&dear_xdp)).unwrap();
+    assert_eq!(places(&p), [("fw", Place::Xdp), ("mon", Place::Xdp), ("ips", Place::Server)]);
+    assert!(p.costs.is_empty(), "forced: nothing weighed");
+}
+
+/// Where they may fuse with the last process, the model weighs that too.
+#[test]
+fn a_cost_model_weighs_fusing_after_the_last_process() {
+    let f = Files::new("cost-fuse", 3);
+    let text = ips_first(&f.chain(&[])).replace("{ name: main }", "{ name: main, fuse: auto }");
+    let (spec, _) = load_str(&text, "sfc.yaml").unwrap();
+    let p = place_with(&spec, Some(&model(100.0, 200.0, 30.0, 40.0))).unwrap();
+    assert_eq!(p.costs[0].chosen, PostPlace::Fused);
+    assert_eq!(p.costs[0].estimate.fused_ns, Some(60.0));
+    assert_eq!(p.fused.len(), 1, "{:?}", p.fused);
+    assert_eq!(p.fused[0].members, ["ips", "mon", "fw"]);
+    let p = place_with(&spec, Some(&model(1.0, 2.0, 30.0, 40.0))).unwrap();
+    assert_eq!(p.costs[0].chosen, PostPlace::Xdp, "5 ns in XDP against 60 fused");
+    assert!(p.fused.is_empty());
+}
+
 /// P4SFC's whole chain: in -> ips -> mon -> fw -> nat -> out, the NAT an
 /// eNAT with `extra` added to its line.
 fn with_nat(f: &Files, extra: &str) -> String {

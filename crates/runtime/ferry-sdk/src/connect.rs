@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ferry_chain::frames::FrameCache;
 use ferry_chain::plan::OutLink;
@@ -15,6 +15,7 @@ use ferry_chain::shm::{self, ThreadBlock};
 use ferry_ring::{EventFd, Notify, ShmRegion};
 use ferry_xsk::{Umem, UmemConfig, XskSocket};
 
+use crate::spin::SpinWindow;
 use crate::thread::{NfThread, Out, PortSock, Target};
 use crate::wait::PollSet;
 use crate::SdkError;
@@ -290,6 +291,7 @@ impl Nf {
             last_busy: Instant::now(),
             busy: false,
             empty_polls: 0,
+            spin: SpinWindow::new(Duration::from_micros(w.nf.poll.spin_us.into())),
             scratch_desc: Vec::with_capacity(256),
             scratch_xdp: Vec::with_capacity(256),
             scratch_addr: Vec::with_capacity(1024),

@@ -30,12 +30,14 @@
 //! stays queued, nothing is lost), applies backpressure when a downstream
 //! ring is over its threshold (sleep or block, per the chain file), returns
 //! transmitted frames to the pool, keeps the fill rings topped up, and
-//! smart-polls: busy while bursts are large, then blocks in poll() on the
+//! smart-polls: busy while bursts are large, then (with `spin_us`) for a
+//! window sized by the recent idle gaps, then blocks in poll() on the
 //! ring's eventfd and the sockets, so an idle NF uses no CPU.
 
 mod connect;
 mod error;
 mod packet;
+mod spin;
 mod thread;
 mod wait;
 

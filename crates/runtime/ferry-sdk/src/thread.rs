@@ -12,6 +12,7 @@ use ferry_ring::{Consumer, Desc, EventFd, Notify, Producer, SharedWords};
 use ferry_xsk::{Umem, XdpDesc, XskSocket};
 
 use crate::packet::{Origin, Packet, ORPHANS};
+use crate::spin::SpinWindow;
 use crate::SdkError;
 
 use ferry_chain::frames::CACHE_BATCH;
@@ -88,6 +89,8 @@ pub struct NfThread {
     pub(crate) busy: bool,
     /// Polls in a row that found nothing since then (`idle_polls`).
     pub(crate) empty_polls: u32,
+    /// How long to keep polling through an idle gap (`poll.spin_us`).
+    pub(crate) spin: SpinWindow,
     pub(crate) scratch_desc: Vec<Desc>,
     pub(crate) scratch_xdp: Vec<XdpDesc>,
     pub(crate) scratch_addr: Vec<u64>,
@@ -259,6 +262,32 @@ impl NfThread {
                 self.count(counter, 1);
                 self.cache.free(addr);
             }
+        }
+    }
+
+    /// Sends every packet of `pkts` on out-link `hop`, leaving `pkts`
+    /// empty: as [`NfThread::send`] on each, but a burst bound for one
+    /// ring is queued in one go rather than one call per packet.
+    pub fn send_all(&mut self, pkts: &mut Vec<Packet>, hop: usize) {
+        let one_ring = match self.outs.get(hop) {
+            Some(Out::Nf { targets }) => targets.len() == 1,
+            Some(Out::Copy { .. }) => true,
+            _ => false,
+        };
+        if !one_ring {
+            for pkt in pkts.drain(..) {
+                self.send(pkt, hop);
+            }
+            return;
+        }
+        let batch = self.batch;
+        let target = self.target_mut(hop, 0);
+        target.pending.extend(pkts.drain(..).map(|pkt| {
+            let (addr, len, _) = pkt.into_raw();
+            Desc { addr, len, next_hop: hop as u16, flags: 0 }
+        }));
+        if target.pending.len() >= batch {
+            let _ = self.flush_target(hop, 0);
         }
     }
 
@@ -454,6 +483,7 @@ impl NfThread {
         let base = self.umem.base();
         let umem_len = self.umem.config().len() as u64;
         let fs = self.frame_size;
+        let napi_poll = self.poll.prefer_busy_poll.is_some();
         let mut got = 0;
         for s in 0..self.ports.len() {
             if got >= max {
@@ -463,7 +493,11 @@ impl NfThread {
             if p.fill_target == 0 {
                 continue;
             }
-            if p.sock.fill_needs_wakeup() {
+            if napi_poll {
+                // Preferred busy polling: the NAPI runs only when an NF
+                // syscall (or, late, the device's flush timer) runs it.
+                p.sock.kick_rx();
+            } else if p.sock.fill_needs_wakeup() {
                 p.sock.poll_rx(0);
             }
             let mut descs = std::mem::take(&mut self.scratch_xdp);
@@ -585,6 +619,9 @@ impl NfThread {
             self.refill();
             let n = self.read_input(out, max);
             if n > 0 {
+                if self.spin.in_gap() {
+                    self.spin.input(Instant::now());
+                }
                 // Smart polling (FLASH §4): only a busy burst keeps the
                 // thread polling through the next empty ones.
                 self.busy = n as u32 >= self.poll.busy_threshold;
@@ -608,9 +645,17 @@ impl NfThread {
                 std::hint::spin_loop();
                 continue;
             }
+            let spinning = self.spin.enabled() && self.spin.keep_polling(Instant::now());
             if self.busy && self.empty_polls < idle_polls && self.last_busy.elapsed() < idle {
                 self.empty_polls += 1;
                 std::thread::yield_now();
+                continue;
+            }
+            if spinning && self.empty_polls < idle_polls {
+                // Within the window the recent gaps sized: a frame is
+                // likely soon, and catching it awake saves the wake-up.
+                self.empty_polls += 1;
+                std::hint::spin_loop();
                 continue;
             }
             self.empty_polls = 0;

@@ -286,7 +286,8 @@ pub(crate) fn measure_yaml(
     std::fs::write(&chain, yaml)?;
     let socket = dir.join(format!("{name}.sock"));
     let (rc, mut host) = if hosted {
-        let mut rc = chainctl::launch(&chain, &socket, true).with_context(|| format!("chain {name}"))?;
+        let mut rc = chainctl::launch(&chain, &socket, true, chainctl::Placing::ByRules)
+            .with_context(|| format!("chain {name}"))?;
         let host = start_host(&chain, &socket)?;
         rc.wait_connected(Duration::from_secs(60))?;
         (rc, Some(host))

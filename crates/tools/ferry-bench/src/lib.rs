@@ -4,10 +4,12 @@
 //! - [`io`]: the machine's packet-I/O baselines (XDP and AF_XDP);
 //! - [`chain`] and [`load`]: chains over ferryd against the kernel's own
 //!   ([`kchain`]) and the in-process bound ([`inproc`]);
+//! - [`cost`]: the per-frame costs placement weighs, as a cost model;
 //! - [`offload`], [`tenant`], [`nsh`], [`firewall`], [`pipeline`], [`evnf`],
 //!   [`parallel`], [`realworld`]: the papers' experiments.
 
 pub mod chain;
+pub mod cost;
 pub mod evnf;
 pub mod firewall;
 pub mod inproc;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use ferry_bench::{chain, evnf, firewall, io, nsh, offload, parallel, pipeline, realworld, tenant};
+use ferry_bench::{chain, cost, evnf, firewall, io, nsh, offload, parallel, pipeline, realworld, tenant};
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use serde::Serialize;
 
@@ -68,6 +68,10 @@ enum BenchCmd {
         sizes: Vec<usize>,
         #[command(flatten)]
         measure: MeasureArgs,
+        /// Also run each chain placed by this cost model (`ferry bench cost
+        /// --out FILE`), with `fuse: auto`: the by-cost variant.
+        #[arg(long)]
+        cost_model: Option<PathBuf>,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -102,6 +106,21 @@ enum BenchCmd {
         packets: usize,
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The per-frame costs placement weighs (a loop-device crossing, an XDP
+    /// stage, a fused stage, a process hop), written as a cost model for
+    /// `ferryd --cost-model`.
+    Cost {
+        #[arg(long, value_parser = parse_duration, default_value = "700ms")]
+        warmup: Duration,
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        window: Duration,
+        /// Write the cost model here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Also write the JSON report here.
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -272,7 +291,10 @@ fn run(cmd: BenchCmd) -> Result<()> {
             let opts = chain::BenchChainOptions { scenarios, nfs, load_nfs, poll, warmup, window, kernel: !no_kernel };
             show(&chain::run(&opts)?, chain::table, json.as_deref())
         }
-        BenchCmd::Offload { scenarios, sizes, measure, json } => {
+        BenchCmd::Offload { scenarios, sizes, measure, cost_model, json } => {
+            if let Some(m) = &cost_model {
+                ferry_place::CostModel::load(m)?;
+            }
             for sc in &scenarios {
                 if !["firewall", "chain", "p4sfc", "nat", "scan"].contains(&sc.as_str()) {
                     return Err(anyhow!("unknown scenario {sc:?} (firewall, chain, p4sfc, nat, scan)"));
@@ -285,6 +307,7 @@ fn run(cmd: BenchCmd) -> Result<()> {
                 window: measure.window,
                 latency_pps: measure.latency_pps,
                 latency_frames: measure.latency_frames,
+                cost_model,
             };
             show(&offload::run(&opts)?, offload::table, json.as_deref())
         }
@@ -313,6 +336,16 @@ fn run(cmd: BenchCmd) -> Result<()> {
         }
         BenchCmd::Firewall { rules, packets, runs, json } => {
             show(&firewall::run(rules, packets, runs)?, firewall::table, json.as_deref())
+        }
+        BenchCmd::Cost { warmup, window, out, json } => {
+            let opts = cost::BenchCostOptions { warmup, window, pipeline_runs: 3, pipeline_repeat: 200_000 };
+            let report = cost::run(&opts)?;
+            if let Some(out) = &out {
+                std::fs::write(out, serde_json::to_string_pretty(&report.model)?)
+                    .with_context(|| format!("writing {}", out.display()))?;
+                println!("cost model: {} (give it to ferryd --cost-model)", out.display());
+            }
+            show(&report, cost::table, json.as_deref())
         }
         BenchCmd::Pipeline { runs, repeat, json } => {
             show(&pipeline::run(repeat, runs.max(1))?, pipeline::table, json.as_deref())

@@ -196,6 +196,7 @@ pub fn run(o: &BenchNshOptions) -> Result<BenchNshReport> {
         window: o.window,
         latency_pps: o.latency_pps,
         latency_frames: o.latency_frames,
+        cost_model: None,
     };
     let mut samples = Vec::new();
     let result = (|| -> Result<()> {

@@ -61,6 +61,9 @@ pub struct BenchOffloadOptions {
     pub latency_pps: u64,
     /// Frames of the latency measurement.
     pub latency_frames: u64,
+    /// Also run each chain placed by this cost model (`bench cost --out`),
+    /// with `fuse: auto`: the "by-cost" variant.
+    pub cost_model: Option<std::path::PathBuf>,
 }
 
 impl Default for BenchOffloadOptions {
@@ -72,6 +75,7 @@ impl Default for BenchOffloadOptions {
             window: Duration::from_secs(2),
             latency_pps: 20_000,
             latency_frames: 20_000,
+            cost_model: None,
         }
     }
 }
@@ -112,6 +116,12 @@ pub struct Row {
     pub throughput_ratio: f64,
     /// fused / software throughput.
     pub fused_ratio: f64,
+    /// Placed by the cost model, with `fuse: auto` (with `--cost-model`).
+    pub by_cost: Option<Medians>,
+    /// by-cost / software throughput.
+    pub by_cost_ratio: Option<f64>,
+    /// 1 - by-cost p50 / software p50.
+    pub by_cost_p50_reduction: Option<f64>,
     /// 1 - placed p50 / software p50 (positive: placed is faster).
     pub p50_reduction: Option<f64>,
     pub p99_reduction: Option<f64>,
@@ -263,11 +273,15 @@ fn measure(
     let offload = if variant == "software" { "never" } else { "auto" };
     let chain = dir.join(format!("{scenario}-{variant}.yaml"));
     let mut yaml = chain_yaml(scenario, tb.ns_name("dut"), dir, offload, nf_cpu());
-    if variant == "fused" {
+    if variant == "fused" || variant == "by-cost" {
         yaml = with_fuse(&yaml);
     }
     std::fs::write(&chain, yaml)?;
-    let rc = chainctl::start(&chain, &dir.join("ferryd.sock"), true).context("starting ferryd")?;
+    let placing = match (variant, &o.cost_model) {
+        ("by-cost", Some(model)) => chainctl::Placing::ByCost(model),
+        _ => chainctl::Placing::ByRules,
+    };
+    let rc = chainctl::start_placing(&chain, &dir.join("ferryd.sock"), true, placing).context("starting ferryd")?;
     let gen_extra: &[&str] = match scenario {
         "nat" | "p4sfc" => &["--set", NAT_SOURCE_PORTS],
         _ => &[],
@@ -394,12 +408,13 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
             for &size in &o.sizes {
                 for run in 0..o.runs {
                     // Alternating order: neither variant always goes first.
-                    let order = match run % 3 {
-                        0 => ["software", "placed", "fused"],
-                        1 => ["placed", "fused", "software"],
-                        _ => ["fused", "software", "placed"],
-                    };
-                    for variant in order {
+                    let mut variants = vec!["software", "placed", "fused"];
+                    if o.cost_model.is_some() {
+                        variants.push("by-cost");
+                    }
+                    let n = variants.len();
+                    variants.rotate_left(run % n);
+                    for variant in variants {
                         let s = measure(&tb, &dir, o, (scenario, variant, size, run))
                             .with_context(|| format!("{scenario} {variant} {size} B run {run}"))?;
                         eprintln!(
@@ -426,6 +441,8 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
                 (Some(p), Some(s)) if s > 0.0 => Some(1.0 - p / s),
                 _ => None,
             };
+            let by_cost = o.cost_model.as_ref().map(|_| of("by-cost"));
+            let ratio = |m: &Medians| if software.mpps > 0.0 { m.mpps / software.mpps } else { 0.0 };
             rows.push(Row {
                 scenario: scenario.clone(),
                 size,
@@ -433,6 +450,9 @@ pub fn run(o: &BenchOffloadOptions) -> Result<BenchOffloadReport> {
                 fused_ratio: if software.mpps > 0.0 { fused.mpps / software.mpps } else { 0.0 },
                 p50_reduction: reduction(placed.p50_us, software.p50_us),
                 p99_reduction: reduction(placed.p99_us, software.p99_us),
+                by_cost_ratio: by_cost.as_ref().map(ratio),
+                by_cost_p50_reduction: by_cost.as_ref().and_then(|b| reduction(b.p50_us, software.p50_us)),
+                by_cost,
                 software,
                 placed,
                 fused,
@@ -474,6 +494,23 @@ pub fn table(r: &BenchOffloadReport) -> String {
             row.software.softirq_percent,
             row.placed.cpu_percent,
             row.placed.softirq_percent,
+        );
+    }
+    let by_cost: Vec<&Row> = r.rows.iter().filter(|row| row.by_cost.is_some()).collect();
+    if !by_cost.is_empty() {
+        s += "placed by the cost model (with `fuse: auto`):\nscenario  size  by-cost Mpps  ratio  p50/p99 us  p50 -%\n";
+    }
+    for row in by_cost {
+        let b = row.by_cost.as_ref().expect("filtered");
+        s += &format!(
+            "{:<9} {:>4}  {:>12.3}  {:>5.2}  {:>4}/{:<5}  {:>6}\n",
+            row.scenario,
+            row.size,
+            b.mpps,
+            row.by_cost_ratio.unwrap_or(0.0),
+            f(b.p50_us),
+            f(b.p99_us),
+            row.by_cost_p50_reduction.map_or("-".to_string(), |x| format!("{:.0}", x * 100.0)),
         );
     }
     s

@@ -2,11 +2,10 @@
 //! clean instrument. One `l2fwd` NF sends each frame back out of the port
 //! it came in on (d0); `ferry gen xsk --rx` sends and receives on g0, on
 //! CPU 0, and the NF runs alone on CPU 1, so no instrument shares its CPU.
-//! The NF runs with the default polling and in busy mode (`poll: { busy:
-//! true }`), at 10, 50, 100 and 200 kpps: the trade-off between latency
-//! and CPU that busy mode buys. A third row runs four NFs (`l2fwd`, then
-//! three `fwd`) fused into one, busy, on the same CPU: a chain that costs
-//! one core.
+//! At 10, 50, 100 and 200 kpps the NF runs under each polling mode of
+//! [`MODES`]: the trade-off between latency and CPU each one buys. The
+//! last row runs four NFs (`l2fwd`, then three `fwd`) fused into one,
+//! busy, on the same CPU: a chain that costs one core.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,14 +24,34 @@ const NF_CPU: usize = 1;
 /// The paced loads, frames per second.
 const RATES: [u64; 4] = [10_000, 50_000, 100_000, 200_000];
 
-/// The roundtrip rows: for each load, the default polling then busy mode.
+/// One polling setup of the NF(s): its row name, NF count and the chain
+/// file's `poll:`.
+struct Mode {
+    variant: &'static str,
+    nfs: usize,
+    poll: &'static str,
+}
+
+/// The rows at each load: the default; a fixed 50 µs spin window after
+/// every frame (smart polling's own knobs); an adaptive window of at most
+/// 50 µs (`spin_us`); busy mode; four NFs fused and busy. (The kernel's preferred busy polling is not among them: a veth's
+/// AF_XDP sockets get no NAPI id, so ferryd refuses it here.)
+const MODES: [Mode; 5] = [
+    Mode { variant: "ferry-l2fwd-default", nfs: 1, poll: "" },
+    Mode { variant: "ferry-l2fwd-spin50", nfs: 1, poll: "poll: { busy_threshold: 1, idle_timeout_us: 50 }" },
+    Mode { variant: "ferry-l2fwd-adaptive50", nfs: 1, poll: "poll: { spin_us: 50 }" },
+    Mode { variant: "ferry-l2fwd-busy", nfs: 1, poll: "poll: { busy: true }" },
+    Mode { variant: "ferry-4-fused-busy", nfs: 4, poll: "poll: { busy: true }" },
+];
+
+/// The roundtrip rows: for each load, each of [`MODES`].
 pub fn rows(dir: &Path, o: &BenchChainOptions) -> Result<Vec<Row>> {
     let spec = ferry_testbed::TestbedSpec::from_yaml_str(DEMO_TESTBED, "examples/testbeds/demo.yaml")?;
     let tb = ferry_testbed::up(&spec).context("building the testbed")?;
     let mut rows = Vec::new();
     for rate in RATES {
-        for (nfs, busy) in [(1, false), (1, true), (4, true)] {
-            rows.push(one(&tb, dir, (nfs, busy), rate, o)?);
+        for mode in &MODES {
+            rows.push(one(&tb, dir, mode, rate, o)?);
         }
     }
     tb.down()?;
@@ -40,15 +59,9 @@ pub fn rows(dir: &Path, o: &BenchChainOptions) -> Result<Vec<Row>> {
 }
 
 /// d0 -> l2fwd (-> fwd ...: `nfs` NFs, fused) -> d0 at `rate`, for the window.
-fn one(
-    tb: &ferry_testbed::Testbed,
-    dir: &Path,
-    (nfs, busy): (usize, bool),
-    rate: u64,
-    o: &BenchChainOptions,
-) -> Result<Row> {
+fn one(tb: &ferry_testbed::Testbed, dir: &Path, mode: &Mode, rate: u64, o: &BenchChainOptions) -> Result<Row> {
     let dut = tb.ns_name("dut");
-    let poll = if busy { ", poll: { busy: true }" } else { "" };
+    let (nfs, poll) = (mode.nfs, if mode.poll.is_empty() { String::new() } else { format!(", {}", mode.poll) });
     let nf = |i: usize| {
         let kind = if i == 1 { "l2fwd" } else { "fwd" };
         format!("  - {{ name: nf{i}, domain: main, kind: {kind}, cpus: [{NF_CPU}]{poll} }}\n")
@@ -81,11 +94,7 @@ fn one(
     let received = num(&gen, "/received/packets");
     Ok(Row {
         scenario: "roundtrip".into(),
-        variant: match (nfs, busy) {
-            (1, false) => "ferry-l2fwd-default".to_string(),
-            (1, true) => "ferry-l2fwd-busy".to_string(),
-            (n, _) => format!("ferry-{n}-fused-busy"),
-        },
+        variant: mode.variant.to_string(),
         nfs,
         mode: "veth".into(),
         mpps: received / num(&gen, "/seconds").max(1e-9) / 1e6,

@@ -230,6 +230,7 @@ pub fn run(o: &BenchTenantOptions) -> Result<BenchTenantReport> {
         window: o.window,
         latency_pps: o.latency_pps,
         latency_frames: o.latency_frames,
+        cost_model: None,
     };
     let (mut classify_samples, mut scan_samples) = (Vec::new(), Vec::new());
     let result = (|| -> Result<()> {

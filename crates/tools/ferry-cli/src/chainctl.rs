@@ -56,21 +56,48 @@ pub fn host_bin() -> Result<PathBuf> {
 /// Starts ferryd on `chain`, serving `socket`, and waits until every NF
 /// has connected.
 pub fn start(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> {
-    let mut rc = launch(chain, socket, quiet)?;
+    let mut rc = launch(chain, socket, quiet, Placing::AsConfigured)?;
     // Only a guard against a chain that never comes up: a loaded machine
     // can take many seconds to start a dozen NF processes.
     rc.wait_connected(Duration::from_secs(60))?;
     Ok(rc)
 }
 
+/// As [`start`], placing the chain as `placing` says.
+pub fn start_placing(chain: &Path, socket: &Path, quiet: bool, placing: Placing<'_>) -> Result<RunningChain> {
+    let mut rc = launch(chain, socket, quiet, placing)?;
+    rc.wait_connected(Duration::from_secs(60))?;
+    Ok(rc)
+}
+
+/// How the ferryd a benchmark or test starts places its chain.
+#[derive(Debug, Clone, Copy)]
+pub enum Placing<'a> {
+    /// As ferryd would anyway (FERRY_COST_MODEL, if set, applies).
+    AsConfigured,
+    /// By the rules alone, whatever the environment says.
+    ByRules,
+    /// By this cost model.
+    ByCost(&'a Path),
+}
+
 /// Starts ferryd on `chain`, serving `socket`, and returns once it serves
 /// (before its NFs connect: NFs it does not start are the caller's).
-pub fn launch(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> {
+pub fn launch(chain: &Path, socket: &Path, quiet: bool, placing: Placing<'_>) -> Result<RunningChain> {
     let name = ferry_catalog::parse_chain(chain)?.name();
     let admin = proto::admin_socket(socket);
     let mut cmd = Command::new(ferryd_bin()?);
     // A port of its own for the metrics: several ferryds may run at once.
     cmd.arg(chain).arg("--socket").arg(socket).args(["--metrics", "127.0.0.1:0"]).env("FERRY_HOST", host_bin()?);
+    match placing {
+        Placing::AsConfigured => {}
+        Placing::ByRules => {
+            cmd.env_remove("FERRY_COST_MODEL");
+        }
+        Placing::ByCost(model) => {
+            cmd.arg("--cost-model").arg(model);
+        }
+    }
     if quiet {
         cmd.stderr(Stdio::null());
     }

@@ -199,6 +199,10 @@ enum ChainCmd {
         /// Also print where each NF would run (XDP or a process) and why.
         #[arg(long)]
         explain: bool,
+        /// Place by this cost model, as `ferryd --cost-model` does (also
+        /// FERRY_COST_MODEL).
+        #[arg(long)]
+        cost_model: Option<PathBuf>,
     },
     /// Run ferryd in the foreground with FILE deployed, until Ctrl-C.
     Up {
@@ -743,7 +747,7 @@ fn run_chain(cmd: ChainCmd) -> Result<()> {
             emit(json, &s, chainctl::status_table)
         }
         ChainCmd::Audit { name, admin } => chain_audit(&name, &admin),
-        ChainCmd::Check { file, explain } => chain_check(&file, explain),
+        ChainCmd::Check { file, explain, cost_model } => chain_check(&file, explain, cost_model),
         ChainCmd::Down { admin } => chainctl::shutdown(&admin),
     }
 }
@@ -808,8 +812,10 @@ fn chain_audit(name: &str, admin: &std::path::Path) -> Result<()> {
 }
 
 /// `ferry chain check`: the file as ferryd would take it, placed.
-fn chain_check(file: &std::path::Path, explain: bool) -> Result<()> {
-    let (spec, placement) = ferry_place::load(file)?;
+fn chain_check(file: &std::path::Path, explain: bool, cost_model: Option<PathBuf>) -> Result<()> {
+    let model = cost_model.or_else(|| std::env::var_os("FERRY_COST_MODEL").map(PathBuf::from));
+    let model = model.map(|path| ferry_place::CostModel::load(&path)).transpose()?;
+    let (spec, placement) = ferry_place::load_with(file, model.as_ref())?;
     if explain {
         print!("{}", placement.explain());
     }

@@ -355,6 +355,35 @@ links:
     down_and_check(tb);
 }
 
+/// Preferred busy polling on a veth port is refused, saying why, before
+/// ferryd touches the device: a veth's AF_XDP sockets get no NAPI id, so
+/// a busy poll would poll nothing.
+#[test]
+fn preferred_busy_polling_on_a_veth_port_is_refused_and_leaves_the_device_alone() {
+    if !privileged("prefer_busy_poll_veth") {
+        return;
+    }
+    let tb = testbed(PORTS_TESTBED, "chain-ports.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let dir = TempDir::new("napi");
+    let yaml = format!(
+        "name: napi\ndomains: [ {{ name: main }} ]\nports:\n  - {{ name: in, netns: {dut}, netdev: d0 }}\nnfs:\n  - \
+         {{ name: x, domain: main, kind: l2fwd, poll: {{ prefer_busy_poll: {{ usecs: 50 }} }} }}\nlinks:\n  - {{ from: \
+         in, to: x }}\n  - {{ from: x, to: in }}\n"
+    );
+    let (rc, _) = start(&dir, &memory_chain("first", "\"count=1\"", "kind: fwd"));
+    let napi = dir.path("napi.yaml");
+    std::fs::write(&napi, yaml).unwrap();
+    let refused = chainctl::deploy(&rc.admin, &napi).expect_err("refused on a veth");
+    let text = format!("{refused:#}");
+    assert!(text.contains("not supported: preferred busy polling needs a device whose XDP receive queue"), "{text}");
+    for attr in ["napi_defer_hard_irqs", "gro_flush_timeout"] {
+        assert_eq!(ferry_sys::devattr::read(Some(&dut), "d0", attr).unwrap(), "0", "{attr} untouched");
+    }
+    rc.shutdown().unwrap();
+    down_and_check(tb);
+}
+
 /// Out-link to the kernel stack: ferryd's TAP device hands frames to the
 /// kernel as if they had arrived on it.
 #[test]

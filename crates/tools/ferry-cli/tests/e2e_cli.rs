@@ -382,9 +382,10 @@ fn bench_chain_load_smoke() {
         assert_eq!(first.first().and_then(|v| v.as_u64()), Some(10_000), "{mode}: from 10 kpps: {r:#}");
         assert!(first.last().is_some_and(|v| v.is_null()), "{mode}: to saturation: {r:#}");
     }
-    // The round trip: both polling modes, and four NFs fused, at each of
+    // The round trip: each polling mode, and four NFs fused, at each of
     // the four loads.
-    for v in ["ferry-l2fwd-default", "ferry-l2fwd-busy", "ferry-4-fused-busy"] {
+    let modes = ["default", "spin50", "adaptive50", "busy"].map(|m| format!("ferry-l2fwd-{m}"));
+    for v in modes.iter().map(String::as_str).chain(["ferry-4-fused-busy"]) {
         let loads: Vec<u64> = rows
             .iter()
             .filter(|x| x["scenario"] == "roundtrip" && x["variant"] == v)
@@ -397,6 +398,27 @@ fn bench_chain_load_smoke() {
         assert!(row["p50_us"].is_number() && row["p999_us"].is_number(), "{row:#}");
     }
     assert!(done.stdout.contains("latency against offered load"), "{}", done.stdout);
+}
+
+/// `bench cost` writes a cost model that placement reads (a smoke test:
+/// the figures are not asserted, only that each is a cost).
+#[test]
+fn bench_cost_writes_a_model_placement_reads() {
+    if !privileged("bench_cost_smoke") {
+        return;
+    }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench-cost");
+    let model = dir.path("model.json");
+    let args = ["bench", "cost", "--warmup", "200ms", "--window", "300ms", "--out", model.to_str().unwrap()];
+    let done = Ferry::spawn_here(&args).finish(Duration::from_secs(300));
+    assert!(done.status.success(), "bench cost failed: {}", done.stderr);
+    assert!(done.stdout.contains("3 NF(s) after the last process: XDP on a loop device"), "{}", done.stdout);
+    let m = ferry_place::CostModel::load(&model).expect("a model placement reads");
+    assert!(m.origin.starts_with("ferry bench cost on "), "{m:?}");
+    for ns in [m.loop_crossing_ns, m.xdp_stage_ns, m.fused_stage_ns, m.process_hop_ns] {
+        assert!(ns.is_finite() && ns >= 0.0, "{m:?}");
+    }
 }
 
 #[test]

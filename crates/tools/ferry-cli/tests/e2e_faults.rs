@@ -256,7 +256,7 @@ fn an_nf_started_outside_ferryd_proves_itself_with_its_key() {
     let chain = dir.path("chain.yaml");
     std::fs::write(&chain, memory_chain_with_external_mid()).unwrap();
     let socket = dir.path("ferryd.sock");
-    let mut rc = chainctl::launch(&chain, &socket, false).expect("ferryd serves");
+    let mut rc = chainctl::launch(&chain, &socket, false, chainctl::Placing::AsConfigured).expect("ferryd serves");
     let st = rc.status().unwrap();
     let uid = uid_of(&st, "mid");
     assert_ne!(uid, uid_of(&st, "other"), "two domains, two uids");

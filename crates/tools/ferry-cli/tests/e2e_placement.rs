@@ -377,6 +377,50 @@ fn run(offload: &str, order: &[&str], input: &[Vec<u8>], want: usize, last_rx: u
     (got, st, loops)
 }
 
+/// A cost model that makes XDP on a loop device dearer than processes.
+const DEAR_XDP: &str = r#"{"loop_crossing_ns": 1000, "xdp_stage_ns": 1000, "fused_stage_ns": 10, "process_hop_ns": 10,
+"origin": "a test model"}"#;
+
+/// ferryd places by the cost model it is given, and `chain check` with
+/// the same model says the same: the NFs after the IPS run as processes,
+/// and no loop device is made.
+#[test]
+fn ferryd_places_by_the_cost_model_it_is_given() {
+    if !privileged("placement_by_cost") {
+        return;
+    }
+    let tb = testbed(PORTS_TESTBED, "e2e_placement/ports.yaml");
+    let dut = tb.ns_name("dut").to_string();
+    let dir = TempDir::new("by-cost");
+    std::fs::write(dir.path("fw.rules"), FW_RULES).unwrap();
+    std::fs::write(dir.path("ips.rules"), IPS_RULES).unwrap();
+    let (file, model) = (dir.path("sfc.yaml"), dir.path("model.json"));
+    std::fs::write(&file, chain(&dut, &dir, "auto", IPS_MON_FW)).unwrap();
+    std::fs::write(&model, DEAR_XDP).unwrap();
+    let out = std::process::Command::new(FERRY)
+        .args(["chain", "check", "--explain", "--cost-model"])
+        .args([&model, &file])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains(
+            "cost after ips to port out (mon -> fw): XDP on a loop device 3000 ns, fused: cannot, processes 40 ns"
+        ) && text.contains("processes of their own (cost model: a test model)"),
+        "{text}"
+    );
+    let placing = chainctl::Placing::ByCost(&model);
+    let rc = chainctl::start_placing(&file, &dir.path("ferryd.sock"), false, placing).expect("ferryd up");
+    let st = rc.status().unwrap();
+    let mut names: Vec<&str> = st.nfs.iter().map(|n| n.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["fw", "ips", "mon"], "every NF a process");
+    assert_eq!(loop_devices(&tb), Vec::<String>::new(), "no loop device");
+    rc.shutdown().unwrap();
+    down_and_check(tb);
+}
+
 /// The devices ferryd made in the dut namespace for post-server parts.
 fn loop_devices(tb: &ferry_testbed::Testbed) -> Vec<String> {
     let out = tb.exec("dut", "ip", ["-o", "link", "show"]).output().unwrap();
@@ -590,6 +634,8 @@ fn bench_offload_smoke() {
     }
     let dir = TempDir::new("bench-offload");
     let json = dir.path("offload.json");
+    let model = dir.path("model.json");
+    std::fs::write(&model, DEAR_XDP).unwrap();
     let args = [
         "bench",
         "offload",
@@ -603,6 +649,8 @@ fn bench_offload_smoke() {
         "300ms",
         "--latency-frames",
         "500",
+        "--cost-model",
+        model.to_str().unwrap(),
         "--json",
         json.to_str().unwrap(),
     ];
@@ -612,7 +660,8 @@ fn bench_offload_smoke() {
     assert!(stdout.contains("firewall") && stdout.contains("ratio"), "{stdout}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let variants: Vec<&str> = v["samples"].as_array().unwrap().iter().map(|s| s["variant"].as_str().unwrap()).collect();
-    assert_eq!(variants, ["software", "placed", "fused", "software", "placed", "fused"], "{v}");
+    let one = ["software", "placed", "fused", "by-cost"];
+    assert_eq!(variants, [one, one].concat(), "{v}");
     let rows: Vec<&str> = v["rows"].as_array().unwrap().iter().map(|r| r["scenario"].as_str().unwrap()).collect();
     assert_eq!(rows, ["firewall", "nat"], "{v}");
     // Frames went through every variant (the sink saw stamped ones).

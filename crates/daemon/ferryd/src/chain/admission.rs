@@ -195,7 +195,8 @@ impl Chain {
         for t in &nf.threads {
             for &p in &t.ports {
                 let port = self.ports[p].as_ref().ok_or_else(|| anyhow!("port {p} not open"))?;
-                let sock = port.lock().expect("port lock").socket(&dom.umem, t.index)?;
+                let sock =
+                    port.lock().expect("port lock").socket(&dom.umem, t.index, nf.poll.prefer_busy_poll.as_ref())?;
                 if let Some(h) = self.hybrids.lock().expect("hybrids lock").as_mut() {
                     h.register_socket(&nf.name, &self.plan.ports[p].name, t.index, &sock)?;
                 }

@@ -160,10 +160,14 @@ fn open_ports(
         let pin = persist.is_some().then(|| adopt::pin_dir(placed.id, index));
         ports.push(match (p.nf, &fast) {
             (None, None) => None,
-            _ => Some(Mutex::new(
-                Port::open(p, PortParts { fast, post, hybrid, pin: pin.as_deref() })
-                    .with_context(|| format!("port {}", p.name))?,
-            )),
+            _ => {
+                let port = Port::open(p, PortParts { fast, post, hybrid, pin: pin.as_deref() })
+                    .with_context(|| format!("port {}", p.name))?;
+                if p.nf.is_some_and(|i| plan.nfs[i].poll.prefer_busy_poll.is_some()) {
+                    port.check_busy_pollable()?;
+                }
+                Some(Mutex::new(port))
+            }
         });
     }
     Ok(ports)

@@ -17,7 +17,7 @@ impl Daemon {
     pub fn deploy(&self, file: &Path) -> Result<ChainSummary> {
         let _changing = self.changes.lock().expect("changes lock");
         let (text, origin) = ferry_config::read_file(file)?;
-        let (spec, placement) = ferry_place::load_str(&text, &origin)?;
+        let (spec, placement) = ferry_place::load_str_with(&text, &origin, self.cost_model.as_ref())?;
         if !spec.hosts.is_empty() {
             bail!(
                 "{} is a chain over hosts: deploy it with `ferry chain deploy`, which gives each host's ferryd its part",
@@ -66,7 +66,8 @@ impl Daemon {
                 ..Default::default()
             });
         };
-        let placement = ferry_place::place(&local).map_err(|e| anyhow!("{origin}: {}", e.message))?;
+        let placement = ferry_place::place_with(&local, self.cost_model.as_ref())
+            .map_err(|e| anyhow!("{origin}: {}", e.message))?;
         let summary = self.deploy_placed(Path::new(origin), text, placement, Some(setup))?;
         if let Err(e) = self.keep_part(&name, text, origin, macs) {
             if let Ok(c) = self.chain(&name) {

@@ -118,7 +118,7 @@ fn run(mut th: NfThread, mut steps: Vec<Step>) {
         }
         // On to out-link 0 (the last stage's), or dropped without one.
         if th.out_links() > 0 {
-            burst.drain(..).for_each(|pkt| th.send(pkt, 0));
+            th.send_all(&mut burst, 0);
         } else {
             burst.drain(..).for_each(|pkt| th.drop_packet(pkt));
         }

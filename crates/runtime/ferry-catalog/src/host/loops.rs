@@ -94,6 +94,10 @@ fn forward(mut th: NfThread, route: Route, work_ns: u64) {
     let outs = th.out_links().max(1);
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     while th.recv_burst(&mut burst, BURST).is_ok() {
+        if work_ns == 0 && matches!(route, Route::First) {
+            th.send_all(&mut burst, 0);
+            continue;
+        }
         for pkt in burst.drain(..) {
             if work_ns > 0 {
                 spin_for(work_ns);
