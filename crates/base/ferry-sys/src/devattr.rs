@@ -89,8 +89,9 @@ mod tests {
     }
 
     #[test]
-    fn reads_the_loopback_mtu() {
+    fn reads_the_loopback_mtu_as_rtnetlink_reports_it() {
         // Every namespace has lo, and sysfs is where the caller mounted it.
-        assert_eq!(read(None, "lo", "mtu").unwrap(), "65536");
+        let lo = crate::link::link("lo").unwrap().expect("lo");
+        assert_eq!(read(None, "lo", "mtu").unwrap(), lo.mtu.to_string());
     }
 }

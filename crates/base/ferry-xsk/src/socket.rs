@@ -288,15 +288,6 @@ impl XskSocket {
         };
     }
 
-    /// The NAPI instance the kernel marked the socket with when it first
-    /// received on it (`SO_INCOMING_NAPI_ID`); None before that, or on a
-    /// device whose receive queue names no NAPI, where busy polling the
-    /// socket has nothing to poll.
-    pub fn napi_id(&self) -> Option<u32> {
-        let id: libc::c_uint = getsockopt(self.fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_INCOMING_NAPI_ID).ok()?;
-        (id != 0).then_some(id)
-    }
-
     /// Waits up to `timeout_ms` for received frames (also wakes the driver's
     /// RX processing when need_wakeup is in use). Returns true if readable.
     pub fn poll_rx(&self, timeout_ms: i32) -> bool {

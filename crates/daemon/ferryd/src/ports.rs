@@ -234,6 +234,7 @@ impl Port {
 
     /// Takes the port's XDP programs and its loop device away.
     pub fn detach(&mut self) {
+        self.napi = None;
         self.xdp = None;
         self.post = None;
     }
@@ -271,14 +272,24 @@ impl Port {
 
     /// Refuses preferred busy polling where the kernel cannot do it. A
     /// busy poll runs the NAPI the socket was marked with on its first
-    /// receive; a veth registers its XDP receive queue before its NAPI
-    /// exists, so its AF_XDP sockets are never marked, a busy poll polls
-    /// nothing, and the deferred softirq would only hold frames back.
+    /// receive. Generic-mode XDP names no NAPI for its queue, and a veth
+    /// (on the kernels Ferry is built on) registers its XDP receive queue
+    /// before its NAPI exists, so their AF_XDP sockets are never marked, a
+    /// busy poll polls nothing, and the deferred softirq would only hold
+    /// frames back.
     pub fn check_busy_pollable(&self) -> Result<()> {
+        if self.plan.xdp_mode == ferry_chain::spec::XdpMode::Generic {
+            anyhow::bail!(
+                "port {}: not supported: preferred busy polling needs driver-mode XDP (generic mode names no NAPI \
+                 for the socket to poll); set `xdp_mode: driver` or leave `poll.prefer_busy_poll` out",
+                self.plan.name
+            );
+        }
         let ns = self.plan.netns.as_deref();
         let dev = self.sock_dev.clone();
-        let link = ferry_sys::in_netns(ns, move || ferry_sys::link::link(&dev))??;
-        if link.as_ref().and_then(|l| l.kind.as_deref()) == Some("veth") {
+        let link = ferry_sys::in_netns(ns, move || ferry_sys::link::link(&dev))??
+            .ok_or_else(|| anyhow::anyhow!("port {}: device {} is gone", self.plan.name, self.sock_dev))?;
+        if link.kind.as_deref() == Some("veth") {
             anyhow::bail!(
                 "port {}: not supported: preferred busy polling needs a device whose XDP receive queue names its \
                  NAPI, and {} is a veth (its AF_XDP sockets get no NAPI id); leave `poll.prefer_busy_poll` out \

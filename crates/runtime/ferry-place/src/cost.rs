@@ -73,12 +73,15 @@ impl CostModel {
     }
 
     /// The three estimates for a post-server part of `nfs` NFs; `fusable`
-    /// says whether the chain file lets them fuse with the last process.
-    pub fn estimate(&self, nfs: usize, fusable: bool) -> PostEstimate {
+    /// says whether the chain file lets them fuse with the last process,
+    /// `split_nat` whether the last of them is a split NAT (which does not
+    /// fuse: fused, it runs whole as the process after the others).
+    pub fn estimate(&self, nfs: usize, fusable: bool, split_nat: bool) -> PostEstimate {
         let n = nfs as f64;
+        let nat_hop = if split_nat { self.process_hop_ns } else { 0.0 };
         PostEstimate {
             xdp_ns: self.loop_crossing_ns + n * self.xdp_stage_ns,
-            fused_ns: fusable.then_some(n * self.fused_stage_ns),
+            fused_ns: fusable.then_some(n * self.fused_stage_ns + nat_hop),
             processes_ns: n * (self.process_hop_ns + self.fused_stage_ns),
         }
     }
@@ -164,12 +167,13 @@ mod tests {
 
     #[test]
     fn estimates_add_up_per_nf() {
-        let e = model().estimate(3, true);
+        let e = model().estimate(3, true, false);
         assert_eq!((e.xdp_ns, e.fused_ns, e.processes_ns), (700.0, Some(90.0), 210.0));
         assert_eq!(e.cheapest(), PostPlace::Fused);
-        assert_eq!(model().estimate(3, false).cheapest(), PostPlace::Processes);
+        assert_eq!(model().estimate(3, false, false).cheapest(), PostPlace::Processes);
+        assert_eq!(model().estimate(3, true, true).fused_ns, Some(130.0), "the whole NAT's hop");
         let cheap_xdp = CostModel { xdp_stage_ns: 10.0, loop_crossing_ns: 5.0, ..model() };
-        assert_eq!(cheap_xdp.estimate(3, true).cheapest(), PostPlace::Xdp);
+        assert_eq!(cheap_xdp.estimate(3, true, false).cheapest(), PostPlace::Xdp);
         assert_eq!(e.describe(), "XDP on a loop device 700 ns, fused 90 ns, processes 210 ns");
     }
 
@@ -177,8 +181,8 @@ mod tests {
     fn ties_go_to_fused_then_xdp() {
         let flat =
             CostModel { loop_crossing_ns: 0.0, xdp_stage_ns: 1.0, fused_stage_ns: 1.0, process_hop_ns: 0.0, ..model() };
-        assert_eq!(flat.estimate(2, true).cheapest(), PostPlace::Fused);
-        assert_eq!(flat.estimate(2, false).cheapest(), PostPlace::Xdp);
+        assert_eq!(flat.estimate(2, true, false).cheapest(), PostPlace::Fused);
+        assert_eq!(flat.estimate(2, false, false).cheapest(), PostPlace::Xdp);
     }
 
     #[test]

@@ -383,7 +383,7 @@ fn place_posts(
             None if fusable => PostPlace::Fused,
             None => PostPlace::Xdp,
             Some(m) => {
-                let estimate = m.estimate(nfs.len(), fusable);
+                let estimate = m.estimate(nfs.len(), fusable, split.is_some());
                 let chosen = estimate.cheapest();
                 let names = p.nfs.iter().map(|n| n.name.clone()).collect();
                 let (after, port) = (p.after.clone(), p.port.clone());

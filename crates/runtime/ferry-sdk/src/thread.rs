@@ -280,14 +280,24 @@ impl NfThread {
             }
             return;
         }
+        // As `send` does frame by frame: a full batch goes at once, so the
+        // batch size and the backpressure check per batch still hold.
         let batch = self.batch;
-        let target = self.target_mut(hop, 0);
-        target.pending.extend(pkts.drain(..).map(|pkt| {
+        let mut frames = pkts.drain(..).map(|pkt| {
             let (addr, len, _) = pkt.into_raw();
             Desc { addr, len, next_hop: hop as u16, flags: 0 }
-        }));
-        if target.pending.len() >= batch {
-            let _ = self.flush_target(hop, 0);
+        });
+        loop {
+            let target = self.target_mut(hop, 0);
+            let room = batch.saturating_sub(target.pending.len()).max(1);
+            let before = target.pending.len();
+            target.pending.extend(frames.by_ref().take(room));
+            if target.pending.len() == before {
+                return;
+            }
+            if target.pending.len() >= batch {
+                let _ = self.flush_target(hop, 0);
+            }
         }
     }
 

@@ -2,8 +2,8 @@
 //! ([`ferry_place::cost`]) on this machine, and writes them as a cost
 //! model for `ferryd --cost-model` and `ferry chain check --cost-model`.
 //!
-//! Each unit comes from two measurements that differ in it alone, one run
-//! each (as every `ferry bench` figure: compare only within a run):
+//! Each unit comes from two measurements that differ in it alone, each
+//! the median of `--runs` runs (compare only within one invocation):
 //! - a process hop and a fused stage: CPU per frame of `bench chain`'s
 //!   memory-mode chains of 1 and 4 `fwd` NFs, as processes and fused;
 //!   a third of the difference from 1 to 4 is one more of each (the
@@ -16,7 +16,11 @@
 //!   program.
 //!
 //! The model counts the NFs' own work on neither side: it assumes an NF's
-//! logic costs about the same in XDP as in its process.
+//! logic costs about the same in XDP as in its process. Its units are not
+//! all of one kind: the process hop and the fused stage are CPU time per
+//! frame, the loop crossing is time per frame at the kernel chain's
+//! saturation (softirq time, which no process is charged for), and the
+//! XDP stage is CPU time per frame under BPF_PROG_TEST_RUN.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +33,8 @@ use crate::chain::{self, BenchChainOptions, Row};
 use crate::pipeline;
 
 pub struct BenchCostOptions {
+    /// Runs of the chains; each figure is the median over them.
+    pub runs: usize,
     pub warmup: Duration,
     pub window: Duration,
     /// `bench pipeline`'s runs and packets per run.
@@ -45,34 +51,34 @@ pub struct BenchCostReport {
 }
 
 pub fn run(o: &BenchCostOptions) -> Result<BenchCostReport> {
-    let chains = chain::run(&BenchChainOptions {
-        scenarios: vec!["fig10".into()],
-        nfs: vec![1, 4],
-        warmup: o.warmup,
-        window: o.window,
-        kernel: true,
-        ..Default::default()
-    })?;
+    let mut rows = Vec::new();
+    for _ in 0..o.runs.max(1) {
+        let chains = chain::run(&BenchChainOptions {
+            scenarios: vec!["fig10".into()],
+            nfs: vec![1, 4],
+            warmup: o.warmup,
+            window: o.window,
+            kernel: true,
+            ..Default::default()
+        })?;
+        rows.extend(chains.rows);
+    }
     let pipe = pipeline::run(o.pipeline_repeat, o.pipeline_runs.max(1))?;
     let mut inputs = BTreeMap::new();
     let mut input = |name: String, v: f64| {
         inputs.insert(name, v);
         v
     };
-    let row = |variant: &str, nfs: usize| -> Result<&Row> {
-        chains
-            .rows
-            .iter()
-            .find(|r| r.variant == variant && r.nfs == nfs)
-            .ok_or_else(|| anyhow!("bench chain gave no {variant} row at {nfs} NFs"))
+    // The median over the runs: one run on a small machine is noisy.
+    let median_of = |variant: &str, nfs: usize, figure: fn(&Row) -> Option<f64>| -> Result<f64> {
+        let mut v: Vec<f64> = rows.iter().filter(|r| r.variant == variant && r.nfs == nfs).filter_map(figure).collect();
+        if v.is_empty() {
+            return Err(anyhow!("bench chain gave no {variant} figure at {nfs} NFs"));
+        }
+        Ok(crate::io::median(&mut v))
     };
-    let cpu = |variant: &str, nfs: usize| -> Result<f64> {
-        row(variant, nfs)?.cpu_ns_per_frame().ok_or_else(|| anyhow!("no CPU figure for {variant} at {nfs} NFs"))
-    };
-    let wall = |variant: &str, nfs: usize| -> Result<f64> {
-        let mpps = row(variant, nfs)?.mpps;
-        (mpps > 0.0).then(|| 1e3 / mpps).ok_or_else(|| anyhow!("{variant} carried nothing at {nfs} NFs"))
-    };
+    let cpu = |variant: &str, nfs: usize| median_of(variant, nfs, Row::cpu_ns_per_frame);
+    let wall = |variant: &str, nfs: usize| median_of(variant, nfs, |r| (r.mpps > 0.0).then(|| 1e3 / r.mpps));
     let per_one_more = |one: f64, four: f64| ((four - one) / 3.0).max(0.0);
     let fused = per_one_more(
         input("fused_1_cpu_ns".into(), cpu("ferry-fused", 1)?),
@@ -90,6 +96,8 @@ pub fn run(o: &BenchCostOptions) -> Result<BenchCostReport> {
         pipe.elements.iter().filter(|e| e.element != "none (parse + drop)").map(|e| e.overhead_ns).collect();
     overheads.sort_by(f64::total_cmp);
     let stage = *overheads.get(overheads.len() / 2).ok_or_else(|| anyhow!("bench pipeline measured no element"))?;
+    // A difference of two medians: noise can take it below zero.
+    let stage = stage.max(0.0);
     let machine = crate::io::machine_summary();
     let model = CostModel {
         loop_crossing_ns: crossing,
@@ -129,7 +137,7 @@ pub fn table(r: &BenchCostReport) -> String {
         out += &format!("{unit:<22}{ns:>8.0}\n");
     }
     for n in [1, 3] {
-        out += &format!("{n} NF(s) after the last process: {}\n", m.estimate(n, true).describe());
+        out += &format!("{n} NF(s) after the last process: {}\n", m.estimate(n, true, false).describe());
     }
     out += "measured:";
     for (k, v) in &r.inputs {

@@ -113,6 +113,9 @@ enum BenchCmd {
     /// stage, a fused stage, a process hop), written as a cost model for
     /// `ferryd --cost-model`.
     Cost {
+        /// Runs of the chain measurements (each figure the median).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
         #[arg(long, value_parser = parse_duration, default_value = "700ms")]
         warmup: Duration,
         #[arg(long, value_parser = parse_duration, default_value = "2s")]
@@ -337,8 +340,8 @@ fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Firewall { rules, packets, runs, json } => {
             show(&firewall::run(rules, packets, runs)?, firewall::table, json.as_deref())
         }
-        BenchCmd::Cost { warmup, window, out, json } => {
-            let opts = cost::BenchCostOptions { warmup, window, pipeline_runs: 3, pipeline_repeat: 200_000 };
+        BenchCmd::Cost { runs, warmup, window, out, json } => {
+            let opts = cost::BenchCostOptions { runs, warmup, window, pipeline_runs: 3, pipeline_repeat: 200_000 };
             let report = cost::run(&opts)?;
             if let Some(out) = &out {
                 std::fs::write(out, serde_json::to_string_pretty(&report.model)?)

@@ -367,7 +367,7 @@ fn preferred_busy_polling_on_a_veth_port_is_refused_and_leaves_the_device_alone(
     let dut = tb.ns_name("dut").to_string();
     let dir = TempDir::new("napi");
     let yaml = format!(
-        "name: napi\ndomains: [ {{ name: main }} ]\nports:\n  - {{ name: in, netns: {dut}, netdev: d0 }}\nnfs:\n  - \
+        "name: napi\ndomains: [ {{ name: main }} ]\nports:\n  - {{ name: in, netns: {dut}, netdev: d0, xdp_mode: driver }}\nnfs:\n  - \
          {{ name: x, domain: main, kind: l2fwd, poll: {{ prefer_busy_poll: {{ usecs: 50 }} }} }}\nlinks:\n  - {{ from: \
          in, to: x }}\n  - {{ from: x, to: in }}\n"
     );
@@ -377,6 +377,11 @@ fn preferred_busy_polling_on_a_veth_port_is_refused_and_leaves_the_device_alone(
     let refused = chainctl::deploy(&rc.admin, &napi).expect_err("refused on a veth");
     let text = format!("{refused:#}");
     assert!(text.contains("not supported: preferred busy polling needs a device whose XDP receive queue"), "{text}");
+    // Generic-mode XDP names no NAPI either, on any device.
+    let generic = std::fs::read_to_string(&napi).unwrap().replace("xdp_mode: driver", "xdp_mode: generic");
+    std::fs::write(&napi, generic).unwrap();
+    let refused = chainctl::deploy(&rc.admin, &napi).expect_err("refused in generic mode");
+    assert!(format!("{refused:#}").contains("preferred busy polling needs driver-mode XDP"), "{refused:#}");
     for attr in ["napi_defer_hard_irqs", "gro_flush_timeout"] {
         assert_eq!(ferry_sys::devattr::read(Some(&dut), "d0", attr).unwrap(), "0", "{attr} untouched");
     }

@@ -410,7 +410,8 @@ fn bench_cost_writes_a_model_placement_reads() {
     let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("bench-cost");
     let model = dir.path("model.json");
-    let args = ["bench", "cost", "--warmup", "200ms", "--window", "300ms", "--out", model.to_str().unwrap()];
+    let args =
+        ["bench", "cost", "--runs", "1", "--warmup", "200ms", "--window", "300ms", "--out", model.to_str().unwrap()];
     let done = Ferry::spawn_here(&args).finish(Duration::from_secs(300));
     assert!(done.status.success(), "bench cost failed: {}", done.stderr);
     assert!(done.stdout.contains("3 NF(s) after the last process: XDP on a loop device"), "{}", done.stdout);

@@ -60,6 +60,8 @@ pub(super) fn check_persistable(
         format!("kernel hop {}", k.name)
     } else if let Some(n) = plan.nfs.iter().find(|n| exports_flows(n.kind.as_deref(), &n.args)) {
         format!("flow monitor {} (its flow table)", n.name)
+    } else if let Some(n) = plan.nfs.iter().find(|n| n.poll.prefer_busy_poll.is_some()) {
+        format!("preferred busy polling on NF {} (the device settings it changes)", n.name)
     } else {
         return Ok(());
     };
