@@ -4,7 +4,7 @@
 //! that partial sums (pseudo-header, header, payload) can be combined with
 //! [`add`] and turned into a checksum field with `!sum` only at the end.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// One's complement sum of `data` read as big-endian 16-bit words, folded to
 /// 16 bits, not inverted. An odd trailing byte is padded with zero, as
@@ -60,6 +60,21 @@ pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, l4_len: u16)
         + u64::from(u16::from_be_bytes([d[2], d[3]]))
         + u64::from(protocol)
         + u64::from(l4_len);
+    fold(acc)
+}
+
+/// Sum of the IPv6 pseudo-header used by TCP, UDP and ICMPv6 (RFC 8200
+/// §8.1): source, destination, the 32-bit upper-layer length, three zero
+/// bytes and the next header.
+pub fn pseudo_header_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, upper_len: u32) -> u16 {
+    let words = |a: Ipv6Addr| {
+        let o = a.octets();
+        (0..8).map(move |i| u64::from(u16::from_be_bytes([o[2 * i], o[2 * i + 1]])))
+    };
+    let acc: u64 = words(src).chain(words(dst)).sum::<u64>()
+        + u64::from(upper_len >> 16)
+        + u64::from(upper_len & 0xffff)
+        + u64::from(next_header);
     fold(acc)
 }
 

@@ -17,6 +17,12 @@ pub enum WireError {
     /// The IP version nibble is not 4.
     #[error("ipv4: bad version {0}")]
     BadVersion(u8),
+    /// The IP version nibble of an IPv6 header is not 6.
+    #[error("ipv6: bad version {0}")]
+    BadIpv6Version(u8),
+    /// An IPv6 extension header chain Ferry does not follow (RFC 8200 §4).
+    #[error("ipv6: extension header {header}: {reason}")]
+    Ipv6Extension { header: u8, reason: &'static str },
     /// A checksum does not verify.
     #[error("{layer}: bad checksum")]
     BadChecksum { layer: &'static str },

@@ -25,14 +25,10 @@ use std::net::Ipv4Addr;
 use crate::ethernet::{ethertype, EthernetFrame};
 use crate::icmpv4::Icmpv4Packet;
 use crate::ipv4::{ip_proto, Ipv4Packet};
+use crate::ipv6::{Ipv6Packet, IPV6_HEADER_LEN};
 use crate::tcp::TcpPacket;
 use crate::udp::{UdpPacket, UDP_HEADER_LEN};
 use crate::WireError;
-
-/// Length of the fixed IPv6 header.
-pub const IPV6_HEADER_LEN: usize = 40;
-/// Offset of the next-header field in the IPv6 header.
-const IPV6_NEXT_HEADER: usize = 6;
 
 /// What [`parse`] found. Addresses are IPv4 only (unspecified otherwise);
 /// ports are 0 unless the L4 header is TCP or UDP.
@@ -94,7 +90,9 @@ pub fn parse(frame: &[u8]) -> Result<Flow, WireError> {
             if payload.len() < IPV6_HEADER_LEN {
                 return Err(WireError::Truncated { layer: "ipv6", need: IPV6_HEADER_LEN, have: payload.len() });
             }
-            flow.proto = payload[IPV6_NEXT_HEADER];
+            // The fixed header only, as the BPF side reads it: no version
+            // or payload-length check here (yet).
+            flow.proto = Ipv6Packet::new_unchecked(payload).next_header();
             (&payload[IPV6_HEADER_LEN..], l3_offset + IPV6_HEADER_LEN)
         }
         _ => return Ok(flow),

@@ -22,6 +22,8 @@
 //! - [`mac`]: the MAC address type and its one text parser.
 //! - [`arp`]: Ethernet/IPv4 ARP.
 //! - [`ipv4`], [`udp`], [`tcp`], [`icmpv4`].
+//! - [`ipv6`] with its extension headers walked, and [`icmpv6`] with
+//!   Neighbor Discovery's solicitation and advertisement.
 //! - [`classify`]: the tenant classifier's rule table, which the XDP
 //!   classifier and the `tenant-router` NF evaluate alike.
 //! - [`flow`]: a frame parsed to its 5-tuple, the same parse as the BPF
@@ -63,7 +65,9 @@ pub mod ethernet;
 pub mod flow;
 pub mod frame;
 pub mod icmpv4;
+pub mod icmpv6;
 pub mod ipv4;
+pub mod ipv6;
 pub mod mac;
 pub mod mica;
 pub mod nat;
@@ -82,7 +86,9 @@ pub use frame::{
     verify_checksums, FiveTuple, FrameSpec, L4Proto, MAX_FRAME_LEN, MIN_FRAME_LEN,
 };
 pub use icmpv4::{icmp_type, Icmpv4Packet};
+pub use icmpv6::{icmpv6_type, Icmpv6Packet, NdpRepr};
 pub use ipv4::{ip_proto, Ipv4Packet, Ipv4Repr};
+pub use ipv6::{next_header, Ipv6Packet, Ipv6Repr};
 pub use mac::{MacAddr, MacError};
 pub use stamp::{Stamp, STAMP_LEN, STAMP_MAGIC};
 pub use tcp::{tcp_flags, TcpPacket};
