@@ -8,7 +8,6 @@
 //! over `/sys`. Nothing of that outlives the thread.
 
 use std::io;
-use std::os::fd::AsRawFd;
 
 /// Reads attribute `attr` of device `dev` in namespace `ns` (`None`: the
 /// caller's), trimmed.
@@ -39,34 +38,31 @@ fn attr_path(dev: &str, attr: &str) -> io::Result<String> {
     Ok(format!("/sys/class/net/{dev}/{attr}"))
 }
 
-/// Runs `f` where `/sys` is the sysfs of namespace `ns`.
+/// Runs `f` where `/sys` is the sysfs of namespace `ns`: on the thread
+/// [`crate::in_netns`] runs it on, which first takes a mount namespace of
+/// its own (so the new sysfs is seen by nobody else and goes away with the
+/// thread) and mounts the sysfs of the network namespace it has joined.
 fn in_sysfs_of<T: Send>(ns: Option<&str>, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
-    let Some(ns) = ns else { return f() };
-    let path = format!("/run/netns/{ns}");
-    let file = std::fs::File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            // SAFETY: unshare/setns/mount affect only this thread (a mount
-            // namespace of its own first, so the new sysfs is seen by
-            // nobody else and goes away with the thread).
-            unsafe {
-                check(libc::unshare(libc::CLONE_NEWNS), "unshare(CLONE_NEWNS)")?;
-                let none = std::ptr::null::<libc::c_char>();
-                check(
-                    libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()),
-                    "making mounts private",
-                )?;
-                check(libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET), "setns")?;
-                check(
-                    libc::mount(c"sysfs".as_ptr(), c"/sys".as_ptr(), c"sysfs".as_ptr(), 0, std::ptr::null()),
-                    "mounting the namespace's sysfs",
-                )?;
-            }
-            f()
-        })
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
+    if ns.is_none() {
+        return f();
+    }
+    crate::in_netns(ns, || {
+        // SAFETY: unshare and mount affect only this thread, which
+        // in_netns made for the purpose.
+        unsafe {
+            check(libc::unshare(libc::CLONE_NEWNS), "unshare(CLONE_NEWNS)")?;
+            let none = std::ptr::null::<libc::c_char>();
+            check(
+                libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()),
+                "making mounts private",
+            )?;
+            check(
+                libc::mount(c"sysfs".as_ptr(), c"/sys".as_ptr(), c"sysfs".as_ptr(), 0, std::ptr::null()),
+                "mounting the namespace's sysfs",
+            )?;
+        }
+        f()
+    })?
 }
 
 fn check(rc: libc::c_int, what: &str) -> io::Result<()> {

@@ -57,15 +57,12 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,ferryd=info".into());
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
     let a = Args::parse();
-    let cost_model = match a.cost_model.or_else(|| std::env::var_os("FERRY_COST_MODEL").map(PathBuf::from)) {
-        Some(path) => match ferry_place::CostModel::load(&path) {
-            Ok(m) => Some(m),
-            Err(e) => {
-                eprintln!("ferryd: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
-        None => None,
+    let cost_model = match ferry_place::CostModel::configured(a.cost_model.as_deref()) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("ferryd: {e}");
+            return ExitCode::FAILURE;
+        }
     };
     let opts = ferryd::Options {
         chain: a.chain,

@@ -245,8 +245,8 @@ impl Port {
     /// With `busy`, the socket gets preferred busy polling, and the device
     /// it is bound to the settings that go with it.
     pub fn socket(&mut self, umem: &Arc<Umem>, queue: u32, busy: Option<&PreferBusyPoll>) -> Result<XskSocket> {
+        // Whether the device can do it was checked when the port opened.
         if let (Some(b), None) = (busy, &self.napi) {
-            self.check_busy_pollable()?;
             self.napi = Some(NapiDeferral::set(self.plan.netns.as_deref(), &self.sock_dev, b)?);
         }
         let busy_poll = busy.map(|b| BusyPoll { usecs: b.usecs, budget: b.budget, prefer: true });

@@ -54,7 +54,12 @@ mod tests {
     use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
 
     fn udp_frame(src_port: u16) -> Vec<u8> {
-        let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 64 };
+        udp_frame_of(src_port, 64)
+    }
+
+    /// A UDP frame of `len` bytes from 10.0.0.1:`src_port` to 10.0.1.1:9.
+    fn udp_frame_of(src_port: u16, len: usize) -> Vec<u8> {
+        let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: len };
         let tuple = FiveTuple {
             src_ip: [10, 0, 0, 1].into(),
             dst_ip: [10, 0, 1, 1].into(),
@@ -62,7 +67,7 @@ mod tests {
             dst_port: 9,
             proto: L4Proto::Udp,
         };
-        let mut frame = vec![0u8; 64];
+        let mut frame = vec![0u8; len];
         build_frame(&spec, &tuple, None, &mut frame).unwrap();
         frame
     }
@@ -80,16 +85,7 @@ mod tests {
 
     #[test]
     fn flow_hash_needs_the_whole_frame() {
-        let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 1500 };
-        let tuple = FiveTuple {
-            src_ip: [10, 0, 0, 1].into(),
-            dst_ip: [10, 0, 1, 1].into(),
-            src_port: 7,
-            dst_port: 9,
-            proto: L4Proto::Udp,
-        };
-        let mut frame = vec![0u8; 1500];
-        build_frame(&spec, &tuple, None, &mut frame).unwrap();
+        let frame = udp_frame_of(7, 1500);
         assert_ne!(flow_hash(&frame), 0);
         // Its first 64 bytes alone are an IPv4 packet cut short: malformed.
         assert_eq!(flow_hash(&frame[..64]), 0);

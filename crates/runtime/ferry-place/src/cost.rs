@@ -47,7 +47,18 @@ pub enum CostModelError {
     Value { path: String, field: &'static str, value: f64 },
 }
 
+/// The environment variable that names a cost model file when no
+/// `--cost-model` does.
+pub const COST_MODEL_ENV: &str = "FERRY_COST_MODEL";
+
 impl CostModel {
+    /// The model a command was given: the file of its `--cost-model` flag,
+    /// else of [`COST_MODEL_ENV`]; None when neither names one.
+    pub fn configured(flag: Option<&Path>) -> Result<Option<CostModel>, CostModelError> {
+        let env = std::env::var_os(COST_MODEL_ENV).map(std::path::PathBuf::from);
+        flag.or(env.as_deref()).map(CostModel::load).transpose()
+    }
+
     /// Reads a model `ferry bench cost --out` wrote.
     pub fn load(path: &Path) -> Result<CostModel, CostModelError> {
         let shown = path.display().to_string();

@@ -378,25 +378,23 @@ fn place_posts(
         let split = p.split.as_deref().map(index);
         let fusable = fuse::post_fuses(spec, index(&p.after), &nfs, split);
         let forced = nfs.iter().any(|&i| spec.nfs[i].offload == OffloadPolicy::Force);
-        let chosen = match model {
-            _ if forced => PostPlace::Xdp,
-            None if fusable => PostPlace::Fused,
-            None => PostPlace::Xdp,
+        let (chosen, cost) = match model {
+            _ if forced => (PostPlace::Xdp, String::new()),
+            None if fusable => (PostPlace::Fused, String::new()),
+            None => (PostPlace::Xdp, String::new()),
             Some(m) => {
                 let estimate = m.estimate(nfs.len(), fusable, split.is_some());
                 let chosen = estimate.cheapest();
                 let names = p.nfs.iter().map(|n| n.name.clone()).collect();
                 let (after, port) = (p.after.clone(), p.port.clone());
                 costs.push(PostCost { after, port, nfs: names, estimate, chosen, by: m.origin.clone() });
-                chosen
+                (chosen, format!(" ({})", estimate.describe()))
             }
         };
         if chosen == PostPlace::Xdp {
             kept.push(p);
             continue;
         }
-        let cost = costs.last().filter(|_| model.is_some()).map(|c| format!(" ({})", c.estimate.describe()));
-        let cost = cost.unwrap_or_default();
         for &i in &nfs {
             offloaded.remove(&i);
             let why = match (chosen, Some(i) == split) {

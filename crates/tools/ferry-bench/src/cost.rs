@@ -104,25 +104,9 @@ pub fn run(o: &BenchCostOptions) -> Result<BenchCostReport> {
         xdp_stage_ns: input("xdp_stage_overhead_ns".into(), stage),
         fused_stage_ns: fused,
         process_hop_ns: (processes - fused).max(0.0),
-        origin: format!("ferry bench cost on {machine}, {}", today()),
+        origin: format!("ferry bench cost on {machine}, {}", time::OffsetDateTime::now_utc().date()),
     };
     Ok(BenchCostReport { machine, model, inputs })
-}
-
-/// The date, UTC, as YYYY-MM-DD.
-fn today() -> String {
-    let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
 }
 
 pub fn table(r: &BenchCostReport) -> String {

@@ -56,16 +56,14 @@ pub fn host_bin() -> Result<PathBuf> {
 /// Starts ferryd on `chain`, serving `socket`, and waits until every NF
 /// has connected.
 pub fn start(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> {
-    let mut rc = launch(chain, socket, quiet, Placing::AsConfigured)?;
-    // Only a guard against a chain that never comes up: a loaded machine
-    // can take many seconds to start a dozen NF processes.
-    rc.wait_connected(Duration::from_secs(60))?;
-    Ok(rc)
+    start_placing(chain, socket, quiet, Placing::AsConfigured)
 }
 
 /// As [`start`], placing the chain as `placing` says.
 pub fn start_placing(chain: &Path, socket: &Path, quiet: bool, placing: Placing<'_>) -> Result<RunningChain> {
     let mut rc = launch(chain, socket, quiet, placing)?;
+    // Only a guard against a chain that never comes up: a loaded machine
+    // can take many seconds to start a dozen NF processes.
     rc.wait_connected(Duration::from_secs(60))?;
     Ok(rc)
 }
@@ -73,7 +71,8 @@ pub fn start_placing(chain: &Path, socket: &Path, quiet: bool, placing: Placing<
 /// How the ferryd a benchmark or test starts places its chain.
 #[derive(Debug, Clone, Copy)]
 pub enum Placing<'a> {
-    /// As ferryd would anyway (FERRY_COST_MODEL, if set, applies).
+    /// As ferryd would anyway (FERRY_COST_MODEL, if set, applies:
+    /// `ferry_place::cost::COST_MODEL_ENV`).
     AsConfigured,
     /// By the rules alone, whatever the environment says.
     ByRules,
@@ -92,7 +91,7 @@ pub fn launch(chain: &Path, socket: &Path, quiet: bool, placing: Placing<'_>) ->
     match placing {
         Placing::AsConfigured => {}
         Placing::ByRules => {
-            cmd.env_remove("FERRY_COST_MODEL");
+            cmd.env_remove(ferry_place::cost::COST_MODEL_ENV);
         }
         Placing::ByCost(model) => {
             cmd.arg("--cost-model").arg(model);

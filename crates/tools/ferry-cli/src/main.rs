@@ -813,8 +813,7 @@ fn chain_audit(name: &str, admin: &std::path::Path) -> Result<()> {
 
 /// `ferry chain check`: the file as ferryd would take it, placed.
 fn chain_check(file: &std::path::Path, explain: bool, cost_model: Option<PathBuf>) -> Result<()> {
-    let model = cost_model.or_else(|| std::env::var_os("FERRY_COST_MODEL").map(PathBuf::from));
-    let model = model.map(|path| ferry_place::CostModel::load(&path)).transpose()?;
+    let model = ferry_place::CostModel::configured(cost_model.as_deref())?;
     let (spec, placement) = ferry_place::load_with(file, model.as_ref())?;
     if explain {
         print!("{}", placement.explain());

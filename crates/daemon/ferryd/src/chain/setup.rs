@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, Context, Result};
 use ferry_bpf::flow_table::FlowTable;
-use ferry_chain::plan::ChainPlan;
+use ferry_chain::plan::{ChainPlan, PortPlan};
 use ferry_chain::proto;
 use ferry_nf::flow_monitor::MAX_FLOWS;
 use ferry_place::{HybridPath, OffloadedNf, PostPath, Then, XdpPath};
@@ -146,6 +146,7 @@ fn open_ports(
             let of = ports.get(s.port).and_then(Option::as_ref);
             let of = of.ok_or_else(|| anyhow!("port {}: its loop device is not open", p.name))?;
             let port = Port::open_miss(p, &of.lock().expect("port lock"))?;
+            check_busy_pollable(plan, p, &port)?;
             ports.push(Some(Mutex::new(port)));
             continue;
         }
@@ -163,14 +164,21 @@ fn open_ports(
             _ => {
                 let port = Port::open(p, PortParts { fast, post, hybrid, pin: pin.as_deref() })
                     .with_context(|| format!("port {}", p.name))?;
-                if p.nf.is_some_and(|i| plan.nfs[i].poll.prefer_busy_poll.is_some()) {
-                    port.check_busy_pollable()?;
-                }
+                check_busy_pollable(plan, p, &port)?;
                 Some(Mutex::new(port))
             }
         });
     }
     Ok(ports)
+}
+
+/// A port whose NF asks for preferred busy polling must be able to do it
+/// (checked once, at open, so a deploy fails rather than the NF's start).
+fn check_busy_pollable(plan: &ChainPlan, p: &PortPlan, port: &Port) -> Result<()> {
+    match p.nf {
+        Some(i) if plan.nfs[i].poll.prefer_busy_poll.is_some() => port.check_busy_pollable(),
+        _ => Ok(()),
+    }
 }
 
 /// The XDP part placed in front of port `port`, if any, with where it ends:
