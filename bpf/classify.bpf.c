@@ -60,8 +60,7 @@ int ferry_classify(struct xdp_md *ctx)
 	cfg = bpf_map_lookup_elem(&ferry_cls_config, &zero);
 	if (!p.ok || !cfg)
 		goto out;
-	if (ferry_cls_walk_of(ctx, &p, &w))
-		goto out;
+	ferry_cls_walk_of(&p, &w);
 	rules = cfg->rules < FERRY_CLS_MAX_RULES ? cfg->rules : FERRY_CLS_MAX_RULES;
 	bpf_loop(rules, ferry_cls_step, &w, 0);
 	action = cfg->default_action == XDP_PASS ? XDP_PASS : XDP_DROP;

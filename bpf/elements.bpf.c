@@ -7,25 +7,12 @@
  */
 #include "ferry_elements.h"
 
-/* Parses the frame into the element view; 0 if it is malformed. */
-static __always_inline int parse_fields(struct xdp_md *ctx, struct ferry_pl_fields *f)
-{
-	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
-	struct ferry_pkt p;
-
-	ferry_parse_l4(&c, &p);
-	if (!p.ok)
-		return 0;
-	ferry_pl_fields_of(ctx, &p, f);
-	return 1;
-}
-
 SEC("xdp")
 int ferry_only_drop(struct xdp_md *ctx)
 {
 	struct ferry_pl_fields f;
 
-	if (!parse_fields(ctx, &f))
+	if (!ferry_pl_parse(ctx, &f))
 		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
 	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
 }
@@ -35,7 +22,7 @@ int ferry_only_counter(struct xdp_md *ctx)
 {
 	struct ferry_pl_fields f;
 
-	if (!parse_fields(ctx, &f))
+	if (!ferry_pl_parse(ctx, &f))
 		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
 	ferry_el_counter(1, f.bytes);
 	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
@@ -46,7 +33,7 @@ int ferry_only_acl(struct xdp_md *ctx)
 {
 	struct ferry_pl_fields f;
 
-	if (!parse_fields(ctx, &f))
+	if (!ferry_pl_parse(ctx, &f))
 		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
 	ferry_el_acl(1, &f);
 	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
@@ -57,7 +44,7 @@ int ferry_only_flowmon(struct xdp_md *ctx)
 {
 	struct ferry_pl_fields f;
 
-	if (!parse_fields(ctx, &f))
+	if (!ferry_pl_parse(ctx, &f))
 		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
 	ferry_el_flowmon(1, &f);
 	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
@@ -68,7 +55,7 @@ int ferry_only_rewrite(struct xdp_md *ctx)
 {
 	struct ferry_pl_fields f;
 
-	if (!parse_fields(ctx, &f))
+	if (!ferry_pl_parse(ctx, &f))
 		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
 	ferry_el_rewrite(ctx, 1, &f);
 	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
@@ -79,7 +66,7 @@ int ferry_only_policer(struct xdp_md *ctx)
 {
 	struct ferry_pl_fields f;
 
-	if (!parse_fields(ctx, &f))
+	if (!ferry_pl_parse(ctx, &f))
 		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
 	ferry_el_policer(1);
 	return ferry_exit(ctx, XDP_DROP, XDP_DROP);
@@ -102,10 +89,15 @@ int ferry_parse_probe(struct xdp_md *ctx)
 	r.ok = p.ok;
 	r.proto = p.proto;
 	r.later_fragment = p.later_fragment;
-	r.is_ip4 = p.ip4 != NULL;
+	r.fragment = p.fragment;
+	r.ip_version = p.ip_version;
+	r.tags = p.tags;
 	r.ethertype = p.ethertype;
+	r.outer_vid = p.outer_vid;
+	r.inner_vid = p.inner_vid;
 	r.sport = p.sport;
 	r.dport = p.dport;
+	r.l3_off = p.eth ? sizeof(struct ethhdr) + p.tags * sizeof(struct ferry_vlan) : 0;
 	r.l4_off = p.l4 ? (__u16)(p.l4 - (void *)(long)ctx->data) : 0;
 	r.saddr = p.saddr;
 	r.daddr = p.daddr;

@@ -98,10 +98,11 @@ static __always_inline __u32 ferry_nsh_classify(struct xdp_md *ctx, int *malform
 	__u32 zero = 0, path, *rules, *spi;
 
 	ferry_parse_l4(&c, &p);
-	if (!p.ok || ferry_cls_walk_of(ctx, &p, &w)) {
+	if (!p.ok) {
 		*malformed = 1;
 		return 0;
 	}
+	ferry_cls_walk_of(&p, &w);
 	rules = bpf_map_lookup_elem(&ferry_nsh_paths, &zero);
 	if (!rules)
 		return 0;
@@ -173,7 +174,7 @@ static __always_inline int ferry_nsh_from_gpe(struct xdp_md *ctx, struct ferry_n
 	if (!p.ok || !p.ip4 || p.fragment || p.proto != IPPROTO_UDP || !p.l4 ||
 	    p.dport != bpf_htons(FERRY_VXLAN_GPE_PORT) || p.eth->h_proto != bpf_htons(ETH_P_IP))
 		return 0;
-	if (!port->addr || p.daddr != port->addr || !bpf_map_lookup_elem(&ferry_nsh_peers, &p.saddr))
+	if (!port->addr || p.daddr.w[3] != port->addr || !bpf_map_lookup_elem(&ferry_nsh_peers, &p.saddr.w[3]))
 		return 0;
 	udp = p.l4;
 	c.pos = p.l4 + sizeof(struct udphdr);

@@ -195,13 +195,11 @@ static __always_inline __u32 slow_reason(int verdict)
 SEC("xdp")
 int ferry_pipeline(struct xdp_md *ctx)
 {
-	struct ferry_cursor c = { (void *)(long)ctx->data, (void *)(long)ctx->data_end };
 	__u32 zero = 0, ifindex = ctx->ingress_ifindex;
 	struct ferry_pl_state *st = bpf_map_lookup_elem(&ferry_pl_state, &zero);
 	struct ferry_pl_entry *entry;
 	struct ferry_pl_fields f;
 	__u32 ifindex_out = 0;
-	struct ferry_pkt p;
 	int action;
 
 	if (!st)
@@ -217,10 +215,8 @@ int ferry_pipeline(struct xdp_md *ctx)
 		st->stage = entry->stage;
 		st->passes = 0;
 	}
-	ferry_parse_l4(&c, &p);
-	if (!p.ok)
+	if (!ferry_pl_parse(ctx, &f))
 		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);
-	ferry_pl_fields_of(ctx, &p, &f);
 	action = run_stages(ctx, &f, st, &ifindex_out);
 	switch (action) {
 	case RECIRCULATE:

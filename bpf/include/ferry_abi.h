@@ -133,7 +133,19 @@ struct ferry_pl_ctl {
 	__u32 next_nf;
 };
 
-/* ACL rule; all fields network order; prefix lengths 0..32. */
+/*
+ * An address in the flow key's one 128-bit space (ferry-wire's flow and
+ * prefix modules): an IPv6 address, or an IPv4 one IPv4-mapped
+ * (::ffff:a.b.c.d, RFC 4291 2.5.5.2), so one key, one rule and one hash
+ * serve both families. Network order; w[3] holds an IPv4 address.
+ */
+struct ferry_in6 {
+	__be32 w[4];
+};
+_Static_assert(sizeof(struct ferry_in6) == 16, "ferry_in6 layout");
+
+/* ACL rule; addresses network order, prefix lengths 0..128 in the 128-bit
+ * space (an IPv4 /n is 96 + n). */
 #define FERRY_ACL_ALLOW 0
 #define FERRY_ACL_DENY 1
 struct ferry_pl_acl_key {
@@ -141,8 +153,8 @@ struct ferry_pl_acl_key {
 	__u32 rule;
 };
 struct ferry_pl_acl_rule {
-	__be32 src;
-	__be32 dst;
+	struct ferry_in6 src;
+	struct ferry_in6 dst;
 	__u8 src_plen;
 	__u8 dst_plen;
 	__u8 proto; /* 0 = any */
@@ -154,7 +166,9 @@ struct ferry_pl_acl_rule {
 };
 struct ferry_pl_acl_meta {
 	__u32 rules;
-	__u32 default_action;
+	__u32 default_action; /* IP frames no rule matches */
+	__u32 non_ip_action;  /* frames with no IP header */
+	__u32 _pad;
 };
 
 struct ferry_pl_count {
@@ -162,18 +176,18 @@ struct ferry_pl_count {
 	__u64 bytes;
 };
 
-/* A directional IPv4 5-tuple, network order. */
+/* A directional 5-tuple of either family, network order. */
 struct ferry_flow {
-	__be32 saddr;
-	__be32 daddr;
+	struct ferry_in6 saddr;
+	struct ferry_in6 daddr;
 	__be16 sport;
 	__be16 dport;
 	__u8 proto;
 	__u8 _pad[3];
 };
-_Static_assert(sizeof(struct ferry_flow) == 16, "ferry_flow layout");
+_Static_assert(sizeof(struct ferry_flow) == 40, "ferry_flow layout");
 
-/* Flow monitor key: config + IPv4 5-tuple. */
+/* Flow monitor key: config + 5-tuple. */
 struct ferry_pl_flow_key {
 	__u32 config;
 	struct ferry_flow flow;
@@ -185,10 +199,11 @@ struct ferry_pl_flow_key {
 #define FERRY_RW_DPORT (1 << 3)
 #define FERRY_RW_SRC_MAC (1 << 4)
 #define FERRY_RW_DST_MAC (1 << 5)
+/* A header rewrite: addresses of the frame's family (IPv4 mapped). */
 struct ferry_pl_rewrite {
 	__u32 fields;
-	__be32 src_ip;
-	__be32 dst_ip;
+	struct ferry_in6 src_ip;
+	struct ferry_in6 dst_ip;
 	__be16 sport;
 	__be16 dport;
 	__u8 src_mac[6];
@@ -239,17 +254,21 @@ struct ferry_pl_scan {
 #define FERRY_CLS_DST 2
 #define FERRY_CLS_VLAN 4
 #define FERRY_CLS_DPORT 8
+#define FERRY_CLS_INNER_VLAN 16
 struct ferry_cls_rule {
-	__be32 src;
-	__be32 src_mask;
-	__be32 dst;
-	__be32 dst_mask;
-	__u16 vlan; /* the VLAN id, host order */
+	/* Prefixes in the 128-bit space (IPv4 mapped), masks in full. */
+	struct ferry_in6 src;
+	struct ferry_in6 src_mask;
+	struct ferry_in6 dst;
+	struct ferry_in6 dst_mask;
+	__u16 vlan;	  /* the outer (or only) tag's VLAN id, host order */
+	__u16 inner_vlan; /* the inner tag's, with two tags */
 	__be16 dport;
 	__u16 fields;
 	__u16 out;
+	__u16 _pad;
 };
-_Static_assert(sizeof(struct ferry_cls_rule) == 24, "ferry_cls_rule layout");
+_Static_assert(sizeof(struct ferry_cls_rule) == 76, "ferry_cls_rule layout");
 
 /* The table's header, map entry 0: how many rules are live and what a
  * frame no rule takes gets (XDP_DROP or XDP_PASS). */
@@ -356,15 +375,20 @@ struct ferry_parse_result {
 	__u8 ok;
 	__u8 proto;
 	__u8 later_fragment;
-	__u8 is_ip4;
+	__u8 fragment;
+	__u8 ip_version; /* 4, 6, or 0 for no IP header */
+	__u8 tags;	 /* VLAN tags unwrapped: 0, 1 or 2 */
 	__be16 ethertype;
+	__u16 outer_vid; /* host order */
+	__u16 inner_vid;
 	__be16 sport;
 	__be16 dport;
+	__u16 l3_off;
 	__u16 l4_off;
-	__be32 saddr;
-	__be32 daddr;
+	struct ferry_in6 saddr;
+	struct ferry_in6 daddr;
 };
-_Static_assert(sizeof(struct ferry_parse_result) == 20, "ferry_parse_result layout");
+_Static_assert(sizeof(struct ferry_parse_result) == 52, "ferry_parse_result layout");
 
 /* What ferry_nsh_probe (elements.bpf.c) writes in front of a frame as XDP
  * metadata: where ferry_parse_nsh found an NSH header and what it read,
@@ -425,10 +449,11 @@ struct ferry_pl_state {
 #define FERRY_FW_ALLOW 0
 #define FERRY_FW_DENY 1
 #define FERRY_FW_MAX_RULES 1024
-/* Source-subnet matcher (LPM trie key). */
+/* Source-subnet matcher (LPM trie key), in the 128-bit space: an IPv4
+ * subnet /n is its IPv4-mapped /(96 + n). */
 struct ferry_fw_subnet_key {
 	__u32 prefixlen;
-	__be32 addr;
+	struct ferry_in6 addr;
 };
 /* Destination-port matcher. */
 struct ferry_fw_port_key {
@@ -465,8 +490,10 @@ struct ferry_fw_rule {
 #define FERRY_LB_RING_SLOTS (FERRY_LB_MAX_VIPS * FERRY_LB_RING)
 #define FERRY_LB_MAX_BACKENDS 256
 #define FERRY_LB_NO_BACKEND 0xffffffff
+/* VIPs and backends of either family (IPv4 mapped); a backend is of its
+ * VIP's family. */
 struct ferry_lb_vip_key {
-	__be32 addr;
+	struct ferry_in6 addr;
 	__be16 port;
 	__u8 proto;
 	__u8 _pad;
@@ -476,7 +503,7 @@ struct ferry_lb_vip {
 	__u32 _pad;
 };
 struct ferry_lb_backend {
-	__be32 addr;
+	struct ferry_in6 addr;
 	__be16 port;
 	__u16 _pad;
 };
@@ -490,9 +517,10 @@ struct ferry_lb_conn {
 };
 /* Reply half: keyed by (backend -> client) flow. */
 struct ferry_lb_reply {
-	__be32 vip;
+	struct ferry_in6 vip;
 	__be16 vport;
 	__u16 _pad;
+	__u32 _pad2;
 	__u64 last_seen_ns;
 };
 

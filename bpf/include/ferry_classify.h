@@ -21,17 +21,28 @@ struct {
 /* What a rule is matched against (scalars only: a bpf_loop callback gets
  * no packet pointers), and which rule matched first. */
 struct ferry_cls_walk {
-	__be32 saddr;
-	__be32 daddr;
+	struct ferry_in6 saddr;
+	struct ferry_in6 daddr;
 	__be16 dport;
 	__u16 vlan;
-	__u8 ip4;
+	__u16 inner_vlan;
+	__u8 ip;
 	__u8 ports;
-	__u8 tagged;
-	__u8 _pad;
+	__u8 tags;
+	__u8 _pad[3];
 	__u32 hit;
 	__u32 out;
 };
+
+/* `a` masked equals `net`, over the 128-bit space. */
+static __always_inline int ferry_cls_in(const struct ferry_in6 *a, const struct ferry_in6 *net,
+					const struct ferry_in6 *mask)
+{
+	for (int i = 0; i < 4; i++)
+		if ((a->w[i] & mask->w[i]) != net->w[i])
+			return 0;
+	return 1;
+}
 
 static long ferry_cls_step(__u32 i, void *data)
 {
@@ -40,11 +51,13 @@ static long ferry_cls_step(__u32 i, void *data)
 
 	if (!r)
 		return 1;
-	if ((r->fields & FERRY_CLS_SRC) && (!w->ip4 || (w->saddr & r->src_mask) != r->src))
+	if ((r->fields & FERRY_CLS_SRC) && (!w->ip || !ferry_cls_in(&w->saddr, &r->src, &r->src_mask)))
 		return 0;
-	if ((r->fields & FERRY_CLS_DST) && (!w->ip4 || (w->daddr & r->dst_mask) != r->dst))
+	if ((r->fields & FERRY_CLS_DST) && (!w->ip || !ferry_cls_in(&w->daddr, &r->dst, &r->dst_mask)))
 		return 0;
-	if ((r->fields & FERRY_CLS_VLAN) && (!w->tagged || w->vlan != r->vlan))
+	if ((r->fields & FERRY_CLS_VLAN) && (!w->tags || w->vlan != r->vlan))
+		return 0;
+	if ((r->fields & FERRY_CLS_INNER_VLAN) && (w->tags < 2 || w->inner_vlan != r->inner_vlan))
 		return 0;
 	if ((r->fields & FERRY_CLS_DPORT) && (!w->ports || w->dport != r->dport))
 		return 0;
@@ -53,29 +66,20 @@ static long ferry_cls_step(__u32 i, void *data)
 	return 1;
 }
 
-/* Fills `w` from a parsed frame (`p->ok` must hold); nonzero if the
- * frame's tag cannot be read. `w->hit` starts at FERRY_CLS_MAX_RULES: no
- * rule. */
-static __always_inline int ferry_cls_walk_of(struct xdp_md *ctx, struct ferry_pkt *p, struct ferry_cls_walk *w)
+/* Fills `w` from a parsed frame (`p->ok` must hold). `w->hit` starts at
+ * FERRY_CLS_MAX_RULES: no rule. */
+static __always_inline void ferry_cls_walk_of(struct ferry_pkt *p, struct ferry_cls_walk *w)
 {
-	struct ferry_vlan *tag;
-
 	__builtin_memset(w, 0, sizeof(*w));
 	w->hit = FERRY_CLS_MAX_RULES;
-	/* ferry_parse_l4 took the tag (at most one) right after the MACs. */
-	if (p->eth->h_proto == bpf_htons(ETH_P_8021Q)) {
-		tag = (void *)(p->eth + 1);
-		if ((void *)(tag + 1) > (void *)(long)ctx->data_end)
-			return 1;
-		w->vlan = bpf_ntohs(tag->tci) & 0x0fff;
-		w->tagged = 1;
-	}
-	w->ip4 = p->ip4 != NULL;
+	w->tags = p->tags;
+	w->vlan = p->outer_vid;
+	w->inner_vlan = p->inner_vid;
+	w->ip = p->ip_version != 0;
 	w->saddr = p->saddr;
 	w->daddr = p->daddr;
 	w->ports = (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && p->l4;
 	w->dport = p->dport;
-	return 0;
 }
 
 #endif

@@ -46,6 +46,19 @@ static __always_inline void ferry_rewrite_addr(__sum16 *ip_check, __sum16 *l4_ch
 	*field = to;
 }
 
+/*
+ * An IPv6 address field: the L4 checksum over the pseudo-header follows
+ * it (IPv6 has no header checksum), a 32-bit word at a time.
+ */
+static __always_inline void ferry_rewrite_addr6(__sum16 *l4_check, __be32 *field, const __be32 *to)
+{
+	for (int i = 0; i < 4; i++) {
+		if (l4_check)
+			ferry_csum_replace4(l4_check, field[i], to[i]);
+		field[i] = to[i];
+	}
+}
+
 /* A TCP or UDP port field, and the L4 checksum with it. */
 static __always_inline void ferry_rewrite_port(__sum16 *l4_check, __be16 *field, __be16 to)
 {

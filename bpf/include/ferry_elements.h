@@ -86,8 +86,9 @@ enum verdict {
  * packet re-derive and re-check their pointers from ctx and the offsets.
  */
 struct ferry_pl_fields {
-	__be32 saddr;
-	__be32 daddr;
+	/* The 128-bit space: IPv4 addresses mapped, w[3] the IPv4 one. */
+	struct ferry_in6 saddr;
+	struct ferry_in6 daddr;
 	__be16 sport;
 	__be16 dport;
 	__u8 proto;
@@ -103,7 +104,7 @@ struct ferry_pl_fields {
 	__u32 bytes;
 };
 
-/* The directional 5-tuple of a parsed IPv4 frame. */
+/* The directional 5-tuple of a parsed frame, of either family. */
 static __always_inline void ferry_flow_of(const struct ferry_pl_fields *f, struct ferry_flow *flow)
 {
 	__builtin_memset(flow, 0, sizeof(*flow));
@@ -114,16 +115,21 @@ static __always_inline void ferry_flow_of(const struct ferry_pl_fields *f, struc
 	flow->proto = f->proto;
 }
 
-static __always_inline int prefix_match(__be32 addr, __be32 net, __u8 plen)
+/* Whether `addr` lies in `net`/`plen`, in the 128-bit space: word by
+ * word, each word's mask the part of the prefix inside it. */
+static __always_inline int ferry_in6_prefix_match(const struct ferry_in6 *addr, const struct ferry_in6 *net, __u32 plen)
 {
-	__u32 mask;
-
-	if (plen == 0)
-		return 1;
-	if (plen > 32)
+	if (plen > 128)
 		return 0;
-	mask = plen == 32 ? 0xffffffff : ~(0xffffffffu >> plen);
-	return (bpf_ntohl(addr) & mask) == (bpf_ntohl(net) & mask);
+	for (int i = 0; i < 4; i++) {
+		__u32 bits = plen > 32 ? 32 : plen, mask;
+
+		mask = bits == 0 ? 0 : bits == 32 ? 0xffffffff : ~(0xffffffffu >> bits);
+		if ((bpf_ntohl(addr->w[i]) & mask) != (bpf_ntohl(net->w[i]) & mask))
+			return 0;
+		plen -= bits;
+	}
+	return 1;
 }
 
 __attribute__((noinline)) int ferry_el_acl(__u32 config, struct ferry_pl_fields *f)
@@ -136,15 +142,15 @@ __attribute__((noinline)) int ferry_el_acl(__u32 config, struct ferry_pl_fields 
 	if (!f)
 		return XDP_ABORTED;
 	/* The firewall NF's decision table (crates/runtime/ferry-nf/src/firewall.rs):
-	 * the rules speak of IPv4, so other frames pass; a later fragment has
-	 * no ports to match and passing it would let a denied flow through
-	 * in pieces. */
-	if (!f->is_ip4)
-		return CONTINUE;
-	if (f->later_fragment)
-		return XDP_DROP;
+	 * a frame with no IP header gets the non-IP action; a later fragment
+	 * has no ports to match and passing it would let a denied flow
+	 * through in pieces. */
 	meta = bpf_map_lookup_elem(&ferry_pl_acl_meta, &config);
 	if (!meta)
+		return XDP_DROP;
+	if (!f->is_ip4 && !f->is_ip6)
+		return meta->non_ip_action == FERRY_ACL_ALLOW ? CONTINUE : XDP_DROP;
+	if (f->later_fragment)
 		return XDP_DROP;
 	sport = bpf_ntohs(f->sport);
 	dport = bpf_ntohs(f->dport);
@@ -161,7 +167,8 @@ __attribute__((noinline)) int ferry_el_acl(__u32 config, struct ferry_pl_fields 
 			continue;
 		if (r->proto && r->proto != f->proto)
 			continue;
-		if (!prefix_match(f->saddr, r->src, r->src_plen) || !prefix_match(f->daddr, r->dst, r->dst_plen))
+		if (!ferry_in6_prefix_match(&f->saddr, &r->src, r->src_plen) ||
+		    !ferry_in6_prefix_match(&f->daddr, &r->dst, r->dst_plen))
 			continue;
 		if (sport < r->sport_lo || sport > r->sport_hi || dport < r->dport_lo || dport > r->dport_hi)
 			continue;
@@ -209,25 +216,67 @@ __attribute__((noinline)) int ferry_el_flowmon(__u32 config, struct ferry_pl_fie
 	return CONTINUE;
 }
 
-/* Largest L3/L4 offsets the elements accept (VLAN + IPv4 with options). */
-#define MAX_L3_OFF 18
-#define MAX_L4_OFF (MAX_L3_OFF + 60)
+/* Largest L3/L4 offsets the elements accept: two VLAN tags, then IPv4
+ * with options or IPv6 with up to 64 bytes of extension headers. */
+#define MAX_L3_OFF 22
+#define MAX_L4_OFF (MAX_L3_OFF + 40 + 64)
+
+/* The address fields `rw` names in the IPv4 header at `l3`; its checksum
+ * and the L4 checksum `l4` follow. Nonzero when the header is out of
+ * bounds. */
+static __always_inline int ferry_rewrite_ip4(void *data, void *end, __u32 l3, const struct ferry_pl_rewrite *rw,
+					     __sum16 *l4, struct ferry_pl_fields *f)
+{
+	struct iphdr *ip = data + l3;
+
+	if ((void *)(ip + 1) > end)
+		return -1;
+	if (rw->fields & FERRY_RW_SRC_IP) {
+		ferry_rewrite_addr(&ip->check, l4, &ip->saddr, rw->src_ip.w[3]);
+		f->saddr = rw->src_ip;
+	}
+	if (rw->fields & FERRY_RW_DST_IP) {
+		ferry_rewrite_addr(&ip->check, l4, &ip->daddr, rw->dst_ip.w[3]);
+		f->daddr = rw->dst_ip;
+	}
+	return 0;
+}
+
+/* The same in the IPv6 header at `l3`, which has no checksum. */
+static __always_inline int ferry_rewrite_ip6(void *data, void *end, __u32 l3, const struct ferry_pl_rewrite *rw,
+					     __sum16 *l4, struct ferry_pl_fields *f)
+{
+	struct ferry_ipv6hdr *ip6 = data + l3;
+
+	if ((void *)(ip6 + 1) > end)
+		return -1;
+	if (rw->fields & FERRY_RW_SRC_IP) {
+		ferry_rewrite_addr6(l4, (__be32 *)ip6->saddr, rw->src_ip.w);
+		f->saddr = rw->src_ip;
+	}
+	if (rw->fields & FERRY_RW_DST_IP) {
+		ferry_rewrite_addr6(l4, (__be32 *)ip6->daddr, rw->dst_ip.w);
+		f->daddr = rw->dst_ip;
+	}
+	return 0;
+}
 
 /*
  * The one header rewrite of every fast path (the rewrite element, the
- * eLB's and eNAT's translations): the fields `rw` names, with the IP and
- * L4 checksums fixed incrementally, and `f` updated so later elements see
- * the new values. XDP_DROP when a header it must change is out of bounds.
+ * eLB's and eNAT's translations), IPv4 or IPv6: the fields `rw` names,
+ * with the IPv4 header checksum and the L4 checksum fixed incrementally,
+ * and `f` updated so later elements see the new values. XDP_DROP when a
+ * header it must change is out of bounds.
  */
 __attribute__((noinline)) int ferry_apply_rewrite(struct xdp_md *ctx, const struct ferry_pl_rewrite *rw,
 						  struct ferry_pl_fields *f)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	struct iphdr *ip;
 	__sum16 *l4 = NULL;
 	__be16 *ports = NULL;
 	__u32 l3, l4off;
+	int bad;
 
 	if (!rw || !f)
 		return XDP_DROP;
@@ -237,14 +286,11 @@ __attribute__((noinline)) int ferry_apply_rewrite(struct xdp_md *ctx, const stru
 		__builtin_memcpy(eth->h_source, rw->src_mac, ETH_ALEN);
 	if (rw->fields & FERRY_RW_DST_MAC)
 		__builtin_memcpy(eth->h_dest, rw->dst_mac, ETH_ALEN);
-	if (!f->is_ip4)
+	if (!f->is_ip4 && !f->is_ip6)
 		return CONTINUE;
 	l3 = f->l3_off;
 	l4off = f->l4_off;
 	if (l3 > MAX_L3_OFF || l4off > MAX_L4_OFF)
-		return XDP_DROP;
-	ip = data + l3;
-	if ((void *)(ip + 1) > end)
 		return XDP_DROP;
 	if (f->has_ports && data + l4off + 4 <= end) {
 		ports = data + l4off;
@@ -254,14 +300,12 @@ __attribute__((noinline)) int ferry_apply_rewrite(struct xdp_md *ctx, const stru
 			 ((struct udphdr *)(data + l4off))->check)
 			l4 = &((struct udphdr *)(data + l4off))->check;
 	}
-	if (rw->fields & FERRY_RW_SRC_IP) {
-		ferry_rewrite_addr(&ip->check, l4, &ip->saddr, rw->src_ip);
-		f->saddr = rw->src_ip;
-	}
-	if (rw->fields & FERRY_RW_DST_IP) {
-		ferry_rewrite_addr(&ip->check, l4, &ip->daddr, rw->dst_ip);
-		f->daddr = rw->dst_ip;
-	}
+	if (f->is_ip4)
+		bad = ferry_rewrite_ip4(data, end, l3, rw, l4, f);
+	else
+		bad = ferry_rewrite_ip6(data, end, l3, rw, l4, f);
+	if (bad)
+		return XDP_DROP;
 	if (ports && (rw->fields & FERRY_RW_SPORT)) {
 		ferry_rewrite_port(l4, &ports[0], rw->sport);
 		f->sport = rw->sport;
@@ -340,16 +384,40 @@ static __always_inline void ferry_pl_fields_of(struct xdp_md *ctx, struct ferry_
 	f->sport = p->sport;
 	f->dport = p->dport;
 	f->proto = p->proto;
-	f->is_ip4 = p->ip4 != NULL;
-	f->is_ip6 = p->ip6 != NULL;
+	f->is_ip4 = p->ip_version == 4;
+	f->is_ip6 = p->ip_version == 6;
 	f->fragment = p->fragment;
 	f->later_fragment = p->later_fragment;
 	f->has_ports = (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && p->l4;
 	if (p->ip4)
 		f->l3_off = (void *)p->ip4 - (void *)(long)ctx->data;
+	else if (p->ip6)
+		f->l3_off = (void *)p->ip6 - (void *)(long)ctx->data;
 	if (p->l4)
 		f->l4_off = p->l4 - (void *)(long)ctx->data;
 	f->bytes = ctx->data_end - ctx->data;
+}
+
+/*
+ * Parses the frame into the element view; 0 when it is malformed. A
+ * global function, verified once: its caller goes on with scalars only,
+ * whichever of the parse's many paths (tags, IPv6 extension headers) the
+ * frame took, so the paths do not multiply the caller's states.
+ */
+__attribute__((noinline)) int ferry_pl_parse(struct xdp_md *ctx, struct ferry_pl_fields *f)
+{
+	struct ferry_cursor c;
+	struct ferry_pkt p;
+
+	if (!f)
+		return 0;
+	c.pos = (void *)(long)ctx->data;
+	c.end = (void *)(long)ctx->data_end;
+	ferry_parse_l4(&c, &p);
+	if (!p.ok)
+		return 0;
+	ferry_pl_fields_of(ctx, &p, f);
+	return 1;
 }
 
 #endif

@@ -26,23 +26,30 @@ static __always_inline void ferry_hybrid_count(__u32 nf, __u32 slot, __u32 bytes
 	}
 }
 
-/* An IPv4 TCP or UDP frame with its L4 header: one with ports to match,
- * balance, bypass or translate. */
+/* A TCP or UDP frame with its L4 header, IPv4 or IPv6: one with ports to
+ * match or balance. */
 static __always_inline int ferry_has_ports(const struct ferry_pl_fields *f)
+{
+	return (f->is_ip4 || f->is_ip6) && f->has_ports;
+}
+
+/* The same, IPv4 only: what the eNAT (NAPT44) translates and the eDPI's
+ * nDPI server part inspects. */
+static __always_inline int ferry_has_ports4(const struct ferry_pl_fields *f)
 {
 	return f->is_ip4 && f->has_ports;
 }
 
 /* Rewrites one endpoint (destination or source) through the one rewrite
- * helper. */
-static __always_inline int ferry_hybrid_rewrite(struct xdp_md *ctx, struct ferry_pl_fields *f, int dst, __be32 addr,
-						__be16 port)
+ * helper; `addr` is of the frame's family. */
+static __always_inline int ferry_hybrid_rewrite(struct xdp_md *ctx, struct ferry_pl_fields *f, int dst,
+						const struct ferry_in6 *addr, __be16 port)
 {
 	struct ferry_pl_rewrite rw = {};
 
 	rw.fields = dst ? FERRY_RW_DST_IP | FERRY_RW_DPORT : FERRY_RW_SRC_IP | FERRY_RW_SPORT;
-	rw.dst_ip = addr;
-	rw.src_ip = addr;
+	rw.dst_ip = *addr;
+	rw.src_ip = *addr;
 	rw.dport = port;
 	rw.sport = port;
 	return ferry_apply_rewrite(ctx, &rw, f) == CONTINUE;
@@ -53,7 +60,7 @@ static __always_inline int ferry_hybrid_rewrite(struct xdp_md *ctx, struct ferry
 /* The subnet rule for the source, else the port rule, else NULL. */
 static __always_inline struct ferry_fw_rule *ferry_fw_match(const struct ferry_pl_fields *f)
 {
-	struct ferry_fw_subnet_key sk = { .prefixlen = 32, .addr = f->saddr };
+	struct ferry_fw_subnet_key sk = { .prefixlen = 128, .addr = f->saddr };
 	struct ferry_fw_port_key pk = { .proto = f->proto, .port = f->dport };
 	struct ferry_fw_rule *rule;
 
@@ -86,7 +93,7 @@ __attribute__((noinline)) int ferry_el_efw(struct ferry_pl_fields *f)
 	}
 	/* Fragments carry ports in the first piece only: the kernel, which
 	 * reassembles, decides all of them. */
-	rule = f->is_ip4 && !f->fragment ? ferry_fw_match(f) : NULL;
+	rule = !f->fragment ? ferry_fw_match(f) : NULL;
 	if (!rule) {
 		ferry_hybrid_count(FERRY_HYBRID_FW, FERRY_FW_C_KERNEL, f->bytes);
 		return XDP_PASS;
@@ -107,10 +114,14 @@ __attribute__((noinline)) int ferry_el_efw(struct ferry_pl_fields *f)
 
 /* ---- eLB ---- */
 
-/* murmur3's 64-bit finaliser over the 5-tuple. */
+/* murmur3's 64-bit finaliser over the 5-tuple, the addresses folded
+ * word by word. */
 static __always_inline __u32 ferry_flow_hash(const struct ferry_flow *f)
 {
-	__u64 h = ((__u64)f->saddr << 32 | f->daddr) ^ ((__u64)f->sport << 24 | (__u64)f->dport << 8 | f->proto);
+	__u64 h = (__u64)f->sport << 24 | (__u64)f->dport << 8 | f->proto;
+
+	for (int i = 0; i < 4; i++)
+		h ^= ((__u64)f->saddr.w[i] << 32 | f->daddr.w[i]) * (i + 1);
 
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
@@ -193,7 +204,7 @@ __attribute__((noinline)) int ferry_el_elb(struct xdp_md *ctx, struct ferry_pl_f
 	ferry_flow_of(f, &flow);
 	backend = ferry_lb_pick(&flow, vip->vip_id, now, f->bytes, &is_new);
 	be = backend < FERRY_LB_MAX_BACKENDS ? bpf_map_lookup_elem(&ferry_lb_backends, &backend) : NULL;
-	if (!be || !be->addr) {
+	if (!be || !(be->addr.w[0] | be->addr.w[1] | be->addr.w[2] | be->addr.w[3])) {
 		ferry_hybrid_count(FERRY_HYBRID_LB, FERRY_LB_C_NO_BACKEND, f->bytes);
 		return XDP_DROP;
 	}
@@ -220,7 +231,7 @@ __attribute__((noinline)) int ferry_el_elb(struct xdp_md *ctx, struct ferry_pl_f
 		load->packets += 1;
 		load->bytes += f->bytes;
 	}
-	if (!ferry_hybrid_rewrite(ctx, f, 1, be->addr, be->port)) {
+	if (!ferry_hybrid_rewrite(ctx, f, 1, &be->addr, be->port)) {
 		ferry_hybrid_count(FERRY_HYBRID_LB, FERRY_LB_C_MALFORMED, f->bytes);
 		return XDP_DROP;
 	}
@@ -244,7 +255,7 @@ __attribute__((noinline)) int ferry_el_elb_reply(struct xdp_md *ctx, struct ferr
 		return CONTINUE;
 	}
 	reply->last_seen_ns = bpf_ktime_get_ns();
-	if (!ferry_hybrid_rewrite(ctx, f, 0, reply->vip, reply->vport)) {
+	if (!ferry_hybrid_rewrite(ctx, f, 0, &reply->vip, reply->vport)) {
 		ferry_hybrid_count(FERRY_HYBRID_LB_REPLY, FERRY_LBR_C_MALFORMED, f->bytes);
 		return XDP_DROP;
 	}
@@ -266,7 +277,7 @@ __attribute__((noinline)) int ferry_el_edpi(struct ferry_pl_fields *f)
 
 	if (!f)
 		return XDP_ABORTED;
-	if (!ferry_has_ports(f)) {
+	if (!ferry_has_ports4(f)) {
 		ferry_hybrid_count(FERRY_HYBRID_DPI, FERRY_DPI_C_NOT_INSPECTED, f->bytes);
 		return CONTINUE;
 	}
@@ -296,6 +307,7 @@ __attribute__((noinline)) int ferry_el_enat(struct xdp_md *ctx, struct ferry_pl_
 {
 	struct ferry_nat_entry *e;
 	struct ferry_nat_key key = {};
+	struct ferry_in6 public;
 
 	if (!f)
 		return XDP_ABORTED;
@@ -305,11 +317,11 @@ __attribute__((noinline)) int ferry_el_enat(struct xdp_md *ctx, struct ferry_pl_
 		ferry_hybrid_count(FERRY_HYBRID_NAT, FERRY_NAT_C_FRAGMENT, f->bytes);
 		return XDP_DROP;
 	}
-	if (!ferry_has_ports(f)) {
+	if (!ferry_has_ports4(f)) {
 		ferry_hybrid_count(FERRY_HYBRID_NAT, FERRY_NAT_C_NOT_NATTED, f->bytes);
 		return CONTINUE;
 	}
-	key.addr = f->saddr;
+	key.addr = f->saddr.w[3];
 	key.port = f->sport;
 	key.proto = f->proto;
 	key.dir = FERRY_NAT_OUT;
@@ -321,7 +333,8 @@ __attribute__((noinline)) int ferry_el_enat(struct xdp_md *ctx, struct ferry_pl_
 		return SLOW_MISS_DROP;
 	}
 	e->last_seen_ns = bpf_ktime_get_ns();
-	if (!ferry_hybrid_rewrite(ctx, f, 0, e->addr, e->port)) {
+	ferry_in6_of_v4(&public, e->addr);
+	if (!ferry_hybrid_rewrite(ctx, f, 0, &public, e->port)) {
 		ferry_hybrid_count(FERRY_HYBRID_NAT, FERRY_NAT_C_MALFORMED, f->bytes);
 		return XDP_DROP;
 	}
@@ -338,11 +351,12 @@ __attribute__((noinline)) int ferry_el_enat_reply(struct xdp_md *ctx, struct fer
 {
 	struct ferry_nat_entry *e = NULL;
 	struct ferry_nat_key key = {};
+	struct ferry_in6 inside;
 
 	if (!f)
 		return XDP_ABORTED;
-	if (ferry_has_ports(f) && !f->fragment) {
-		key.addr = f->daddr;
+	if (ferry_has_ports4(f) && !f->fragment) {
+		key.addr = f->daddr.w[3];
 		key.port = f->dport;
 		key.proto = f->proto;
 		key.dir = FERRY_NAT_IN;
@@ -352,7 +366,8 @@ __attribute__((noinline)) int ferry_el_enat_reply(struct xdp_md *ctx, struct fer
 		ferry_hybrid_count(FERRY_HYBRID_NAT_REPLY, FERRY_NATR_C_NOT_MAPPED, f->bytes);
 		return CONTINUE;
 	}
-	if (!ferry_hybrid_rewrite(ctx, f, 1, e->addr, e->port)) {
+	ferry_in6_of_v4(&inside, e->addr);
+	if (!ferry_hybrid_rewrite(ctx, f, 1, &inside, e->port)) {
 		ferry_hybrid_count(FERRY_HYBRID_NAT_REPLY, FERRY_NATR_C_MALFORMED, f->bytes);
 		return XDP_DROP;
 	}

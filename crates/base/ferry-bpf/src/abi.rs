@@ -5,6 +5,10 @@
 //! compile time against the same numbers the C header asserts, so a layout
 //! change is a deliberate change on both sides.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ferry_wire::prefix::{from_flow_space, to_flow_space};
+
 /// What bindgen generated from `ferry_abi.h`: every `ferry_*` struct and
 /// `FERRY_*` constant, named as in C.
 #[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
@@ -115,26 +119,54 @@ impl SlowMeta {
 /// written by `ferry_parse_probe` as XDP metadata. Network order for
 /// addresses and ports, as in the frame.
 pub type ParseResult = crate::abi::gen::ferry_parse_result;
-const _: () = assert!(std::mem::size_of::<ParseResult>() == 20);
+const _: () = assert!(std::mem::size_of::<ParseResult>() == 52);
 
 impl ParseResult {
     /// Reads one from the first bytes of a test run's output.
     pub fn from_bytes(b: &[u8]) -> Option<ParseResult> {
-        let b: &[u8; 20] = b.get(..20)?.try_into().ok()?;
-        let ne16 = |i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
-        let ne32 = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        Some(ParseResult {
-            ok: b[0],
-            proto: b[1],
-            later_fragment: b[2],
-            is_ip4: b[3],
-            ethertype: ne16(4),
-            sport: ne16(6),
-            dport: ne16(8),
-            l4_off: ne16(10),
-            saddr: ne32(12),
-            daddr: ne32(16),
-        })
+        let b = b.get(..std::mem::size_of::<ParseResult>())?;
+        // SAFETY: the length is checked; ParseResult is Pod (every bit
+        // pattern valid), and the read is unaligned.
+        Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<ParseResult>()) })
+    }
+}
+
+/// `struct ferry_in6`: an address in the flow key's 128-bit space, IPv4
+/// ones IPv4-mapped (as ferry-wire's flow parser holds them).
+pub type In6 = crate::abi::gen::ferry_in6;
+const _: () = assert!(std::mem::size_of::<In6>() == 16);
+
+impl From<Ipv6Addr> for In6 {
+    fn from(a: Ipv6Addr) -> In6 {
+        let o = a.octets();
+        In6 { w: std::array::from_fn(|i| u32::from_ne_bytes([o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]])) }
+    }
+}
+
+impl From<IpAddr> for In6 {
+    fn from(a: IpAddr) -> In6 {
+        to_flow_space(a).into()
+    }
+}
+
+impl From<Ipv4Addr> for In6 {
+    fn from(a: Ipv4Addr) -> In6 {
+        a.to_ipv6_mapped().into()
+    }
+}
+
+impl In6 {
+    pub fn to_ipv6(self) -> Ipv6Addr {
+        let mut o = [0u8; 16];
+        for (i, w) in self.w.iter().enumerate() {
+            o[4 * i..4 * i + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        Ipv6Addr::from(o)
+    }
+
+    /// The address in its own family: IPv4-mapped ones as IPv4.
+    pub fn to_ip(self) -> IpAddr {
+        from_flow_space(self.to_ipv6())
     }
 }
 
@@ -169,5 +201,6 @@ impl NshParseResult {
 
 // SAFETY: plain-old-data, no padding, every bit pattern is valid.
 unsafe impl aya::Pod for Verdicts {}
+unsafe impl aya::Pod for In6 {}
 unsafe impl aya::Pod for GenConfig {}
 unsafe impl aya::Pod for GenState {}

@@ -8,9 +8,12 @@
 pub const CLS_MAX_RULES: usize = 64;
 
 use aya::maps::{Array, DevMap};
-use ferry_wire::classify::Rule;
+use std::net::Ipv6Addr;
 
-use crate::abi::Verdicts;
+use ferry_wire::classify::Rule;
+use ferry_wire::IpPrefix;
+
+use crate::abi::{In6, Verdicts};
 use crate::attach::{per_cpu_sums, LoadedXdp};
 use crate::{AttachMode, BpfError, Object};
 
@@ -21,7 +24,7 @@ const HITS: &str = "ferry_cls_hits";
 
 /// `struct ferry_cls_rule`.
 pub type ClsRule = crate::abi::gen::ferry_cls_rule;
-const _: () = assert!(std::mem::size_of::<ClsRule>() == 24);
+const _: () = assert!(std::mem::size_of::<ClsRule>() == 76);
 // SAFETY: plain-old-data; every bit pattern is valid.
 unsafe impl aya::Pod for ClsRule {}
 
@@ -35,20 +38,25 @@ const FIELD_SRC: u16 = 1;
 const FIELD_DST: u16 = 2;
 const FIELD_VLAN: u16 = 4;
 const FIELD_DPORT: u16 = 8;
+const FIELD_INNER_VLAN: u16 = 16;
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 
 impl From<&Rule> for ClsRule {
     fn from(r: &Rule) -> ClsRule {
         let mut c = ClsRule { out: r.out, ..ClsRule::default() };
+        let mask = |p: IpPrefix| In6::from(Ipv6Addr::from(p.mask()));
         if let Some(p) = r.src {
-            (c.src, c.src_mask, c.fields) = (u32::from(p.addr).to_be(), p.mask().to_be(), c.fields | FIELD_SRC);
+            (c.src, c.src_mask, c.fields) = (p.addr().into(), mask(p), c.fields | FIELD_SRC);
         }
         if let Some(p) = r.dst {
-            (c.dst, c.dst_mask, c.fields) = (u32::from(p.addr).to_be(), p.mask().to_be(), c.fields | FIELD_DST);
+            (c.dst, c.dst_mask, c.fields) = (p.addr().into(), mask(p), c.fields | FIELD_DST);
         }
         if let Some(v) = r.vlan {
             (c.vlan, c.fields) = (v, c.fields | FIELD_VLAN);
+        }
+        if let Some(v) = r.inner_vlan {
+            (c.inner_vlan, c.fields) = (v, c.fields | FIELD_INNER_VLAN);
         }
         if let Some(p) = r.dport {
             (c.dport, c.fields) = (p.to_be(), c.fields | FIELD_DPORT);

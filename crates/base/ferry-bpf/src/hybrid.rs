@@ -6,7 +6,7 @@
 //! tables are in `crates/runtime/ferry-evnf`.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 pub use crate::hybrid_maps::HybridMaps;
@@ -15,6 +15,7 @@ use crate::pipeline::{Element, ElementKind, Forward, Pipeline, PlKey, FWD_XSK};
 /// The forward config that hands a hybrid path's frames to the socket of
 /// their queue.
 const TO_SOCKET: u32 = 1;
+use crate::abi::In6;
 use crate::{AttachMode, BpfError, Verdicts};
 
 /// The hybrid NFs' fast paths (`FERRY_HYBRID_*`): their pipeline elements, and
@@ -106,15 +107,16 @@ pub type LbVip = crate::abi::gen::ferry_lb_vip;
 /// `struct ferry_lb_backend`: address and port in network order.
 pub type LbBackend = crate::abi::gen::ferry_lb_backend;
 
-/// `struct ferry_flow`: a directional IPv4 5-tuple, network order.
+/// `struct ferry_flow`: a directional 5-tuple of either family (IPv4
+/// addresses IPv4-mapped), network order.
 pub type FlowTuple = crate::abi::gen::ferry_flow;
 
 impl FlowTuple {
-    /// From host-order values.
-    pub fn new(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16, proto: u8) -> FlowTuple {
+    /// From host-order values; an IPv4 address is held IPv4-mapped.
+    pub fn new(src: impl Into<In6>, sport: u16, dst: impl Into<In6>, dport: u16, proto: u8) -> FlowTuple {
         FlowTuple {
-            saddr: u32::from_ne_bytes(src.octets()),
-            daddr: u32::from_ne_bytes(dst.octets()),
+            saddr: src.into(),
+            daddr: dst.into(),
             sport: sport.to_be(),
             dport: dport.to_be(),
             proto,
@@ -127,12 +129,14 @@ impl FlowTuple {
         FlowTuple { saddr: self.daddr, daddr: self.saddr, sport: self.dport, dport: self.sport, ..*self }
     }
 
-    pub fn src(&self) -> (Ipv4Addr, u16) {
-        (Ipv4Addr::from(self.saddr.to_ne_bytes()), u16::from_be(self.sport))
+    /// The source in its own family.
+    pub fn src(&self) -> (IpAddr, u16) {
+        (self.saddr.to_ip(), u16::from_be(self.sport))
     }
 
-    pub fn dst(&self) -> (Ipv4Addr, u16) {
-        (Ipv4Addr::from(self.daddr.to_ne_bytes()), u16::from_be(self.dport))
+    /// The destination in its own family.
+    pub fn dst(&self) -> (IpAddr, u16) {
+        (self.daddr.to_ip(), u16::from_be(self.dport))
     }
 }
 
@@ -182,12 +186,12 @@ const _: () = assert!(std::mem::size_of::<NatKey>() == 8);
 const _: () = assert!(std::mem::size_of::<NatEntry>() == 16);
 const _: () = assert!(std::mem::size_of::<FwPortKey>() == 4);
 const _: () = assert!(std::mem::size_of::<FwRule>() == 8);
-const _: () = assert!(std::mem::size_of::<LbVipKey>() == 8);
+const _: () = assert!(std::mem::size_of::<LbVipKey>() == 20);
 const _: () = assert!(std::mem::size_of::<LbVip>() == 8);
-const _: () = assert!(std::mem::size_of::<LbBackend>() == 8);
-const _: () = assert!(std::mem::size_of::<FlowTuple>() == 16);
+const _: () = assert!(std::mem::size_of::<LbBackend>() == 20);
+const _: () = assert!(std::mem::size_of::<FlowTuple>() == 40);
 const _: () = assert!(std::mem::size_of::<LbConn>() == 32);
-const _: () = assert!(std::mem::size_of::<LbReply>() == 16);
+const _: () = assert!(std::mem::size_of::<LbReply>() == 32);
 const _: () = assert!(std::mem::size_of::<DpiBypass>() == 32);
 
 // SAFETY: plain-old-data; every bit pattern is valid (padding is explicit).

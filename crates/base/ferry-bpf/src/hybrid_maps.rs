@@ -7,13 +7,16 @@
 //! they are used). The programs, the chaining table and the socket map
 //! stay with whoever loaded the object ([`crate::hybrid::HybridPipeline`]).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{Array, HashMap, Map, MapData, MapType, PerCpuArray};
 use aya::Ebpf;
 
+use ferry_wire::IpPrefix;
+
+use crate::abi::In6;
 use crate::hybrid::*;
 use crate::pipeline::PlCount;
 use crate::BpfError;
@@ -216,18 +219,14 @@ impl HybridMaps {
 
     // ---- eFW ----
 
-    /// Source subnet `addr/prefix` gets `rule`.
-    pub fn fw_set_subnet(&mut self, addr: Ipv4Addr, prefix: u8, rule: FwRule) -> Result<(), BpfError> {
+    /// Source subnet `subnet` (IPv4 or IPv6) gets `rule`.
+    pub fn fw_set_subnet(&mut self, subnet: IpPrefix, rule: FwRule) -> Result<(), BpfError> {
         const NAME: &str = "ferry_fw_subnets";
         check_rule(rule)?;
-        if prefix > 32 {
-            return Err(BpfError::Config(format!("subnet {addr}/{prefix}: prefix longer than 32")));
-        }
         let map = self.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
-        let mut trie: LpmTrie<&mut MapData, u32, FwRule> =
+        let mut trie: LpmTrie<&mut MapData, In6, FwRule> =
             LpmTrie::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let key = LpmKey::new(prefix as u32, u32::from_ne_bytes(addr.octets()));
-        trie.insert(&key, rule, 0).map_err(|source| BpfError::Map { name: NAME, source })
+        trie.insert(&subnet_key(subnet), rule, 0).map_err(|source| BpfError::Map { name: NAME, source })
     }
 
     /// Destination port `port` (host order; 0 = every port) of `proto` gets `rule`.
@@ -243,14 +242,14 @@ impl HybridMaps {
 
     /// Removes every fast firewall rule not in `subnets` / `ports` (after
     /// installing a new set, so that no rule is missing in between).
-    pub fn fw_retain(&mut self, subnets: &[(Ipv4Addr, u8)], ports: &[(u8, u16)]) -> Result<(), BpfError> {
+    pub fn fw_retain(&mut self, subnets: &[IpPrefix], ports: &[(u8, u16)]) -> Result<(), BpfError> {
         const SUBNETS: &str = "ferry_fw_subnets";
         const PORTS: &str = "ferry_fw_ports";
-        let keep: Vec<(u32, u32)> = subnets.iter().map(|(a, p)| (*p as u32, u32::from_ne_bytes(a.octets()))).collect();
+        let keep: Vec<(u32, In6)> = subnets.iter().map(|p| (u32::from(p.prefix_len()), p.addr().into())).collect();
         let map = self.map_mut(SUBNETS).ok_or(BpfError::NoMap { name: SUBNETS })?;
-        let mut trie: LpmTrie<&mut MapData, u32, FwRule> =
+        let mut trie: LpmTrie<&mut MapData, In6, FwRule> =
             LpmTrie::try_from(map).map_err(|source| BpfError::Map { name: SUBNETS, source })?;
-        let stale: Vec<LpmKey<u32>> =
+        let stale: Vec<LpmKey<In6>> =
             trie.keys().filter_map(Result::ok).filter(|k| !keep.contains(&(k.prefix_len(), k.data()))).collect();
         for k in stale {
             trie.remove(&k).map_err(|source| BpfError::Map { name: SUBNETS, source })?;
@@ -274,8 +273,8 @@ impl HybridMaps {
 
     // ---- eLB ----
 
-    /// Declares VIP `addr:port/proto` as `vip_id`.
-    pub fn lb_set_vip(&mut self, addr: Ipv4Addr, port: u16, proto: u8, vip_id: u32) -> Result<(), BpfError> {
+    /// Declares VIP `addr:port/proto` (IPv4 or IPv6) as `vip_id`.
+    pub fn lb_set_vip(&mut self, addr: IpAddr, port: u16, proto: u8, vip_id: u32) -> Result<(), BpfError> {
         const NAME: &str = "ferry_lb_vips";
         if vip_id >= LB_MAX_VIPS {
             return Err(BpfError::Config(format!("VIP id {vip_id}: at most {LB_MAX_VIPS} VIPs")));
@@ -283,25 +282,25 @@ impl HybridMaps {
         let map = self.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
         let mut vips: HashMap<&mut MapData, LbVipKey, LbVip> =
             HashMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let key = LbVipKey { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), proto, _pad: 0 };
+        let key = LbVipKey { addr: addr.into(), port: port.to_be(), proto, _pad: 0 };
         vips.insert(key, LbVip { vip_id, _pad: 0 }, 0).map_err(|source| BpfError::Map { name: NAME, source })
     }
 
     /// Removes VIP `addr:port/proto` (new flows to it are no longer balanced).
-    pub fn lb_remove_vip(&mut self, addr: Ipv4Addr, port: u16, proto: u8) -> Result<(), BpfError> {
+    pub fn lb_remove_vip(&mut self, addr: IpAddr, port: u16, proto: u8) -> Result<(), BpfError> {
         const NAME: &str = "ferry_lb_vips";
         let map = self.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
         let mut vips: HashMap<&mut MapData, LbVipKey, LbVip> =
             HashMap::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let key = LbVipKey { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), proto, _pad: 0 };
+        let key = LbVipKey { addr: addr.into(), port: port.to_be(), proto, _pad: 0 };
         match vips.remove(&key) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(source) => Err(BpfError::Map { name: NAME, source }),
         }
     }
 
-    /// Backend `index` is `addr:port`.
-    pub fn lb_set_backend(&mut self, index: u32, addr: Ipv4Addr, port: u16) -> Result<(), BpfError> {
+    /// Backend `index` is `addr:port`, of its VIP's family.
+    pub fn lb_set_backend(&mut self, index: u32, addr: IpAddr, port: u16) -> Result<(), BpfError> {
         const NAME: &str = "ferry_lb_backends";
         if index >= LB_MAX_BACKENDS {
             return Err(BpfError::Config(format!("backend {index}: at most {LB_MAX_BACKENDS} backends")));
@@ -309,7 +308,7 @@ impl HybridMaps {
         let map = self.map_mut(NAME).ok_or(BpfError::NoMap { name: NAME })?;
         let mut arr: Array<&mut MapData, LbBackend> =
             Array::try_from(map).map_err(|source| BpfError::Map { name: NAME, source })?;
-        let be = LbBackend { addr: u32::from_ne_bytes(addr.octets()), port: port.to_be(), _pad: 0 };
+        let be = LbBackend { addr: addr.into(), port: port.to_be(), _pad: 0 };
         arr.set(index, be, 0).map_err(|source| BpfError::Map { name: NAME, source })
     }
 
@@ -344,4 +343,9 @@ fn check_rule(rule: FwRule) -> Result<(), BpfError> {
         )));
     }
     Ok(())
+}
+
+/// The LPM key of `subnet`: its address and length in the 128-bit space.
+fn subnet_key(subnet: IpPrefix) -> LpmKey<In6> {
+    LpmKey::new(u32::from(subnet.prefix_len()), subnet.addr().into())
 }

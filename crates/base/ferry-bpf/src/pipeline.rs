@@ -111,11 +111,11 @@ const _: () = assert!(std::mem::size_of::<PlEntry>() == 16);
 const _: () = assert!(std::mem::size_of::<PlKey>() == 8);
 const _: () = assert!(std::mem::size_of::<PlCtl>() == 16);
 const _: () = assert!(std::mem::size_of::<AclKey>() == 8);
-const _: () = assert!(std::mem::size_of::<AclRule>() == 20);
-const _: () = assert!(std::mem::size_of::<AclMeta>() == 8);
+const _: () = assert!(std::mem::size_of::<AclRule>() == 44);
+const _: () = assert!(std::mem::size_of::<AclMeta>() == 16);
 const _: () = assert!(std::mem::size_of::<PlCount>() == 16);
-const _: () = assert!(std::mem::size_of::<FlowKey>() == 20);
-const _: () = assert!(std::mem::size_of::<Rewrite>() == 28);
+const _: () = assert!(std::mem::size_of::<FlowKey>() == 44);
+const _: () = assert!(std::mem::size_of::<Rewrite>() == 52);
 const _: () = assert!(std::mem::size_of::<Policer>() == 40);
 const _: () = assert!(std::mem::size_of::<Forward>() == 8);
 
@@ -249,15 +249,27 @@ impl Pipeline {
         self.del::<PlKey, PlCtl>(stage_map(stage), &key)
     }
 
-    /// ACL config: rules in order (first match wins), then `default_action`.
-    pub fn set_acl(&mut self, config: u32, rules: &[AclRule], default_action: u8) -> Result<(), BpfError> {
+    /// ACL config: rules in order (first match wins), then
+    /// `default_action` for IP frames; `non_ip_action` for the others.
+    pub fn set_acl(
+        &mut self,
+        config: u32,
+        rules: &[AclRule],
+        default_action: u8,
+        non_ip_action: u8,
+    ) -> Result<(), BpfError> {
         if rules.len() > ACL_MAX_RULES {
             return Err(BpfError::Config(format!("ACL {config}: {} rules, at most {ACL_MAX_RULES}", rules.len())));
         }
         for (i, r) in rules.iter().enumerate() {
             self.put("ferry_pl_acl", AclKey { config, rule: i as u32 }, *r)?;
         }
-        let meta = AclMeta { rules: rules.len() as u32, default_action: default_action as u32 };
+        let meta = AclMeta {
+            rules: rules.len() as u32,
+            default_action: default_action.into(),
+            non_ip_action: non_ip_action.into(),
+            _pad: 0,
+        };
         self.put("ferry_pl_acl_meta", config, meta)
     }
 

@@ -118,7 +118,7 @@ fn run_path(ev: &mut HybridPipeline, path: &[HybridElement], f: &[u8]) -> (u32, 
 
 fn firewall() -> HybridPipeline {
     let mut ev = HybridPipeline::load().expect("load the stage pipeline (verifier)");
-    ev.maps_mut().fw_set_subnet(Ipv4Addr::new(10, 10, 66, 0), 24, FwRule { action: FW_DENY, rule_id: 1 }).unwrap();
+    ev.maps_mut().fw_set_subnet("10.10.66.0/24".parse().unwrap(), FwRule { action: FW_DENY, rule_id: 1 }).unwrap();
     ev.maps_mut().fw_set_port(6, 80, FwRule { action: FW_ALLOW, rule_id: 2 }).unwrap();
     ev.maps_mut().fw_set_port(17, 0, FwRule { action: FW_ALLOW, rule_id: 3 }).unwrap();
     ev
@@ -179,7 +179,7 @@ fn balancer() -> HybridPipeline {
     ev.maps_mut().lb_set_vip(VIP.into(), 80, 6, 0).unwrap();
     ev.maps_mut().lb_set_vip(VIP.into(), 53, 17, 1).unwrap();
     ev.maps_mut().lb_set_backend(0, BACKEND.into(), 8080).unwrap();
-    ev.maps_mut().lb_set_backend(1, Ipv4Addr::new(10, 9, 0, 3), 8080).unwrap();
+    ev.maps_mut().lb_set_backend(1, Ipv4Addr::new(10, 9, 0, 3).into(), 8080).unwrap();
     ev.maps_mut().lb_set_ring(0, &[0; LB_RING]).unwrap();
     ev.maps_mut().lb_set_ring(1, &[LB_NO_BACKEND; LB_RING]).unwrap();
     ev
@@ -203,7 +203,7 @@ fn balancer_table() {
 
         let conns: HashMap<_, FlowTuple, LbConn> =
             HashMap::try_from(ev.maps().map_handle("ferry_lb_conns").unwrap()).unwrap();
-        let flow = FlowTuple::new(CLIENT.into(), 40000, VIP.into(), 80, 6);
+        let flow = FlowTuple::new(Ipv4Addr::from(CLIENT), 40000, Ipv4Addr::from(VIP), 80, 6);
         assert_eq!(conns.get(&flow, 0).unwrap().backend, 0);
 
         // The reply half puts the VIP back as the source.
@@ -233,6 +233,65 @@ fn balancer_table() {
         assert_eq!((count("new_conn"), count("tracked"), count("not_vip"), count("no_backend")), (2, 1, 1, 1));
         assert_eq!(ev.maps().lb_backend_load(0).unwrap().packets, 2);
         assert_eq!(ev.maps().lb_backend_load(1).unwrap().packets, 1);
+    });
+}
+
+fn frame6(src: &str, sport: u16, dst: &str, dport: u16, proto: L4Proto) -> Vec<u8> {
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 1, 2], dst_mac: [2, 0, 0, 0, 1, 1], frame_len: 100 };
+    let (src_ip, dst_ip) = (src.parse().unwrap(), dst.parse().unwrap());
+    let t = FiveTuple { src_ip, dst_ip, src_port: sport, dst_port: dport, proto };
+    let mut f = vec![0u8; 100];
+    build_frame(&spec, &t, None, &mut f).unwrap();
+    f
+}
+
+/// An IPv6 frame's endpoints: (source, destination) as text and ports.
+fn endpoints6(f: &[u8]) -> ((String, u16), (String, u16)) {
+    let t = ferry_wire::five_tuple(f).expect("an IPv6 TCP or UDP frame");
+    ((t.src_ip.to_string(), t.src_port), (t.dst_ip.to_string(), t.dst_port))
+}
+
+/// IPv6 through the eFW and the eLB: subnet and port rules match IPv6;
+/// the VIP's flows go to the IPv6 backend and back with the L4 checksum
+/// valid over the new pseudo-header.
+#[test]
+fn ipv6_through_the_firewall_and_the_balancer() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    ns.run(|| {
+        let mut ev = firewall();
+        ev.maps_mut()
+            .fw_set_subnet("2001:db8:66::/48".parse().unwrap(), FwRule { action: FW_DENY, rule_id: 4 })
+            .unwrap();
+        let web = frame6("2001:db8:1::2", 40000, "2001:db8:9::9", 80, L4Proto::Tcp);
+        let denied = frame6("2001:db8:66::2", 40000, "2001:db8:9::9", 80, L4Proto::Tcp);
+        let ssh = frame6("2001:db8:1::2", 40000, "2001:db8:9::9", 22, L4Proto::Tcp);
+        assert_eq!(run(&mut ev, HybridElement::Firewall, &denied).0, XDP_DROP, "an IPv6 subnet rule");
+        assert_eq!(run(&mut ev, HybridElement::Firewall, &ssh).0, XDP_PASS, "no fast rule: the kernel's");
+        let (action, out) = run(&mut ev, HybridElement::Firewall, &web);
+        assert_eq!((action, out == web), (XDP_PASS, true), "the port rule allows; no IPv6 route here: kernel");
+        assert_eq!(ev.maps().fw_rule_hits(4).unwrap().packets, 1);
+
+        let mut ev = balancer();
+        ev.maps_mut().lb_set_vip("2001:db8:9::9".parse().unwrap(), 80, 6, 2).unwrap();
+        ev.maps_mut().lb_set_backend(2, "2001:db8:2::11".parse().unwrap(), 8080).unwrap();
+        ev.maps_mut().lb_set_ring(2, &[2; LB_RING]).unwrap();
+        let (action, out) = run(&mut ev, HybridElement::Balancer, &web);
+        assert_eq!(action, XDP_PASS, "DNAT to the backend; the kernel routes IPv6");
+        assert_eq!(endpoints6(&out), (("2001:db8:1::2".into(), 40000), ("2001:db8:2::11".into(), 8080)));
+        assert!(verify_checksums(&out).unwrap(), "the TCP checksum after an IPv6 DNAT");
+        let reply = frame6("2001:db8:2::11", 8080, "2001:db8:1::2", 40000, L4Proto::Tcp);
+        let (_, out) = run(&mut ev, HybridElement::BalancerReply, &reply);
+        assert_eq!(endpoints6(&out).0, ("2001:db8:9::9".into(), 80), "the VIP back as the source");
+        assert!(verify_checksums(&out).unwrap(), "the TCP checksum after the reverse NAT");
+        let v4_vip_port_on_v6 = frame6("2001:db8:1::2", 40000, "::ffff:1.2.3.4", 80, L4Proto::Tcp);
+        assert_eq!(
+            run(&mut ev, HybridElement::Balancer, &v4_vip_port_on_v6).0,
+            XDP_DROP,
+            "IPv4-mapped on the wire: malformed"
+        );
     });
 }
 
@@ -293,11 +352,18 @@ fn dpi_table() {
 
         let mut bypass: HashMap<_, FlowTuple, DpiBypass> =
             HashMap::try_from(ev.maps().map_handle("ferry_dpi_bypass").unwrap()).unwrap();
-        bypass.insert(FlowTuple::new(CLIENT.into(), 40000, BACKEND.into(), 5201, 6), DpiBypass::default(), 0).unwrap();
+        bypass
+            .insert(
+                FlowTuple::new(Ipv4Addr::from(CLIENT), 40000, Ipv4Addr::from(BACKEND), 5201, 6),
+                DpiBypass::default(),
+                0,
+            )
+            .unwrap();
         let (action, out) = run(&mut ev, HybridElement::Dpi, &f);
         assert_eq!(action, XDP_REDIRECT, "bypassed flows are routed straight out");
         assert_eq!(&out[0..6], &BACKEND_MAC);
-        let rule = bypass.get(&FlowTuple::new(CLIENT.into(), 40000, BACKEND.into(), 5201, 6), 0).unwrap();
+        let rule =
+            bypass.get(&FlowTuple::new(Ipv4Addr::from(CLIENT), 40000, Ipv4Addr::from(BACKEND), 5201, 6), 0).unwrap();
         assert_eq!((rule.packets, rule.bytes), (1, 80));
         assert!(rule.last_seen_ns > 0);
 
@@ -405,7 +471,7 @@ fn control_planes_read_counters_through_read_only_fds() {
         let fds = ev.maps().fds(HybridElement::Firewall.control_maps()).unwrap();
         let names: Vec<(String, _)> = fds.into_iter().map(|(n, fd)| (n.to_string(), fd)).collect();
         let mut maps = HybridMaps::from_fds(names).unwrap();
-        maps.fw_set_subnet(Ipv4Addr::new(10, 10, 66, 0), 24, FwRule { action: FW_DENY, rule_id: 1 })
+        maps.fw_set_subnet("10.10.66.0/24".parse().unwrap(), FwRule { action: FW_DENY, rule_id: 1 })
             .expect("the rule table is the control plane's to write");
         let denied = frame([10, 10, 66, 7], 1000, BACKEND, 80, L4Proto::Tcp);
         assert_eq!(run(&mut ev, HybridElement::Firewall, &denied).0, XDP_DROP, "the rule it wrote is in force");

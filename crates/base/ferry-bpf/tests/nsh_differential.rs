@@ -82,7 +82,7 @@ fn rust_parse(frame: &[u8]) -> Option<NshParseResult> {
     let f = flow::parse(frame).ok()?;
     let (encap, at) = if f.ethertype == ETHERTYPE_NSH {
         (NSH_IN_ETHERNET, 14)
-    } else if f.is_ipv4 && f.proto == 17 && f.dport == vxlan_gpe::UDP_PORT {
+    } else if f.is_ipv4() && f.proto == 17 && f.dport == vxlan_gpe::UDP_PORT {
         let at = f.l4_offset? + 8;
         let gpe = VxlanGpePacket::new_checked(&frame[at..]).ok()?;
         if gpe.next_protocol() != vxlan_gpe::next_proto::NSH {

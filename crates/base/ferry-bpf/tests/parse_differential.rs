@@ -7,12 +7,10 @@
 
 mod common;
 
-use std::net::Ipv4Addr;
-
 use common::privileged;
 use ferry_bpf::abi::ParseResult;
 use ferry_bpf::{test_run, LoadedXdp, Object};
-use ferry_wire::flow;
+use ferry_wire::flow::{self, IpVersion};
 use proptest::prelude::*;
 
 const ETH: [u8; 12] = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
@@ -38,9 +36,50 @@ const UDP: [u8; 16] = [0x03, 0xe8, 0x00, 0x35, 0x00, 0x10, 0, 0, 1, 2, 3, 4, 5, 
 const TCP: [u8; 24] =
     [0x03, 0xe8, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x60, 0x02, 0xff, 0xff, 0, 0, 0, 0, 2, 4, 5, 0xb4];
 const ICMP: [u8; 8] = [8, 0, 0, 0, 0, 1, 0, 1];
+const ICMPV6_ECHO: [u8; 8] = [128, 0, 0, 0, 0, 1, 0, 1];
+
+/// IPv6 header (2001:db8::1 → 2001:db8::2) with first next header `nh`,
+/// then `rest` (extension headers and upper layer), its payload length
+/// covering `rest`.
+fn ipv6(nh: u8, rest: &[u8]) -> Vec<u8> {
+    let len = rest.len() as u16;
+    let mut h = vec![0x60, 0, 0, 0, (len >> 8) as u8, len as u8, nh, 64];
+    h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    h.extend_from_slice(rest);
+    h
+}
+
+/// `parts` joined.
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+/// IPv6 frames: every extension header the walk follows, fragments first
+/// and later, and upper layers with and without L4 fields.
+fn ipv6_templates() -> Vec<Vec<u8>> {
+    // Hop-by-hop (PadN to 8 bytes) → destination options → routing (type
+    // 0 segments-left 0, 8 bytes) → upper layer.
+    let hbh = |next: u8| [next, 0, 1, 4, 0, 0, 0, 0];
+    let frag = |next: u8, offset: u16, more: bool| {
+        let field = offset << 3 | u16::from(more);
+        let [a, b] = field.to_be_bytes();
+        [next, 0, a, b, 0, 0, 0, 7]
+    };
+    vec![
+        with_eth(0x86dd, &ipv6(17, &UDP)),
+        with_eth(0x86dd, &ipv6(6, &TCP)),
+        with_eth(0x86dd, &ipv6(58, &ICMPV6_ECHO)),
+        with_eth(0x86dd, &ipv6(0, &cat(&[&hbh(60), &hbh(43), &[17, 0, 0, 0, 0, 0, 0, 0], &UDP]))),
+        with_eth(0x86dd, &ipv6(44, &cat(&[&frag(17, 0, true), &UDP]))),
+        with_eth(0x86dd, &ipv6(44, &cat(&[&frag(17, 3, false), &UDP]))),
+        with_eth(0x86dd, &ipv6(59, &[])),
+        with_eth(0x86dd, &ipv6(50, &[0; 16])),
+    ]
+}
 
 /// One frame of each shape the parsers handle; all well-formed but the
-/// last two (stacked VLAN tags).
+/// last two (a third VLAN tag, an 802.1ad tag inside).
 fn templates() -> Vec<Vec<u8>> {
     let v4 = |proto: u8, frag: u16, l4: &[u8]| {
         let mut ip = ipv4(proto, frag, l4.len());
@@ -59,7 +98,11 @@ fn templates() -> Vec<Vec<u8>> {
     first_fragment_udp[4..6].copy_from_slice(&1000u16.to_be_bytes());
     let mut qinq_inner = vec![0x00, 0x07, 0x81, 0x00];
     qinq_inner.extend_from_slice(&vlan);
-    vec![
+    let qinq_v6 = cat(&[&[0x00, 0x64, 0x81, 0x00, 0x00, 0xc8, 0x86, 0xdd], &ipv6(17, &UDP)]);
+    let mut three_tags = vec![0x00, 0x07, 0x81, 0x00];
+    three_tags.extend_from_slice(&qinq_inner);
+    let s_tag_inside = cat(&[&[0x00, 0x07, 0x88, 0xa8], &vlan]);
+    let mut all = vec![
         with_eth(0x0800, &v4(17, 0, &UDP)),
         with_eth(0x0800, &v4(6, 0, &TCP)),
         with_eth(0x0800, &v4(1, 0, &ICMP)),
@@ -73,7 +116,12 @@ fn templates() -> Vec<Vec<u8>> {
         padded,
         with_eth(0x88a8, &vlan),
         with_eth(0x8100, &qinq_inner),
-    ]
+        with_eth(0x88a8, &qinq_v6),
+    ];
+    all.extend(ipv6_templates());
+    all.push(with_eth(0x88a8, &three_tags));
+    all.push(with_eth(0x8100, &s_tag_inside));
+    all
 }
 
 /// Runs the BPF parser on `frame` (at least 14 bytes: the kernel's test
@@ -98,11 +146,19 @@ fn agree(probe: &LoadedXdp, frame: &[u8]) -> Result<(), TestCaseError> {
             prop_assert_eq!(bpf.ok, 1, "Rust parsed {:?}, BPF says malformed: {:02x?}", f, frame);
             let got = flow::Flow {
                 ethertype: u16::from_be(bpf.ethertype),
-                is_ipv4: bpf.is_ip4 == 1,
+                outer_vlan: (bpf.tags >= 1).then_some(bpf.outer_vid),
+                inner_vlan: (bpf.tags == 2).then_some(bpf.inner_vid),
+                l3_offset: usize::from(bpf.l3_off),
+                ip: match bpf.ip_version {
+                    4 => Some(IpVersion::V4),
+                    6 => Some(IpVersion::V6),
+                    _ => None,
+                },
                 proto: bpf.proto,
+                fragment: bpf.fragment == 1,
                 later_fragment: bpf.later_fragment == 1,
-                src: Ipv4Addr::from(u32::from_be(bpf.saddr)),
-                dst: Ipv4Addr::from(u32::from_be(bpf.daddr)),
+                src: bpf.saddr.to_ipv6(),
+                dst: bpf.daddr.to_ipv6(),
                 sport: u16::from_be(bpf.sport),
                 dport: u16::from_be(bpf.dport),
                 l4_offset: (bpf.l4_off != 0).then_some(usize::from(bpf.l4_off)),
@@ -144,7 +200,8 @@ fn every_truncation_agrees() {
 }
 
 /// Templates with up to four bytes edited (the headers hold the length
-/// fields, so edits land in the first 80 bytes) and maybe cut short. An
+/// fields, so edits land in the first 96 bytes, IPv6 extension headers
+/// included) and maybe cut short. An
 /// edit overwrites a byte, or nudges it by a small amount so that length
 /// fields land next to their bounds. One probe serves every case:
 /// loading is the slow part.
@@ -154,5 +211,5 @@ fn mutated_frames_agree() {
         return;
     }
     let probe = probe();
-    common::mutated_frames_agree(templates, 80, |f| agree(&probe, f));
+    common::mutated_frames_agree(templates, 96, |f| agree(&probe, f));
 }

@@ -65,7 +65,7 @@ fn firewall_counter_forward_chain() {
     let mut p = loaded();
     // NF 1 = firewall (ACL), NF 2 = monitor (counter, flows), NF 3 = forwarder.
     let deny_dns = AclRule { proto: 17, dport_lo: 53, dport_hi: 53, action: ACL_DENY, ..AclRule::any(ACL_DENY) };
-    p.set_acl(1, &[deny_dns], ACL_ALLOW).unwrap();
+    p.set_acl(1, &[deny_dns], ACL_ALLOW, ACL_ALLOW).unwrap();
     p.set_forward(1, Forward { action: FWD_TX, ifindex: 0 }).unwrap();
     let chain = [
         el(ElementKind::Acl, 1, 1),
@@ -96,7 +96,7 @@ fn rewrite_keeps_checksums_valid() {
     let mut p = loaded();
     let rw = Rewrite {
         fields: RW_DST_IP | RW_DPORT | RW_DST_MAC,
-        dst_ip: u32::from_ne_bytes([192, 168, 7, 9]),
+        dst_ip: std::net::Ipv4Addr::new(192, 168, 7, 9).into(),
         dport: 8080u16.to_be(),
         dst_mac: [2, 0, 0, 0, 0, 0x99],
         ..Default::default()

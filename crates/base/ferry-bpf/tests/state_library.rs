@@ -35,7 +35,7 @@ fn run(p: &Pipeline) -> (u32, Vec<u8>) {
 }
 
 fn rewrite_to(last_octet: u8) -> Rewrite {
-    Rewrite { fields: RW_DST_IP, dst_ip: u32::from_ne_bytes([10, 9, 9, last_octet]), ..Default::default() }
+    Rewrite { fields: RW_DST_IP, dst_ip: std::net::Ipv4Addr::new(10, 9, 9, last_octet).into(), ..Default::default() }
 }
 
 #[test]

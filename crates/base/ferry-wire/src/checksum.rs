@@ -4,7 +4,7 @@
 //! that partial sums (pseudo-header, header, payload) can be combined with
 //! [`add`] and turned into a checksum field with `!sum` only at the end.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// One's complement sum of `data` read as big-endian 16-bit words, folded to
 /// 16 bits, not inverted. An odd trailing byte is padded with zero, as
@@ -76,6 +76,17 @@ pub fn pseudo_header_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, upper_len
         + u64::from(upper_len & 0xffff)
         + u64::from(next_header);
     fold(acc)
+}
+
+/// The pseudo-header sum of an upper-layer header from `src` to `dst`:
+/// IPv4's (RFC 768, RFC 793) when both are IPv4, else IPv6's (RFC 8200
+/// §8.1), an IPv4 address among them taken IPv4-mapped.
+pub fn pseudo_header(src: IpAddr, dst: IpAddr, protocol: u8, len: usize) -> u16 {
+    use crate::prefix::to_flow_space;
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => pseudo_header_v4(s, d, protocol, len as u16),
+        _ => pseudo_header_v6(to_flow_space(src), to_flow_space(dst), protocol, len as u32),
+    }
 }
 
 /// RFC 1624 eqn. 3: new checksum after one 16-bit word of the covered data

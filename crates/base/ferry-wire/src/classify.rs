@@ -1,32 +1,35 @@
 //! Tenant classification: which tenant's entry a frame arriving on a
 //! shared device belongs to (the SmartNIC paper's classification at the
 //! NIC edge). A table of rules, the first match wins; a rule matches on
-//! source and destination IPv4 prefix, VLAN id and destination port,
-//! every field it gives. The same table runs in two places that decide
+//! source and destination prefix (IPv4 or IPv6), outer and inner VLAN id
+//! and destination port, every field it gives. The same table runs in two places that decide
 //! every frame alike: the XDP classifier on the edge device
 //! (`bpf/classify.bpf.c`, fed from [`Rule`] by ferry-bpf) and the
 //! `tenant-router` NF, the paper's baseline of a trusted router that
 //! receives into its own memory and copies to each tenant's.
 //!
 //! A rule's text form (the router's arguments, and what the chain file's
-//! rules become): `out=N[,src=CIDR][,dst=CIDR][,vlan=ID][,dport=PORT]`.
-//! `out` is the tenant entry's index among the classifier's entries.
+//! rules become):
+//! `out=N[,src=CIDR][,dst=CIDR][,vlan=ID][,inner-vlan=ID][,dport=PORT]`.
+//! `out` is the tenant entry's index among the classifier's entries;
+//! `vlan` is the outer (or only) tag's id, `inner-vlan` the inner tag's
+//! of a QinQ frame.
 //!
 //! The decision, in order:
 //! - a frame the shared flow parser rejects → `Malformed`;
 //! - the first rule all of whose fields match → `Rule(i)`. A prefix
-//!   needs IPv4, a VLAN id a tagged frame, a port TCP or UDP with its
-//!   header (a later fragment has none): a frame without the field never
-//!   matches a rule that asks for it;
+//!   needs an IP frame of its family, a VLAN id a tagged frame (an inner
+//!   one two tags), a port TCP or UDP with its header (a later fragment
+//!   has none): a frame without the field never matches a rule that asks
+//!   for it;
 //! - otherwise → `Default` (dropped or handed to the kernel, as the chain
 //!   file says).
 
 use std::fmt;
-use std::net::Ipv4Addr;
 use std::str::FromStr;
 
-use crate::ethernet::EthernetFrame;
 use crate::ipv4::ip_proto;
+use crate::prefix::IpPrefix;
 
 /// Rules a table holds: the XDP classifier's bounded loop.
 pub const MAX_RULES: usize = 64;
@@ -35,78 +38,28 @@ pub const MAX_OUTS: usize = 64;
 /// The largest VLAN id (4095 is reserved, but seen on the wire).
 pub const MAX_VLAN: u16 = 4095;
 
-/// An IPv4 prefix, `a.b.c.d/len` with no host bits set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ipv4Prefix {
-    pub addr: Ipv4Addr,
-    pub len: u8,
-}
-
-impl Ipv4Prefix {
-    /// The prefix's mask, in host order.
-    pub fn mask(&self) -> u32 {
-        if self.len == 0 {
-            0
-        } else {
-            u32::MAX << (32 - self.len)
-        }
-    }
-
-    pub fn contains(&self, a: Ipv4Addr) -> bool {
-        u32::from(a) & self.mask() == u32::from(self.addr)
-    }
-}
-
-impl Ipv4Prefix {
-    /// `a.b.c.d/len`, or a bare address as one host (`/32`): the firewall
-    /// rules' form.
-    pub fn parse_or_host(s: &str) -> Result<Ipv4Prefix, String> {
-        Ipv4Prefix::parse(s, s.split_once('/').unwrap_or((s, "32")))
-    }
-
-    fn parse(s: &str, (addr, len): (&str, &str)) -> Result<Ipv4Prefix, String> {
-        let addr: Ipv4Addr = addr.parse().map_err(|_| format!("{s:?}: {addr:?} is not an IPv4 address"))?;
-        let len: u8 = len.parse().ok().filter(|l| *l <= 32).ok_or_else(|| format!("{s:?}: prefix length 0..=32"))?;
-        let p = Ipv4Prefix { addr, len };
-        if u32::from(addr) & !p.mask() != 0 {
-            let base = Ipv4Addr::from(u32::from(addr) & p.mask());
-            return Err(format!("{s:?}: host bits set (did you mean {base}/{len}?)"));
-        }
-        Ok(p)
-    }
-}
-
-impl FromStr for Ipv4Prefix {
-    type Err = String;
-
-    /// `a.b.c.d/len`: the length is required.
-    fn from_str(s: &str) -> Result<Self, String> {
-        Ipv4Prefix::parse(s, s.split_once('/').ok_or_else(|| format!("{s:?}: expected ADDRESS/LENGTH"))?)
-    }
-}
-
-impl fmt::Display for Ipv4Prefix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
-    }
-}
-
 /// One rule: the fields it matches on (None: any) and the entry it picks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rule {
-    pub src: Option<Ipv4Prefix>,
-    pub dst: Option<Ipv4Prefix>,
+    pub src: Option<IpPrefix>,
+    pub dst: Option<IpPrefix>,
     pub vlan: Option<u16>,
+    pub inner_vlan: Option<u16>,
     pub dport: Option<u16>,
     /// The tenant entry (index among the classifier's entries).
     pub out: u16,
+}
+
+fn vlan_id(value: &str) -> Result<u16, String> {
+    value.parse().ok().filter(|v| *v <= MAX_VLAN).ok_or_else(|| format!("{value:?}: a VLAN id 0..={MAX_VLAN}"))
 }
 
 /// A rule's text that does not parse, and why (the key at fault first).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {message}")]
 pub struct RuleError {
-    /// The key at fault (`out`, `src`, `dst`, `vlan`, `dport`), or `rule`.
+    /// The key at fault (`out`, `src`, `dst`, `vlan`, `inner-vlan`,
+    /// `dport`), or `rule`.
     pub key: String,
     pub message: String,
 }
@@ -116,7 +69,7 @@ impl FromStr for Rule {
 
     fn from_str(s: &str) -> Result<Self, RuleError> {
         let err = |key: &str, message: String| RuleError { key: key.to_string(), message };
-        let mut rule = Rule { src: None, dst: None, vlan: None, dport: None, out: u16::MAX };
+        let mut rule = Rule { src: None, dst: None, vlan: None, inner_vlan: None, dport: None, out: u16::MAX };
         for part in s.split(',') {
             let (key, value) = part.split_once('=').ok_or_else(|| err("rule", format!("{part:?} is not key=value")))?;
             let repeated = match key {
@@ -124,8 +77,9 @@ impl FromStr for Rule {
                 "src" => rule.src.is_some(),
                 "dst" => rule.dst.is_some(),
                 "vlan" => rule.vlan.is_some(),
+                "inner-vlan" => rule.inner_vlan.is_some(),
                 "dport" => rule.dport.is_some(),
-                _ => return Err(err(key, "unknown key (out, src, dst, vlan, dport)".into())),
+                _ => return Err(err(key, "unknown key (out, src, dst, vlan, inner-vlan, dport)".into())),
             };
             if repeated {
                 return Err(err(key, "given twice".into()));
@@ -140,15 +94,8 @@ impl FromStr for Rule {
                 }
                 "src" => rule.src = Some(value.parse().map_err(|m| err(key, m))?),
                 "dst" => rule.dst = Some(value.parse().map_err(|m| err(key, m))?),
-                "vlan" => {
-                    rule.vlan = Some(
-                        value
-                            .parse()
-                            .ok()
-                            .filter(|v| *v <= MAX_VLAN)
-                            .ok_or_else(|| err(key, format!("{value:?}: a VLAN id 0..={MAX_VLAN}")))?,
-                    )
-                }
+                "vlan" => rule.vlan = Some(vlan_id(value).map_err(|m| err(key, m))?),
+                "inner-vlan" => rule.inner_vlan = Some(vlan_id(value).map_err(|m| err(key, m))?),
                 _ => rule.dport = Some(value.parse().map_err(|_| err(key, format!("{value:?}: a port 0..=65535")))?),
             }
         }
@@ -170,6 +117,9 @@ impl fmt::Display for Rule {
         }
         if let Some(v) = self.vlan {
             write!(f, ",vlan={v}")?;
+        }
+        if let Some(v) = self.inner_vlan {
+            write!(f, ",inner-vlan={v}")?;
         }
         if let Some(p) = self.dport {
             write!(f, ",dport={p}")?;
@@ -209,14 +159,13 @@ impl Table {
         let Ok(flow) = crate::flow::parse(frame) else {
             return Decision::Malformed;
         };
-        // The flow parser checked the Ethernet header (and its one tag).
-        let vlan = EthernetFrame::new_unchecked(frame).vlan_id();
         let ports = matches!(flow.proto, ip_proto::TCP | ip_proto::UDP) && flow.l4_offset.is_some();
         let matches = |r: &Rule| {
-            let prefix = |p: Option<Ipv4Prefix>, a| p.map_or(true, |p| flow.is_ipv4 && p.contains(a));
+            let prefix = |p: Option<IpPrefix>, a| p.map_or(true, |p| flow.ip.is_some() && p.contains(a));
             prefix(r.src, flow.src)
                 && prefix(r.dst, flow.dst)
-                && r.vlan.map_or(true, |v| vlan == Some(v))
+                && r.vlan.map_or(true, |v| flow.outer_vlan == Some(v))
+                && r.inner_vlan.map_or(true, |v| flow.inner_vlan == Some(v))
                 && r.dport.map_or(true, |p| ports && flow.dport == p)
         };
         match self.rules.iter().position(matches) {

@@ -26,7 +26,8 @@ pub enum WireError {
     /// A checksum does not verify.
     #[error("{layer}: bad checksum")]
     BadChecksum { layer: &'static str },
-    /// The (inner, after at most one VLAN tag) EtherType is not one we handle.
+    /// The EtherType (after the VLAN tags) is not one we handle, or is a
+    /// tag Ferry does not unwrap.
     #[error("unsupported ethertype {0:#06x}")]
     UnsupportedEthertype(u16),
     /// The IPv4 protocol is not UDP, TCP or ICMP.
@@ -35,9 +36,17 @@ pub enum WireError {
     /// An ARP packet that is not Ethernet/IPv4 (RFC 826 with hlen 6, plen 4).
     #[error("unsupported ARP format: htype {htype}, ptype {ptype:#06x}, hlen {hlen}, plen {plen}")]
     UnsupportedArp { htype: u16, ptype: u16, hlen: u8, plen: u8 },
+    /// An IPv6 address that must not be on the wire there: an IPv4-mapped
+    /// address (RFC 4291 §2.5.5.2) would match IPv4 rules in Ferry's one
+    /// flow key.
+    #[error("ipv6: IPv4-mapped address on the wire")]
+    Ipv4MappedOnWire,
     /// A non-first IPv4 fragment: it has no L4 header to look at.
     #[error("ipv4: non-first fragment (offset {offset} bytes)")]
     Fragment { offset: usize },
+    /// A flow whose source and destination are of two address families.
+    #[error("source and destination are of different IP versions")]
+    MixedFamilies,
     /// A requested frame length is outside what the builder can produce.
     #[error("frame length {len} outside {min}..={max}")]
     FrameLength { len: usize, min: usize, max: usize },

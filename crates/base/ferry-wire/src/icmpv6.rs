@@ -104,6 +104,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
         self.buffer.as_mut()[2..4].copy_from_slice(&v.to_be_bytes());
     }
 
+    pub fn set_echo_ident(&mut self, v: u16) {
+        self.buffer.as_mut()[4..6].copy_from_slice(&v.to_be_bytes());
+    }
+
+    pub fn set_echo_seq(&mut self, v: u16) {
+        self.buffer.as_mut()[6..8].copy_from_slice(&v.to_be_bytes());
+    }
+
     pub fn payload_mut(&mut self) -> &mut [u8] {
         &mut self.buffer.as_mut()[ICMPV6_HEADER_LEN..]
     }
@@ -120,6 +128,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
 // Neighbor Discovery (RFC 4861).
 
 /// The target address follows the 4-byte flags/reserved word (§4.3, §4.4).
+/// All nodes on the link, ff02::1 (RFC 4291 §2.7.1).
+pub const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+
+/// The solicited-node multicast address of `target`: ff02::1:ff00:0/104
+/// and its low 24 bits (RFC 4291 §2.7.1), where solicitations for it go.
+pub fn solicited_node(target: Ipv6Addr) -> Ipv6Addr {
+    let low24 = u128::from(target) & 0xff_ffff;
+    Ipv6Addr::from(u128::from(Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00, 0)) | low24)
+}
+
 const ND_TARGET: usize = 8;
 /// Where a solicitation's or advertisement's options start.
 const ND_OPTIONS: usize = 24;
@@ -341,58 +359,5 @@ mod tests {
         assert_eq!(IPV6_HEADER_LEN + usize::from(p.payload_len()), MLD_REPORT.len() - ETH);
     }
 
-    // Frames Linux 6.18 sent between two namespaces (2001:db8::a at
-    // 02:00:00:00:00:0a, 2001:db8::b at 02:00:00:00:00:0b), captured with
-    // an AF_PACKET socket.
-
-    /// `ping -6 -c 1 -s 8 -p 41 2001:db8::b` from ::a.
-    const PING6_REQUEST: [u8; 70] = [
-        0x02, 0, 0, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a, 0x86, 0xdd, //
-        0x60, 0x09, 0x09, 0x2e, 0x00, 0x10, 0x3a, 0x40, //
-        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, //
-        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0b, //
-        0x80, 0x00, 0xd0, 0x44, 0x12, 0xe8, 0x00, 0x01, 0x41, 0, 0, 0, 0, 0, 0, 0,
-    ];
-
-    /// ::b's answer to it.
-    const PING6_REPLY: [u8; 70] = [
-        0x02, 0, 0, 0, 0, 0x0a, 0x02, 0, 0, 0, 0, 0x0b, 0x86, 0xdd, //
-        0x60, 0x0a, 0xc4, 0x61, 0x00, 0x10, 0x3a, 0x40, //
-        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0b, //
-        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, //
-        0x81, 0x00, 0xcf, 0x44, 0x12, 0xe8, 0x00, 0x01, 0x41, 0, 0, 0, 0, 0, 0, 0,
-    ];
-
-    /// ::a asks for ::b, to ff02::1:ff00:b, with its link-layer address.
-    const NEIGHBOR_SOLICITATION: [u8; 86] = [
-        0x33, 0x33, 0xff, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a, 0x86, 0xdd, //
-        0x60, 0, 0, 0, 0x00, 0x20, 0x3a, 0xff, //
-        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, //
-        0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xff, 0, 0, 0x0b, //
-        0x87, 0x00, 0x1c, 0x03, 0, 0, 0, 0, //
-        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0b, //
-        0x01, 0x01, 0x02, 0, 0, 0, 0, 0x0a,
-    ];
-
-    /// ::b answers: solicited, override, with its link-layer address.
-    const NEIGHBOR_ADVERTISEMENT: [u8; 86] = [
-        0x02, 0, 0, 0, 0, 0x0a, 0x02, 0, 0, 0, 0, 0x0b, 0x86, 0xdd, //
-        0x60, 0, 0, 0, 0x00, 0x20, 0x3a, 0xff, //
-        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0b, //
-        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, //
-        0x88, 0x00, 0x8a, 0x4d, 0x60, 0, 0, 0, //
-        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0b, //
-        0x02, 0x01, 0x02, 0, 0, 0, 0, 0x0b,
-    ];
-
-    /// An MLDv2 report (type 143) of ff02::1:ff00:a, from ::, to ff02::16.
-    const MLD_REPORT: [u8; 90] = [
-        0x33, 0x33, 0, 0, 0, 0x16, 0x02, 0, 0, 0, 0, 0x0a, 0x86, 0xdd, //
-        0x60, 0, 0, 0, 0x00, 0x24, 0x00, 0x01, //
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, //
-        0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x16, //
-        0x3a, 0x00, 0x05, 0x02, 0x00, 0x00, 0x01, 0x00, //
-        0x8f, 0x00, 0x6f, 0x80, 0x00, 0x00, 0x00, 0x01, //
-        0x04, 0x00, 0x00, 0x00, 0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xff, 0, 0, 0x0a,
-    ];
+    include!("../testdata/linux_ipv6_frames.rs");
 }

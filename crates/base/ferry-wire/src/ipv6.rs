@@ -119,6 +119,14 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    pub fn set_payload_len(&mut self, v: u16) {
+        self.buffer.as_mut()[PAYLOAD_LEN..PAYLOAD_LEN + 2].copy_from_slice(&v.to_be_bytes());
+    }
+
+    pub fn set_next_header(&mut self, v: u8) {
+        self.buffer.as_mut()[NEXT_HEADER] = v;
+    }
+
     pub fn set_hop_limit(&mut self, v: u8) {
         self.buffer.as_mut()[HOP_LIMIT] = v;
     }

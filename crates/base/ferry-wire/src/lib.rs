@@ -44,8 +44,8 @@
 //!
 //! let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 64 };
 //! let tuple = FiveTuple {
-//!     src_ip: Ipv4Addr::new(198, 18, 0, 1),
-//!     dst_ip: Ipv4Addr::new(198, 19, 0, 1),
+//!     src_ip: Ipv4Addr::new(198, 18, 0, 1).into(),
+//!     dst_ip: Ipv4Addr::new(198, 19, 0, 1).into(),
 //!     src_port: 1024,
 //!     dst_port: 9,
 //!     proto: L4Proto::Udp,
@@ -72,6 +72,7 @@ pub mod mac;
 pub mod mica;
 pub mod nat;
 pub mod nsh;
+pub mod prefix;
 pub mod rss;
 pub mod stamp;
 pub mod tcp;
@@ -90,6 +91,7 @@ pub use icmpv6::{icmpv6_type, Icmpv6Packet, NdpRepr};
 pub use ipv4::{ip_proto, Ipv4Packet, Ipv4Repr};
 pub use ipv6::{next_header, Ipv6Packet, Ipv6Repr};
 pub use mac::{MacAddr, MacError};
+pub use prefix::IpPrefix;
 pub use stamp::{Stamp, STAMP_LEN, STAMP_MAGIC};
 pub use tcp::{tcp_flags, TcpPacket};
 pub use udp::UdpPacket;

@@ -30,6 +30,13 @@ impl MacAddr {
         self.0[0] & 1 != 0
     }
 
+    /// The Ethernet group address an IPv6 multicast address maps to:
+    /// 33:33 and its last four octets (RFC 2464 §7).
+    pub fn ipv6_multicast(a: std::net::Ipv6Addr) -> MacAddr {
+        let o = a.octets();
+        MacAddr([0x33, 0x33, o[12], o[13], o[14], o[15]])
+    }
+
     /// An address one station can own: not a group address and not zero.
     /// The kernel refuses anything else on a veth (EADDRNOTAVAIL).
     pub fn is_unicast(&self) -> bool {

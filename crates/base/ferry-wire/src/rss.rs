@@ -10,6 +10,8 @@
 //! testbed can set it with ethtool, or use the queue split of
 //! ferry-traffic's `FlowSchedule::for_queue` instead, which needs no NIC help.
 
+use std::net::IpAddr;
+
 use crate::{FiveTuple, L4Proto};
 
 /// The Microsoft RSS verification key.
@@ -41,19 +43,27 @@ pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
     hash
 }
 
-/// RSS hash of a flow as a NIC computes it: IPv4 addresses and, for TCP and
-/// UDP, ports (NICs hash ICMP on addresses only; UDP port hashing must be
-/// enabled with `ethtool -N ... rx-flow-hash udp4 sdfn` on most drivers).
+/// RSS hash of a flow as a NIC computes it: the addresses (4 or 16 bytes
+/// each) and, for TCP and UDP, the ports (NICs hash ICMP on addresses
+/// only; UDP port hashing must be enabled with `ethtool -N ... rx-flow-hash
+/// udp4 sdfn` on most drivers). The IPv6 input, 36 bytes, is what the
+/// 40-byte key is sized for.
 pub fn rss_hash(tuple: &FiveTuple, key: &[u8; 40]) -> u32 {
-    let mut input = [0u8; 12];
-    input[0..4].copy_from_slice(&tuple.src_ip.octets());
-    input[4..8].copy_from_slice(&tuple.dst_ip.octets());
-    input[8..10].copy_from_slice(&tuple.src_port.to_be_bytes());
-    input[10..12].copy_from_slice(&tuple.dst_port.to_be_bytes());
-    let len = match tuple.proto {
-        L4Proto::Udp | L4Proto::Tcp => 12,
-        L4Proto::Icmp => 8,
-    };
+    let mut input = [0u8; 36];
+    let mut len = 0;
+    for addr in [tuple.src_ip, tuple.dst_ip] {
+        let octets = match addr {
+            IpAddr::V4(a) => a.octets().to_vec(),
+            IpAddr::V6(a) => a.octets().to_vec(),
+        };
+        input[len..len + octets.len()].copy_from_slice(&octets);
+        len += octets.len();
+    }
+    if matches!(tuple.proto, L4Proto::Udp | L4Proto::Tcp) {
+        input[len..len + 2].copy_from_slice(&tuple.src_port.to_be_bytes());
+        input[len + 2..len + 4].copy_from_slice(&tuple.dst_port.to_be_bytes());
+        len += 4;
+    }
     toeplitz(key, &input[..len])
 }
 

@@ -1,6 +1,7 @@
-//! TCP headers (RFC 9293) over IPv4 — enough to build and classify segments.
+//! TCP headers (RFC 9293) over IPv4 and IPv6 — enough to build and
+//! classify segments.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use crate::checksum;
 use crate::ipv4::ip_proto;
@@ -20,7 +21,7 @@ pub mod tcp_flags {
 
 /// Zero-copy view of a TCP segment.
 ///
-/// The buffer must be exactly the IPv4 payload (TCP has no length field, so
+/// The buffer must be exactly the IP payload (TCP has no length field, so
 /// the segment length — which the checksum covers — is the buffer length).
 /// `new_checked` guarantees `20 <= header_len() <= buffer.len()`.
 #[derive(Debug, Clone)]
@@ -108,17 +109,15 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         &self.buffer.as_ref()[self.header_len()..]
     }
 
-    fn sum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> u16 {
+    fn sum(&self, src: IpAddr, dst: IpAddr) -> u16 {
         let b = self.buffer.as_ref();
-        // Segments over 64 KiB cannot exist in IPv4; truncating the length is
-        // harmless because such a checksum can't verify anyway.
-        let ph = checksum::pseudo_header_v4(src, dst, ip_proto::TCP, b.len() as u16);
+        let ph = checksum::pseudo_header(src, dst, ip_proto::TCP, b.len());
         checksum::add(ph, checksum::ones_sum(b))
     }
 
-    /// Verifies the checksum with the IPv4 pseudo-header.
-    pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
-        self.sum(src, dst) == 0xffff
+    /// Verifies the checksum with the pseudo-header of the addresses' family.
+    pub fn verify_checksum(&self, src: impl Into<IpAddr>, dst: impl Into<IpAddr>) -> bool {
+        self.sum(src.into(), dst.into()) == 0xffff
     }
 }
 
@@ -168,9 +167,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     }
 
     /// Computes the checksum over pseudo-header, header and payload.
-    pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
+    pub fn fill_checksum(&mut self, src: impl Into<IpAddr>, dst: impl Into<IpAddr>) {
         self.set_checksum(0);
-        let csum = !self.sum(src, dst);
+        let csum = !self.sum(src.into(), dst.into());
         self.set_checksum(csum);
     }
 }
@@ -178,6 +177,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn fields_and_checksum() {

@@ -1,6 +1,6 @@
-//! UDP (RFC 768) over IPv4.
+//! UDP (RFC 768) over IPv4 and IPv6.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use crate::checksum;
 use crate::ipv4::ip_proto;
@@ -10,7 +10,7 @@ pub const UDP_HEADER_LEN: usize = 8;
 
 /// Zero-copy view of a UDP datagram.
 ///
-/// The buffer should be the IPv4 payload; `new_checked` guarantees
+/// The buffer should be the IP payload; `new_checked` guarantees
 /// `8 <= len() <= buffer.len()`, and everything after `len()` is ignored.
 #[derive(Debug, Clone)]
 pub struct UdpPacket<T: AsRef<[u8]>> {
@@ -74,14 +74,17 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         &self.buffer.as_ref()[UDP_HEADER_LEN..self.len()]
     }
 
-    /// Verifies the checksum with the IPv4 pseudo-header. A zero checksum
-    /// means "not computed" in IPv4 (RFC 768) and is accepted.
-    pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+    /// Verifies the checksum with the pseudo-header of the addresses'
+    /// family. A zero checksum means "not computed" in IPv4 (RFC 768) and
+    /// is accepted there; IPv6 makes the checksum mandatory (RFC 8200
+    /// §8.1), so there it fails.
+    pub fn verify_checksum(&self, src: impl Into<IpAddr>, dst: impl Into<IpAddr>) -> bool {
+        let (src, dst) = (src.into(), dst.into());
         if self.checksum() == 0 {
-            return true;
+            return src.is_ipv4() && dst.is_ipv4();
         }
         let len = self.len();
-        let ph = checksum::pseudo_header_v4(src, dst, ip_proto::UDP, len as u16);
+        let ph = checksum::pseudo_header(src, dst, ip_proto::UDP, len);
         checksum::add(ph, checksum::ones_sum(&self.buffer.as_ref()[..len])) == 0xffff
     }
 }
@@ -110,10 +113,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
 
     /// Computes the checksum over pseudo-header, header and payload. A
     /// computed 0 is sent as 0xffff, since 0 means "no checksum".
-    pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
+    pub fn fill_checksum(&mut self, src: impl Into<IpAddr>, dst: impl Into<IpAddr>) {
         self.set_checksum(0);
         let len = self.len();
-        let ph = checksum::pseudo_header_v4(src, dst, ip_proto::UDP, len as u16);
+        let ph = checksum::pseudo_header(src.into(), dst.into(), ip_proto::UDP, len);
         let csum = !checksum::add(ph, checksum::ones_sum(&self.buffer.as_ref()[..len]));
         self.set_checksum(if csum == 0 { 0xffff } else { csum });
     }
@@ -122,6 +125,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn fill_verify_and_zero() {

@@ -1,9 +1,10 @@
 //! Frame builder, stamp and 5-tuple tests, cross-checked against etherparse
 //! (an independent implementation) and against frames captured from Linux.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use etherparse::{IpHeaders, IpNumber, Ipv4Header, PacketBuilder};
+use etherparse::{IpHeaders, IpNumber, Ipv4Header, Ipv6Header, PacketBuilder};
+use ferry_wire::flow::IpVersion;
 use ferry_wire::*;
 use proptest::prelude::*;
 
@@ -12,12 +13,23 @@ const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
 
 fn tuple(proto: L4Proto) -> FiveTuple {
     FiveTuple {
-        src_ip: Ipv4Addr::new(198, 18, 0, 1),
-        dst_ip: Ipv4Addr::new(198, 19, 0, 1),
+        src_ip: Ipv4Addr::new(198, 18, 0, 1).into(),
+        dst_ip: Ipv4Addr::new(198, 19, 0, 1).into(),
         src_port: 4321,
         dst_port: if proto == L4Proto::Icmp { 0 } else { 9 },
         proto,
     }
+}
+
+fn tuple6(proto: L4Proto) -> FiveTuple {
+    let a = |s: &str| IpAddr::V6(s.parse::<Ipv6Addr>().unwrap());
+    FiveTuple { src_ip: a("2001:db8::1"), dst_ip: a("2001:db8:1::2"), ..tuple(proto) }
+}
+
+/// Every version and protocol's tuple.
+fn tuples() -> Vec<FiveTuple> {
+    let protos = [L4Proto::Udp, L4Proto::Tcp, L4Proto::Icmp];
+    protos.iter().map(|&p| tuple(p)).chain(protos.iter().map(|&p| tuple6(p))).collect()
 }
 
 fn spec(frame_len: usize) -> FrameSpec {
@@ -29,53 +41,77 @@ const STAMP: Stamp = Stamp { stream: 7, seq: 0x0102_0304, tx_ns: 0x1122_3344_556
 /// The same frame as etherparse builds it (it always fills the UDP checksum).
 fn etherparse_frame(t: &FiveTuple, payload: &[u8]) -> Vec<u8> {
     let l4_len = t.proto.header_len() + payload.len();
-    let ip =
-        Ipv4Header::new(l4_len as u16, 64, IpNumber(t.proto.ip_proto()), t.src_ip.octets(), t.dst_ip.octets()).unwrap();
-    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ip(IpHeaders::Ipv4(ip, Default::default()));
+    let ip = match (t.src_ip, t.dst_ip) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => IpHeaders::Ipv4(
+            Ipv4Header::new(l4_len as u16, 64, IpNumber(t.protocol()), s.octets(), d.octets()).unwrap(),
+            Default::default(),
+        ),
+        (IpAddr::V6(s), IpAddr::V6(d)) => IpHeaders::Ipv6(
+            Ipv6Header {
+                payload_length: l4_len as u16,
+                next_header: IpNumber(t.protocol()),
+                hop_limit: 64,
+                source: s.octets(),
+                destination: d.octets(),
+                ..Default::default()
+            },
+            Default::default(),
+        ),
+        _ => unreachable!("one family per tuple"),
+    };
+    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ip(ip);
     let mut out = Vec::new();
-    match t.proto {
-        L4Proto::Udp => b.udp(t.src_port, t.dst_port).write(&mut out, payload).unwrap(),
-        L4Proto::Tcp => b.tcp(t.src_port, t.dst_port, 1, 0xffff).psh().ack(0).write(&mut out, payload).unwrap(),
-        L4Proto::Icmp => b.icmpv4_echo_request(t.src_port, 0).write(&mut out, payload).unwrap(),
+    match (t.proto, t.version()) {
+        (L4Proto::Udp, _) => b.udp(t.src_port, t.dst_port).write(&mut out, payload).unwrap(),
+        (L4Proto::Tcp, _) => b.tcp(t.src_port, t.dst_port, 1, 0xffff).psh().ack(0).write(&mut out, payload).unwrap(),
+        (L4Proto::Icmp, IpVersion::V4) => b.icmpv4_echo_request(t.src_port, 0).write(&mut out, payload).unwrap(),
+        (L4Proto::Icmp, IpVersion::V6) => b.icmpv6_echo_request(t.src_port, 0).write(&mut out, payload).unwrap(),
     }
     out
 }
 
 #[test]
 fn built_frames_match_etherparse() {
-    for proto in [L4Proto::Udp, L4Proto::Tcp, L4Proto::Icmp] {
-        for len in [60, 64, 69, 70, 128, 1514] {
-            let t = tuple(proto);
+    for t in tuples() {
+        let (version, proto) = (t.version(), t.proto);
+        for len in [60, 64, 69, 70, 74, 128, 1514] {
             let mut buf = [0xeeu8; 1600];
+            if version == IpVersion::V6 && len < stamp_offset(version, proto) {
+                assert!(build_frame(&spec(len), &t, Some(&STAMP), &mut buf).is_err(), "{t:?} {len}");
+                continue;
+            }
             assert_eq!(build_frame(&spec(len), &t, Some(&STAMP), &mut buf), Ok(len));
             let frame = &mut buf[..len];
-            let off = stamp_offset(proto);
+            let off = stamp_offset(version, proto);
             let mut payload = vec![0u8; len - off];
-            let stamped = has_stamp_room(proto, len);
+            let stamped = has_stamp_room(version, proto, len);
             if stamped {
                 STAMP.write(&mut payload);
             }
             assert_eq!(find_stamp(frame), stamped.then_some(STAMP), "{proto:?} {len}");
             assert_eq!(five_tuple(frame), Some(t));
             assert_eq!(verify_checksums(frame), Ok(true));
-            if proto == L4Proto::Udp {
-                assert_eq!(&frame[40..42], &[0, 0], "generated UDP has checksum 0");
+            if proto == L4Proto::Udp && version == IpVersion::V4 {
+                assert_eq!(&frame[40..42], &[0, 0], "generated UDP over IPv4 has checksum 0");
                 fill_l4_checksum(frame).unwrap();
                 assert_eq!(verify_checksums(frame), Ok(true));
             }
-            assert_eq!(frame, &etherparse_frame(&t, &payload)[..], "{proto:?} {len}");
+            assert_eq!(frame, &etherparse_frame(&t, &payload)[..], "{t:?} {len}");
         }
     }
 }
 
 #[test]
 fn stamp_offsets() {
-    assert_eq!(stamp_offset(L4Proto::Udp), 42);
-    assert_eq!(stamp_offset(L4Proto::Icmp), 42);
-    assert_eq!(stamp_offset(L4Proto::Tcp), 54);
-    assert!(has_stamp_room(L4Proto::Udp, 60));
-    assert!(!has_stamp_room(L4Proto::Tcp, 64));
-    assert!(has_stamp_room(L4Proto::Tcp, 70));
+    assert_eq!(stamp_offset(IpVersion::V4, L4Proto::Udp), 42);
+    assert_eq!(stamp_offset(IpVersion::V4, L4Proto::Icmp), 42);
+    assert_eq!(stamp_offset(IpVersion::V4, L4Proto::Tcp), 54);
+    assert_eq!(stamp_offset(IpVersion::V6, L4Proto::Udp), 62);
+    assert!(has_stamp_room(IpVersion::V4, L4Proto::Udp, 60));
+    assert!(!has_stamp_room(IpVersion::V4, L4Proto::Tcp, 64));
+    assert!(has_stamp_room(IpVersion::V4, L4Proto::Tcp, 70));
+    assert!(!has_stamp_room(IpVersion::V6, L4Proto::Udp, 70));
+    assert!(has_stamp_room(IpVersion::V6, L4Proto::Udp, 78));
 }
 
 #[test]
@@ -101,9 +137,10 @@ fn build_errors() {
 
 #[test]
 fn restamp_keeps_checksums_valid() {
-    for proto in [L4Proto::Udp, L4Proto::Tcp, L4Proto::Icmp] {
+    for t in tuples() {
+        let proto = t.proto;
         let mut buf = [0u8; 128];
-        build_frame(&spec(128), &tuple(proto), Some(&STAMP), &mut buf).unwrap();
+        build_frame(&spec(128), &t, Some(&STAMP), &mut buf).unwrap();
         if proto == L4Proto::Udp {
             // Exercise the incremental path for UDP too.
             fill_l4_checksum(&mut buf).unwrap();
@@ -115,7 +152,7 @@ fn restamp_keeps_checksums_valid() {
             assert_eq!(verify_checksums(&buf), Ok(true), "{proto:?} {i}");
         }
         // Someone else (the BPF generator) writes the stamp, we fix after.
-        let off = stamp_offset(proto);
+        let off = stamp_offset(t.version(), proto);
         let old: [u8; STAMP_LEN] = buf[off..off + STAMP_LEN].try_into().unwrap();
         STAMP.write(&mut buf[off..]);
         if proto != L4Proto::Udp || buf[40..42] != [0, 0] {
@@ -151,8 +188,8 @@ fn real_ping_frame() {
     assert_eq!(
         five_tuple(PING_REQUEST),
         Some(FiveTuple {
-            src_ip: Ipv4Addr::new(192, 0, 2, 1),
-            dst_ip: Ipv4Addr::new(192, 0, 2, 2),
+            src_ip: Ipv4Addr::new(192, 0, 2, 1).into(),
+            dst_ip: Ipv4Addr::new(192, 0, 2, 2).into(),
             src_port: 0x18bc,
             dst_port: 0,
             proto: L4Proto::Icmp,

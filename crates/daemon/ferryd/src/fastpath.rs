@@ -5,7 +5,7 @@
 //! ([`crate::loopdev`]) and redirect what survives out of the port.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::Ipv6Addr;
 use std::os::fd::AsRawFd;
 
 use anyhow::{Context, Result};
@@ -16,6 +16,7 @@ use ferry_bpf::AttachMode;
 use ferry_chain::plan::PortPlan;
 use ferry_chain::proto::{FlowStatus, OffloadedStatus};
 use ferry_place::{install, Installed, Lowering, OffloadedNf, Target};
+use ferry_wire::prefix::from_flow_space;
 
 /// Flows of a flow monitor a status carries: the busiest ones (a full
 /// table would not fit in one admin message).
@@ -122,9 +123,10 @@ pub fn offloaded_status(p: &Pipeline, installed: &Installed, port: &str) -> Vec<
 /// configs, a process's threads, summed), and the busiest
 /// [`FLOWS_IN_STATUS`] of them.
 pub fn flow_statuses(entries: Vec<(FlowKey, PlCount)>) -> (u64, Vec<FlowStatus>) {
-    let mut by_flow: BTreeMap<(u32, u32, u16, u16, u8), PlCount> = BTreeMap::new();
+    let mut by_flow: BTreeMap<(Ipv6Addr, Ipv6Addr, u16, u16, u8), PlCount> = BTreeMap::new();
     for (k, c) in entries {
-        let sum = by_flow.entry((k.flow.saddr, k.flow.daddr, k.flow.sport, k.flow.dport, k.flow.proto)).or_default();
+        let key = (k.flow.saddr.to_ipv6(), k.flow.daddr.to_ipv6(), k.flow.sport, k.flow.dport, k.flow.proto);
+        let sum = by_flow.entry(key).or_default();
         // A process NF wrote these: sums must not overflow.
         sum.packets = sum.packets.saturating_add(c.packets);
         sum.bytes = sum.bytes.saturating_add(c.bytes);
@@ -132,8 +134,8 @@ pub fn flow_statuses(entries: Vec<(FlowKey, PlCount)>) -> (u64, Vec<FlowStatus>)
     let mut flows: Vec<FlowStatus> = by_flow
         .into_iter()
         .map(|((saddr, daddr, sport, dport, proto), c)| FlowStatus {
-            src: Ipv4Addr::from(u32::from_be(saddr)).to_string(),
-            dst: Ipv4Addr::from(u32::from_be(daddr)).to_string(),
+            src: from_flow_space(saddr).to_string(),
+            dst: from_flow_space(daddr).to_string(),
             proto,
             sport: u16::from_be(sport),
             dport: u16::from_be(dport),

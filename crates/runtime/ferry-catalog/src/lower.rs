@@ -3,6 +3,8 @@
 //! process does are lowered; the differential and equivalence tests hold
 //! them to it.
 
+use std::net::Ipv6Addr;
+
 use ferry_bpf::hybrid::HybridElement;
 use ferry_bpf::pipeline::{AclRule, ACL_ALLOW, ACL_DENY, ACL_MAX_RULES};
 use ferry_bpf::scan::{SCAN_MAX_LEN, SCAN_MAX_PATTERNS};
@@ -13,7 +15,7 @@ use ferry_nf::payload_scan::ScanConfig;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lowering {
     /// An ACL element, then a counter of what passed.
-    Firewall { rules: Vec<AclRule>, default_action: u8 },
+    Firewall { rules: Vec<AclRule>, default_action: u8, non_ip_action: u8 },
     /// A flow-monitor element.
     FlowMonitor,
     /// A partially offloadable NF's stateless part: a hybrid NF's element,
@@ -28,10 +30,12 @@ pub enum Lowering {
 pub enum Step<'a> {
     /// A packet counter, shown as the NF's counter `name`.
     Counter(&'static str),
-    /// The ACL element with these rules and default.
+    /// The ACL element with these rules, its default for IP frames and
+    /// its action for the others.
     Acl {
         rules: &'a [AclRule],
         default_action: u8,
+        non_ip_action: u8,
     },
     FlowMonitor,
     /// A hybrid NF's element.
@@ -45,8 +49,9 @@ impl Lowering {
     /// `--explain` lists.
     pub fn steps(&self) -> Vec<Step<'_>> {
         match self {
-            Lowering::Firewall { rules, default_action } => {
-                vec![Step::Counter("rx"), Step::Acl { rules, default_action: *default_action }, Step::Counter("pass")]
+            Lowering::Firewall { rules, default_action, non_ip_action } => {
+                let acl = Step::Acl { rules, default_action: *default_action, non_ip_action: *non_ip_action };
+                vec![Step::Counter("rx"), acl, Step::Counter("pass")]
             }
             Lowering::FlowMonitor => vec![Step::Counter("rx"), Step::FlowMonitor],
             Lowering::Split(nf) => vec![Step::Split(*nf)],
@@ -121,7 +126,7 @@ fn lower_firewall(args: &[String]) -> Result<Lowering, String> {
         .enumerate()
         .map(|(i, r)| acl_rule(r).map_err(|why| format!("rule {}: {why}", i + 1)))
         .collect::<Result<Vec<_>, String>>()?;
-    Ok(Lowering::Firewall { rules: acl, default_action: action(rules.default) })
+    Ok(Lowering::Firewall { rules: acl, default_action: action(rules.default), non_ip_action: action(rules.non_ip) })
 }
 
 fn action(a: FwAction) -> u8 {
@@ -131,10 +136,12 @@ fn action(a: FwAction) -> u8 {
     }
 }
 
-/// The prefix length of the address range `lo..=hi`, if it is a prefix.
-fn prefix_len((lo, hi): (u32, u32)) -> Option<u8> {
-    let size = u64::from(hi).checked_sub(u64::from(lo))? + 1;
-    (size.is_power_of_two() && u64::from(lo) % size == 0).then(|| 32 - size.trailing_zeros() as u8)
+/// The prefix length of the address range `lo..=hi` in the 128-bit
+/// space, if it is a prefix.
+fn prefix_len((lo, hi): (u128, u128)) -> Option<u8> {
+    let host_bits = hi.checked_sub(lo)?;
+    // A prefix's host part is all ones: size - 1 = 2^k - 1, and lo has none.
+    (host_bits & host_bits.wrapping_add(1) == 0 && lo & host_bits == 0).then(|| host_bits.count_zeros() as u8)
 }
 
 /// A firewall rule as an ACL element rule: address ranges must be
@@ -148,8 +155,8 @@ fn acl_rule(r: &FwRule) -> Result<AclRule, String> {
         _ => return Err("the ACL element matches one protocol or any".into()),
     };
     Ok(AclRule {
-        src: r.src.0.to_be(),
-        dst: r.dst.0.to_be(),
+        src: Ipv6Addr::from(r.src.0).into(),
+        dst: Ipv6Addr::from(r.dst.0).into(),
         src_plen,
         dst_plen,
         proto,
@@ -173,11 +180,14 @@ mod tests {
 
     #[test]
     fn prefixes() {
-        assert_eq!(prefix_len((0, u32::MAX)), Some(0));
-        assert_eq!(prefix_len((0x0a00_0000, 0x0aff_ffff)), Some(8));
-        assert_eq!(prefix_len((0x0a00_0001, 0x0a00_0001)), Some(32));
-        assert_eq!(prefix_len((0x0a00_0001, 0x0a00_0002)), None);
-        assert_eq!(prefix_len((0x0a00_0000, 0x0a00_0002)), None);
+        let v4 = |a: u32| u128::from(std::net::Ipv4Addr::from(a).to_ipv6_mapped());
+        assert_eq!(prefix_len((0, u128::MAX)), Some(0));
+        assert_eq!(prefix_len((v4(0), v4(u32::MAX))), Some(96));
+        assert_eq!(prefix_len((v4(0x0a00_0000), v4(0x0aff_ffff))), Some(104));
+        assert_eq!(prefix_len((v4(0x0a00_0001), v4(0x0a00_0001))), Some(128));
+        assert_eq!(prefix_len((v4(0x0a00_0001), v4(0x0a00_0002))), None);
+        assert_eq!(prefix_len((v4(0x0a00_0000), v4(0x0a00_0002))), None);
+        assert_eq!(prefix_len((0x2001_0db8 << 96, (0x2001_0db8 << 96) | (u128::MAX >> 32))), Some(32));
     }
 
     #[test]
@@ -187,13 +197,15 @@ mod tests {
         let file = dir.join("fw.rules");
         std::fs::write(&file, "deny src 10.0.0.0/8 proto udp dport 53\nallow proto tcp dport 80-90\ndefault deny\n")
             .unwrap();
-        let Lowering::Firewall { rules, default_action } = lower("firewall", &[file.display().to_string()]).unwrap()
+        let Lowering::Firewall { rules, default_action, non_ip_action } =
+            lower("firewall", &[file.display().to_string()]).unwrap()
         else {
             panic!("not a firewall lowering")
         };
-        assert_eq!(default_action, ACL_DENY);
+        assert_eq!((default_action, non_ip_action), (ACL_DENY, ACL_ALLOW));
         assert_eq!(rules.len(), 2);
-        assert_eq!((rules[0].src, rules[0].src_plen, rules[0].proto), (0x0a00_0000u32.to_be(), 8, 17));
+        let ten: ferry_bpf::abi::In6 = std::net::Ipv4Addr::new(10, 0, 0, 0).into();
+        assert_eq!((rules[0].src, rules[0].src_plen, rules[0].proto), (ten, 104, 17));
         assert_eq!((rules[0].dport_lo, rules[0].dport_hi, rules[0].action), (53, 53, ACL_DENY));
         assert_eq!((rules[1].proto, rules[1].dport_lo, rules[1].dport_hi, rules[1].dst_plen), (6, 80, 90, 0));
         let many: String = (0..33).map(|i| format!("allow dport {i}\n")).collect::<String>() + "default deny\n";

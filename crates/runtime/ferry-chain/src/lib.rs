@@ -22,19 +22,22 @@ pub mod spec;
 pub use plan::{ChainPlan, DomainPlan, NfPlan, OutLink, PortPlan, ThreadPlan};
 pub use spec::{ChainSpec, LinkMode};
 
-/// A cheap flow hash of an IPv4 packet's addresses, protocol and ports (0 for
+/// A cheap flow hash of an IP packet's addresses, protocol and ports (0 for
 /// anything else, malformed frames included), used to keep a flow on one
 /// thread of a multi-threaded NF. The frame is read by the one flow parser,
 /// [`ferry_wire::flow::parse`], as the NFs read it; give it the whole frame
 /// (the parse checks the IP lengths against it), not only its headers.
 pub fn flow_hash(frame: &[u8]) -> u32 {
-    let Some(flow) = ferry_wire::flow::parse(frame).ok().filter(|f| f.is_ipv4) else {
+    let Some(flow) = ferry_wire::flow::parse(frame).ok().filter(|f| f.ip.is_some()) else {
         return 0;
     };
     let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut mix = |v: u64| h = (h ^ v).wrapping_mul(0x100_0000_01b3).rotate_left(29);
-    mix(u32::from(flow.src) as u64);
-    mix(u32::from(flow.dst) as u64);
+    for addr in [flow.src, flow.dst] {
+        let a = u128::from(addr);
+        mix(a as u64);
+        mix((a >> 64) as u64);
+    }
     mix(flow.proto as u64);
     mix(((flow.sport as u64) << 16) | flow.dport as u64);
     // splitmix64's finaliser: every input bit reaches the low bits that

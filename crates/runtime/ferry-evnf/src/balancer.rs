@@ -7,7 +7,7 @@
 //! from each backend's measured load: its open connections.
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use ferry_bpf::hybrid::{FlowTuple, HybridMaps, LbConn, LbReply, LB_CLOSING, LB_MAX_BACKENDS};
@@ -30,12 +30,12 @@ pub struct Balancer {
     /// the slot, so a slot keeps its address as long as the balancer runs:
     /// a backend dropped from the file keeps its slot with weight 0 and its
     /// connections keep going to it.
-    slots: Vec<SocketAddrV4>,
+    slots: Vec<SocketAddr>,
     /// Configured weight per slot (0 for dropped backends).
     base: Vec<u32>,
     /// Weights in force now per slot (configured, or from feedback), ×100.
     weights: Vec<u32>,
-    installed_vip: Option<(SocketAddrV4, u8)>,
+    installed_vip: Option<(SocketAddr, u8)>,
     last_feedback_ns: u64,
     feedback_rounds: u64,
     expired: u64,
@@ -119,7 +119,7 @@ impl Balancer {
     fn back_flow(&self, flow: &FlowTuple, conn: &LbConn) -> Option<FlowTuple> {
         let be = self.slots.get(conn.backend as usize)?;
         let (client, client_port) = flow.src();
-        Some(FlowTuple::new(*be.ip(), be.port(), client, client_port, flow.proto))
+        Some(FlowTuple::new(be.ip(), be.port(), client, client_port, flow.proto))
     }
 
     /// Removes a connection and its reply entry together, once neither
@@ -181,14 +181,14 @@ impl HybridNf for Balancer {
     /// finds everything it needs.
     fn install(&mut self, fast: &mut HybridMaps) -> Result<(), EvnfError> {
         for (i, addr) in self.slots.iter().enumerate() {
-            fast.lb_set_backend(i as u32, *addr.ip(), addr.port())?;
+            fast.lb_set_backend(i as u32, addr.ip(), addr.port())?;
         }
         let configured = self.base.iter().map(|w| w * 100).collect();
         self.write_ring(fast, configured)?;
         let vip = (self.spec.vip, self.spec.proto.number());
-        fast.lb_set_vip(*vip.0.ip(), vip.0.port(), vip.1, 0)?;
+        fast.lb_set_vip(vip.0.ip(), vip.0.port(), vip.1, 0)?;
         if let Some(old) = self.installed_vip.filter(|old| *old != vip) {
-            fast.lb_remove_vip(*old.0.ip(), old.0.port(), old.1)?;
+            fast.lb_remove_vip(old.0.ip(), old.0.port(), old.1)?;
         }
         self.installed_vip = Some(vip);
         Ok(())

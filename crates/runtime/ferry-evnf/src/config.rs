@@ -15,7 +15,9 @@
 //!   backends: [{ addr: 10.10.2.11:80, weight: 1 }, { addr: 10.10.3.12:80, weight: 1 }]
 //! ```
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr};
+
+use ferry_wire::IpPrefix;
 use std::path::{Path, PathBuf};
 
 use ferry_config::{parse_located, Seg, YamlError};
@@ -76,9 +78,9 @@ pub struct FwRuleSpec {
 }
 
 impl FwRuleSpec {
-    /// `src` as (address, prefix length), once validated.
-    pub fn subnet(&self) -> Option<(Ipv4Addr, u8)> {
-        self.src.as_deref().and_then(|s| parse_cidr(s).ok())
+    /// `src` as a prefix (IPv4 or IPv6), once validated.
+    pub fn subnet(&self) -> Option<IpPrefix> {
+        self.src.as_deref().and_then(|s| s.parse().ok())
     }
 }
 
@@ -97,7 +99,7 @@ pub struct FirewallSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendSpec {
-    pub addr: SocketAddrV4,
+    pub addr: SocketAddr,
     #[serde(default = "one")]
     pub weight: u32,
 }
@@ -116,7 +118,8 @@ pub struct FeedbackSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BalancerSpec {
-    pub vip: SocketAddrV4,
+    /// IPv4 or IPv6; every backend is of its IP version.
+    pub vip: SocketAddr,
     #[serde(default = "tcp")]
     pub proto: Proto,
     pub backends: Vec<BackendSpec>,
@@ -189,17 +192,6 @@ fn nat_idle() -> f64 {
     300.0
 }
 
-/// `a.b.c.d/len`.
-pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
-    let (addr, len) = s.split_once('/').ok_or_else(|| format!("{s:?}: expected address/prefix"))?;
-    let addr: Ipv4Addr = addr.parse().map_err(|e| format!("{s:?}: {e}"))?;
-    let len: u8 = len.parse().map_err(|e| format!("{s:?}: prefix: {e}"))?;
-    if len > 32 {
-        return Err(format!("{s:?}: prefix longer than 32"));
-    }
-    Ok((addr, len))
-}
-
 type Invalid = (Vec<Seg>, String);
 
 /// Largest backend weight (weights are relative; the array has 1024 slots).
@@ -256,7 +248,7 @@ impl EvnfSpec {
                 let at = |k: &'static str| vec![Key("firewall"), Key("rules"), Index(i), Key(k)];
                 match (&r.src, r.proto) {
                     (Some(src), None) => {
-                        parse_cidr(src).map_err(|e| (at("src"), e))?;
+                        src.parse::<IpPrefix>().map_err(|e| (at("src"), e))?;
                         if r.port.is_some() {
                             return Err((at("port"), "a port rule needs proto, not src".into()));
                         }
@@ -283,6 +275,10 @@ impl EvnfSpec {
                 if b.weight > MAX_WEIGHT {
                     let at = vec![Key("balancer"), Key("backends"), Index(i), Key("weight")];
                     return Err((at, format!("at most {MAX_WEIGHT}")));
+                }
+                if b.addr.is_ipv4() != lb.vip.is_ipv4() {
+                    let at = vec![Key("balancer"), Key("backends"), Index(i), Key("addr")];
+                    return Err((at, format!("{}: of another IP version than the VIP {}", b.addr, lb.vip)));
                 }
                 if lb.backends[..i].iter().any(|o| o.addr == b.addr) {
                     return Err((vec![Key("balancer"), Key("backends"), Index(i), Key("addr")], "listed twice".into()));
@@ -316,7 +312,7 @@ mod tests {
     #[test]
     fn parses_the_sections() {
         let s = EvnfSpec::from_yaml_str(GOOD, "sfc.yaml").unwrap();
-        assert_eq!(s.firewall.as_ref().unwrap().rules[0].subnet(), Some((Ipv4Addr::new(10, 10, 66, 0), 24)));
+        assert_eq!(s.firewall.as_ref().unwrap().rules[0].subnet(), Some("10.10.66.0/24".parse().unwrap()));
         assert_eq!(s.balancer.as_ref().unwrap().backends[1].weight, 1);
         assert!(s.dpi.is_none() && s.nat.is_none());
     }

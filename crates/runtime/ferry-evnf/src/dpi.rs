@@ -47,7 +47,7 @@ pub struct Dpi {
 /// An error is a malformed frame.
 pub fn flow_of(frame: &[u8]) -> Result<Option<FlowTuple>, ferry_wire::WireError> {
     let flow = ferry_wire::flow::parse(frame)?;
-    Ok(flow.is_ipv4.then(|| FlowTuple::new(flow.src, flow.sport, flow.dst, flow.dport, flow.proto)))
+    Ok(flow.is_ipv4().then(|| FlowTuple::new(flow.src, flow.sport, flow.dst, flow.dport, flow.proto)))
 }
 
 impl Dpi {
@@ -191,8 +191,8 @@ mod tests {
         let mut frame = vec![0u8; 64];
         build_frame(&spec, &tuple, None, &mut frame).unwrap();
         let f = flow_of(&frame).unwrap().unwrap();
-        assert_eq!(f.src(), (Ipv4Addr::new(10, 0, 0, 1), 40000));
-        assert_eq!(f.dst(), (Ipv4Addr::new(10, 0, 0, 2), 5201));
+        assert_eq!(f.src(), (Ipv4Addr::new(10, 0, 0, 1).into(), 40000));
+        assert_eq!(f.dst(), (Ipv4Addr::new(10, 0, 0, 2).into(), 5201));
         assert!(flow_of(&frame[..40]).is_err(), "cut inside the TCP header");
         let mut arp = frame.clone();
         arp[12..14].copy_from_slice(&[0x08, 0x06]);

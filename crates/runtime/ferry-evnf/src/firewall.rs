@@ -137,9 +137,9 @@ impl HybridNf for Firewall {
             // Rule ids start at 1 so that id 0 never counts a real rule.
             let rule = FwRule { action, rule_id: i as u32 + 1 };
             match (r.subnet(), r.proto) {
-                (Some((addr, prefix)), _) => {
-                    fast.fw_set_subnet(addr, prefix, rule)?;
-                    subnets.push((addr, prefix));
+                (Some(subnet), _) => {
+                    fast.fw_set_subnet(subnet, rule)?;
+                    subnets.push(subnet);
                 }
                 (None, Some(proto)) => {
                     let port = r.port.unwrap_or(0);

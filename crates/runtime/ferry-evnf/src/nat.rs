@@ -17,7 +17,7 @@
 //! malformed. No hairpinning.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use ferry_bpf::abi::SlowMeta;
@@ -66,7 +66,16 @@ pub struct Nat {
 }
 
 fn out_key(t: Transport, inside: Endpoint) -> NatKey {
-    NatKey::new(inside.ip, inside.port, t.ip_proto(), NAT_OUT)
+    NatKey::new(ipv4(inside), inside.port, t.ip_proto(), NAT_OUT)
+}
+
+/// The eNAT translates IPv4 (NAPT, RFC 3022): every endpoint it keeps is
+/// IPv4, as [`Nat::on_slow_path`] lets nothing else in.
+fn ipv4(e: Endpoint) -> Ipv4Addr {
+    match e.ip {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(_) => unreachable!("eNAT endpoints are IPv4: on_slow_path lets only IPv4 in"),
+    }
 }
 
 fn in_key(t: Transport, public_ip: Ipv4Addr, port: u16) -> NatKey {
@@ -154,14 +163,14 @@ impl Nat {
         let known = self.public_of.get(&(t, inside)).copied();
         if let (Some(port), Some(at)) = (known, self.installed_at.get(&(t, inside))) {
             if now.saturating_sub(*at) < REINSTALL_NS {
-                return Some(Endpoint { ip: public_ip, port });
+                return Some(Endpoint { ip: public_ip.into(), port });
             }
         }
         let Some(port) = known.or_else(|| self.free_port(t)) else {
             self.exhausted += 1;
             return None;
         };
-        let back = NatEntry::new(inside.ip, inside.port, now);
+        let back = NatEntry::new(ipv4(inside), inside.port, now);
         let out = NatEntry::new(public_ip, port, now);
         let installed = self
             .table
@@ -179,7 +188,7 @@ impl Nat {
             self.made += 1;
         }
         self.installed_at.insert((t, inside), now);
-        Some(Endpoint { ip: public_ip, port })
+        Some(Endpoint { ip: public_ip.into(), port })
     }
 
     /// Ends the mapping of `inside` to `port` (both halves; the port is
@@ -198,7 +207,7 @@ impl Nat {
 /// An outbound half's protocol, inside endpoint and public port.
 fn outbound(k: &NatKey, v: &NatEntry) -> Option<(Transport, Endpoint, u16)> {
     let t = [Transport::Udp, Transport::Tcp].into_iter().find(|t| t.ip_proto() == k.proto)?;
-    let inside = Endpoint { ip: Ipv4Addr::from(k.addr.to_ne_bytes()), port: u16::from_be(k.port) };
+    let inside = Endpoint { ip: Ipv4Addr::from(k.addr.to_ne_bytes()).into(), port: u16::from_be(k.port) };
     (k.dir == NAT_OUT).then_some((t, inside, u16::from_be(v.port)))
 }
 
@@ -233,7 +242,7 @@ impl HybridNf for Nat {
     /// frames are dropped.
     fn on_slow_path(&mut self, _fast: &mut HybridMaps, frame: &mut [u8], _meta: SlowMeta) -> SlowVerdict {
         let translatable = match ferry_wire::flow::parse(frame) {
-            Ok(f) => f.is_ipv4 && [ip_proto::TCP, ip_proto::UDP].contains(&f.proto),
+            Ok(f) => f.is_ipv4() && [ip_proto::TCP, ip_proto::UDP].contains(&f.proto),
             Err(_) => {
                 self.refused += 1;
                 return SlowVerdict::Drop;

@@ -7,14 +7,23 @@
 //! first set bit is the first match. Five binary searches and a few dozen
 //! word ANDs, whatever the rules.
 //!
+//! Both families share one rule set, as nftables' `inet` family does:
+//! addresses live in one 128-bit space ([`IpPrefix`]), so an IPv4 prefix
+//! matches IPv4 frames only, an IPv6 prefix IPv6 ones, and a rule with no
+//! prefix both. `default` decides every IP frame no rule matches, IPv4 or
+//! IPv6. Frames with no IP header (ARP, LLDP…) pass unless a `non-ip deny`
+//! line says otherwise.
+//!
 //! ```text
-//! # action [src PREFIX] [dst PREFIX] [proto tcp|udp|icmp|N] [sport P[-Q]] [dport P[-Q]]
+//! # action [src PREFIX] [dst PREFIX] [proto tcp|udp|icmp|icmpv6|N] [sport P[-Q]] [dport P[-Q]]
 //! deny src 10.0.0.0/8 proto udp dport 53
-//! allow dst 192.0.2.0/24 proto tcp dport 80-443
+//! allow dst 2001:db8::/32 proto tcp dport 80-443
+//! allow proto icmpv6
+//! non-ip deny
 //! default deny
 //! ```
 
-use ferry_wire::classify::Ipv4Prefix;
+use ferry_wire::IpPrefix;
 
 /// What a matching rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,11 +32,12 @@ pub enum FwAction {
     Deny,
 }
 
-/// A packet's 5-tuple (ports 0 for protocols without).
+/// A packet's 5-tuple (ports 0 for protocols without); addresses in the
+/// 128-bit space, IPv4 ones IPv4-mapped (as the flow parser gives them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tuple {
-    pub src: u32,
-    pub dst: u32,
+    pub src: u128,
+    pub dst: u128,
     pub proto: u8,
     pub sport: u16,
     pub dport: u16,
@@ -37,8 +47,8 @@ pub struct Tuple {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FwRule {
     pub action: FwAction,
-    pub src: (u32, u32),
-    pub dst: (u32, u32),
+    pub src: (u128, u128),
+    pub dst: (u128, u128),
     pub proto: (u8, u8),
     pub sport: (u16, u16),
     pub dport: (u16, u16),
@@ -46,20 +56,22 @@ pub struct FwRule {
 
 impl FwRule {
     pub fn matches(&self, t: &Tuple) -> bool {
-        let inside = |v: u64, (lo, hi): (u64, u64)| lo <= v && v <= hi;
-        inside(t.src.into(), (self.src.0.into(), self.src.1.into()))
-            && inside(t.dst.into(), (self.dst.0.into(), self.dst.1.into()))
+        let inside = |v: u128, (lo, hi): (u128, u128)| lo <= v && v <= hi;
+        inside(t.src, self.src)
+            && inside(t.dst, self.dst)
             && inside(t.proto.into(), (self.proto.0.into(), self.proto.1.into()))
             && inside(t.sport.into(), (self.sport.0.into(), self.sport.1.into()))
             && inside(t.dport.into(), (self.dport.0.into(), self.dport.1.into()))
     }
 }
 
-/// A rule file: rules in order and the action when none matches.
+/// A rule file: rules in order, the action for IP frames none matches,
+/// and the action for frames with no IP header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FwRules {
     pub rules: Vec<FwRule>,
     pub default: FwAction,
+    pub non_ip: FwAction,
 }
 
 /// A rule file's error: its 1-based line and what is wrong.
@@ -71,10 +83,8 @@ pub struct FwRuleError {
 }
 
 /// An address or prefix as the range of addresses it covers.
-fn prefix(s: &str) -> Result<(u32, u32), String> {
-    let p = Ipv4Prefix::parse_or_host(s)?;
-    let base = u32::from(p.addr);
-    Ok((base, base | !p.mask()))
+fn prefix(s: &str) -> Result<(u128, u128), String> {
+    Ok(IpPrefix::parse_or_host(s)?.range())
 }
 
 fn ports(s: &str) -> Result<(u16, u16), String> {
@@ -92,7 +102,8 @@ fn proto(s: &str) -> Result<(u8, u8), String> {
         "tcp" => 6,
         "udp" => 17,
         "icmp" => 1,
-        n => n.parse::<u8>().map_err(|_| format!("protocol {s:?}: tcp, udp, icmp or a number"))?,
+        "icmpv6" => 58,
+        n => n.parse::<u8>().map_err(|_| format!("protocol {s:?}: tcp, udp, icmp, icmpv6 or a number"))?,
     };
     Ok((n, n))
 }
@@ -105,11 +116,14 @@ fn action(s: &str) -> Result<FwAction, String> {
     }
 }
 
+/// The whole address space of both families.
+const ANY_ADDR: (u128, u128) = (0, u128::MAX);
+
 fn parse_rule(words: &[&str]) -> Result<FwRule, String> {
     let mut rule = FwRule {
         action: action(words[0])?,
-        src: (0, u32::MAX),
-        dst: (0, u32::MAX),
+        src: ANY_ADDR,
+        dst: ANY_ADDR,
         proto: (0, u8::MAX),
         sport: (0, u16::MAX),
         dport: (0, u16::MAX),
@@ -131,12 +145,20 @@ fn parse_rule(words: &[&str]) -> Result<FwRule, String> {
             other => return Err(format!("{other:?}: expected src, dst, proto, sport or dport")),
         }
     }
+    if rule.src != ANY_ADDR && rule.dst != ANY_ADDR && is_v4(rule.src) != is_v4(rule.dst) {
+        return Err("src and dst are of different families: no frame has both".into());
+    }
     Ok(rule)
+}
+
+/// Whether an address range lies in the IPv4-mapped space.
+fn is_v4((lo, hi): (u128, u128)) -> bool {
+    IpPrefix::ALL_V4.contains(lo.into()) && IpPrefix::ALL_V4.contains(hi.into())
 }
 
 /// Parses a rule file's text.
 pub fn parse_fw_rules(text: &str) -> Result<FwRules, FwRuleError> {
-    let (mut rules, mut default) = (Vec::new(), None);
+    let (mut rules, mut default, mut non_ip) = (Vec::new(), None, None);
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or_default().trim();
         if line.is_empty() {
@@ -144,12 +166,13 @@ pub fn parse_fw_rules(text: &str) -> Result<FwRules, FwRuleError> {
         }
         let err = |message: String| FwRuleError { line: i + 1, message };
         let words: Vec<&str> = line.split_whitespace().collect();
-        if words[0] == "default" {
-            if default.is_some() {
-                return Err(err("a second default".into()));
+        if let directive @ ("default" | "non-ip") = words[0] {
+            let slot = if directive == "default" { &mut default } else { &mut non_ip };
+            if slot.is_some() {
+                return Err(err(format!("a second {directive}")));
             }
-            let [_, a] = words[..] else { return Err(err("expected: default allow|deny".into())) };
-            default = Some(action(a).map_err(err)?);
+            let [_, a] = words[..] else { return Err(err(format!("expected: {directive} allow|deny"))) };
+            *slot = Some(action(a).map_err(err)?);
             continue;
         }
         if default.is_some() {
@@ -157,20 +180,24 @@ pub fn parse_fw_rules(text: &str) -> Result<FwRules, FwRuleError> {
         }
         rules.push(parse_rule(&words).map_err(err)?);
     }
-    let default = default.ok_or(FwRuleError { line: text.lines().count().max(1), message: "no default".into() })?;
-    Ok(FwRules { rules, default })
+    let last = text.lines().count().max(1);
+    let default =
+        default.ok_or(FwRuleError { line: last, message: "no default: end with default allow|deny".into() })?;
+    Ok(FwRules { rules, default, non_ip: non_ip.unwrap_or(FwAction::Allow) })
 }
 
 /// One field's intervals: boundaries (sorted interval starts) and per
 /// interval the bit set of rules covering it.
 struct FieldIndex {
-    starts: Vec<u64>,
+    starts: Vec<u128>,
     sets: Vec<Vec<u64>>,
 }
 
 impl FieldIndex {
-    fn new(ranges: &[(u64, u64)], words: usize) -> FieldIndex {
-        let mut starts: Vec<u64> = ranges.iter().flat_map(|&(lo, hi)| [lo, hi + 1]).collect();
+    fn new(ranges: &[(u128, u128)], words: usize) -> FieldIndex {
+        // A range ending at the top of the space has no interval after it.
+        let mut starts: Vec<u128> =
+            ranges.iter().flat_map(|&(lo, hi)| [Some(lo), hi.checked_add(1)]).flatten().collect();
         starts.push(0);
         starts.sort_unstable();
         starts.dedup();
@@ -189,7 +216,7 @@ impl FieldIndex {
         FieldIndex { starts, sets }
     }
 
-    fn set(&self, v: u64) -> &[u64] {
+    fn set(&self, v: u128) -> &[u64] {
         // The last interval starting at or before v (starts[0] is 0).
         let i = self.starts.partition_point(|&s| s <= v) - 1;
         &self.sets[i]
@@ -205,11 +232,11 @@ pub struct BitVectorClassifier {
 impl BitVectorClassifier {
     pub fn new(rules: &[FwRule]) -> BitVectorClassifier {
         let words = rules.len().div_ceil(64).max(1);
-        let field = |f: fn(&FwRule) -> (u64, u64)| FieldIndex::new(&rules.iter().map(f).collect::<Vec<_>>(), words);
+        let field = |f: fn(&FwRule) -> (u128, u128)| FieldIndex::new(&rules.iter().map(f).collect::<Vec<_>>(), words);
         BitVectorClassifier {
             fields: [
-                field(|r| (r.src.0.into(), r.src.1.into())),
-                field(|r| (r.dst.0.into(), r.dst.1.into())),
+                field(|r| r.src),
+                field(|r| r.dst),
                 field(|r| (r.proto.0.into(), r.proto.1.into())),
                 field(|r| (r.sport.0.into(), r.sport.1.into())),
                 field(|r| (r.dport.0.into(), r.dport.1.into())),
@@ -221,8 +248,8 @@ impl BitVectorClassifier {
     /// The index of the first rule `t` matches.
     pub fn first_match(&self, t: &Tuple) -> Option<usize> {
         let sets = [
-            self.fields[0].set(t.src.into()),
-            self.fields[1].set(t.dst.into()),
+            self.fields[0].set(t.src),
+            self.fields[1].set(t.dst),
             self.fields[2].set(t.proto.into()),
             self.fields[3].set(t.sport.into()),
             self.fields[4].set(t.dport.into()),
@@ -241,8 +268,10 @@ pub fn first_match_linear(rules: &[FwRule], t: &Tuple) -> Option<usize> {
 
 /// Random rules and packets for tests and benchmarks: a xorshift
 /// generator, so a seed gives the same ones every run. Rules use few
-/// distinct values (prefixes of 10.0-3.0-3.0-3 of length 0, 8, 16, 24 or
-/// 32; ports up to 1200), so random packets often match.
+/// distinct values so random packets often match: a quarter of them and
+/// of the packets are IPv6 (prefixes of 2001:db8:0-3:0-3::0-3 of length
+/// 0, 32, 48, 64 or 128), the rest IPv4 (prefixes of 10.0-3.0-3.0-3 of
+/// length 0, 8, 16, 24 or 32); ports up to 1200.
 pub struct RandomRules(u64);
 
 impl RandomRules {
@@ -257,16 +286,25 @@ impl RandomRules {
         self.0
     }
 
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+    fn below(&mut self, n: u64) -> u128 {
+        u128::from(self.next() % n)
     }
 
-    fn net(&mut self) -> (u32, u32) {
-        let len = [0, 8, 16, 24, 32][self.below(5) as usize];
-        let base =
-            (10u32 << 24) | ((self.below(4) as u32) << 16) | ((self.below(4) as u32) << 8) | self.below(4) as u32;
-        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-        (base & mask, (base & mask) | !mask)
+    /// A random address of the family, in the 128-bit space.
+    fn addr(&mut self, v6: bool) -> u128 {
+        if v6 {
+            0x2001_0db8 << 96 | self.below(4) << 80 | self.below(4) << 64 | self.below(4)
+        } else {
+            u128::from(IpPrefix::ALL_V4.addr()) | 10 << 24 | self.below(4) << 16 | self.below(4) << 8 | self.below(4)
+        }
+    }
+
+    fn net(&mut self, v6: bool) -> (u128, u128) {
+        let lens = if v6 { [0, 32, 48, 64, 128] } else { [96, 104, 112, 120, 128] };
+        let len = lens[self.below(5) as usize];
+        let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+        let base = self.addr(v6) & mask;
+        (base, base | !mask)
     }
 
     fn port(&mut self) -> (u16, u16) {
@@ -286,15 +324,15 @@ impl RandomRules {
     pub fn rule(&mut self) -> FwRule {
         let proto = [(0, 255), (6, 6), (17, 17)][self.below(3) as usize];
         let action = if self.below(2) == 0 { FwAction::Allow } else { FwAction::Deny };
-        FwRule { action, src: self.net(), dst: self.net(), proto, sport: self.port(), dport: self.port() }
+        let v6 = self.below(4) == 0;
+        FwRule { action, src: self.net(v6), dst: self.net(v6), proto, sport: self.port(), dport: self.port() }
     }
 
     pub fn tuple(&mut self) -> Tuple {
-        let mut addr = || u32::from_be_bytes([10, self.below(4) as u8, self.below(4) as u8, self.below(4) as u8]);
-        let (src, dst) = (addr(), addr());
+        let v6 = self.below(4) == 0;
         Tuple {
-            src,
-            dst,
+            src: self.addr(v6),
+            dst: self.addr(v6),
             proto: [6, 17, 1][self.below(3) as usize],
             sport: self.below(900) as u16,
             dport: self.below(900) as u16,
@@ -306,8 +344,17 @@ impl RandomRules {
 mod tests {
     use super::*;
 
+    fn addr(a: &str) -> u128 {
+        let a: std::net::IpAddr = a.parse().unwrap();
+        u128::from(match a {
+            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            std::net::IpAddr::V6(v6) => v6,
+        })
+    }
+
     fn tuple(src: [u8; 4], dst: [u8; 4], proto: u8, sport: u16, dport: u16) -> Tuple {
-        Tuple { src: u32::from_be_bytes(src), dst: u32::from_be_bytes(dst), proto, sport, dport }
+        let v4 = |a: [u8; 4]| addr(&std::net::Ipv4Addr::from(a).to_string());
+        Tuple { src: v4(src), dst: v4(dst), proto, sport, dport }
     }
 
     #[test]
@@ -315,7 +362,7 @@ mod tests {
         let r =
             parse_fw_rules("deny src 10.0.0.0/8 proto udp dport 53 # dns\nallow dport 80-443\ndefault deny\n").unwrap();
         assert_eq!(r.rules.len(), 2);
-        assert_eq!(r.rules[0].src, (0x0a00_0000, 0x0aff_ffff));
+        assert_eq!(r.rules[0].src, (addr("10.0.0.0"), addr("10.255.255.255")));
         assert_eq!((r.rules[0].proto, r.rules[1].dport, r.default), ((17, 17), (80, 443), FwAction::Deny));
         let table = [
             ("allow\nlog src 1.2.3.4\ndefault deny", 2, "action \"log\""),
@@ -326,6 +373,10 @@ mod tests {
             ("allow src 1.2.3.4 src 1.2.3.5\ndefault deny", 1, "src given twice"),
             ("default deny\nallow", 2, "put default last"),
             ("allow\n", 1, "no default"),
+            ("allow src 10.0.0.0/8 dst 2001:db8::/32\ndefault deny", 1, "different families"),
+            ("allow src 2001:db8::1/32\ndefault deny", 1, "did you mean 2001:db8::/32?"),
+            ("non-ip drop\ndefault deny", 1, "action \"drop\""),
+            ("non-ip deny\nnon-ip deny\ndefault deny", 2, "a second non-ip"),
         ];
         for (text, line, want) in table {
             let e = parse_fw_rules(text).unwrap_err();
@@ -368,5 +419,32 @@ mod tests {
             assert_eq!(fast.first_match(&t), want, "{t:?}");
             assert_eq!(first_match_linear(&r.rules, &t), want, "{t:?}");
         }
+    }
+
+    /// nftables' `inet` semantics: a prefix matches its own family only,
+    /// a rule with none matches both.
+    #[test]
+    fn one_rule_set_for_both_families() {
+        let r = parse_fw_rules(
+            "deny src 0.0.0.0/0 dport 22\nallow src 2001:db8::/32 proto tcp\nallow proto icmpv6\ndeny dport 23\ndefault allow\n",
+        )
+        .unwrap();
+        assert_eq!(r.non_ip, FwAction::Allow, "non-IP frames pass unless told");
+        let fast = BitVectorClassifier::new(&r.rules);
+        let t = |src: &str, proto: u8, dport: u16| Tuple { src: addr(src), dst: addr("::1"), proto, sport: 1, dport };
+        for (t, want) in [
+            (t("10.0.0.1", 6, 22), Some(0)),
+            (t("2001:db8::1", 6, 22), Some(1)),
+            (t("2001:db9::1", 6, 22), None),
+            (t("fe80::1", 58, 0), Some(2)),
+            // A protocol names no family: IPv4 carrying 58 matches too.
+            (t("10.0.0.1", 58, 0), Some(2)),
+            (t("fe80::1", 17, 23), Some(3)),
+            (t("10.0.0.1", 17, 23), Some(3)),
+        ] {
+            assert_eq!(first_match_linear(&r.rules, &t), want, "{t:?}");
+            assert_eq!(fast.first_match(&t), want, "{t:?}");
+        }
+        assert_eq!(parse_fw_rules("non-ip deny\ndefault allow").unwrap().non_ip, FwAction::Deny);
     }
 }

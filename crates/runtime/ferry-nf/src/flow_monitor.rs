@@ -3,6 +3,7 @@
 //! same table in a BPF hash map).
 
 use std::collections::HashMap;
+use std::net::Ipv6Addr;
 
 use ferry_wire::flow;
 
@@ -22,12 +23,14 @@ pub(crate) static SPEC: NfSpec =
 /// differ (the frames' fates never do).
 pub const MAX_FLOWS: usize = 65_536;
 
-/// A flow's key: IPv4 addresses (0 for other frames), ports (0 unless TCP
-/// or UDP) and the protocol, as the XDP element keys its map.
+/// A flow's key: addresses in the flow key's 128-bit space (IPv4 ones
+/// IPv4-mapped, `::` for frames with no IP header), ports (0 unless TCP
+/// or UDP) and the protocol, as the XDP element keys its map. VLAN tags
+/// are not part of it: the monitor counts the inner packet's flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlowKey {
-    pub src: u32,
-    pub dst: u32,
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
     pub sport: u16,
     pub dport: u16,
     pub proto: u8,
@@ -90,7 +93,7 @@ impl FlowMonitor {
 
     fn classify(&mut self, frame: &[u8]) -> (Verdict, usize) {
         let Ok(f) = flow::parse(frame) else { return (Verdict::Drop, DROP_MALFORMED) };
-        let key = FlowKey { src: f.src.into(), dst: f.dst.into(), sport: f.sport, dport: f.dport, proto: f.proto };
+        let key = FlowKey { src: f.src, dst: f.dst, sport: f.sport, dport: f.dport, proto: f.proto };
         let full = self.flows.len() >= MAX_FLOWS;
         match self.flows.get_mut(&key) {
             Some((c, listed)) => {
@@ -158,7 +161,8 @@ mod tests {
         assert_eq!(nf.process(&mut cut), Verdict::Drop);
         let flows = nf.flows();
         assert_eq!(flows.len(), 2);
-        let key = FlowKey { src: 0x0a00_0001, dst: 0x0a00_0102, sport: 1000, dport: 80, proto: 17 };
+        let v4 = |a: [u8; 4]| std::net::Ipv4Addr::from(a).to_ipv6_mapped();
+        let key = FlowKey { src: v4([10, 0, 0, 1]), dst: v4([10, 0, 1, 2]), sport: 1000, dport: 80, proto: 17 };
         assert_eq!(flows[0], (key, FlowCount { packets: 2, bytes: 164 }));
         assert_eq!(nf.counters(), &[4, 3, 1, 0]);
         assert_sum(&nf);
@@ -168,7 +172,8 @@ mod tests {
     fn a_full_table_passes_new_flows_uncounted() {
         let mut nf = FlowMonitor::new();
         for i in 0..MAX_FLOWS as u32 {
-            nf.flows.insert(FlowKey { src: i, dst: 0, sport: 0, dport: 0, proto: 0 }, (FlowCount::default(), false));
+            let key = FlowKey { src: u128::from(i).into(), dst: Ipv6Addr::UNSPECIFIED, sport: 0, dport: 0, proto: 0 };
+            nf.flows.insert(key, (FlowCount::default(), false));
         }
         assert_eq!(nf.process(&mut frame(1000, 64)), Verdict::Pass);
         assert_eq!(nf.counters(), &[1, 0, 0, 1]);

@@ -1,6 +1,6 @@
 //! Building NFs by name, for the CLI (`ferry nf list`, `ferry nf run NAME ARGS…`).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use crate::model::{Element, Offload};
 use crate::{ArpResponder, IcmpEchoResponder, L2Fwd, NfSpec, PacketNf};
@@ -55,8 +55,8 @@ impl NfInfo {
     }
 }
 
-fn parse_ip(nf: &'static str, s: &str) -> Result<Ipv4Addr, NfError> {
-    s.parse().map_err(|_| NfError::BadArg { nf, arg: s.to_string(), reason: "not an IPv4 address" })
+fn parse_ip(nf: &'static str, s: &str) -> Result<IpAddr, NfError> {
+    s.parse().map_err(|_| NfError::BadArg { nf, arg: s.to_string(), reason: "not an IPv4 or IPv6 address" })
 }
 
 fn build_l2fwd(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
@@ -97,7 +97,7 @@ fn build_rxdrop(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
 fn build_icmp(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
     const NF: &str = "icmp-echo";
     if args.is_empty() {
-        return Err(NfError::MissingArg { nf: NF, what: "at least one IPv4 address" });
+        return Err(NfError::MissingArg { nf: NF, what: "at least one IPv4 or IPv6 address" });
     }
     let addrs = args.iter().map(|a| parse_ip(NF, a)).collect::<Result<Vec<_>, _>>()?;
     Ok(Box::new(IcmpEchoResponder::new(addrs)))

@@ -82,12 +82,144 @@ fn check(nf: &mut dyn PacketNf, frame: &mut [u8], verdict: Verdict, counter_name
     assert_sum(nf);
 }
 
+/// The IPv6 hosts of `linux6`'s frames: ::a asks, ::b answers.
+const IP6_B: &str = "2001:db8::b";
+const MAC6_B: [u8; 6] = [2, 0, 0, 0, 0, 0x0b];
+
 fn arp_nf() -> ArpResponder {
-    ArpResponder::new(vec![(Ipv4Addr::new(192, 0, 2, 9), [2, 0, 0, 0, 0, 9]), (IP_B, MAC_B)])
+    ArpResponder::new(vec![
+        (Ipv4Addr::new(192, 0, 2, 9).into(), [2, 0, 0, 0, 0, 9]),
+        (IP_B.into(), MAC_B),
+        (IP6_B.parse().unwrap(), MAC6_B),
+    ])
 }
 
 fn icmp_nf() -> IcmpEchoResponder {
-    IcmpEchoResponder::new(vec![Ipv4Addr::new(198, 51, 100, 1), IP_B])
+    IcmpEchoResponder::new(vec![Ipv4Addr::new(198, 51, 100, 1).into(), IP_B.into(), IP6_B.parse().unwrap()])
+}
+
+/// Frames Linux sent between 2001:db8::a and ::b (ping -6, neighbor
+/// solicitation and advertisement).
+#[allow(dead_code)]
+mod linux6 {
+    include!("../../../base/ferry-wire/testdata/linux_ipv6_frames.rs");
+}
+use linux6::{NEIGHBOR_ADVERTISEMENT, NEIGHBOR_SOLICITATION, PING6_REPLY, PING6_REQUEST};
+
+/// Recomputes the ICMPv6 checksum of an IPv6 frame whose message follows
+/// the fixed header (after an edit, to reach the checks behind it).
+fn fix_icmpv6(f: &mut [u8]) {
+    let (src, dst): ([u8; 16], [u8; 16]) = (f[22..38].try_into().unwrap(), f[38..54].try_into().unwrap());
+    let end = 54 + usize::from(u16::from_be_bytes([f[18], f[19]]));
+    ferry_wire::Icmpv6Packet::new_unchecked(&mut f[54..end]).fill_checksum(src.into(), dst.into());
+}
+
+#[test]
+fn ping6_reply_matches_linux() {
+    let mut nf = icmp_nf();
+    let mut f = PING6_REQUEST;
+    check(&mut nf, &mut f, Verdict::Tx, "tx", "ping -6");
+    // Linux's reply but for the flow label, which Linux draws anew.
+    assert_eq!(&f[..15], &PING6_REPLY[..15]);
+    assert_eq!(&f[15..18], &PING6_REQUEST[15..18], "the request's flow label");
+    assert_eq!(&f[18..], &PING6_REPLY[18..]);
+    assert_eq!(ferry_wire::verify_checksums(&f), Ok(true));
+    // Tagged twice (QinQ): answered, tags kept.
+    let reply = f;
+    let mut f = tagged(&tagged(&PING6_REQUEST));
+    check(&mut nf, &mut f, Verdict::Tx, "tx", "QinQ ping -6");
+    assert_eq!(f, tagged(&tagged(&reply)));
+}
+
+#[test]
+fn neighbor_advertisement_matches_linux() {
+    let mut nf = arp_nf();
+    let mut f = NEIGHBOR_SOLICITATION;
+    check(&mut nf, &mut f, Verdict::Tx, "tx", "neighbor solicitation");
+    assert_eq!(f, NEIGHBOR_ADVERTISEMENT);
+    // The echo responder leaves Neighbor Discovery to it.
+    check(&mut icmp_nf(), &mut NEIGHBOR_SOLICITATION.clone(), Verdict::Pass, "pass", "NS through icmp-echo");
+    check(&mut nf, &mut PING6_REQUEST.clone(), Verdict::Pass, "pass", "echo through arp-responder");
+}
+
+#[test]
+fn neighbor_discovery_rejects() {
+    let mut nf = arp_nf();
+    let edit = |at: usize, v: u8, fix: bool| {
+        let mut f = NEIGHBOR_SOLICITATION.to_vec();
+        f[at] = v;
+        if fix {
+            fix_icmpv6(&mut f);
+        }
+        f
+    };
+    let rows: Vec<(Vec<u8>, Verdict, &str, &str)> = vec![
+        (edit(21, 254, false), Verdict::Drop, "drop_malformed", "hop limit 254: off-link"),
+        (edit(57, 0, false), Verdict::Drop, "drop_malformed", "bad checksum"),
+        (edit(55, 1, true), Verdict::Drop, "drop_malformed", "code 1"),
+        (edit(79, 0, true), Verdict::Drop, "drop_malformed", "an option of length 0"),
+        (edit(77, 0x0c, true), Verdict::Drop, "drop_not_for_us", "target ::c"),
+        (edit(62, 0xff, true), Verdict::Drop, "drop_malformed", "a multicast target"),
+    ];
+    for (mut f, verdict, counter_name, what) in rows {
+        check(&mut nf, &mut f, verdict, counter_name, what);
+    }
+    // Duplicate Address Detection: from ::, to the solicited-node address.
+    let mut dad = NEIGHBOR_SOLICITATION.to_vec();
+    dad[22..38].fill(0);
+    dad[78..86].copy_from_slice(&[14, 1, 1, 2, 3, 4, 5, 6]); // a nonce option (RFC 7527)
+    fix_icmpv6(&mut dad);
+    check(&mut nf, &mut dad, Verdict::Tx, "tx", "a DAD probe, defended");
+    assert_eq!(&dad[..6], &[0x33, 0x33, 0, 0, 0, 1], "to all nodes");
+    assert_eq!(&dad[38..54], &"ff02::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    assert_eq!(dad[58] & 0x40, 0, "not solicited");
+    assert_eq!(ferry_wire::verify_checksums(&dad), Err(ferry_wire::WireError::UnsupportedProtocol(58)).or(Ok(true)));
+    let mut bare = NEIGHBOR_SOLICITATION[..78].to_vec();
+    bare[18..20].copy_from_slice(&24u16.to_be_bytes());
+    bare[22..38].fill(0);
+    fix_icmpv6(&mut bare);
+    check(&mut nf, &mut bare, Verdict::Drop, "drop_unhandled", "a DAD probe with no room for the option");
+    let mut with_lladdr = NEIGHBOR_SOLICITATION.to_vec();
+    with_lladdr[22..38].fill(0);
+    fix_icmpv6(&mut with_lladdr);
+    check(&mut nf, &mut with_lladdr, Verdict::Drop, "drop_malformed", "DAD with a source link-layer address");
+    assert_sum(&nf);
+}
+
+#[test]
+fn ping6_rejects() {
+    let mut nf = icmp_nf();
+    let edit = |at: usize, v: u8, fix: bool| {
+        let mut f = PING6_REQUEST.to_vec();
+        f[at] = v;
+        if fix {
+            fix_icmpv6(&mut f);
+        }
+        f
+    };
+    let rows: Vec<(Vec<u8>, Verdict, &str, &str)> = vec![
+        (edit(53, 0x0c, true), Verdict::Drop, "drop_not_for_us", "to ::c"),
+        (edit(22, 0xff, true), Verdict::Drop, "drop_bad_source", "from a multicast address"),
+        (edit(54, 129, true), Verdict::Drop, "drop_unhandled", "an echo reply"),
+        (edit(56, 0, false), Verdict::Drop, "drop_bad_checksum", "bad checksum"),
+        (edit(14, 0x40, false), Verdict::Drop, "drop_malformed", "version 4"),
+        (PING6_REQUEST[..60].to_vec(), Verdict::Drop, "drop_malformed", "cut short"),
+        (edit(20, 17, false), Verdict::Pass, "pass", "UDP"),
+    ];
+    for (mut f, verdict, counter_name, what) in rows {
+        check(&mut nf, &mut f, verdict, counter_name, what);
+    }
+    // A destination-options header is walked over and not echoed.
+    let mut ext = PING6_REQUEST[..54].to_vec();
+    ext[20] = 60;
+    ext[18..20].copy_from_slice(&24u16.to_be_bytes());
+    ext.extend_from_slice(&[58, 0, 1, 4, 0, 0, 0, 0]);
+    ext.extend_from_slice(&PING6_REQUEST[54..]);
+    check(&mut nf, &mut ext, Verdict::Tx, "tx", "ping with a destination-options header");
+    assert_eq!((ext[20], u16::from_be_bytes([ext[18], ext[19]])), (58, 16));
+    assert_eq!(&ext[54..70], &PING6_REPLY[54..70]);
+    assert_eq!(&ext[70..], &[0; 8], "freed bytes zeroed");
+    assert_sum(&nf);
 }
 
 fn padded(frame: &[u8]) -> Vec<u8> {
@@ -149,7 +281,13 @@ fn arp_rejects() {
     let table: &[(&str, Mutation, Verdict, &str)] = &[
         ("ipv4 frame", |f| f[12..14].copy_from_slice(&[0x08, 0x00]), Verdict::Pass, "pass"),
         ("ipv6 frame", |f| f[12..14].copy_from_slice(&[0x86, 0xdd]), Verdict::Pass, "pass"),
-        ("qinq", |f| f.splice(12..12, [0x88, 0xa8, 0, 1]).for_each(drop), Verdict::Pass, "pass"),
+        ("qinq: the inner ARP answered", |f| f.splice(12..12, [0x88, 0xa8, 0, 1]).for_each(drop), Verdict::Tx, "tx"),
+        (
+            "three tags",
+            |f| f.splice(12..12, [0x88, 0xa8, 0, 1, 0x81, 0, 0, 2, 0x81, 0, 0, 3]).for_each(drop),
+            Verdict::Pass,
+            "pass",
+        ),
         ("hlen 8", |f| f[18] = 8, Verdict::Drop, "drop_malformed"),
         ("plen 16", |f| f[19] = 16, Verdict::Drop, "drop_malformed"),
         ("htype 6", |f| f[15] = 6, Verdict::Drop, "drop_malformed"),
@@ -172,7 +310,9 @@ fn arp_rejects() {
         mutate(&mut f);
         let orig = f.clone();
         check(&mut nf, &mut f, *verdict, ctr, what);
-        assert_eq!(f, orig, "{what}: a frame that is not sent must not be modified");
+        if *verdict != Verdict::Tx {
+            assert_eq!(f, orig, "{what}: a frame that is not sent must not be modified");
+        }
     }
     // Truncated at every length.
     for n in 0..42 {
@@ -269,10 +409,12 @@ fn icmp_rejects() {
     type Mutation = fn(&mut Vec<u8>);
     let table: &[(&str, Mutation, Verdict, &str)] = &[
         ("arp", |f| *f = ARP_REQUEST.to_vec(), Verdict::Pass, "pass"),
-        ("ipv6 ethertype", |f| f[12..14].copy_from_slice(&[0x86, 0xdd]), Verdict::Pass, "pass"),
+        // An IPv4 packet labelled IPv6: as an IPv6 packet, version 4.
+        ("ipv6 ethertype", |f| f[12..14].copy_from_slice(&[0x86, 0xdd]), Verdict::Drop, "drop_malformed"),
         ("odd ethertype", |f| f[12..14].copy_from_slice(&[0x88, 0xb5]), Verdict::Pass, "pass"),
         ("802.3 length field", |f| f[12..14].copy_from_slice(&[0x00, 0x54]), Verdict::Pass, "pass"),
-        ("qinq", |f| *f = tagged(&tagged(f)), Verdict::Pass, "pass"),
+        ("qinq: the inner ping answered", |f| *f = tagged(&tagged(f)), Verdict::Tx, "tx"),
+        ("three tags", |f| *f = tagged(&tagged(&tagged(f))), Verdict::Pass, "pass"),
         (
             "udp",
             |f| {
@@ -449,7 +591,9 @@ fn icmp_rejects() {
         mutate(&mut f);
         let orig = f.clone();
         check(&mut nf, &mut f, *verdict, ctr, what);
-        assert_eq!(f, orig, "{what}: a frame that is not sent must not be modified");
+        if *verdict != Verdict::Tx {
+            assert_eq!(f, orig, "{what}: a frame that is not sent must not be modified");
+        }
     }
     // Truncated at every length: before the IPv4 header is complete the
     // protocol can't be trusted, after it the total length doesn't fit.
@@ -481,10 +625,9 @@ fn chain_runs_in_order_and_counts_unclaimed() {
     f[23] = 17;
     fix_ip(&mut f, 14);
     assert_eq!(chain.process(&mut f), Verdict::Pass, "UDP: nobody's");
-    let mut f = PING_REQUEST;
-    f[12] = 0x86;
-    f[13] = 0xdd;
-    assert_eq!(chain.process(&mut f), Verdict::Pass, "IPv6: nobody's");
+    let mut f = PING6_REQUEST;
+    f[20] = 17;
+    assert_eq!(chain.process(&mut f), Verdict::Pass, "IPv6 UDP: nobody's");
     assert_eq!(chain.counters(), &[5, 2, 1, 2]);
     assert_eq!(chain.unclaimed(), 2);
     assert_sum(&chain);
@@ -508,8 +651,13 @@ fn chain_runs_in_order_and_counts_unclaimed() {
 /// for the mutation test to start from.
 fn l4_frame(proto: ferry_wire::L4Proto, dport: u16) -> Vec<u8> {
     let spec = ferry_wire::FrameSpec { src_mac: MAC_A, dst_mac: MAC_B, frame_len: 96 };
-    let t =
-        ferry_wire::FiveTuple { src_ip: [10, 0, 0, 1].into(), dst_ip: IP_B, src_port: 1000, dst_port: dport, proto };
+    let t = ferry_wire::FiveTuple {
+        src_ip: [10, 0, 0, 1].into(),
+        dst_ip: IP_B.into(),
+        src_port: 1000,
+        dst_port: dport,
+        proto,
+    };
     let mut f = vec![0u8; 96];
     let n = ferry_wire::build_frame(&spec, &t, None, &mut f).expect("a frame");
     f.truncate(n);
@@ -574,13 +722,15 @@ proptest! {
     }
 
     #[test]
-    fn mutated_fixtures_never_panic(which in 0usize..6, at in any::<prop::sample::Index>(), val in any::<u8>(), cut in any::<prop::sample::Index>()) {
+    fn mutated_fixtures_never_panic(which in 0usize..8, at in any::<prop::sample::Index>(), val in any::<u8>(), cut in any::<prop::sample::Index>()) {
         let base = match which {
             0 => padded(&ARP_REQUEST),
             1 => PING_REQUEST.to_vec(),
             2 => tagged(&PING_REQUEST),
             3 => with_ip_options(&PING_REQUEST, &NOPS),
             4 => l4_frame(ferry_wire::L4Proto::Udp, 53),
+            5 => PING6_REQUEST.to_vec(),
+            6 => NEIGHBOR_SOLICITATION.to_vec(),
             _ => l4_frame(ferry_wire::L4Proto::Tcp, 80),
         };
         let mut nfs = all_nfs();
@@ -590,6 +740,10 @@ proptest! {
         run_all(&mut nfs, &f);
         // Also with checksums made consistent again, to reach deeper checks.
         if which == 1 && (14..34).contains(&i) { fix_ip(&mut f, 14); run_all(&mut nfs, &f); }
+        if (5..=6).contains(&which) && f.len() == base.len() && i >= 14 && ferry_wire::flow::parse(&f).is_ok_and(|fl| fl.l4_offset == Some(54)) {
+            fix_icmpv6(&mut f);
+            run_all(&mut nfs, &f);
+        }
         let n = cut.index(base.len() + 1);
         run_all(&mut nfs, &base[..n]);
         let mut f = base[..n].to_vec();

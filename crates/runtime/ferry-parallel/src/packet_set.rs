@@ -18,11 +18,18 @@
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
+use ferry_wire::prefix::to_flow_space;
 use ferry_wire::rss::{toeplitz, DEFAULT_RSS_KEY};
 use ferry_wire::{five_tuple, EthernetFrame, L4Proto};
 
-/// Longest key: the Toeplitz hash with a 40-byte key takes 36 bytes.
+/// Longest key a rule may define, counting IPv4 addresses (4 bytes each):
+/// the Toeplitz hash with a 40-byte key takes 36 bytes. An IPv6 frame's
+/// addresses take 16 bytes each, so its key may be longer; it is hashed
+/// on its first 36 bytes (equal keys still hash equally) and compared
+/// whole.
 pub const MAX_KEY_LEN: usize = 36;
+/// Longest key of any frame: every field, IPv6 addresses included.
+const MAX_FRAME_KEY_LEN: usize = 6 + 6 + 16 + 16 + 1 + 2 + 2;
 
 /// A header field a packet set can be defined on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -37,7 +44,7 @@ pub enum Field {
 }
 
 impl Field {
-    /// Bytes the field adds to a key.
+    /// Bytes the field adds to an IPv4 frame's key (IPv6 addresses: 16).
     pub fn width(self) -> usize {
         match self {
             Field::SrcMac | Field::DstMac => 6,
@@ -186,8 +193,11 @@ fn validate(rule: &PortRule) -> Result<(), PacketSetError> {
 struct Headers {
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
-    src_ip: [u8; 4],
-    dst_ip: [u8; 4],
+    /// Addresses in the flow key's 128-bit space (IPv4 mapped).
+    src_ip: [u8; 16],
+    dst_ip: [u8; 16],
+    /// The key takes the whole address (IPv6) or its last 4 bytes.
+    ipv6: bool,
     ip_proto: u8,
     src_port: [u8; 2],
     dst_port: [u8; 2],
@@ -199,8 +209,9 @@ impl Headers {
         let mut headers = Headers {
             src_mac: eth.src(),
             dst_mac: eth.dst(),
-            src_ip: [0; 4],
-            dst_ip: [0; 4],
+            src_ip: [0; 16],
+            dst_ip: [0; 16],
+            ipv6: false,
             ip_proto: 0,
             src_port: [0; 2],
             dst_port: [0; 2],
@@ -210,9 +221,10 @@ impl Headers {
             if rule.protocol.is_some_and(|p| p != tuple.proto) {
                 return None;
             }
-            headers.src_ip = tuple.src_ip.octets();
-            headers.dst_ip = tuple.dst_ip.octets();
-            headers.ip_proto = tuple.proto.ip_proto();
+            headers.ipv6 = tuple.src_ip.is_ipv6();
+            headers.src_ip = to_flow_space(tuple.src_ip).octets();
+            headers.dst_ip = to_flow_space(tuple.dst_ip).octets();
+            headers.ip_proto = tuple.protocol();
             headers.src_port = tuple.src_port.to_be_bytes();
             headers.dst_port = tuple.dst_port.to_be_bytes();
         }
@@ -223,11 +235,20 @@ impl Headers {
         match field {
             Field::SrcMac => &self.src_mac,
             Field::DstMac => &self.dst_mac,
-            Field::SrcIp => &self.src_ip,
-            Field::DstIp => &self.dst_ip,
+            Field::SrcIp => &self.src_ip[self.ip_skip()..],
+            Field::DstIp => &self.dst_ip[self.ip_skip()..],
             Field::IpProto => std::slice::from_ref(&self.ip_proto),
             Field::SrcPort => &self.src_port,
             Field::DstPort => &self.dst_port,
+        }
+    }
+
+    /// The bytes of the 128-bit address the key leaves out.
+    fn ip_skip(&self) -> usize {
+        if self.ipv6 {
+            0
+        } else {
+            12
         }
     }
 
@@ -248,9 +269,9 @@ impl Headers {
     }
 }
 
-/// Bytes a key holds: [`MAX_KEY_LEN`] rounded up to whole words, so keys
+/// Bytes a key holds: the longest key rounded up to whole words, so keys
 /// compare a word at a time.
-const KEY_STORAGE: usize = MAX_KEY_LEN.div_ceil(8) * 8;
+const KEY_STORAGE: usize = MAX_FRAME_KEY_LEN.div_ceil(8) * 8;
 
 /// The identity of a packet set: its fields' bytes in rule order, and
 /// their Toeplitz hash, computed once when the packet is classified (as a
@@ -277,7 +298,8 @@ impl SetKey {
     }
 
     fn hashed(mut self) -> SetKey {
-        self.rss = toeplitz(&DEFAULT_RSS_KEY, self.as_bytes());
+        let bytes = self.as_bytes();
+        self.rss = toeplitz(&DEFAULT_RSS_KEY, &bytes[..bytes.len().min(MAX_KEY_LEN)]);
         self
     }
 

@@ -50,8 +50,8 @@ fn config(packet_sets: PacketSetDef) -> TraceConfig {
 
 fn tuple(flow: usize) -> FiveTuple {
     FiveTuple {
-        src_ip: Ipv4Addr::new(10, (flow >> 16) as u8, (flow >> 8) as u8, flow as u8),
-        dst_ip: Ipv4Addr::new(192, 168, 0, 1),
+        src_ip: Ipv4Addr::new(10, (flow >> 16) as u8, (flow >> 8) as u8, flow as u8).into(),
+        dst_ip: Ipv4Addr::new(192, 168, 0, 1).into(),
         src_port: 1024 + (flow % 60000) as u16,
         dst_port: 53,
         proto: L4Proto::Udp,
@@ -439,7 +439,7 @@ fn zero_staleness_is_reported_and_allowing_staleness_lowers_the_abort_rate() {
 /// Counts packets per source address in a Map; each flow's key is its
 /// own, so only a shared bucket makes flows on two cores conflict.
 struct SourceCounter {
-    per_source: Map<Ipv4Addr, u64>,
+    per_source: Map<std::net::IpAddr, u64>,
 }
 
 impl SourceCounter {

@@ -3,7 +3,7 @@
 #![cfg(not(loom))]
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use ferry_parallel::ds::{DefaultBucketHash, Map};
 use ferry_parallel::packet_set::{Field, PacketSetDef, PortRule};
@@ -17,6 +17,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const ORPHAN_KEY: [u8; 4] = [0; 4];
+
+/// The traces here are IPv4: an address's four bytes.
+fn octets(a: IpAddr) -> [u8; 4] {
+    let IpAddr::V4(v4) = a else { unreachable!("IPv4 traces") };
+    v4.octets()
+}
 
 /// Counts packets per destination address in a Map (aggregate state) and
 /// numbers each flow's packets in its set state, writing the number into
@@ -50,14 +56,14 @@ impl ParallelNf for PerDestinationCounter {
 
     fn first_packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, packet: &mut Packet) -> Result<Option<NewSet<u32>>, Abort> {
         let tuple = five_tuple(packet.data()).expect("sets are UDP flows");
-        self.count(ctx, tuple.dst_ip.octets())?;
+        self.count(ctx, octets(tuple.dst_ip))?;
         Self::forward(ctx, packet, 1);
         Ok(Some(NewSet { state: 1, idle_timeout_ns: u64::MAX / 2 }))
     }
 
     fn packet<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, ordinal: &mut u32, packet: &mut Packet) -> Result<(), Abort> {
         let tuple = five_tuple(packet.data()).expect("sets are UDP flows");
-        self.count(ctx, tuple.dst_ip.octets())?;
+        self.count(ctx, octets(tuple.dst_ip))?;
         *ordinal += 1;
         Self::forward(ctx, packet, *ordinal);
         Ok(())
@@ -89,8 +95,8 @@ fn generated_trace(seed: u64, flows: usize) -> Vec<Packet> {
     let mut remaining: Vec<(FiveTuple, u32)> = (0..flows)
         .map(|i| {
             let tuple = FiveTuple {
-                src_ip: Ipv4Addr::new(10, 0, (i / 250) as u8, (i % 250) as u8 + 1),
-                dst_ip: Ipv4Addr::new(192, 168, 0, rng.gen_range(1..=6)),
+                src_ip: Ipv4Addr::new(10, 0, (i / 250) as u8, (i % 250) as u8 + 1).into(),
+                dst_ip: Ipv4Addr::new(192, 168, 0, rng.gen_range(1..=6)).into(),
                 src_port: rng.gen_range(1024..65535),
                 dst_port: 53,
                 proto: L4Proto::Udp,
@@ -116,8 +122,8 @@ fn generated_trace(seed: u64, flows: usize) -> Vec<Packet> {
 }
 
 const FIVE_TUPLE: FiveTuple = FiveTuple {
-    src_ip: Ipv4Addr::new(10, 9, 9, 9),
-    dst_ip: Ipv4Addr::new(192, 168, 0, 1),
+    src_ip: IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9)),
+    dst_ip: IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1)),
     src_port: 1,
     dst_port: 2,
     proto: L4Proto::Tcp,
@@ -150,7 +156,7 @@ fn parallel_runs_equal_the_sequential_run() {
     let mut expected: HashMap<[u8; 4], u64> = HashMap::new();
     for packet in &trace {
         let tuple = five_tuple(packet.data()).unwrap();
-        let key = if tuple.proto == L4Proto::Udp { tuple.dst_ip.octets() } else { ORPHAN_KEY };
+        let key = if tuple.proto == L4Proto::Udp { octets(tuple.dst_ip) } else { ORPHAN_KEY };
         *expected.entry(key).or_insert(0) += 1;
     }
     let mut expected: Vec<_> = expected.into_iter().collect();
@@ -272,7 +278,7 @@ fn idle_sets_expire_and_the_timer_fires_in_packet_time() {
         periodic: TObj::new(&stm, id, 1, 0),
         inits: TObj::new(&stm, id, 2, 0),
     };
-    let flow = |src: u8| FiveTuple { src_ip: Ipv4Addr::new(10, 0, 0, src), proto: L4Proto::Udp, ..FIVE_TUPLE };
+    let flow = |src: u8| FiveTuple { src_ip: Ipv4Addr::new(10, 0, 0, src).into(), proto: L4Proto::Udp, ..FIVE_TUPLE };
     // Flow 1 at 0 and 50 (alive), flow 2 at 120. At 500 both are idle for
     // more than 100 ns: both expire before the packet, which starts flow 1
     // anew. At 900 flow 1 has been idle 400 ns: it expires again and the
@@ -331,7 +337,7 @@ impl ParallelNf for SetLifetimes {
         ctx: &mut Ctx<'_, 'a>,
         packet: &mut Packet,
     ) -> Result<Option<NewSet<([u8; 4], u32)>>, Abort> {
-        let src = five_tuple(packet.data()).unwrap().src_ip.octets();
+        let src = octets(five_tuple(packet.data()).unwrap().src_ip);
         Self::label(ctx, b'F', src, 1);
         Ok(Some(NewSet { state: (src, 1), idle_timeout_ns: 1_000 }))
     }
@@ -359,7 +365,7 @@ fn set_expiry_does_not_depend_on_batch_boundaries_or_worker_count() {
     // are often longer than the 1 µs idle timeout, and often end inside a
     // batch of 32.
     let mut rng = StdRng::seed_from_u64(3);
-    let flow = |src: u8| FiveTuple { src_ip: Ipv4Addr::new(10, 0, 0, src), proto: L4Proto::Udp, ..FIVE_TUPLE };
+    let flow = |src: u8| FiveTuple { src_ip: Ipv4Addr::new(10, 0, 0, src).into(), proto: L4Proto::Udp, ..FIVE_TUPLE };
     let mut trace: Vec<Packet> =
         (0..3_000u64).map(|i| Packet::new(0, i * 100, frame(&flow(rng.gen_range(1..=12))))).collect();
     // Then orphans far in the future, enough for every worker's last

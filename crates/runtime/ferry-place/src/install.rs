@@ -100,9 +100,9 @@ pub fn elements(
                     installed.counters.push((name, config));
                     (ElementKind::Counter, config)
                 }
-                Step::Acl { rules, default_action } => {
+                Step::Acl { rules, default_action, non_ip_action } => {
                     let config = next(&mut configs.acl);
-                    p.set_acl(config, rules, default_action)?;
+                    p.set_acl(config, rules, default_action, non_ip_action)?;
                     (ElementKind::Acl, config)
                 }
                 Step::FlowMonitor => {

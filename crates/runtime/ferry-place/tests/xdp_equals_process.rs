@@ -1,11 +1,12 @@
 //! An NF placed in XDP decides every frame as its process does: the
 //! lowered firewall and flow monitor, installed in a real stage pipeline
 //! and run with BPF_PROG_TEST_RUN, against the NFs themselves, on random
-//! and mutated frames. Test runs without a context see the frame arrive
+//! and mutated frames of both IP versions, untagged and with one to
+//! three VLAN tags. Test runs without a context see the frame arrive
 //! on the loopback device (ifindex 1).
 
 use std::cell::{Cell, RefCell};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use ferry_bpf::pipeline::Pipeline;
 use ferry_bpf::{test_run, SLOT_NO_SOCKET};
@@ -25,6 +26,15 @@ allow proto tcp dport 80-90
 deny dst 192.0.2.0/24
 allow proto icmp
 allow src 172.16.0.0/12 sport 1000-1999
+deny src 2001:db8:1::/48 dport 80-90
+allow src 2001:db8::/32 proto udp
+allow dst fe80::/10 proto icmpv6
+default deny
+";
+/// The same rules, with frames that carry no IP header denied too.
+const RULES_NON_IP_DENY: &str = "allow proto tcp dport 80-90
+allow src 2001:db8::/32 proto udp
+non-ip deny
 default deny
 ";
 
@@ -52,7 +62,14 @@ fn pipeline_action(pipeline: &Pipeline, f: &[u8]) -> u32 {
     }
 }
 
-fn frame(src: [u8; 4], dst: [u8; 4], proto: L4Proto, sport: u16, dport: u16, len: usize) -> Vec<u8> {
+fn frame(
+    src: impl Into<IpAddr>,
+    dst: impl Into<IpAddr>,
+    proto: L4Proto,
+    sport: u16,
+    dport: u16,
+    len: usize,
+) -> Vec<u8> {
     let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: len };
     let t = FiveTuple { src_ip: src.into(), dst_ip: dst.into(), src_port: sport, dst_port: dport, proto };
     let mut f = vec![0u8; len];
@@ -74,20 +91,45 @@ fn placed(rule_file: &std::path::Path) -> (Pipeline, ferry_place::Installed) {
     (p, installed)
 }
 
-fn frames() -> impl Strategy<Value = Vec<u8>> {
-    let addr = prop_oneof![
+/// A pair of addresses of one version: IPv4 from a few rule-relevant
+/// ones and random, or IPv6 likewise.
+fn addr_pair() -> impl Strategy<Value = (IpAddr, IpAddr)> {
+    let v4 = prop_oneof![
         Just([10, 1, 2, 3]),
         Just([172, 16, 9, 9]),
         Just([192, 0, 2, 7]),
         Just([198, 51, 100, 1]),
         any::<[u8; 4]>()
-    ];
+    ]
+    .prop_map(IpAddr::from);
+    let v6 = prop_oneof![
+        Just("2001:db8::1".parse::<Ipv6Addr>().unwrap()),
+        Just("2001:db8:1::7".parse().unwrap()),
+        Just("fe80::1".parse().unwrap()),
+        any::<u128>().prop_map(Ipv6Addr::from)
+    ]
+    .prop_map(IpAddr::V6);
+    prop_oneof![(v4.clone(), v4), (v6.clone(), v6)]
+}
+
+/// `f` with `tags` VLAN tags pushed after the MACs (802.1ad outermost).
+fn tagged(mut f: Vec<u8>, tags: usize) -> Vec<u8> {
+    for i in 0..tags {
+        let tpid: u16 = if i + 1 == tags && tags > 1 { 0x88a8 } else { 0x8100 };
+        f.splice(12..12, [(tpid >> 8) as u8, tpid as u8, 0, i as u8 + 1]);
+    }
+    f
+}
+
+fn frames() -> impl Strategy<Value = Vec<u8>> {
     let proto = prop_oneof![Just(L4Proto::Udp), Just(L4Proto::Tcp), Just(L4Proto::Icmp)];
     let port = prop_oneof![Just(53u16), 79..92u16, 999..1001u16, any::<u16>()];
-    let edits = proptest::collection::vec((0usize..60, any::<u8>()), 0..3);
-    (addr.clone(), addr, proto, port.clone(), port, 60usize..200, edits, proptest::option::of(0usize..60)).prop_map(
-        |(src, dst, proto, sport, dport, len, edits, cut)| {
-            let mut f = frame(src, dst, proto, sport, dport, len);
+    let edits = proptest::collection::vec((0usize..80, any::<u8>()), 0..3);
+    let tags = prop_oneof![4 => Just(0usize), 1 => Just(1), 1 => Just(2), 1 => Just(3)];
+    let shape = (addr_pair(), proto, port.clone(), port, 80usize..200, tags);
+    (shape, edits, proptest::option::of(0usize..80)).prop_map(
+        |(((src, dst), proto, sport, dport, len, tags), edits, cut)| {
+            let mut f = tagged(frame(src, dst, proto, sport, dport, len), tags);
             for (pos, byte) in edits {
                 f[pos] = byte;
             }
@@ -104,13 +146,21 @@ fn placed_firewall_and_monitor_decide_as_their_processes() {
     if !privileged() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-place-equal-{}", std::process::id()));
+    for (i, rules) in [RULES, RULES_NON_IP_DENY].into_iter().enumerate() {
+        for lookup in [Lookup::BitVector, Lookup::Linear] {
+            placed_and_process_agree(rules, lookup, i);
+        }
+    }
+}
+
+fn placed_and_process_agree(rules: &str, lookup: Lookup, case: usize) {
+    let dir = std::env::temp_dir().join(format!("ferry-place-equal-{}-{case}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("fw.rules");
-    std::fs::write(&file, RULES).unwrap();
+    std::fs::write(&file, rules).unwrap();
     let (pipeline, installed) = placed(&file);
     // Both sides see every frame the runner tries, shrinking included.
-    let fw = RefCell::new(Firewall::new(parse_fw_rules(RULES).unwrap(), Lookup::BitVector));
+    let fw = RefCell::new(Firewall::new(parse_fw_rules(rules).unwrap(), lookup));
     let mon = RefCell::new(FlowMonitor::new());
     let mut runner = TestRunner::new(ProptestConfig::with_cases(2000));
     let (passed, dropped) = (Cell::new(0), Cell::new(0));
@@ -151,8 +201,8 @@ fn placed_firewall_and_monitor_decide_as_their_processes() {
         .into_iter()
         .map(|(k, c)| {
             let key = FlowKey {
-                src: u32::from(Ipv4Addr::from(u32::from_be(k.flow.saddr))),
-                dst: u32::from(Ipv4Addr::from(u32::from_be(k.flow.daddr))),
+                src: k.flow.saddr.to_ipv6(),
+                dst: k.flow.daddr.to_ipv6(),
                 sport: u16::from_be(k.flow.sport),
                 dport: u16::from_be(k.flow.dport),
                 proto: k.flow.proto,

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_nf::{L2Fwd, PacketNf, Verdict};
 use ferry_ring::{Consumer, Desc, EventFd, FramePool, MpscRing, PoolCache, PoolConfig, Producer, RingConfig};
+use ferry_wire::flow::IpVersion;
 use ferry_wire::{build_frame, has_stamp_room, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp, MIN_FRAME_LEN};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -125,7 +126,9 @@ impl InprocOptions {
         if !(1..=4096).contains(&self.rx_burst) {
             bail!("rx_burst = {}: must be in 1..=4096", self.rx_burst);
         }
-        if !(MIN_FRAME_LEN..=FRAME_SIZE).contains(&self.frame_len) || !has_stamp_room(L4Proto::Udp, self.frame_len) {
+        if !(MIN_FRAME_LEN..=FRAME_SIZE).contains(&self.frame_len)
+            || !has_stamp_room(IpVersion::V4, L4Proto::Udp, self.frame_len)
+        {
             bail!("frame_len = {}: must be in {MIN_FRAME_LEN}..={FRAME_SIZE}", self.frame_len);
         }
         if self.duration.is_zero() {
@@ -445,7 +448,7 @@ fn run_source(
     let mut st = StageStats { name: "source".into(), ..StageStats::default() };
     let mut guard = FinishGuard { done: &sh.done[0], abort: sh.abort, data: out.data.clone(), completed: false };
     let mut cache = PoolCache::with_batch(sh.pool.clone(), POOL_CACHE_BATCH)?;
-    let stamp_at = stamp_offset(L4Proto::Udp);
+    let stamp_at = stamp_offset(IpVersion::V4, L4Proto::Udp);
     let len = template.len();
     let mut seq = 0u32;
     let mut pacer = ferry_sys::Pacer::for_frames(rate_pps, out.batch);
@@ -533,7 +536,7 @@ fn run_sink(sh: &Shared<'_>, mut inp: Input, upstream: &AtomicBool, window: (u64
     let mut st = StageStats { name: "sink".into(), ..StageStats::default() };
     let mut hist = Histogram::<u64>::new_with_bounds(1, MAX_LATENCY_NS, 3).context("histogram")?;
     let mut cache = PoolCache::with_batch(sh.pool.clone(), POOL_CACHE_BATCH)?;
-    let stamp_at = stamp_offset(L4Proto::Udp);
+    let stamp_at = stamp_offset(IpVersion::V4, L4Proto::Udp);
     let (mut measured, mut seq_errors, mut bad_stamps) = (0u64, 0u64, 0u64);
     let mut expect = 0u32;
     let mut buf = Vec::with_capacity(inp.burst);

@@ -59,13 +59,13 @@ fn configure(p: &mut Pipeline, kind: ElementKind) -> Result<()> {
             let rules: Vec<AclRule> = (0..8)
                 .map(|i| AclRule { proto: 17, dport_lo: 1000 + i, dport_hi: 1000 + i, ..AclRule::any(ACL_DENY) })
                 .collect();
-            p.set_acl(1, &rules, ACL_ALLOW)?;
+            p.set_acl(1, &rules, ACL_ALLOW, ACL_ALLOW)?;
         }
         ElementKind::Rewrite => p.set_rewrite(
             1,
             Rewrite {
                 fields: RW_DST_IP | RW_DPORT,
-                dst_ip: u32::from_ne_bytes([10, 9, 9, 9]),
+                dst_ip: std::net::Ipv4Addr::new(10, 9, 9, 9).into(),
                 dport: 8080u16.to_be(),
                 ..Default::default()
             },

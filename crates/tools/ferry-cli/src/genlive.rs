@@ -64,7 +64,7 @@ const CALL_SECONDS: f64 = 0.5;
 /// (VLAN, IP options) is said so once.
 fn headers_len(template: &[u8]) -> u32 {
     use ferry_bpf::abi::{GEN_HEADERS_IP, GEN_HEADERS_TCP, GEN_HEADERS_UDP};
-    let plain = |f: &ferry_wire::flow::Flow| f.is_ipv4 && f.l4_offset == Some(GEN_HEADERS_IP as usize);
+    let plain = |f: &ferry_wire::flow::Flow| f.is_ipv4() && f.l4_offset == Some(GEN_HEADERS_IP as usize);
     let len = match ferry_wire::flow::parse(template) {
         Ok(f) if plain(&f) && f.proto == 17 => GEN_HEADERS_UDP,
         Ok(f) if plain(&f) && f.proto == 6 && template.len() >= GEN_HEADERS_TCP as usize => GEN_HEADERS_TCP,
@@ -145,15 +145,17 @@ impl LiveGenOptions {
     /// varies one UDP port: the source port over the profile's source-port
     /// range, or, when that is one port, the destination port over its
     /// range (to spread frames over rules that match on it); all other
-    /// fields come from the profile's first flow. TCP and
-    /// ICMP templates are sent unchanged (no stamp: their checksums would
-    /// need rewriting per packet).
+    /// fields come from the profile's first flow. TCP, ICMP and IPv6
+    /// templates are sent unchanged (no stamp: their checksums, IPv6 UDP's
+    /// included, would need rewriting per packet; `ferry gen` over
+    /// AF_XDP stamps them).
     pub fn from_profile(dev: &str, p: &ferry_traffic::TrafficProfile, stream: u16, cpu: Option<usize>) -> Result<Self> {
+        use ferry_wire::flow::IpVersion;
         use ferry_wire::{stamp_offset, L4Proto};
         let proto: L4Proto = p.proto.into();
         let template = p.first_frame()?;
-        let udp = proto == L4Proto::Udp;
-        let stamp_at = stamp_offset(proto);
+        let udp = proto == L4Proto::Udp && p.version() == IpVersion::V4;
+        let stamp_at = stamp_offset(p.version(), proto);
         let stamp_offset = (udp && stamp_at + ferry_wire::STAMP_LEN <= p.frame_len).then_some(stamp_at as u16);
         // build_frame writes a 20-byte IPv4 header; the UDP source port is
         // the first field after it.

@@ -206,7 +206,7 @@ fn lanes(
             },
             _ => Source::Profile {
                 schedule: Box::new(FlowSchedule::for_queue(p, i, nq)?),
-                templates: TemplateCache::new(p.frame_spec(), p.proto.into(), p.active_flows as usize),
+                templates: TemplateCache::new(p.frame_spec(), p.version(), p.proto.into(), p.active_flows as usize),
                 stream: opts.stream_base + i as u16,
                 seq: 0,
             },

@@ -303,7 +303,10 @@ links:
     let mut seen = HashSet::new();
     for (_, frame) in &frames {
         let t = five_tuple(frame).expect("generated UDP");
-        assert!(t.src_ip.octets()[..2] == [10, 0] && t.dst_port == 5001, "only inside traffic came out: {t:?}");
+        assert!(
+            ferry_wire::prefix::to_flow_space(t.src_ip).octets()[12..14] == [10, 0] && t.dst_port == 5001,
+            "only inside traffic came out: {t:?}"
+        );
         if seen.insert(t) {
             connections.push(t);
         }

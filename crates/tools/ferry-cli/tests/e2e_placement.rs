@@ -207,9 +207,8 @@ fn expected(input: &[Vec<u8>], order: &[&str]) -> (Vec<Vec<u8>>, u64) {
 /// dropped, and what no rule decides goes to the stack.
 fn efw_allows(f: &[u8]) -> bool {
     let Ok(flow) = ferry_wire::flow::parse(f) else { return false };
-    let fragment = flow.is_ipv4 && u16::from_be_bytes([f[14 + 6], f[14 + 7]]) & 0x3fff != 0;
-    let denied = flow.src.octets()[..3] == [10, 0, 0] && (4..8).contains(&flow.src.octets()[3]);
-    flow.is_ipv4 && !fragment && !denied && [6, 17].contains(&flow.proto)
+    let denied = flow.src_v4().is_some_and(|a| a.octets()[..3] == [10, 0, 0] && (4..8).contains(&a.octets()[3]));
+    flow.is_ipv4() && !flow.fragment && !denied && [6, 17].contains(&flow.proto)
 }
 
 /// What the NAT does, by RFC 4787's endpoint-independent mapping: each
@@ -225,7 +224,7 @@ struct NatModel {
 impl NatModel {
     fn process(&mut self, f: &mut [u8]) -> bool {
         let Ok(flow) = ferry_wire::flow::parse(f) else { return false };
-        if !(flow.is_ipv4 && [6, 17].contains(&flow.proto)) {
+        if !(flow.is_ipv4() && [6, 17].contains(&flow.proto)) {
             return true;
         }
         let Ok(h) = Headers::parse(f) else { return false };
@@ -594,7 +593,7 @@ fn a_hybrid_path_hands_what_passes_to_the_process_after_it() {
     assert_eq!(got, want, "the eFW's and the IPS's decisions, in order");
     assert_eq!(c(&st, "efw", "allow"), ips_rx, "every frame the eFW allowed reached the IPS");
     let denied = input.iter().filter(|f| {
-        ferry_wire::flow::parse(f).is_ok_and(|fl| fl.is_ipv4 && fl.src.octets()[3] >= 4 && fl.src.octets()[3] < 8)
+        ferry_wire::flow::parse(f).is_ok_and(|fl| fl.src_v4().is_some_and(|a| (4..8).contains(&a.octets()[3])))
     });
     assert_eq!(c(&st, "efw", "deny"), denied.count() as u64, "the denied subnet, dropped in XDP");
 }

@@ -35,9 +35,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
-use ferry_traffic::{FlowSchedule, FlowSizeDist, Ipv4Range, PortRange, TrafficError, TrafficProfile};
+use ferry_traffic::{FlowSchedule, FlowSizeDist, IpRange, PortRange, TrafficError, TrafficProfile};
 use ferry_wire::{
     build_frame, fill_l4_checksum, find_stamp, five_tuple, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp,
     WireError, STAMP_LEN,
@@ -455,21 +455,15 @@ where
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TupleKey {
     pub proto: u8,
-    pub src_ip: Ipv4Addr,
+    pub src_ip: IpAddr,
     pub src_port: u16,
-    pub dst_ip: Ipv4Addr,
+    pub dst_ip: IpAddr,
     pub dst_port: u16,
 }
 
 impl From<FiveTuple> for TupleKey {
     fn from(t: FiveTuple) -> TupleKey {
-        TupleKey {
-            proto: t.proto.ip_proto(),
-            src_ip: t.src_ip,
-            src_port: t.src_port,
-            dst_ip: t.dst_ip,
-            dst_port: t.dst_port,
-        }
+        TupleKey { proto: t.protocol(), src_ip: t.src_ip, src_port: t.src_port, dst_ip: t.dst_ip, dst_port: t.dst_port }
     }
 }
 
@@ -497,9 +491,9 @@ pub struct TraceSpec {
     /// Packets per flow (default: bounded Pareto with CAIDA's mean of 21).
     pub flow_sizes: FlowSizeDist,
     /// Addresses of internal hosts (behind [`INTERNAL_PORT`]).
-    pub internal_hosts: Ipv4Range,
+    pub internal_hosts: IpRange,
     /// Addresses of external hosts (behind [`EXTERNAL_PORT`]).
-    pub external_hosts: Ipv4Range,
+    pub external_hosts: IpRange,
     /// Destination ports of flows internal hosts open.
     pub service_ports: PortRange,
     /// Share of flows that are TCP (the rest UDP), in percent.
@@ -595,9 +589,9 @@ impl GeneratedTrace {
 
 /// The MAC address of a generated host: locally administered unicast,
 /// with the host's IPv4 address in its last four bytes.
-pub fn host_mac(ip: Ipv4Addr) -> [u8; 6] {
-    let [a, b, c, d] = ip.octets();
-    [0x02, 0x00, a, b, c, d]
+pub fn host_mac(ip: IpAddr) -> [u8; 6] {
+    let o = ferry_wire::prefix::to_flow_space(ip).octets();
+    [0x02, 0x00, o[12], o[13], o[14], o[15]]
 }
 
 /// Builds the trace `spec` describes. Deterministic: flows come from
@@ -687,7 +681,7 @@ fn frame(tuple: &FiveTuple, frame_len: usize, stamp: &Stamp) -> Result<Vec<u8>, 
     let spec = FrameSpec { src_mac: host_mac(tuple.src_ip), dst_mac: host_mac(tuple.dst_ip), frame_len };
     let mut data = vec![0u8; frame_len];
     build_frame(&spec, tuple, Some(stamp), &mut data)?;
-    debug_assert!(frame_len >= stamp_offset(tuple.proto) + STAMP_LEN);
+    debug_assert!(frame_len >= stamp_offset(tuple.version(), tuple.proto) + STAMP_LEN);
     if tuple.proto == L4Proto::Udp {
         fill_l4_checksum(&mut data)?;
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ferry_traffic::Ipv4Range;
+use ferry_traffic::IpRange;
 
 use crate::equivalence::{generate_trace, TraceSpec};
 use ferry_nf::args::NfArgs;
@@ -29,7 +29,7 @@ pub fn workload(nf: &str, packets: usize) -> Result<(Vec<String>, Vec<Packet>), 
     let mut spec = TraceSpec { seed: 7, packets, ..TraceSpec::default() };
     let args = match nf {
         "maglev" => {
-            spec.external_hosts = Ipv4Range::single(MAGLEV_VIP.parse().expect("valid literal"));
+            spec.external_hosts = IpRange::single(MAGLEV_VIP.parse::<std::net::IpAddr>().expect("valid literal"));
             spec.reply_percent = 0;
             spec.unsolicited_percent = 0;
             vec![format!("vip={MAGLEV_VIP}")]

@@ -19,7 +19,13 @@ const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 80);
 const US: u64 = 1_000;
 
 fn tcp_from(src: u32, src_port: u16) -> FiveTuple {
-    FiveTuple { src_ip: Ipv4Addr::from(0x0a00_0000 + src), dst_ip: SERVER, src_port, dst_port: 80, proto: L4Proto::Tcp }
+    FiveTuple {
+        src_ip: Ipv4Addr::from(0x0a00_0000 + src).into(),
+        dst_ip: SERVER.into(),
+        src_port,
+        dst_port: 80,
+        proto: L4Proto::Tcp,
+    }
 }
 
 /// A 64-byte frame whose last 4 bytes carry `seq` (TCP: the checksum is

@@ -4,7 +4,6 @@
 //! stations on 4 workers.
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::Ipv4Addr;
 
 use ferry_equivalence::equivalence::{
     assert_equivalent, five_tuple_key, generate_trace, host_mac, EquivalenceCheck, TraceSpec,
@@ -230,7 +229,8 @@ fn parallel_bridge_equals_sequential_while_entries_age_out() {
 }
 
 /// The port a generated host sits behind in the 3-port stress test.
-fn port_of(ip: Ipv4Addr) -> u16 {
+fn port_of(ip: std::net::IpAddr) -> u16 {
+    let std::net::IpAddr::V4(ip) = ip else { unreachable!("the bridge's trace is IPv4") };
     (u32::from(ip).wrapping_mul(0x9e37_79b9) >> 30) as u16 % 3
 }
 

@@ -4,7 +4,7 @@
 //! a sequential model of the rules, packet by packet.
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use ferry_equivalence::equivalence::{assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, TraceSpec};
 use ferry_parallel::nfs::firewall::{
@@ -20,8 +20,8 @@ const HOST: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
 const SERVER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 7);
 const MS: u64 = 1_000_000;
 
-fn tuple(proto: L4Proto, src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16)) -> FiveTuple {
-    FiveTuple { src_ip: src.0, src_port: src.1, dst_ip: dst.0, dst_port: dst.1, proto }
+fn tuple(proto: L4Proto, src: (impl Into<IpAddr>, u16), dst: (impl Into<IpAddr>, u16)) -> FiveTuple {
+    FiveTuple { src_ip: src.0.into(), src_port: src.1, dst_ip: dst.0.into(), dst_port: dst.1, proto }
 }
 
 fn reversed(t: FiveTuple) -> FiveTuple {
@@ -186,7 +186,7 @@ fn parallel_firewall_equals_sequential() {
 /// The rules applied to the trace in order: for each packet, whether it
 /// passes.
 fn model(packets: &[Packet], idle_timeout_ns: u64) -> Vec<bool> {
-    let mut last_active: HashMap<(u8, Ipv4Addr, u16, Ipv4Addr, u16), u64> = HashMap::new();
+    let mut last_active: HashMap<(u8, IpAddr, u16, IpAddr, u16), u64> = HashMap::new();
     packets
         .iter()
         .map(|p| {

@@ -12,7 +12,7 @@ use ferry_parallel::nfs::maglev::{
 use ferry_parallel::packet_set::PacketSetDef;
 use ferry_parallel::runtime::{run_trace, Packet, TraceConfig, TraceReport};
 use ferry_parallel::stm::Stm;
-use ferry_traffic::Ipv4Range;
+use ferry_traffic::IpRange;
 use ferry_wire::{build_frame, five_tuple, EthernetFrame, FiveTuple, FrameSpec, L4Proto};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
@@ -41,8 +41,8 @@ fn frame(tuple: &FiveTuple) -> Vec<u8> {
 
 fn tcp(client: u32, src_port: u16) -> FiveTuple {
     FiveTuple {
-        src_ip: Ipv4Addr::from(0x0a00_0000 + client),
-        dst_ip: VIP,
+        src_ip: Ipv4Addr::from(0x0a00_0000 + client).into(),
+        dst_ip: VIP.into(),
         src_port,
         dst_port: 443,
         proto: L4Proto::Tcp,
@@ -242,7 +242,7 @@ fn unusable_packets_are_counted_and_dropped() {
         HealthEvent { at_ns: 100, backend: "backend-1".into(), up: false },
     ];
     let mut nf = Maglev::new(&stm, config).unwrap();
-    let other_dst = FiveTuple { dst_ip: Ipv4Addr::new(192, 0, 2, 11), ..tcp(1, 1) };
+    let other_dst = FiveTuple { dst_ip: Ipv4Addr::new(192, 0, 2, 11).into(), ..tcp(1, 1) };
     let icmp = FiveTuple { proto: L4Proto::Icmp, ..tcp(1, 1) };
     let good = frame(&tcp(1, 1));
     let mut truncated_ip = good.clone();
@@ -300,7 +300,7 @@ fn client_trace(seed: u64, packets: usize) -> Vec<Packet> {
     let spec = TraceSpec {
         seed,
         packets,
-        external_hosts: Ipv4Range::single(VIP),
+        external_hosts: IpRange::single(VIP),
         reply_percent: 0,
         unsolicited_percent: 0,
         ..TraceSpec::default()
@@ -312,7 +312,7 @@ fn client_trace(seed: u64, packets: usize) -> Vec<Packet> {
         trace.push(packet);
         if i % 97 == 0 {
             let junk = match (i / 97) % 3 {
-                0 => frame(&FiveTuple { dst_ip: Ipv4Addr::new(192, 0, 2, 99), ..tcp(i as u32, 1) }),
+                0 => frame(&FiveTuple { dst_ip: Ipv4Addr::new(192, 0, 2, 99).into(), ..tcp(i as u32, 1) }),
                 1 => frame(&FiveTuple { proto: L4Proto::Icmp, ..tcp(i as u32, 1) }),
                 _ => frame(&tcp(i as u32, 1))[..30].to_vec(),
             };

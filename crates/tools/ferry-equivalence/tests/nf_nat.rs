@@ -3,7 +3,7 @@
 //! workers; and scarce ports fought over by many flows on 4 workers.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use ferry_equivalence::equivalence::{
     assert_equivalent, generate_trace, EquivalenceCheck, EquivalenceReport, FlowOutputs, GeneratedTrace, RunRecord,
@@ -28,8 +28,8 @@ fn config() -> NatConfig {
     NatConfig { public_ip: PUBLIC, ports: 20_000..=20_999, buckets: 256, ..NatConfig::default() }
 }
 
-fn tuple(proto: L4Proto, src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16)) -> FiveTuple {
-    FiveTuple { src_ip: src.0, src_port: src.1, dst_ip: dst.0, dst_port: dst.1, proto }
+fn tuple(proto: L4Proto, src: (impl Into<IpAddr>, u16), dst: (impl Into<IpAddr>, u16)) -> FiveTuple {
+    FiveTuple { src_ip: src.0.into(), src_port: src.1, dst_ip: dst.0.into(), dst_port: dst.1, proto }
 }
 
 /// A valid frame (UDP with a real checksum unless `udp_checksum` is false)
@@ -73,7 +73,7 @@ fn outbound_packets_get_the_public_address_and_valid_checksums() {
         let outputs = run(&stm, &nat, vec![out(sent, i as u64)]);
         let (port, got) = one_output(&outputs);
         assert_eq!(port, EXTERNAL_PORT);
-        assert_eq!((got.src_ip, got.dst_ip, got.dst_port, got.proto), (PUBLIC, SERVER, 53, proto));
+        assert_eq!((got.src_ip, got.dst_ip, got.dst_port, got.proto), (PUBLIC.into(), SERVER.into(), 53, proto));
         assert!((20_000..=20_999).contains(&got.src_port));
         // Only the addresses, ports and checksums changed.
         let original = frame(&sent, 0, true);
@@ -155,7 +155,7 @@ fn mappings_expire_without_outbound_traffic() {
     assert_eq!((counters.mappings_created, counters.mappings_expired, counters.dropped_unmapped), (2, 1, 1));
     let audit = nat.audit(&stm, 30 * MS).unwrap();
     assert_eq!(audit.live.len(), 1);
-    assert_eq!((audit.live[0].0, audit.live[0].1), (Transport::Udp, Endpoint { ip: HOST, port: 5000 }));
+    assert_eq!((audit.live[0].0, audit.live[0].1), (Transport::Udp, Endpoint { ip: HOST.into(), port: 5000 }));
 }
 
 /// Whether an inbound reply at `reply_at` still finds the mapping made at
@@ -306,7 +306,7 @@ fn parallel_nat_equals_sequential_while_mappings_expire() {
     let counters = report.sequential_state;
     eprintln!("{report}{counters:?}");
     assert!(counters.outbound > 10_000 && counters.dropped_unmapped > 5_000);
-    let endpoints: std::collections::HashSet<(u8, Ipv4Addr, u16)> = trace
+    let endpoints: std::collections::HashSet<(u8, IpAddr, u16)> = trace
         .packets
         .iter()
         .filter(|p| p.port() == INTERNAL_PORT)
@@ -331,7 +331,7 @@ fn replies(trace: &GeneratedTrace, report: &TraceReport, start_ns: u64) -> Vec<P
         .enumerate()
         .map(|(k, (index, output))| {
             let t = five_tuple(&output.data).unwrap();
-            let from = if index % 3 == 0 { (Ipv4Addr::new(192, 0, 2, 1), 7) } else { (t.dst_ip, t.dst_port) };
+            let from = if index % 3 == 0 { (Ipv4Addr::new(192, 0, 2, 1).into(), 7) } else { (t.dst_ip, t.dst_port) };
             let reply = tuple(t.proto, from, (t.src_ip, t.src_port));
             Packet::new(EXTERNAL_PORT, start_ns + k as u64 * 1_000, frame(&reply, *index as u32, true))
         })
@@ -384,7 +384,7 @@ fn parallel_nat_equals_sequential_with_replies() {
 struct Use {
     at: u64,
     public_port: (u8, u16),
-    internal: (u8, Ipv4Addr, u16),
+    internal: (u8, IpAddr, u16),
 }
 
 fn uses(trace: &GeneratedTrace, report: &TraceReport) -> Vec<Use> {
@@ -457,7 +457,7 @@ fn scarce_ports_are_never_leased_to_two_endpoints_at_once() {
             }
         }
         // Per endpoint, in time order: the port stays while the lease lives.
-        let mut by_endpoint: HashMap<(u8, Ipv4Addr, u16), Vec<&Use>> = HashMap::new();
+        let mut by_endpoint: HashMap<(u8, IpAddr, u16), Vec<&Use>> = HashMap::new();
         for u in &all_uses {
             by_endpoint.entry(u.internal).or_default().push(u);
         }

@@ -2,7 +2,7 @@
 //! drops; and what 2 workers give compared with 1.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use ferry_equivalence::equivalence::{
     assert_equivalent, five_tuple_key, generate_trace, EquivalenceCheck, EquivalenceReport, TraceSpec, TupleKey,
@@ -10,7 +10,7 @@ use ferry_equivalence::equivalence::{
 use ferry_parallel::nfs::policer::{Policer, PolicerConfig, PolicerCounters, PolicerError, PolicerSets};
 use ferry_parallel::runtime::{run_trace, Packet, TraceConfig, TraceReport};
 use ferry_parallel::stm::Stm;
-use ferry_traffic::Ipv4Range;
+use ferry_traffic::IpRange;
 use ferry_wire::{build_frame, five_tuple, FiveTuple, FrameSpec, L4Proto};
 
 const WAN: u16 = 0;
@@ -21,7 +21,13 @@ fn host(i: u8) -> Ipv4Addr {
 }
 
 fn udp(src: u32, src_port: u16, dst: Ipv4Addr) -> FiveTuple {
-    FiveTuple { src_ip: Ipv4Addr::from(0xc633_0000 + src), dst_ip: dst, src_port, dst_port: 4242, proto: L4Proto::Udp }
+    FiveTuple {
+        src_ip: Ipv4Addr::from(0xc633_0000 + src).into(),
+        dst_ip: dst.into(),
+        src_port,
+        dst_port: 4242,
+        proto: L4Proto::Udp,
+    }
 }
 
 /// A UDP frame of `len` bytes whose last 4 bytes carry `seq`, so equal
@@ -117,7 +123,7 @@ fn lan_traffic_passes_unpoliced_and_junk_is_counted() {
     // A burst smaller than any frame: everything WAN to LAN is over rate.
     let nf = Policer::new(&stm, PolicerConfig::new(1, 10)).unwrap();
     let to_host = udp(1, 1, host(1));
-    let from_host = FiveTuple { src_ip: host(1), dst_ip: Ipv4Addr::new(8, 8, 8, 8), ..to_host };
+    let from_host = FiveTuple { src_ip: host(1).into(), dst_ip: Ipv4Addr::new(8, 8, 8, 8).into(), ..to_host };
     let mut arp = frame(&to_host, 64, 0);
     arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
     let mut truncated = frame(&to_host, 64, 0);
@@ -156,7 +162,7 @@ fn bad_configurations_are_refused() {
 /// apart, about 60% of them WAN to LAN, so about 3 MB/s per host on
 /// average and much more in its busy moments.
 fn wan_lan_trace(seed: u64) -> Vec<Packet> {
-    let lan_hosts: Ipv4Range = "198.18.0.0/28".parse().unwrap();
+    let lan_hosts: IpRange = "198.18.0.0/28".parse().unwrap();
     let spec = TraceSpec { seed, packets: 24_000, external_hosts: lan_hosts, ..TraceSpec::default() };
     let mut trace = generate_trace(&spec).unwrap().packets;
     let at = trace.last().unwrap().timestamp_ns();
@@ -223,7 +229,7 @@ fn with_per_flow_sets_two_workers_keep_flow_order_and_the_rate() {
     let (sent_per_flow, c2, report) = run(2);
     assert!(report.load_imbalance() < 1.5, "both workers carry flows");
     let arrival: HashMap<&[u8], u64> = trace.iter().map(|p| (p.data(), p.timestamp_ns())).collect();
-    let mut passed_bytes: HashMap<Ipv4Addr, u64> = HashMap::new();
+    let mut passed_bytes: HashMap<IpAddr, u64> = HashMap::new();
     for (flow, sent) in &sent_per_flow {
         let times: Vec<u64> = sent.iter().map(|(_, data)| arrival[data.as_slice()]).collect();
         assert!(times.windows(2).all(|w| w[0] < w[1]), "{flow:?} reordered");

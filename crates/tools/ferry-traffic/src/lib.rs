@@ -12,7 +12,7 @@
 //! profile.set("pps", "1000").unwrap();
 //! let (queue, nqueues) = (0, 2);
 //! let mut sched = FlowSchedule::for_queue(&profile, queue, nqueues).unwrap();
-//! let mut cache = TemplateCache::new(profile.frame_spec(), profile.proto.into(), sched.active_flows());
+//! let mut cache = TemplateCache::new(profile.frame_spec(), profile.version(), profile.proto.into(), sched.active_flows());
 //! let mut pacer = Pacer::new(profile.rate_pps.map(|r| split_evenly(r, queue, nqueues)), profile.burst);
 //! let mut buf = [0u8; 2048];
 //! let now_ns = 1_000;
@@ -41,7 +41,7 @@ pub use dist::{FlowSizeDist, FlowSizeSampler, CAIDA_MEAN_FLOW_PACKETS, DEFAULT_M
 pub use error::{PcapErrorKind, Result, TrafficError};
 pub use pcap::{for_each_packet, read_pcap, PcapWriter};
 pub use profile::{Proto, TrafficProfile, MAX_FRAME_LEN, MIN_FRAME_LEN};
-pub use range::{Ipv4Range, PortRange};
+pub use range::{IpRange, PortRange};
 pub use report::{LatencyReport, SinkReport, StreamReport};
 pub use schedule::{split_evenly, FlowSchedule, ScheduledPacket};
 pub use sink::{SinkStats, MAX_LATENCY_NS};

@@ -10,12 +10,13 @@
 use std::fmt;
 use std::str::FromStr;
 
+use ferry_wire::flow::IpVersion;
 use ferry_wire::{FrameSpec, L4Proto};
 use serde::{Deserialize, Serialize};
 
 use crate::dist::{deserialize_dist, FlowSizeDist};
 use crate::error::{Result, TrafficError};
-use crate::range::{Ipv4Range, PortRange};
+use crate::range::{IpRange, PortRange};
 use ferry_wire::MacAddr;
 
 /// Smallest Ethernet frame without FCS (64 on the wire).
@@ -79,10 +80,11 @@ pub struct TrafficProfile {
     pub src_mac: MacAddr,
     /// Destination MAC of every frame.
     pub dst_mac: MacAddr,
-    /// Source addresses flows are drawn from (uniformly).
-    pub src_ip: Ipv4Range,
-    /// Destination addresses flows are drawn from.
-    pub dst_ip: Ipv4Range,
+    /// Source addresses flows are drawn from (uniformly): IPv4 or IPv6,
+    /// the family of every frame.
+    pub src_ip: IpRange,
+    /// Destination addresses flows are drawn from, of the same family.
+    pub dst_ip: IpRange,
     /// Source ports flows are drawn from (for ICMP: the echo identifier).
     pub src_port: PortRange,
     /// Destination ports flows are drawn from (unused for ICMP).
@@ -135,6 +137,13 @@ impl TrafficProfile {
         if !(MIN_FRAME_LEN..=MAX_FRAME_LEN).contains(&self.frame_len) {
             return Err(TrafficError::bad("frame_len", self.frame_len, "must be 60..=9000 bytes (without FCS)"));
         }
+        if self.src_ip.is_ipv6() != self.dst_ip.is_ipv6() {
+            return Err(TrafficError::bad("dst_ip", self.dst_ip, "must be of src_ip's IP version"));
+        }
+        let min = ferry_wire::stamp_offset(self.version(), self.proto.into());
+        if self.frame_len < min {
+            return Err(TrafficError::bad("frame_len", self.frame_len, "too short for the headers (IPv6 TCP: 74)"));
+        }
         if self.active_flows == 0 {
             return Err(TrafficError::bad("active_flows", 0, "need at least one active flow"));
         }
@@ -157,7 +166,16 @@ impl TrafficProfile {
     /// are not (e.g. 60-byte TCP frames) traffic is sent unstamped and the
     /// sink can only count packets and bytes.
     pub fn stamp_fits(&self) -> bool {
-        ferry_wire::has_stamp_room(self.proto.into(), self.frame_len)
+        ferry_wire::has_stamp_room(self.version(), self.proto.into(), self.frame_len)
+    }
+
+    /// The IP version of every frame: the source range's.
+    pub fn version(&self) -> IpVersion {
+        if self.src_ip.is_ipv6() {
+            IpVersion::V6
+        } else {
+            IpVersion::V4
+        }
     }
 
     /// The 5-tuple of the profile's first flow: the start of every range.

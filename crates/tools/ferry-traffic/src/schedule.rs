@@ -13,7 +13,7 @@
 //! The hot path ([`FlowSchedule::next_packet`]) does no allocation: two or
 //! three random draws and, at flow end, a few more for the next flow.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use ferry_wire::{FiveTuple, L4Proto};
 use rand::distributions::{Distribution, Uniform};
@@ -23,7 +23,7 @@ use rand_pcg::Pcg64Mcg;
 use crate::dist::FlowSizeSampler;
 use crate::error::{Result, TrafficError};
 use crate::profile::TrafficProfile;
-use crate::range::{Ipv4Range, PortRange};
+use crate::range::{IpRange, PortRange};
 
 /// One scheduled packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +45,8 @@ pub struct ScheduledPacket {
 #[derive(Debug, Clone, Copy)]
 struct Flow {
     id: u64,
-    src_ip: Ipv4Addr,
-    dst_ip: Ipv4Addr,
+    src_ip: IpAddr,
+    dst_ip: IpAddr,
     src_port: u16,
     dst_port: u16,
     sent: u32,
@@ -60,8 +60,8 @@ pub struct FlowSchedule {
     rng: Pcg64Mcg,
     sizes: FlowSizeSampler,
     proto: L4Proto,
-    src_ip: Ipv4Range,
-    dst_ip: Ipv4Range,
+    src_ip: IpRange,
+    dst_ip: IpRange,
     src_port: PortRange,
     dst_port: PortRange,
     flows: Vec<Flow>,

@@ -15,6 +15,7 @@
 //! few thousand flows per queue, calling `ferry_wire::build_frame` directly
 //! is the better choice.
 
+use ferry_wire::flow::IpVersion;
 use ferry_wire::{build_frame, checksum, stamp_offset, FrameSpec, L4Proto, Stamp, STAMP_LEN};
 
 use crate::error::{Result, TrafficError};
@@ -44,20 +45,23 @@ pub struct TemplateCache {
 
 impl TemplateCache {
     /// A cache for `slots` flows (the schedule's `active_flows()`), building
-    /// frames of `spec` for protocol `proto`.
-    pub fn new(spec: FrameSpec, proto: L4Proto, slots: usize) -> Self {
-        let l4 = stamp_offset(proto) - proto.header_len();
+    /// frames of `spec` for protocol `proto` over IP `version`.
+    pub fn new(spec: FrameSpec, version: IpVersion, proto: L4Proto, slots: usize) -> Self {
+        let stamp_at = stamp_offset(version, proto);
+        let l4 = stamp_at - proto.header_len();
         let stride = spec.frame_len.next_multiple_of(64);
         // 63 spare bytes to start on a cache line whatever malloc returns.
         let buf = vec![0; slots * stride + 63];
         TemplateCache {
             spec,
             proto,
-            stamp_at: ferry_wire::has_stamp_room(proto, spec.frame_len).then(|| stamp_offset(proto)),
-            csum_at: match proto {
-                L4Proto::Udp => None,
-                L4Proto::Tcp => Some(l4 + 16),
-                L4Proto::Icmp => Some(l4 + 2),
+            stamp_at: ferry_wire::has_stamp_room(version, proto, spec.frame_len).then_some(stamp_at),
+            // IPv4 UDP goes without a checksum; IPv6 must carry one.
+            csum_at: match (proto, version) {
+                (L4Proto::Udp, IpVersion::V4) => None,
+                (L4Proto::Udp, IpVersion::V6) => Some(l4 + 6),
+                (L4Proto::Tcp, _) => Some(l4 + 16),
+                (L4Proto::Icmp, _) => Some(l4 + 2),
             },
             ids: vec![EMPTY; slots],
             stride,
@@ -110,7 +114,11 @@ impl TemplateCache {
             stamp.write(&mut out[at..at + STAMP_LEN]);
             if let Some(c) = csum_at {
                 let old = u16::from_be_bytes([out[c], out[c + 1]]);
-                let new = checksum::update_bytes(old, &[0; STAMP_LEN], &out[at..at + STAMP_LEN]);
+                let mut new = checksum::update_bytes(old, &[0; STAMP_LEN], &out[at..at + STAMP_LEN]);
+                // UDP sends a computed 0 as 0xffff (RFC 768; 0 means none).
+                if self.proto == L4Proto::Udp && new == 0 {
+                    new = 0xffff;
+                }
                 out[c..c + 2].copy_from_slice(&new.to_be_bytes());
             }
         }
@@ -126,7 +134,7 @@ mod tests {
     fn run(proto: Proto, frame_len: usize) {
         let p = TrafficProfile { proto, frame_len, active_flows: 8, seed: 3, ..Default::default() };
         let mut sched = FlowSchedule::new(&p).unwrap();
-        let mut cache = TemplateCache::new(p.frame_spec(), proto.into(), sched.active_flows());
+        let mut cache = TemplateCache::new(p.frame_spec(), p.version(), proto.into(), sched.active_flows());
         assert_eq!(cache.stamp_offset().is_some(), p.stamp_fits());
         let mut out = vec![0u8; 9000];
         for seq in 0..500u32 {
@@ -160,7 +168,7 @@ mod tests {
     fn small_output_buffer() {
         let p = TrafficProfile { frame_len: 128, ..Default::default() };
         let mut sched = FlowSchedule::new(&p).unwrap();
-        let mut cache = TemplateCache::new(p.frame_spec(), p.proto.into(), sched.active_flows());
+        let mut cache = TemplateCache::new(p.frame_spec(), p.version(), p.proto.into(), sched.active_flows());
         let e = cache.write_frame(&sched.next_packet(), &Stamp::default(), &mut [0u8; 100]).unwrap_err();
         assert!(matches!(e, TrafficError::BufferTooSmall { need: 128, have: 100 }));
     }

@@ -9,8 +9,8 @@ const SPEC: FrameSpec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0,
 
 fn frame(stream: u16, seq: u32, tx_ns: u64) -> Vec<u8> {
     let tuple = FiveTuple {
-        src_ip: Ipv4Addr::new(10, 0, 0, 1),
-        dst_ip: Ipv4Addr::new(10, 1, 0, 1),
+        src_ip: Ipv4Addr::new(10, 0, 0, 1).into(),
+        dst_ip: Ipv4Addr::new(10, 1, 0, 1).into(),
         src_port: 1000 + stream,
         dst_port: 5001,
         proto: L4Proto::Udp,

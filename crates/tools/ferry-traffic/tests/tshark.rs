@@ -38,7 +38,7 @@ fn write_capture(path: &Path) -> (Vec<(u64, Vec<u8>)>, Vec<String>) {
     let mut p = TrafficProfile { frame_len: 128, active_flows: 8, seed: 11, ..Default::default() };
     p.set("dst_port", "7000-7010").unwrap();
     let mut sched = FlowSchedule::new(&p).unwrap();
-    let mut cache = TemplateCache::new(p.frame_spec(), p.proto.into(), sched.active_flows());
+    let mut cache = TemplateCache::new(p.frame_spec(), p.version(), p.proto.into(), sched.active_flows());
     let mut w = PcapWriter::create(path, 0).unwrap();
     let (mut frames, mut lines) = (Vec::new(), Vec::new());
     let mut buf = [0u8; 256];
@@ -68,6 +68,47 @@ fn tshark_reads_our_pcap() {
     let first = times.lines().next().unwrap();
     assert_eq!(first, "1700000000.000000001", "{times}");
     assert_eq!(read_pcap(&path).unwrap(), frames);
+}
+
+/// IPv6 frames the generator stamps (UDP, TCP, ICMPv6 echo): tshark reads
+/// the addresses and finds every checksum good, the pseudo-header's
+/// included.
+#[test]
+fn tshark_finds_ipv6_checksums_good() {
+    if !tshark_available() {
+        return;
+    }
+    for proto in ["udp", "tcp", "icmp"] {
+        let mut p = TrafficProfile { frame_len: 128, active_flows: 4, seed: 3, ..Default::default() };
+        for (k, v) in [("proto", proto), ("src_ip", "2001:db8::/124"), ("dst_ip", "2001:db8:1::1")] {
+            p.set(k, v).unwrap();
+        }
+        p.validate().unwrap();
+        let mut sched = FlowSchedule::new(&p).unwrap();
+        let mut cache = TemplateCache::new(p.frame_spec(), p.version(), p.proto.into(), sched.active_flows());
+        let path = tmp(&format!("gen6-{proto}.pcap"));
+        let mut w = PcapWriter::create(&path, 0).unwrap();
+        let mut buf = [0u8; 256];
+        for seq in 0..50u32 {
+            let pkt = sched.next_packet();
+            let n =
+                cache.write_frame(&pkt, &Stamp { stream: 1, seq, tx_ns: 1_000 + u64::from(seq) }, &mut buf).unwrap();
+            assert_eq!(ferry_wire::verify_checksums(&buf[..n]), Ok(true), "{proto} {seq}");
+            w.write(&buf[..n], u64::from(seq)).unwrap();
+        }
+        w.finish().unwrap();
+        let field = match proto {
+            "udp" => "udp.checksum.status",
+            "tcp" => "tcp.checksum.status",
+            _ => "icmpv6.checksum.status",
+        };
+        let checks = ["-o", "udp.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE"];
+        let out = tshark(&path, &[&checks[..], &["-T", "fields", "-e", "ipv6.dst", "-e", field]].concat());
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 50, "{proto}: {out}");
+        // checksum.status: 0 bad, 1 good, 2 unverified.
+        assert!(lines.iter().all(|l| *l == "2001:db8:1::1\t1"), "{proto}: tshark says\n{out}");
+    }
 }
 
 #[test]

@@ -6,7 +6,6 @@
 //! `ferry chain show` reads a flow monitor's flows the same way wherever
 //! it runs. A restarted process takes its counts over from the table.
 
-use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -88,14 +87,14 @@ impl Exporter {
 }
 
 fn to_table(config: u32, k: &FlowKey) -> TableKey {
-    let flow = FlowTuple::new(Ipv4Addr::from(k.src), k.sport, Ipv4Addr::from(k.dst), k.dport, k.proto);
+    let flow = FlowTuple::new(k.src, k.sport, k.dst, k.dport, k.proto);
     TableKey { config, flow }
 }
 
 fn from_table(k: &TableKey) -> FlowKey {
     FlowKey {
-        src: u32::from(Ipv4Addr::from(u32::from_be(k.flow.saddr))),
-        dst: u32::from(Ipv4Addr::from(u32::from_be(k.flow.daddr))),
+        src: k.flow.saddr.to_ipv6(),
+        dst: k.flow.daddr.to_ipv6(),
         sport: u16::from_be(k.flow.sport),
         dport: u16::from_be(k.flow.dport),
         proto: k.flow.proto,

@@ -12,6 +12,7 @@ use ferry_parallel::nfs::maglev::{flow_hash, LookupTable, Permutation};
 use ferry_sdk::{NfThread, Packet};
 use ferry_sys::monotonic_ns;
 use ferry_wire::classify::{Decision, Table};
+use ferry_wire::flow::IpVersion;
 use ferry_wire::{build_frame, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp};
 use hdrhistogram::Histogram;
 
@@ -268,7 +269,7 @@ impl Made {
     /// MICA client fails.
     fn send(&mut self, th: &mut NfThread, len: usize, due: u64, now: u64) -> Option<u64> {
         let before = self.count;
-        let off = stamp_offset(L4Proto::Udp);
+        let off = stamp_offset(IpVersion::V4, L4Proto::Udp);
         for _ in 0..due {
             if self.all_made() {
                 break;
@@ -300,7 +301,7 @@ fn sink(mut th: NfThread) {
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
     let (mut sunk, mut stamped) = (0u64, 0u64);
     let mut window = Instant::now();
-    let off = stamp_offset(L4Proto::Udp);
+    let off = stamp_offset(IpVersion::V4, L4Proto::Udp);
     loop {
         let r = th.recv_burst(&mut burst, BURST);
         let now = monotonic_ns();

@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use ferry_nf::model::{Element, Offload};
 use ferry_wire::five_tuple;
+use ferry_wire::prefix::to_flow_space;
 
 use super::registry::{NfEnv, NfSetup, RegisteredNf};
 use crate::ds::{DefaultBucketHash, Map};
@@ -30,7 +31,7 @@ use ferry_nf::args::{ArgError, NfArgs};
 /// Ports that get a packet-set rule (frames on higher ports are orphans).
 pub const SET_PORTS: u16 = 8;
 
-const ORPHAN_KEY: [u8; 4] = [0; 4];
+const ORPHAN_KEY: [u8; 16] = [0; 16];
 
 /// EtherType of [`marker`] frames (IEEE local experimental).
 pub const MARKER_ETHERTYPE: u16 = 0x88b5;
@@ -50,7 +51,7 @@ pub fn marker(kind: u8) -> [u8; 60] {
 }
 
 pub struct DstCounter {
-    per_destination: Map<[u8; 4], u64>,
+    per_destination: Map<[u8; 16], u64>,
     ports: u16,
     idle_timeout_ns: u64,
     work_ns: u64,
@@ -82,12 +83,12 @@ impl DstCounter {
     }
 
     /// Packets counted for `destination` so far (a transaction of its own).
-    pub fn count_of(&self, stm: &Stm, worker: usize, destination: [u8; 4]) -> u64 {
+    pub fn count_of(&self, stm: &Stm, worker: usize, destination: [u8; 16]) -> u64 {
         let mut w = stm.worker(worker).expect("a free worker");
         w.atomically(0, |tx| self.per_destination.get(tx, &destination)).unwrap_or(0)
     }
 
-    fn count_and_forward<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, key: [u8; 4], packet: &Packet) -> Result<(), Abort> {
+    fn count_and_forward<'a>(&'a self, ctx: &mut Ctx<'_, 'a>, key: [u8; 16], packet: &Packet) -> Result<(), Abort> {
         let seen = self.per_destination.get(ctx.tx(), &key)?.unwrap_or(0);
         self.per_destination.set(ctx.tx(), key, seen + 1)?;
         if self.work_ns > 0 {
@@ -101,8 +102,9 @@ impl DstCounter {
     }
 }
 
-fn destination(packet: &Packet) -> [u8; 4] {
-    five_tuple(packet.data()).map_or(ORPHAN_KEY, |t| t.dst_ip.octets())
+/// The destination in the 128-bit space (IPv4 mapped).
+fn destination(packet: &Packet) -> [u8; 16] {
+    five_tuple(packet.data()).map_or(ORPHAN_KEY, |t| to_flow_space(t.dst_ip).octets())
 }
 
 impl ParallelNf for DstCounter {

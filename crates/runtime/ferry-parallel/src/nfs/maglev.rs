@@ -63,7 +63,7 @@
 //! would report. [`Maglev::set_backends_up`] is the transactional operation
 //! behind it.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use ferry_wire::{five_tuple, EthernetFrame, L4Proto};
 
@@ -109,9 +109,9 @@ pub struct HealthEvent {
 /// How to build a [`Maglev`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MaglevConfig {
-    /// The service address clients connect to; other destinations are
-    /// dropped.
-    pub vip: Ipv4Addr,
+    /// The service address clients connect to, IPv4 or IPv6; other
+    /// destinations are dropped.
+    pub vip: IpAddr,
     /// The port clients' packets arrive on.
     pub client_port: u16,
     /// The balancer's MAC, written as the forwarded frames' source.
@@ -131,9 +131,9 @@ pub struct MaglevConfig {
 impl MaglevConfig {
     /// A configuration with the default table size and timeout, client port
     /// 0 and no health events.
-    pub fn new(vip: Ipv4Addr, mac: [u8; 6], backends: Vec<Backend>) -> MaglevConfig {
+    pub fn new(vip: impl Into<IpAddr>, mac: [u8; 6], backends: Vec<Backend>) -> MaglevConfig {
         MaglevConfig {
-            vip,
+            vip: vip.into(),
             client_port: 0,
             mac,
             backends,
@@ -194,15 +194,23 @@ const SKIP_SEED: u64 = 0x736b_6970_0000_0002;
 const FLOW_SEED: u64 = 0x666c_6f77_0000_0003;
 
 /// The hash of a connection that indexes the table: over source and
-/// destination address, IP protocol, source and destination port.
-pub fn flow_hash(src_ip: Ipv4Addr, dst_ip: Ipv4Addr, ip_proto: u8, src_port: u16, dst_port: u16) -> u64 {
-    let mut bytes = [0u8; 13];
-    bytes[0..4].copy_from_slice(&src_ip.octets());
-    bytes[4..8].copy_from_slice(&dst_ip.octets());
-    bytes[8] = ip_proto;
-    bytes[9..11].copy_from_slice(&src_port.to_be_bytes());
-    bytes[11..13].copy_from_slice(&dst_port.to_be_bytes());
-    hash64(FLOW_SEED, &bytes)
+/// destination address (4 bytes each in IPv4, 16 in IPv6), IP protocol,
+/// source and destination port.
+pub fn flow_hash(src_ip: IpAddr, dst_ip: IpAddr, ip_proto: u8, src_port: u16, dst_port: u16) -> u64 {
+    let mut bytes = [0u8; 37];
+    let mut len = 0;
+    for a in [src_ip, dst_ip] {
+        let octets = match a {
+            IpAddr::V4(v4) => v4.octets().to_vec(),
+            IpAddr::V6(v6) => v6.octets().to_vec(),
+        };
+        bytes[len..len + octets.len()].copy_from_slice(&octets);
+        len += octets.len();
+    }
+    bytes[len] = ip_proto;
+    bytes[len + 1..len + 3].copy_from_slice(&src_port.to_be_bytes());
+    bytes[len + 3..len + 5].copy_from_slice(&dst_port.to_be_bytes());
+    hash64(FLOW_SEED, &bytes[..len + 5])
 }
 
 fn is_prime(n: u32) -> bool {
@@ -553,7 +561,7 @@ impl ParallelNf for Maglev {
             self.count(ctx, |c| c.unsupported_protocol += 1);
             return Ok(None);
         }
-        let hash = flow_hash(tuple.src_ip, tuple.dst_ip, tuple.proto.ip_proto(), tuple.src_port, tuple.dst_port);
+        let hash = flow_hash(tuple.src_ip, tuple.dst_ip, tuple.protocol(), tuple.src_port, tuple.dst_port);
         let Some(backend) = self.lookup(ctx, hash)? else {
             // Not registered: the connection's next packet tries again.
             self.count(ctx, |c| c.no_backend += 1);

@@ -300,7 +300,7 @@ impl Nat {
             tally.dropped_pool_exhausted += 1;
             return Ok(());
         };
-        let public = Endpoint { ip: self.config.public_ip, port: self.public_port(index) };
+        let public = Endpoint { ip: self.config.public_ip.into(), port: self.public_port(index) };
         headers.rewrite(packet.data_mut(), Side::Source, public);
         ctx.send(packet, EXTERNAL_PORT);
         tally.outbound += 1;
@@ -480,10 +480,15 @@ impl ParallelNf for Nat {
 }
 
 /// The headers of `frame`; `None` (counted in `tally`) for frames the NAT
-/// does not translate.
+/// does not translate: it is a NAT44 (NAPT, RFC 3022), so IPv6 frames
+/// are unsupported here, as fragments and other protocols are.
 fn headers(frame: &[u8], tally: &mut NatCounters) -> Option<Headers> {
     match Headers::parse(frame) {
-        Ok(headers) => Some(headers),
+        Ok(headers) if headers.src.ip.is_ipv4() => Some(headers),
+        Ok(_) => {
+            tally.dropped_unsupported += 1;
+            None
+        }
         Err(Unparsed::Malformed) => {
             tally.dropped_malformed += 1;
             None

@@ -43,7 +43,7 @@
 //! keeps each flow on one worker, so its frames leave in order (orphans
 //! are spread round-robin and may overtake each other).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use ferry_wire::five_tuple;
 
@@ -217,7 +217,7 @@ pub struct Policer {
     refill_ns: u64,
     packet_sets: PacketSetDef,
     /// Per-destination buckets in [`PolicerSets::PerFlow`] mode.
-    shared_buckets: Option<Map<Ipv4Addr, TokenBucket>>,
+    shared_buckets: Option<Map<IpAddr, TokenBucket>>,
     counters: Statistics<PolicerCounters>,
 }
 
@@ -265,7 +265,7 @@ impl Policer {
 
     /// The per-destination Map's buckets ([`PolicerSets::PerFlow`]; empty
     /// otherwise), sorted by address, outside any transaction.
-    pub fn shared_buckets(&mut self) -> Vec<(Ipv4Addr, TokenBucket)> {
+    pub fn shared_buckets(&mut self) -> Vec<(IpAddr, TokenBucket)> {
         let mut buckets = self.shared_buckets.as_mut().map(|m| m.entries_mut()).unwrap_or_default();
         buckets.sort_by_key(|(addr, _)| *addr);
         buckets
@@ -279,7 +279,7 @@ impl Policer {
     fn take_shared<'a>(
         &'a self,
         ctx: &mut Ctx<'_, 'a>,
-        map: &'a Map<Ipv4Addr, TokenBucket>,
+        map: &'a Map<IpAddr, TokenBucket>,
         packet: &Packet,
     ) -> Result<Option<bool>, Abort> {
         let Some(tuple) = five_tuple(packet.data()) else { return Ok(None) };

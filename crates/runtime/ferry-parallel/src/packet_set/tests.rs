@@ -6,8 +6,13 @@ use super::*;
 
 fn frame(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, proto: L4Proto) -> Vec<u8> {
     let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 64 };
-    let tuple =
-        FiveTuple { src_ip: Ipv4Addr::from(src), dst_ip: Ipv4Addr::from(dst), src_port: sport, dst_port: dport, proto };
+    let tuple = FiveTuple {
+        src_ip: Ipv4Addr::from(src).into(),
+        dst_ip: Ipv4Addr::from(dst).into(),
+        src_port: sport,
+        dst_port: dport,
+        proto,
+    };
     let mut buf = vec![0u8; 64];
     build_frame(&spec, &tuple, None, &mut buf).unwrap();
     buf
