@@ -101,6 +101,9 @@ struct ferry_pl_fields {
 	__u16 _pad;
 	__u32 l3_off;
 	__u32 l4_off;
+	/* Where the IP packet ends: the IPv4 total length, or the IPv6
+	 * payload length past the fixed header (Ethernet padding after). */
+	__u32 ip_end;
 	__u32 bytes;
 };
 
@@ -389,10 +392,13 @@ static __always_inline void ferry_pl_fields_of(struct xdp_md *ctx, struct ferry_
 	f->fragment = p->fragment;
 	f->later_fragment = p->later_fragment;
 	f->has_ports = (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && p->l4;
-	if (p->ip4)
+	if (p->ip4) {
 		f->l3_off = (void *)p->ip4 - (void *)(long)ctx->data;
-	else if (p->ip6)
+		f->ip_end = f->l3_off + bpf_ntohs(p->ip4->tot_len);
+	} else if (p->ip6) {
 		f->l3_off = (void *)p->ip6 - (void *)(long)ctx->data;
+		f->ip_end = f->l3_off + sizeof(*p->ip6) + bpf_ntohs(p->ip6->payload_len);
+	}
 	if (p->l4)
 		f->l4_off = p->l4 - (void *)(long)ctx->data;
 	f->bytes = ctx->data_end - ctx->data;

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
 /*
- * The payload-scan element: does the start of an IPv4 TCP or UDP payload
- * hold one of a few byte strings? Limits (ferry_abi.h): 16 patterns of up
+ * The payload-scan element: does the start of a TCP or UDP payload (IPv4
+ * or IPv6) hold one of a few byte strings? Limits (ferry_abi.h): 16 patterns of up
  * to 32 bytes, the first 256 payload bytes. The window is copied out of
  * the frame once (bpf_xdp_load_bytes) into a per-CPU buffer, and bpf_loop
  * runs one callback per 8 start offsets, each trying every pattern there:
  * at most 256 x 16 x 32 byte compares. The decision table is the
  * payload-scan NF's (crates/runtime/ferry-nf/src/payload_scan.rs):
- *   not IPv4 TCP/UDP              -> on, unscanned
- *   an IPv4 fragment              -> drop (a pattern could straddle pieces)
+ *   not TCP/UDP over IP           -> on, unscanned
+ *   a fragment                    -> drop (a pattern could straddle pieces)
  *   a header past the IP payload  -> drop (malformed)
  *   a pattern in the window       -> count, then drop or on (config)
  *   none                          -> on
@@ -97,12 +97,11 @@ __attribute__((noinline)) int ferry_el_scan(struct xdp_md *ctx, __u32 config, st
 	struct ferry_pl_scan *s;
 	struct ferry_pl_count *c;
 	__u32 zero = 0, payload, end, frame;
-	__be16 tot_len;
 	__u8 doff;
 
 	if (!f)
 		return XDP_ABORTED;
-	if (!f->is_ip4 || (f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP))
+	if ((!f->is_ip4 && !f->is_ip6) || (f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP))
 		return CONTINUE;
 	if (f->fragment || f->later_fragment || !f->has_ports)
 		return XDP_DROP;
@@ -111,9 +110,7 @@ __attribute__((noinline)) int ferry_el_scan(struct xdp_md *ctx, __u32 config, st
 	if (!s || !w)
 		return XDP_DROP;
 	frame = ctx->data_end - ctx->data;
-	if (bpf_xdp_load_bytes(ctx, f->l3_off + 2, &tot_len, sizeof(tot_len)))
-		return XDP_DROP;
-	end = f->l3_off + bpf_ntohs(tot_len);
+	end = f->ip_end;
 	if (end > frame)
 		end = frame;
 	if (f->proto == IPPROTO_UDP) {

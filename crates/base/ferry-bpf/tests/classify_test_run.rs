@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::net::IpAddr;
+
 use common::{mutated_frames_agree, privileged};
 use ferry_bpf::classify::{Classifier, Unmatched};
 use ferry_bpf::test_run;
@@ -18,12 +20,15 @@ const XDP_PASS: u32 = 2;
 const XDP_REDIRECT: u32 = 4;
 /// Entry 0 has a device (loopback); entry 1 has none, so its frames drop.
 const LO: u32 = 1;
-const RULES: [&str; 5] = [
+const RULES: [&str; 8] = [
     "out=0,src=10.9.0.0/16,dport=53",
     "out=1,vlan=200",
     "out=0,dst=10.1.0.0/16",
     "out=1,dport=80",
     "out=0,src=192.168.0.0/24,dst=192.168.1.0/24,vlan=7,dport=443",
+    "out=1,src=2001:db8:9::/48,dport=53",
+    "out=0,vlan=100,inner-vlan=300",
+    "out=0,dst=2001:db8::/32",
 ];
 
 fn classifier(unmatched: Unmatched) -> Classifier {
@@ -33,13 +38,27 @@ fn classifier(unmatched: Unmatched) -> Classifier {
 }
 
 fn frame(proto: L4Proto, src: [u8; 4], dst: [u8; 4], dport: u16, vlan: Option<u16>) -> Vec<u8> {
+    tagged(build(proto, src.into(), dst.into(), dport), vlan.as_slice())
+}
+
+fn frame6(proto: L4Proto, src: &str, dst: &str, dport: u16, vlans: &[u16]) -> Vec<u8> {
+    tagged(build(proto, src.parse().unwrap(), dst.parse().unwrap(), dport), vlans)
+}
+
+fn build(proto: L4Proto, src_ip: IpAddr, dst_ip: IpAddr, dport: u16) -> Vec<u8> {
     let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 80 };
-    let t = FiveTuple { src_ip: src.into(), dst_ip: dst.into(), src_port: 1000, dst_port: dport, proto };
+    let t = FiveTuple { src_ip, dst_ip, src_port: 1000, dst_port: dport, proto };
     let mut f = vec![0u8; spec.frame_len];
     build_frame(&spec, &t, None, &mut f).unwrap();
-    if let Some(vid) = vlan {
-        let tag = [0x81, 0x00, (vid >> 8) as u8, vid as u8];
-        f.splice(12..12, tag);
+    f
+}
+
+/// `f` with VLAN tags of ids `vlans` (outermost first): one 802.1Q tag, or
+/// an 802.1ad tag and an 802.1Q one.
+fn tagged(mut f: Vec<u8>, vlans: &[u16]) -> Vec<u8> {
+    for (i, vid) in vlans.iter().enumerate().rev() {
+        let tpid: u16 = if i == 0 && vlans.len() > 1 { 0x88a8 } else { 0x8100 };
+        f.splice(12..12, [(tpid >> 8) as u8, tpid as u8, (vid >> 8) as u8, *vid as u8]);
     }
     f
 }
@@ -90,6 +109,12 @@ fn the_decision_table() {
         ("every field", frame(Tcp, [192, 168, 0, 9], [192, 168, 1, 9], 443, Some(7)), XDP_REDIRECT, Some(4)),
         ("every field but the vlan", frame(Tcp, [192, 168, 0, 9], [192, 168, 1, 9], 443, None), XDP_DROP, None),
         ("nothing matches", frame(Udp, [10, 0, 0, 1], [10, 2, 0, 1], 81, None), XDP_DROP, None),
+        ("IPv6 src prefix and port", frame6(Udp, "2001:db8:9::1", "2001:db9::1", 53, &[]), XDP_DROP, Some(5)),
+        ("IPv6 dst prefix", frame6(Tcp, "2001:db9::1", "2001:db8::7", 22, &[]), XDP_REDIRECT, Some(7)),
+        ("an IPv4 prefix never matches IPv6", frame6(Udp, "::1:1", "::10.1.0.1", 9, &[]), XDP_DROP, None),
+        ("QinQ 100/300", frame6(Udp, "fe80::1", "2001:db9::1", 9, &[100, 300]), XDP_REDIRECT, Some(6)),
+        ("QinQ 200/300: outer 200", frame6(Udp, "fe80::1", "2001:db9::1", 9, &[200, 300]), XDP_DROP, Some(1)),
+        ("QinQ 100/301", frame6(Udp, "fe80::1", "2001:db9::1", 9, &[100, 301]), XDP_DROP, None),
     ];
     for (what, f, action, rule) in rows {
         assert_eq!(run(&c, &f), (action, rule), "{what}");
@@ -115,9 +140,11 @@ fn xdp_decides_as_the_router_on_mutated_frames() {
             frame(L4Proto::Tcp, [192, 168, 0, 9], [192, 168, 1, 9], 443, Some(7)),
             frame(L4Proto::Udp, [10, 0, 0, 1], [10, 1, 0, 1], 9, Some(200)),
             frame(L4Proto::Tcp, [10, 0, 0, 1], [10, 2, 0, 1], 80, None),
+            frame6(L4Proto::Udp, "2001:db8:9::1", "2001:db8::2", 53, &[]),
+            frame6(L4Proto::Tcp, "fe80::1", "2001:db9::1", 9, &[100, 300]),
         ]
     };
-    mutated_frames_agree(templates, 60, |f| {
+    mutated_frames_agree(templates, 80, |f| {
         // BPF_PROG_TEST_RUN refuses a frame shorter than Ethernet's header
         // (no driver hands one to XDP either).
         if f.len() < 14 {

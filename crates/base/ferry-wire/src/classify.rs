@@ -204,7 +204,12 @@ mod tests {
 
     #[test]
     fn the_text_form_round_trips_and_blames_the_key() {
-        for text in ["out=0", "out=3,src=10.0.0.0/8,dst=192.168.1.0/24,vlan=100,dport=53", "out=1,dst=0.0.0.0/0"] {
+        for text in [
+            "out=0",
+            "out=3,src=10.0.0.0/8,dst=192.168.1.0/24,vlan=100,dport=53",
+            "out=1,dst=0.0.0.0/0",
+            "out=2,src=2001:db8::/32,vlan=100,inner-vlan=200",
+        ] {
             assert_eq!(text.parse::<Rule>().unwrap().to_string(), text);
         }
         let key = |t: &str| t.parse::<Rule>().unwrap_err().key;
@@ -213,6 +218,7 @@ mod tests {
         assert_eq!(key("out=0,dst=10.0.0.1/8"), "dst");
         assert_eq!(key("out=0,src=10.0.0.0/33"), "src");
         assert_eq!(key("out=0,vlan=4096"), "vlan");
+        assert_eq!(key("out=0,inner-vlan=4096"), "inner-vlan");
         assert_eq!(key("out=0,dport=65536"), "dport");
         assert_eq!(key("out=0,proto=6"), "proto");
         assert_eq!(key("out=0,out=1"), "out");

@@ -40,6 +40,8 @@ pub struct NfType {
     /// Its `kind:` in chain files.
     pub kind: String,
     pub summary: &'static str,
+    /// What it does with IPv6 and with VLAN tag stacks.
+    pub ip: &'static str,
     pub model: ExecModel,
     pub args: Args,
     /// Its own counters (the framework's per-thread counters come on top).
@@ -286,7 +288,8 @@ impl Values {
 }
 
 /// What `ferry nf list` prints: each type's kind, model, offloadability
-/// and summary, then its arguments, counters and elements.
+/// and summary, then its arguments, counters, elements and what it does
+/// with IPv6 and VLAN tags.
 pub fn table() -> String {
     let mut out = String::new();
     for t in catalog() {
@@ -311,6 +314,7 @@ pub fn table() -> String {
         if !elements.is_empty() {
             out += &format!("{:<22} elements: {}\n", "", elements.join(", "));
         }
+        out += &format!("{:<22} ip: {}\n", "", t.ip);
     }
     out
 }
@@ -344,6 +348,7 @@ pub fn json() -> serde_json::Value {
             serde_json::json!({
                 "kind": t.kind,
                 "summary": t.summary,
+                "ip": t.ip,
                 "model": t.model.as_str(),
                 "offload": t.offload().as_str(),
                 "args": args,

@@ -32,9 +32,10 @@ pub const PARALLEL_HOST_ARGS: [ArgSpec; 5] = [
 ];
 
 fn serve_types() -> Vec<NfType> {
-    let threaded = |kind: &str, summary, args: Vec<ArgSpec>, counters: Vec<&'static str>, elements, serve| NfType {
+    let threaded = |kind: &str, [summary, ip]: [&'static str; 2], args, counters, elements, serve| NfType {
         kind: kind.to_string(),
         summary,
+        ip,
         model: ExecModel::Threaded,
         args: Args::KeyValue(args),
         counters,
@@ -46,7 +47,7 @@ fn serve_types() -> Vec<NfType> {
     vec![
         threaded(
             "fwd",
-            "forward everything on out-link 0",
+            ["forward everything on out-link 0", "any frame"],
             vec![arg(
                 "by_port",
                 ArgType::Flag,
@@ -59,7 +60,10 @@ fn serve_types() -> Vec<NfType> {
         ),
         threaded(
             "split",
-            "spread flows over all out-links by flow hash (fan-out)",
+            [
+                "spread flows over all out-links by flow hash (fan-out)",
+                "hashes IPv4 and IPv6 flows (their 128-bit addresses) through up to two VLAN tags; other frames to out-link 0",
+            ],
             vec![],
             vec![],
             &[Element { name: "flow-hash-classifier", offload: Offload::Full }],
@@ -67,7 +71,10 @@ fn serve_types() -> Vec<NfType> {
         ),
         threaded(
             "slow",
-            "burn work_ns of CPU per packet, then forward (a heavy NF for experiments)",
+            [
+                "burn work_ns of CPU per packet, then forward (a heavy NF for experiments)",
+                "any frame",
+            ],
             vec![arg("work_ns", u64_in(1, 1_000_000_000), None, "CPU to burn per packet, ns")],
             vec![],
             &[Element { name: "busy-work", offload: Offload::No }],
@@ -75,7 +82,10 @@ fn serve_types() -> Vec<NfType> {
         ),
         threaded(
             "maglev",
-            "Maglev load balancer: each flow to one out-link by consistent hashing (the parallel runtime's table)",
+            [
+                "Maglev load balancer: each flow to one out-link by consistent hashing (the parallel runtime's table)",
+                "IPv4 and IPv6 flows alike",
+            ],
             vec![arg("table_size", u64_in(2, 5_000_011), Some("65537"), "lookup table entries, a prime")],
             vec![],
             // A static table lookup: XDP does that. Connection affinity
@@ -86,6 +96,7 @@ fn serve_types() -> Vec<NfType> {
         NfType {
             kind: crate::TENANT_ROUTER.to_string(),
             summary: "classify: router: each frame to the tenant entry of the first rule it matches, by copy",
+            ip: "IPv4 and IPv6 prefixes; vlan= the outer (or only) tag, inner-vlan= the inner tag of QinQ",
             model: ExecModel::Threaded,
             args: Args::Positional("RULE... (out=N[,src=CIDR][,dst=CIDR][,vlan=ID][,dport=PORT]; first match wins)"),
             counters: ferry_nf::ROUTER_COUNTERS.to_vec(),
@@ -97,7 +108,10 @@ fn serve_types() -> Vec<NfType> {
         },
         threaded(
             "source",
-            "make stamped UDP frames in the domain's own UMEM (chaining without veth)",
+            [
+                "make stamped UDP frames in the domain's own UMEM (chaining without veth)",
+                "makes IPv4 UDP only (ferry gen --profile ipv6 makes IPv6)",
+            ],
             vec![
                 arg("size", u64_in(60, 2048), Some("64"), "frame length, bytes"),
                 arg("rate", u64_in(0, 1_000_000_000), Some("0"), "frames per second (0: as fast as it can)"),
@@ -116,7 +130,10 @@ fn serve_types() -> Vec<NfType> {
         ),
         threaded(
             "sink",
-            "count frames, check stamps, publish latency percentiles, free them",
+            [
+                "count frames, check stamps, publish latency percentiles, free them",
+                "counts any frame; reads the stamp of IPv4 and IPv6 UDP, TCP and ICMP echo",
+            ],
             vec![],
             vec!["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns", "lat_p999_ns"],
             &[],
@@ -132,6 +149,7 @@ pub(crate) fn all() -> Vec<NfType> {
         .map(|i| NfType {
             kind: i.spec.name.to_string(),
             summary: i.summary,
+            ip: i.ip,
             model: ExecModel::PerPacket,
             args: Args::Positional(i.args),
             counters: i.spec.counters.to_vec(),
@@ -159,6 +177,7 @@ pub(crate) fn all() -> Vec<NfType> {
         types.push(NfType {
             kind: h.kind.to_string(),
             summary: h.summary,
+            ip: h.ip,
             model: ExecModel::Hybrid,
             args: Args::KeyValue(h.args.to_vec()),
             counters: ferry_evnf::types::counters(h),
@@ -176,6 +195,7 @@ fn fused_type() -> NfType {
     NfType {
         kind: crate::fused::FUSED.to_string(),
         summary: "NFs run to completion in one NF's threads: what placement makes of a run of NFs with fuse: auto",
+        ip: "as its stages",
         model: ExecModel::Threaded,
         args: Args::Positional(
             "@stage=NAME:KIND:N ARG... (two or more stages, each with its N arguments, as placement writes them)",
@@ -199,6 +219,7 @@ fn parallel<N: RegisteredNf>(name: &'static str) -> NfType {
     NfType {
         kind: format!("parallel-{name}"),
         summary: N::SUMMARY,
+        ip: N::IP,
         model: ExecModel::Parallel,
         args: Args::KeyValue(args),
         counters: N::COUNTERS.to_vec(),

@@ -11,6 +11,8 @@ pub struct HybridType {
     /// Its `kind:` in chain files.
     pub kind: &'static str,
     pub summary: &'static str,
+    /// What it does with IPv6 and with VLAN tag stacks.
+    pub ip: &'static str,
     /// Its fast paths, pipeline elements (a balancer has one per direction).
     pub fast_paths: &'static [HybridElement],
     pub elements: &'static [Element],
@@ -44,6 +46,7 @@ pub const TYPES: [HybridType; 4] = [
     HybridType {
         kind: "efw",
         summary: "firewall: XDP applies the rule table; the slow path keeps nftables for what XDP passes up",
+        ip: "subnet rules of either version (IPv4 ones IPv4-mapped in one LPM trie) and port rules for both in XDP; the rest, IPv6 included, to the kernel, whose nftables (inet) ruleset decides; through up to two VLAN tags",
         fast_paths: &[HybridElement::Firewall],
         elements: &[Element { name: "ip-filter", offload: Offload::Full }],
         control_counters: &[],
@@ -54,6 +57,7 @@ pub const TYPES: [HybridType; 4] = [
     HybridType {
         kind: "elb",
         summary: "load balancer: XDP rewrites tracked connections; the slow path weighs backends by feedback",
+        ip: "one VIP per eLB, IPv4 or IPv6, its backends of the same version; IPv6 rewrites fix the L4 checksum over the new pseudo-header; the kernel routes IPv6 on (the route element is IPv4 only); through up to two VLAN tags",
         fast_paths: &[HybridElement::Balancer, HybridElement::BalancerReply],
         elements: &[
             Element { name: "ip-classifier", offload: Offload::Full },
@@ -72,6 +76,7 @@ pub const TYPES: [HybridType; 4] = [
     HybridType {
         kind: "edpi",
         summary: "DPI: XDP bypasses classified flows; the slow path classifies payloads (nDPI)",
+        ip: "inspects IPv4 TCP/UDP only (its nDPI slow path reads IPv4 flows); IPv6 passes uninspected, counted not_inspected",
         fast_paths: &[HybridElement::Dpi],
         elements: &[
             Element { name: "flow-bypass", offload: Offload::Full },
@@ -92,6 +97,7 @@ pub const TYPES: [HybridType; 4] = [
     HybridType {
         kind: "enat",
         summary: "NAT (RFC 4787, endpoint-independent): XDP rewrites established mappings; the slow path makes them",
+        ip: "a NAT44 (NAPT): IPv4 only; IPv6 passes untranslated (counted not_natted), as NAT66 has no place here (RFC 6296's prefix translation would be a separate NF, not built)",
         fast_paths: &[HybridElement::Nat, HybridElement::NatReply],
         elements: &[
             Element { name: "ip-classifier", offload: Offload::Full },

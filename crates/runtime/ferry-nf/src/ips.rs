@@ -21,10 +21,10 @@ pub(crate) static SPEC: NfSpec = NfSpec {
 };
 
 /// The decision, in order:
-/// - what the shared flow parser rejects (as the XDP pipeline does:
-///   802.1ad, a second tag, truncated headers), or an IPv4, TCP or UDP
-///   header that does not fit → `drop_malformed`;
-/// - not IPv4, or neither TCP nor UDP → `pass_not_inspected` (no rule
+/// - what the shared flow parser rejects (as the XDP pipeline does: a
+///   third VLAN tag, truncated headers, an IPv6 extension header chain
+///   it does not walk) → `drop_malformed`;
+/// - no IP header, or neither TCP nor UDP → `pass_not_inspected` (no rule
 ///   can match it);
 /// - a fragment → `drop_fragment`: there is no reassembly, and passing
 ///   fragments unseen would let any signature through split in two;
@@ -32,9 +32,11 @@ pub(crate) static SPEC: NfSpec = NfSpec {
 /// - an `alert` rule matches → `pass_alerted` (forwarded);
 /// - otherwise → `pass`.
 ///
-/// A rule matches when the protocol and destination port fit and every
-/// one of its contents occurs in the L4 payload (up to the IP total
-/// length, so Ethernet padding never matches).
+/// IPv4 and IPv6 alike (rules name no addresses), through up to two VLAN
+/// tags. A rule matches when the protocol and destination port fit and
+/// every one of its contents occurs in the L4 payload (up to the IPv4
+/// total length or the IPv6 payload length, so Ethernet padding never
+/// matches).
 pub struct Ips {
     rules: Vec<Rule>,
     matcher: AhoCorasick,

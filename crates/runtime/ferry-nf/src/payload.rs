@@ -1,22 +1,26 @@
 //! The L4 payload of a frame, as the NFs that read payloads (the IPS,
-//! the payload scan) see it: one parse, so they agree on what is
-//! malformed, what is a fragment and where the payload ends (the IP
-//! total length: Ethernet padding is not payload).
+//! the payload scan) see it: one parse, the shared flow parser's, so they
+//! agree with it (and with the XDP pipeline) on what is malformed, what
+//! is a fragment and where the payload ends: the IPv4 total length or
+//! the IPv6 payload length (Ethernet padding is not payload). IPv4 and
+//! IPv6 alike, through up to two VLAN tags.
 
-use ferry_wire::ethernet::{ethertype, EthernetFrame};
+use ferry_wire::flow::{self, IpVersion};
 use ferry_wire::ipv4::{ip_proto, Ipv4Packet};
+use ferry_wire::ipv6::{Ipv6Packet, IPV6_HEADER_LEN};
 use ferry_wire::tcp::TcpPacket;
-use ferry_wire::udp::UdpPacket;
+use ferry_wire::udp::UDP_HEADER_LEN;
 
 use crate::ips_rules::Proto;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum L4Payload<'a> {
-    /// Shorter than its Ethernet (+VLAN), IPv4, TCP or UDP header says.
+    /// Malformed by the shared flow parser.
     Malformed,
-    /// Not IPv4, or neither TCP nor UDP: there is no payload to read.
+    /// No IP header, or neither TCP nor UDP: there is no payload to read.
     NotInspected,
-    /// An IPv4 fragment: no reassembly, so its payload is not the whole.
+    /// A fragment (IPv4, or IPv6 by its fragment header): no reassembly,
+    /// so its payload is not the whole.
     Fragment,
     Payload {
         proto: Proto,
@@ -26,42 +30,34 @@ pub(crate) enum L4Payload<'a> {
 }
 
 pub(crate) fn l4_payload(frame: &[u8]) -> L4Payload<'_> {
-    // What the shared flow parser (and the XDP pipeline's, which drops it
-    // before any element) calls malformed is malformed here too.
-    if ferry_wire::flow::parse(frame).is_err() {
-        return L4Payload::Malformed;
-    }
-    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+    let Ok(f) = flow::parse(frame) else {
         return L4Payload::Malformed;
     };
-    if eth.ethertype() != ethertype::IPV4 {
+    let (Some(version), proto) = (f.ip, f.proto) else {
         return L4Payload::NotInspected;
-    }
-    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-        return L4Payload::Malformed;
     };
-    let proto = match ip.protocol() {
+    let proto = match proto {
         ip_proto::TCP => Proto::Tcp,
         ip_proto::UDP => Proto::Udp,
         _ => return L4Payload::NotInspected,
     };
-    if ip.is_fragment() {
+    if f.fragment {
         return L4Payload::Fragment;
     }
-    // Offsets into `frame` (the wrappers' payloads borrow the wrappers):
-    // the datagram ends at its total length, before any Ethernet padding
-    // or trailer.
-    let l4_at = eth.header_len() + ip.header_len();
-    let l4_end = eth.header_len() + ip.total_len();
-    let (dst_port, header) = match proto {
-        Proto::Tcp => match TcpPacket::new_checked(ip.payload()) {
-            Ok(t) => (t.dst_port(), t.header_len()),
-            Err(_) => return L4Payload::Malformed,
-        },
-        Proto::Udp => match UdpPacket::new_checked(ip.payload()) {
-            Ok(u) => (u.dst_port(), ferry_wire::udp::UDP_HEADER_LEN),
-            Err(_) => return L4Payload::Malformed,
-        },
+    // The parse checked every length these views read: a TCP or UDP
+    // header of an unfragmented packet is there, within the IP payload.
+    let Some(l4_at) = f.l4_offset else {
+        return L4Payload::Malformed;
     };
-    L4Payload::Payload { proto, dst_port, bytes: &frame[l4_at + header..l4_end] }
+    let ip = &frame[f.l3_offset..];
+    let ip_len = match version {
+        IpVersion::V4 => Ipv4Packet::new_unchecked(ip).total_len(),
+        IpVersion::V6 => IPV6_HEADER_LEN + usize::from(Ipv6Packet::new_unchecked(ip).payload_len()),
+    };
+    let l4_end = f.l3_offset + ip_len;
+    let header = match proto {
+        Proto::Tcp => TcpPacket::new_unchecked(&frame[l4_at..l4_end]).header_len(),
+        Proto::Udp => UDP_HEADER_LEN,
+    };
+    L4Payload::Payload { proto, dst_port: f.dport, bytes: &frame[l4_at + header..l4_end] }
 }

@@ -1,6 +1,6 @@
 //! Payload scan (the SmartNIC paper's payload-scan offload): looks for a
-//! few byte strings in the first [`WINDOW`] bytes of IPv4 TCP and UDP
-//! payloads, and drops the frames that hold one, or counts them and lets
+//! few byte strings in the first [`WINDOW`] bytes of TCP and UDP payloads
+//! (IPv4 or IPv6, through up to two VLAN tags), and drops the frames that hold one, or counts them and lets
 //! them go on. The window is the XDP payload-scan element's
 //! (`bpf/include/ferry_scan.h`), so this NF and the element decide every
 //! frame alike, and placement runs the scan in XDP whenever its patterns
@@ -12,8 +12,8 @@
 //!
 //! The decision, in order:
 //! - a header that does not fit → `drop_malformed`;
-//! - not IPv4, or neither TCP nor UDP → `pass_not_scanned`;
-//! - an IPv4 fragment → `drop_fragment` (a pattern could straddle pieces);
+//! - no IP header, or neither TCP nor UDP → `pass_not_scanned`;
+//! - a fragment → `drop_fragment` (a pattern could straddle pieces);
 //! - a pattern lies wholly in the window → `drop_matched`, or with
 //!   `count`, `pass_matched`;
 //! - otherwise → `pass`.

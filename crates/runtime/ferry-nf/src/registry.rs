@@ -27,6 +27,8 @@ pub struct NfInfo {
     pub spec: &'static NfSpec,
     /// One line for `ferry nf list`.
     pub summary: &'static str,
+    /// What it does with IPv6 and with VLAN tag stacks.
+    pub ip: &'static str,
     /// What the arguments look like.
     pub args: &'static str,
     /// Its elements and their offloadability.
@@ -146,6 +148,7 @@ static REGISTRY: [NfInfo; 8] = [
     NfInfo {
         spec: &crate::l2fwd::SPEC,
         summary: "swap source and destination MAC, send back",
+        ip: "any EtherType, IPv4 or IPv6 alike; tags untouched",
         args: "(none)",
         elements: &[Element { name: "ether-swap", offload: Offload::Full }],
         hosted: Hosted::Plain,
@@ -153,7 +156,8 @@ static REGISTRY: [NfInfo; 8] = [
     },
     NfInfo {
         spec: &crate::arp::SPEC,
-        summary: "answer ARP requests for the given IPv4 addresses",
+        summary: "answer ARP requests and IPv6 neighbor solicitations for the given addresses",
+        ip: "ARP for its IPv4 bindings, Neighbor Solicitation -> Advertisement (RFC 4861) for its IPv6 ones; through up to two VLAN tags, kept in the reply",
         args: "IP=MAC ...",
         // Answering needs the reply built from the request: a header
         // rewrite XDP does (XDP_TX), with a static table.
@@ -163,7 +167,8 @@ static REGISTRY: [NfInfo; 8] = [
     },
     NfInfo {
         spec: &crate::icmp::SPEC,
-        summary: "answer ICMP echo requests (ping) to the given IPv4 addresses",
+        summary: "answer ICMP and ICMPv6 echo requests (ping, ping -6) to the given addresses",
+        ip: "ICMP echo for its IPv4 addresses, ICMPv6 echo (RFC 4443) for its IPv6 ones; through up to two VLAN tags, kept in the reply",
         args: "IP ...",
         // The reply moves the ICMP message over any IP options: payload access.
         elements: &[Element { name: "icmp-echo-reply", offload: Offload::No }],
@@ -173,6 +178,7 @@ static REGISTRY: [NfInfo; 8] = [
     NfInfo {
         spec: &crate::firewall::SPEC,
         summary: "stateless 5-tuple firewall (ACL): prefixes, port ranges, first match wins",
+        ip: "one rule set for both versions (nftables inet): an IPv4 prefix matches IPv4, an IPv6 prefix IPv6, a rule without one both; default covers every IP frame, non-ip the rest; rules see through up to two VLAN tags, a third is malformed",
         args: "RULE_FILE [linear|bitvector]",
         elements: &[Element { name: "ip-filter", offload: Offload::Full }],
         hosted: Hosted::Plain,
@@ -181,6 +187,7 @@ static REGISTRY: [NfInfo; 8] = [
     NfInfo {
         spec: &crate::flow_monitor::SPEC,
         summary: "count packets and bytes per 5-tuple flow (P4SFC's monitor)",
+        ip: "IPv4 and IPv6 flows in one 128-bit key (IPv4 mapped); the flow is the inner packet's, through up to two VLAN tags",
         args: "(none)",
         elements: &[Element { name: "flow-monitor", offload: Offload::Full }],
         hosted: Hosted::ExportsFlows,
@@ -189,6 +196,7 @@ static REGISTRY: [NfInfo; 8] = [
     NfInfo {
         spec: &crate::ips::SPEC,
         summary: "drop or alert on TCP/UDP payloads matching Snort-like content rules (Aho-Corasick)",
+        ip: "IPv4 and IPv6 payloads alike (rules name no addresses), through up to two VLAN tags; fragments of either dropped",
         args: "RULE_FILE",
         elements: &[Element { name: "payload-matcher", offload: Offload::No }],
         hosted: Hosted::Plain,
@@ -197,6 +205,7 @@ static REGISTRY: [NfInfo; 8] = [
     NfInfo {
         spec: &crate::payload_scan::SPEC,
         summary: "drop (or count) TCP/UDP frames whose first 256 payload bytes hold one of some byte strings",
+        ip: "IPv4 and IPv6 payloads alike, through up to two VLAN tags, in XDP as in the process",
         args: "drop|count PATTERN... (text, or hex:BYTES)",
         // In XDP when its patterns fit the element (16 of up to 32 bytes);
         // placement checks (ferry-place's lowering).
@@ -207,6 +216,7 @@ static REGISTRY: [NfInfo; 8] = [
     NfInfo {
         spec: &crate::rxdrop::SPEC,
         summary: "count and drop every frame (receive baseline)",
+        ip: "any frame",
         args: "(none)",
         elements: &[Element { name: "drop", offload: Offload::Full }],
         hosted: Hosted::Plain,

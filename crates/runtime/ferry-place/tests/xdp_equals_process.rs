@@ -238,16 +238,20 @@ fn a_placed_payload_scan_decides_as_its_process() {
         prop_oneof![Just(b'a'), Just(b't'), Just(b'c'), Just(b'k'), Just(0u8), Just(0xff)],
         0..300,
     );
-    let strategy = (prop_oneof![Just(L4Proto::Udp), Just(L4Proto::Tcp)], payload, 0usize..300);
+    let strategy = (prop_oneof![Just(L4Proto::Udp), Just(L4Proto::Tcp)], payload, 0usize..300, any::<bool>());
     let mut runner = TestRunner::new(ProptestConfig::with_cases(600));
-    let result = runner.run(&strategy, |(proto, mut payload, at)| {
+    let result = runner.run(&strategy, |(proto, mut payload, at, v6)| {
         // Plant a pattern somewhere in half the frames.
         if at % 2 == 0 && at / 2 + 6 <= payload.len() {
             payload[at / 2..at / 2 + 6].copy_from_slice(b"attack");
         }
-        let mut f =
-            frame([10, 0, 0, 1], [10, 0, 0, 2], proto, 1, 2, 14 + 20 + proto.header_len() + payload.len().max(26));
-        let at = 14 + 20 + proto.header_len();
+        let (src, dst, ip_len): (IpAddr, IpAddr, usize) = if v6 {
+            ("2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap(), 40)
+        } else {
+            ([10, 0, 0, 1].into(), [10, 0, 0, 2].into(), 20)
+        };
+        let at = 14 + ip_len + proto.header_len();
+        let mut f = frame(src, dst, proto, 1, 2, at + payload.len().max(26));
         f[at..at + payload.len()].copy_from_slice(&payload);
         let want = match nf.borrow_mut().process(&mut f.clone()) {
             Verdict::Pass => XDP_PASS,

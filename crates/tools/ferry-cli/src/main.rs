@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
@@ -331,7 +331,8 @@ struct WindowArgs {
 
 #[derive(Args, Clone)]
 struct ProfileArgs {
-    /// A traffic profile file (YAML or JSON); flags below override it.
+    /// A traffic profile: a built-in one (ipv4, ipv6) or a file (YAML or
+    /// JSON); flags below override it.
     #[arg(long)]
     profile: Option<PathBuf>,
     /// Overrides, KEY=VALUE: proto, src-mac, dst-mac, src-ip, dst-ip,
@@ -359,12 +360,20 @@ impl ProfileArgs {
     /// The profile: file (if any), then flags; the source MAC defaults to
     /// the device's own.
     fn profile(&self, dev: &str) -> Result<TrafficProfile> {
-        let mut p = match &self.profile {
-            Some(path) => {
-                let (text, origin) = ferry_config::read_file(path)?;
+        let builtin = self.profile.as_deref().and_then(|p| p.to_str()).and_then(TrafficProfile::builtin);
+        let mut p = match (&self.profile, builtin) {
+            (_, Some(p)) => p,
+            (Some(path), None) => {
+                let (text, origin) = ferry_config::read_file(path).with_context(|| {
+                    format!(
+                        "--profile {}: neither a file nor one of {:?}",
+                        path.display(),
+                        ferry_traffic::BUILTIN_PROFILES
+                    )
+                })?;
                 ferry_config::parse_located(&text, &origin, |_: &TrafficProfile| Ok(()))?
             }
-            None => TrafficProfile::default(),
+            (None, None) => TrafficProfile::default(),
         };
         if self.src_mac.is_none() {
             if let Ok(mac) = ferry_cli::util::dev_mac(dev) {

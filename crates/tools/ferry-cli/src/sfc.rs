@@ -12,9 +12,13 @@ use crate::util::Scratch;
 
 pub const SFC_TESTBED: &str = include_str!("../../../../examples/testbeds/sfc.yaml");
 pub const SFC1: &str = include_str!("../../../../examples/evnf/sfc1.yaml");
+/// SFC 1 over IPv6: the same firewall rules and ruleset, the IPv6 VIP
+/// [`VIP6`] and backends.
+pub const SFC1_IPV6: &str = include_str!("../../../../examples/evnf/sfc1-ipv6.yaml");
 pub const SFC2: &str = include_str!("../../../../examples/evnf/sfc2.yaml");
 pub const PROTOCOLS: &str = include_str!("../../../../examples/evnf/protos.txt");
 pub const VIP: &str = "10.10.9.9";
+pub const VIP6: &str = "2001:db8:9::9";
 
 /// Brings the SFC testbed up and prepares the end hosts' veths: checksums
 /// computed in software (the NFs rewrite headers, and a partial checksum

@@ -38,6 +38,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ferry_traffic::{FlowSchedule, FlowSizeDist, IpRange, PortRange, TrafficError, TrafficProfile};
+use ferry_wire::flow::IpVersion;
 use ferry_wire::{
     build_frame, fill_l4_checksum, find_stamp, five_tuple, stamp_offset, FiveTuple, FrameSpec, L4Proto, Stamp,
     WireError, STAMP_LEN,
@@ -477,7 +478,8 @@ pub fn five_tuple_key(output: &OutputPacket) -> Option<TupleKey> {
 // Trace generation
 // ---------------------------------------------------------------------------
 
-/// Shortest frame a generated trace may use: a TCP header and the stamp.
+/// Shortest frame a generated IPv4 trace may use: a TCP header and the
+/// stamp (an IPv6 trace needs 20 bytes more).
 pub const MIN_TRACE_FRAME_LEN: usize = 14 + 20 + 20 + STAMP_LEN;
 
 /// What [`generate_trace`] builds.
@@ -535,8 +537,10 @@ impl Default for TraceSpec {
 /// Invalid trace specifications.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceSpecError {
-    #[error("frame_len {0} cannot hold a TCP header and the stamp (at least {MIN_TRACE_FRAME_LEN})")]
-    FrameTooShort(usize),
+    #[error("frame_len {len} cannot hold a TCP header and the stamp (at least {min})")]
+    FrameTooShort { len: usize, min: usize },
+    #[error("internal_hosts and external_hosts are of two IP versions")]
+    MixedVersions,
     #[error("{field} = {value} is not a percentage")]
     Percent { field: &'static str, value: u32 },
     #[error("{0} packets: stamps number packets with 32 bits")]
@@ -635,8 +639,13 @@ pub fn generate_trace(spec: &TraceSpec) -> Result<GeneratedTrace, TraceSpecError
 }
 
 fn validate(spec: &TraceSpec) -> Result<(), TraceSpecError> {
-    if spec.frame_len < MIN_TRACE_FRAME_LEN {
-        return Err(TraceSpecError::FrameTooShort(spec.frame_len));
+    let version = if spec.internal_hosts.is_ipv6() { IpVersion::V6 } else { IpVersion::V4 };
+    let min = stamp_offset(version, L4Proto::Tcp) + STAMP_LEN;
+    if spec.frame_len < min {
+        return Err(TraceSpecError::FrameTooShort { len: spec.frame_len, min });
+    }
+    if spec.internal_hosts.is_ipv6() != spec.external_hosts.is_ipv6() {
+        return Err(TraceSpecError::MixedVersions);
     }
     for (field, value) in [
         ("tcp_percent", spec.tcp_percent),
@@ -765,7 +774,7 @@ mod tests {
     fn bad_specs_are_refused() {
         assert!(matches!(
             generate_trace(&TraceSpec { frame_len: 64, ..small_spec() }),
-            Err(TraceSpecError::FrameTooShort(64))
+            Err(TraceSpecError::FrameTooShort { len: 64, min: 70 })
         ));
         assert!(matches!(
             generate_trace(&TraceSpec { tcp_percent: 101, ..small_spec() }),

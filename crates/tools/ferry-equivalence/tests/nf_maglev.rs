@@ -351,6 +351,34 @@ fn two_workers_send_every_connection_where_one_worker_does() {
     assert!(counters.not_vip > 0 && counters.unsupported_protocol > 0 && counters.unparsable > 0, "{counters:?}");
 }
 
+/// IPv6: clients of 2001:db8::/118 to an IPv6 VIP. Two workers send every
+/// connection where one does, and every frame is balanced (none is
+/// unparsable or off the VIP).
+#[test]
+fn ipv6_connections_are_balanced_as_ipv4_ones() {
+    let vip6: std::net::IpAddr = "2001:db8:9::9".parse().unwrap();
+    let spec = TraceSpec {
+        seed: 6,
+        packets: 6_000,
+        internal_hosts: "2001:db8::/118".parse().unwrap(),
+        external_hosts: IpRange::single(vip6),
+        reply_percent: 0,
+        unsolicited_percent: 0,
+        frame_len: 96,
+        ..TraceSpec::default()
+    };
+    let trace = generate_trace(&spec).unwrap().packets;
+    let config =
+        TraceConfig { workers: 2, batch_size: 32, ports: 11, periodic_ns: None, packet_sets: probe_packet_sets() };
+    let check = EquivalenceCheck::new(config, 2, &five_tuple_key);
+    let make = |stm: &Stm| Maglev::new(stm, MaglevConfig::new(vip6, LB_MAC, backends(10))).unwrap();
+    let report = assert_equivalent(&check, make, &trace, |_, nf| (nf.counters(), table_digest(&nf.table(), 10)));
+    assert_eq!(report.split_flows, 0);
+    let (counters, _) = &report.sequential_state;
+    assert!(counters.forwarded == 6_000 && counters.new_flows > 100, "{counters:?}");
+    assert_eq!((counters.not_vip, counters.unparsable), (0, 0), "{counters:?}");
+}
+
 /// What a run sent per connection, and the balancer's final state.
 struct Run {
     per_flow: HashMap<FiveTuple, Vec<(u16, Vec<u8>)>>,

@@ -40,7 +40,7 @@ mod template;
 pub use dist::{FlowSizeDist, FlowSizeSampler, CAIDA_MEAN_FLOW_PACKETS, DEFAULT_MAX_FLOW_PACKETS};
 pub use error::{PcapErrorKind, Result, TrafficError};
 pub use pcap::{for_each_packet, read_pcap, PcapWriter};
-pub use profile::{Proto, TrafficProfile, MAX_FRAME_LEN, MIN_FRAME_LEN};
+pub use profile::{Proto, TrafficProfile, BUILTIN_PROFILES, MAX_FRAME_LEN, MIN_FRAME_LEN};
 pub use range::{IpRange, PortRange};
 pub use report::{LatencyReport, SinkReport, StreamReport};
 pub use schedule::{split_evenly, FlowSchedule, ScheduledPacket};

@@ -131,7 +131,28 @@ impl Default for TrafficProfile {
     }
 }
 
+/// The profiles built in, by name: what `ferry gen --profile NAME` takes
+/// besides a file.
+pub const BUILTIN_PROFILES: [&str; 2] = ["ipv4", "ipv6"];
+
 impl TrafficProfile {
+    /// A built-in profile: `ipv4` (the default) or `ipv6`, the same
+    /// traffic over 2001:db8::/112 to 2001:db8:1::/112 (documentation
+    /// prefixes, RFC 3849) in 78-byte frames, the shortest IPv6 UDP frame
+    /// with room for the stamp.
+    pub fn builtin(name: &str) -> Option<TrafficProfile> {
+        match name {
+            "ipv4" => Some(TrafficProfile::default()),
+            "ipv6" => Some(TrafficProfile {
+                src_ip: "2001:db8::/112".parse().expect("valid literal"),
+                dst_ip: "2001:db8:1::/112".parse().expect("valid literal"),
+                frame_len: 78,
+                ..TrafficProfile::default()
+            }),
+            _ => None,
+        }
+    }
+
     /// Checks the numeric limits and the flow-size parameters.
     pub fn validate(&self) -> Result<()> {
         if !(MIN_FRAME_LEN..=MAX_FRAME_LEN).contains(&self.frame_len) {
@@ -271,6 +292,26 @@ fn parse_duration_secs(v: &str) -> Result<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn builtins_are_valid_and_stamped() {
+        for name in BUILTIN_PROFILES {
+            let p = TrafficProfile::builtin(name).unwrap();
+            p.validate().unwrap();
+            assert!(p.stamp_fits(), "{name}");
+        }
+        let v6 = TrafficProfile::builtin("ipv6").unwrap();
+        assert_eq!((v6.version(), v6.first_frame().unwrap().len()), (IpVersion::V6, 78));
+        let mut tcp = v6.clone();
+        tcp.set("proto", "tcp").unwrap();
+        tcp.validate().unwrap();
+        assert!(!tcp.stamp_fits(), "74 bytes of headers leave 4, not the stamp's 16");
+        tcp.set("size", "70").unwrap();
+        assert!(tcp.validate().is_err(), "IPv6 TCP needs 74 bytes");
+        let mut mixed = v6;
+        mixed.set("dst_ip", "10.1.0.0/16").unwrap();
+        assert!(mixed.validate().is_err(), "one IP version for both ends");
+    }
 
     #[test]
     fn default_is_valid() {

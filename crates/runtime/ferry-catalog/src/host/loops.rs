@@ -135,13 +135,14 @@ pub fn maglev_table(backends: &[String], table_size: u32) -> Result<LookupTable>
 }
 
 /// Sends each frame to the backend (out-link) Maglev picks for its flow;
-/// frames without an IPv4 5-tuple are dropped (counted `drop_nf`).
+/// frames without a TCP, UDP or ICMP 5-tuple (IPv4 or IPv6) are dropped
+/// (counted `drop_nf`).
 fn maglev(mut th: NfThread, table: &LookupTable) {
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     while th.recv_burst(&mut burst, BURST).is_ok() {
         for pkt in burst.drain(..) {
             let hop = ferry_wire::five_tuple(pkt.data())
-                .and_then(|t| table.lookup(flow_hash(t.src_ip, t.dst_ip, t.proto.ip_proto(), t.src_port, t.dst_port)));
+                .and_then(|t| table.lookup(flow_hash(t.src_ip, t.dst_ip, t.protocol(), t.src_port, t.dst_port)));
             match hop {
                 Some(b) => th.send(pkt, usize::from(b)),
                 None => th.drop_packet(pkt),

@@ -144,6 +144,7 @@ impl ParallelNf for DstCounter {
 
 impl RegisteredNf for DstCounter {
     const SUMMARY: &'static str = "counts packets per destination and forwards them (tests, demos)";
+    const IP: &'static str = "IPv4 and IPv6 destinations alike (128-bit keys), through up to two VLAN tags";
     const ELEMENTS: &'static [Element] = &[Element { name: "counter", offload: Offload::Full }];
     const ARGS: &'static [&'static str] = &["buckets", "idle_ms", "work_ns", "exit_marker", "expiry_marker"];
 

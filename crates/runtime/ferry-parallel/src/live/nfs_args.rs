@@ -68,7 +68,7 @@
 //!   `staleness_us` (100: how stale the merged flow counts may be; 0 merges
 //!   on every read). No timer.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::ops::RangeInclusive;
 
 use ferry_nf::model::{Element, Offload};
@@ -210,6 +210,7 @@ fn setup(trace: TraceConfig) -> NfSetup {
 
 impl RegisteredNf for Nat {
     const SUMMARY: &'static str = "endpoint-independent NAT (RFC 4787), ports leased from per-core pools";
+    const IP: &'static str = "a NAT44: IPv4 only; IPv6 dropped and counted (dropped_unsupported): no NAT66 (RFC 6296 prefix translation is a different NF, not built)";
     // XDP rewrites established mappings; a new flow needs a lease.
     const ELEMENTS: &'static [Element] = &[
         Element { name: "ip-classifier", offload: Offload::Full },
@@ -251,6 +252,7 @@ impl RegisteredNf for Nat {
 
 impl RegisteredNf for Bridge {
     const SUMMARY: &'static str = "MAC-learning bridge with entry expiry and a refresh interval";
+    const IP: &'static str = "layer 2: any frame, IPv4 or IPv6, tagged or not";
     // Forwarding to a learnt MAC is a lookup; learning creates entries.
     const ELEMENTS: &'static [Element] = &[Element { name: "mac-learning-forward", offload: Offload::Partial }];
     const ARGS: &'static [&'static str] = BRIDGE_KEYS;
@@ -296,6 +298,8 @@ impl RegisteredNf for Bridge {
 
 impl RegisteredNf for Firewall {
     const SUMMARY: &'static str = "stateful firewall: inside opens connections, outside only answers";
+    const IP: &'static str =
+        "IPv4 and IPv6 connections alike (packet sets over 128-bit addresses), through up to two VLAN tags";
     // Answers on a known connection are a lookup; a new one is an entry.
     const ELEMENTS: &'static [Element] = &[
         Element { name: "ip-filter", offload: Offload::Full },
@@ -319,6 +323,7 @@ impl RegisteredNf for Firewall {
 
 impl RegisteredNf for Maglev {
     const SUMMARY: &'static str = "Maglev load balancer with connection affinity";
+    const IP: &'static str = "one VIP, IPv4 or IPv6 (vip=); the connection hash covers either version's addresses";
     const ELEMENTS: &'static [Element] = &[
         Element { name: "ip-classifier", offload: Offload::Full },
         Element { name: "lb-rewriter", offload: Offload::Partial },
@@ -328,7 +333,7 @@ impl RegisteredNf for Maglev {
 
     fn build(stm: &Stm, env: &NfEnv, args: &NfArgs) -> Result<(Self, NfSetup), ArgError> {
         args.only(Self::ARGS)?;
-        let vip: Ipv4Addr = args.parse_required("vip", "an IPv4 address", |v| v.parse().ok())?;
+        let vip: IpAddr = args.parse_required("vip", "an IPv4 or IPv6 address", |v| v.parse().ok())?;
         let mac = args.parse_or("mac", DEFAULT_MAGLEV_MAC, "not a MAC address aa:bb:cc:dd:ee:ff", parse_mac)?;
         let backends = args.parse_or(
             "backends",
@@ -360,6 +365,7 @@ impl RegisteredNf for Maglev {
 
 impl RegisteredNf for Policer {
     const SUMMARY: &'static str = "per-destination token-bucket policer";
+    const IP: &'static str = "a bucket per destination, IPv4 or IPv6";
     const ELEMENTS: &'static [Element] = &[Element { name: "policer", offload: Offload::Full }];
     const ARGS: &'static [&'static str] = POLICER_KEYS;
     const COUNTERS: &'static [&'static str] = &PolicerCounters::NAMES;
@@ -392,6 +398,7 @@ impl RegisteredNf for Policer {
 
 impl RegisteredNf for AntiDdos {
     const SUMMARY: &'static str = "SYN-flood detector over distributed flow counters (NFOS Listing 2)";
+    const IP: &'static str = "TCP over IPv4 and IPv6 alike";
     // Counting distinct flows per destination creates entries.
     const ELEMENTS: &'static [Element] = &[Element { name: "flow-counter", offload: Offload::Partial }];
     const ARGS: &'static [&'static str] = ANTI_DDOS_KEYS;

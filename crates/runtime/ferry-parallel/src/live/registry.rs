@@ -35,6 +35,8 @@ pub struct NfSetup {
 pub trait RegisteredNf: ParallelNf + Sized {
     /// One line for `ferry nf list`.
     const SUMMARY: &'static str;
+    /// What it does with IPv6 and with VLAN tag stacks.
+    const IP: &'static str;
     /// The argument keys it takes (all it accepts; the host adds its own).
     const ARGS: &'static [&'static str];
     /// The names [`ParallelNf::named_counters`] gives, in its order.

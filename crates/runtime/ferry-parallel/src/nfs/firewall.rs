@@ -17,11 +17,12 @@
 //!   firewall therefore also checks the idle time itself, per packet: exact
 //!   timeouts, the same decisions on any number of cores.
 //! * Flow-based, like Vigor's firewall: no TCP state machine (no SYN
-//!   needed to open, FIN and RST do not close). Non-IPv4 frames, ICMP and
-//!   other protocols, non-first fragments and frames on other ports are
-//!   dropped and counted, as are malformed frames.
+//!   needed to open, FIN and RST do not close). IPv4 and IPv6 alike.
+//!   Frames with no IP header, ICMP and other protocols, non-first
+//!   fragments and frames on other ports are dropped and counted, as are
+//!   frames the shared flow parser calls malformed.
 
-use ferry_wire::{ethertype, ip_proto, EthernetFrame, Ipv4Packet};
+use ferry_wire::{flow, ip_proto};
 
 use crate::ds::Statistics;
 use crate::packet_set::{Field, PacketSetDef, PortRule};
@@ -161,26 +162,16 @@ impl Firewall {
 }
 
 /// Whether a packet that matched a packet set is TCP or UDP (sets are
-/// formed for any IPv4 packet with a 5-tuple, ICMP included).
+/// formed for any IP packet with a 5-tuple, ICMP included).
 fn is_tcp_or_udp(frame: &[u8]) -> bool {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else { return false };
-    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else { return false };
-    matches!(ip.protocol(), ip_proto::TCP | ip_proto::UDP)
+    flow::parse(frame).is_ok_and(|f| f.ip.is_some() && matches!(f.proto, ip_proto::TCP | ip_proto::UDP))
 }
 
-/// Whether a frame on port 0 or 1 that formed no packet set is malformed,
-/// rather than something the firewall does not handle. Such a frame failed
-/// the 5-tuple parse, so a known protocol in a whole datagram means its
-/// L4 header is cut short.
+/// Whether a frame on port 0 or 1 that formed no packet set is malformed
+/// (by the shared flow parser), rather than something the firewall does
+/// not handle.
 fn is_malformed(frame: &[u8]) -> bool {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else { return true };
-    if eth.ethertype() != ethertype::IPV4 {
-        return false;
-    }
-    match Ipv4Packet::new_checked(eth.payload()) {
-        Ok(ip) => !ip.is_fragment() && matches!(ip.protocol(), ip_proto::TCP | ip_proto::UDP | ip_proto::ICMP),
-        Err(_) => true,
-    }
+    flow::parse(frame).is_err()
 }
 
 impl ParallelNf for Firewall {

@@ -353,6 +353,17 @@ impl RawSock {
                 std::mem::size_of::<libc::timeval>() as u32,
             );
             assert_eq!(rc, 0, "SO_RCVTIMEO: {}", std::io::Error::last_os_error());
+            // The kernel lifts a received frame's outer VLAN tag into the
+            // skb: ask for it back, as libpcap does.
+            let on: libc::c_int = 1;
+            let rc = libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_AUXDATA,
+                &on as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
+            assert_eq!(rc, 0, "PACKET_AUXDATA: {}", std::io::Error::last_os_error());
             RawSock { fd, ifindex }
         }
     }
@@ -365,37 +376,69 @@ impl RawSock {
     }
 
     /// Received (not outgoing) frames until `pred` accepts one or `timeout`
-    /// passes; returns the accepted frame.
+    /// passes; returns the accepted frame. A VLAN tag the kernel lifted off
+    /// a frame is put back where it was on the wire.
     pub fn recv_match(&self, timeout: Duration, mut pred: impl FnMut(&[u8]) -> bool) -> Option<Vec<u8>> {
         let deadline = Instant::now() + timeout;
         let mut buf = vec![0u8; 65536];
         while Instant::now() < deadline {
-            // SAFETY: zeroed sockaddr_ll and a buffer we own.
-            let (n, sll) = unsafe {
-                let mut sll: libc::sockaddr_ll = std::mem::zeroed();
-                let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-                let n = libc::recvfrom(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr() as *mut libc::c_void,
-                    buf.len(),
-                    0,
-                    &mut sll as *mut libc::sockaddr_ll as *mut libc::sockaddr,
-                    &mut len,
-                );
-                (n, sll)
-            };
-            if n < 0 {
+            let Some((n, outgoing, ifindex, tag)) = self.recv_one(&mut buf) else {
                 continue; // timeout (EAGAIN) or EINTR: check the deadline
-            }
-            if sll.sll_pkttype == libc::PACKET_OUTGOING || sll.sll_ifindex != self.ifindex {
+            };
+            if outgoing || ifindex != self.ifindex {
                 continue;
             }
-            let frame = &buf[..n as usize];
-            if pred(frame) {
-                return Some(frame.to_vec());
+            let mut frame = buf[..n].to_vec();
+            if let (Some(tag), true) = (tag, n >= 12) {
+                frame.splice(12..12, tag);
+            }
+            if pred(&frame) {
+                return Some(frame);
             }
         }
         None
+    }
+
+    /// One frame into `buf`: its length, whether it is outgoing, its
+    /// device and the tag the kernel lifted off it (TPID and TCI).
+    fn recv_one(&self, buf: &mut [u8]) -> Option<(usize, bool, i32, Option<[u8; 4]>)> {
+        // SAFETY: zeroed sockaddr_ll, msghdr and control buffer we own,
+        // a buffer we own; the cmsg walk stays within `control`.
+        unsafe {
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            let mut control = [0u64; 16];
+            let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_name = &mut sll as *mut libc::sockaddr_ll as *mut libc::c_void;
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = std::mem::size_of_val(&control);
+            let n = libc::recvmsg(self.fd.as_raw_fd(), &mut msg, 0);
+            if n < 0 {
+                return None;
+            }
+            let mut tag = None;
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == libc::PACKET_AUXDATA {
+                    let aux = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::tpacket_auxdata);
+                    if aux.tp_status & libc::TP_STATUS_VLAN_VALID != 0 {
+                        let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                            aux.tp_vlan_tpid
+                        } else {
+                            0x8100
+                        };
+                        let [a, b] = tpid.to_be_bytes();
+                        let [c0, c1] = aux.tp_vlan_tci.to_be_bytes();
+                        tag = Some([a, b, c0, c1]);
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+            Some((n as usize, sll.sll_pkttype == libc::PACKET_OUTGOING, sll.sll_ifindex, tag))
+        }
     }
 }
 
