@@ -27,7 +27,7 @@ const RULES: [&str; 8] = [
     "out=1,dport=80",
     "out=0,src=192.168.0.0/24,dst=192.168.1.0/24,vlan=7,dport=443",
     "out=1,src=2001:db8:9::/48,dport=53",
-    "out=0,vlan=100,inner-vlan=300",
+    "out=0,vlan=100,inner_vlan=300",
     "out=0,dst=2001:db8::/32",
 ];
 

@@ -10,9 +10,9 @@
 //!
 //! A rule's text form (the router's arguments, and what the chain file's
 //! rules become):
-//! `out=N[,src=CIDR][,dst=CIDR][,vlan=ID][,inner-vlan=ID][,dport=PORT]`.
+//! `out=N[,src=CIDR][,dst=CIDR][,vlan=ID][,inner_vlan=ID][,dport=PORT]`.
 //! `out` is the tenant entry's index among the classifier's entries;
-//! `vlan` is the outer (or only) tag's id, `inner-vlan` the inner tag's
+//! `vlan` is the outer (or only) tag's id, `inner_vlan` the inner tag's
 //! of a QinQ frame.
 //!
 //! The decision, in order:
@@ -58,7 +58,7 @@ fn vlan_id(value: &str) -> Result<u16, String> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {message}")]
 pub struct RuleError {
-    /// The key at fault (`out`, `src`, `dst`, `vlan`, `inner-vlan`,
+    /// The key at fault (`out`, `src`, `dst`, `vlan`, `inner_vlan`,
     /// `dport`), or `rule`.
     pub key: String,
     pub message: String,
@@ -77,9 +77,9 @@ impl FromStr for Rule {
                 "src" => rule.src.is_some(),
                 "dst" => rule.dst.is_some(),
                 "vlan" => rule.vlan.is_some(),
-                "inner-vlan" => rule.inner_vlan.is_some(),
+                "inner_vlan" => rule.inner_vlan.is_some(),
                 "dport" => rule.dport.is_some(),
-                _ => return Err(err(key, "unknown key (out, src, dst, vlan, inner-vlan, dport)".into())),
+                _ => return Err(err(key, "unknown key (out, src, dst, vlan, inner_vlan, dport)".into())),
             };
             if repeated {
                 return Err(err(key, "given twice".into()));
@@ -95,7 +95,7 @@ impl FromStr for Rule {
                 "src" => rule.src = Some(value.parse().map_err(|m| err(key, m))?),
                 "dst" => rule.dst = Some(value.parse().map_err(|m| err(key, m))?),
                 "vlan" => rule.vlan = Some(vlan_id(value).map_err(|m| err(key, m))?),
-                "inner-vlan" => rule.inner_vlan = Some(vlan_id(value).map_err(|m| err(key, m))?),
+                "inner_vlan" => rule.inner_vlan = Some(vlan_id(value).map_err(|m| err(key, m))?),
                 _ => rule.dport = Some(value.parse().map_err(|_| err(key, format!("{value:?}: a port 0..=65535")))?),
             }
         }
@@ -119,7 +119,7 @@ impl fmt::Display for Rule {
             write!(f, ",vlan={v}")?;
         }
         if let Some(v) = self.inner_vlan {
-            write!(f, ",inner-vlan={v}")?;
+            write!(f, ",inner_vlan={v}")?;
         }
         if let Some(p) = self.dport {
             write!(f, ",dport={p}")?;
@@ -208,7 +208,7 @@ mod tests {
             "out=0",
             "out=3,src=10.0.0.0/8,dst=192.168.1.0/24,vlan=100,dport=53",
             "out=1,dst=0.0.0.0/0",
-            "out=2,src=2001:db8::/32,vlan=100,inner-vlan=200",
+            "out=2,src=2001:db8::/32,vlan=100,inner_vlan=200",
         ] {
             assert_eq!(text.parse::<Rule>().unwrap().to_string(), text);
         }
@@ -218,7 +218,7 @@ mod tests {
         assert_eq!(key("out=0,dst=10.0.0.1/8"), "dst");
         assert_eq!(key("out=0,src=10.0.0.0/33"), "src");
         assert_eq!(key("out=0,vlan=4096"), "vlan");
-        assert_eq!(key("out=0,inner-vlan=4096"), "inner-vlan");
+        assert_eq!(key("out=0,inner_vlan=4096"), "inner_vlan");
         assert_eq!(key("out=0,dport=65536"), "dport");
         assert_eq!(key("out=0,proto=6"), "proto");
         assert_eq!(key("out=0,out=1"), "out");

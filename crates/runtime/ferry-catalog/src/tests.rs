@@ -12,6 +12,17 @@ fn every_kind_a_chain_can_name_is_in_the_catalog_once() {
     }
 }
 
+/// Every kind says what it does with IPv6 and with VLAN tag stacks, and
+/// `ferry nf list` prints it.
+#[test]
+fn every_kind_says_what_it_does_with_ipv6_and_tags() {
+    let listing = table();
+    for t in catalog() {
+        assert!(t.ip.len() > 8, "{}: no word on IPv6 and tags", t.kind);
+        assert!(listing.contains(&format!("ip: {}", t.ip)), "{}: not in ferry nf list", t.kind);
+    }
+}
+
 /// P4SFC Tables I and III, as the catalog declares them.
 #[test]
 fn offloadability_follows_p4sfc() {
@@ -174,6 +185,10 @@ fn tenant_tables_name_the_file_line_and_field() {
     assert!(e.contains("did you mean 10.1.0.0/16"), "{e}");
     let e = bad("vlan: 5000, to: acme-in");
     assert!(e.contains("ports[0].classify.rules[0].vlan:") && e.contains("0..=4095"), "{e}");
+    let e = bad("vlan: 7, inner_vlan: 4096, to: acme-in");
+    assert!(e.contains("ports[0].classify.rules[0].inner_vlan:") && e.contains("0..=4095"), "{e}");
+    let e = bad("src: \"2001:db8::1/32\", to: acme-in");
+    assert!(e.contains("ports[0].classify.rules[0].src:") && e.contains("did you mean 2001:db8::/32"), "{e}");
     let e = bad("dport: 70000, to: acme-in");
     assert!(e.contains("ports[0].classify.rules[0].dport:"), "{e}");
     let e = bad("src: nowhere, to: acme-in");

@@ -96,9 +96,11 @@ fn serve_types() -> Vec<NfType> {
         NfType {
             kind: crate::TENANT_ROUTER.to_string(),
             summary: "classify: router: each frame to the tenant entry of the first rule it matches, by copy",
-            ip: "IPv4 and IPv6 prefixes; vlan= the outer (or only) tag, inner-vlan= the inner tag of QinQ",
+            ip: "IPv4 and IPv6 prefixes; vlan= the outer (or only) tag, inner_vlan= the inner tag of QinQ",
             model: ExecModel::Threaded,
-            args: Args::Positional("RULE... (out=N[,src=CIDR][,dst=CIDR][,vlan=ID][,dport=PORT]; first match wins)"),
+            args: Args::Positional(
+                "RULE... (out=N[,src=CIDR][,dst=CIDR][,vlan=ID][,inner_vlan=ID][,dport=PORT]; first match wins)",
+            ),
             counters: ferry_nf::ROUTER_COUNTERS.to_vec(),
             // The baseline of XDP classification: a process by definition.
             elements: &[Element { name: "tenant-classifier", offload: Offload::No }],

@@ -13,6 +13,8 @@
 //!       rules:             # the first match wins (1 to 64)
 //!         - { dst: 10.1.0.0/16, to: acme-in }
 //!         - { vlan: 200, to: zeta-in }
+//!         - { vlan: 100, inner_vlan: 300, to: zeta-in }   # QinQ: outer and inner tag
+//!         - { src: "2001:db8:9::/48", dport: 53, to: zeta-in }
 //!         - { src: 10.9.0.0/16, dport: 53, to: zeta-in }
 //!       cpus: [1]          # router mode: where the router NF may run
 //!   - { name: acme-in, via: edge, tenant: acme }
@@ -80,8 +82,12 @@ pub struct ClassifyRule {
     pub src: Option<String>,
     #[serde(default)]
     pub dst: Option<String>,
+    /// The outer (or only) tag's VLAN id.
     #[serde(default)]
     pub vlan: Option<u32>,
+    /// The inner tag's VLAN id, of a frame with two tags (QinQ).
+    #[serde(default)]
+    pub inner_vlan: Option<u32>,
     #[serde(default)]
     pub dport: Option<u32>,
     /// A tenant entry of this classifier (a port with `via:` naming it).
@@ -95,6 +101,7 @@ impl ClassifyRule {
         f.extend(self.src.as_ref().map(|v| ("src", v.clone())));
         f.extend(self.dst.as_ref().map(|v| ("dst", v.clone())));
         f.extend(self.vlan.map(|v| ("vlan", v.to_string())));
+        f.extend(self.inner_vlan.map(|v| ("inner_vlan", v.to_string())));
         f.extend(self.dport.map(|v| ("dport", v.to_string())));
         f
     }

@@ -95,9 +95,19 @@ mod tests {
     }
 
     #[test]
-    fn flow_hash_is_zero_for_what_is_not_ipv4_and_for_malformed_frames() {
+    fn flow_hash_is_zero_for_what_is_not_ip_and_for_malformed_frames() {
         let frame = udp_frame(1024);
         assert_ne!(flow_hash(&frame), 0);
+        let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 80 };
+        let v6 = |sport| {
+            let (src_ip, dst_ip) = ("2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap());
+            let t = FiveTuple { src_ip, dst_ip, src_port: sport, dst_port: 9, proto: L4Proto::Udp };
+            let mut f = vec![0u8; 80];
+            build_frame(&spec, &t, None, &mut f).unwrap();
+            f
+        };
+        assert_ne!(flow_hash(&v6(1)), 0, "IPv6 flows are hashed too");
+        assert_ne!(flow_hash(&v6(1)), flow_hash(&v6(2)));
         assert_eq!(flow_hash(&frame[..30]), 0, "cut short");
         let mut arp = frame.clone();
         arp[12..14].copy_from_slice(&[0x08, 0x06]);

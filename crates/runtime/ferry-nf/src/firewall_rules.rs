@@ -187,73 +187,110 @@ pub fn parse_fw_rules(text: &str) -> Result<FwRules, FwRuleError> {
 }
 
 /// One field's intervals: boundaries (sorted interval starts) and per
-/// interval the bit set of rules covering it.
-struct FieldIndex {
-    starts: Vec<u128>,
-    sets: Vec<Vec<u64>>,
+/// interval the bit set of rules covering it, the sets one after another
+/// in one array (`words` words each). `T` is the field's own width, so
+/// that the binary search stays in few cache lines.
+struct FieldIndex<T> {
+    starts: Vec<T>,
+    sets: Vec<u64>,
+    words: usize,
 }
 
-impl FieldIndex {
-    fn new(ranges: &[(u128, u128)], words: usize) -> FieldIndex {
+impl<T: Copy + Ord + TryFrom<u128>> FieldIndex<T> {
+    /// Rule r covers `ranges[r]` (within `T`'s values), or nothing (None).
+    fn new(ranges: &[Option<(u128, u128)>], words: usize) -> FieldIndex<T> {
         // A range ending at the top of the space has no interval after it.
         let mut starts: Vec<u128> =
-            ranges.iter().flat_map(|&(lo, hi)| [Some(lo), hi.checked_add(1)]).flatten().collect();
+            ranges.iter().flatten().flat_map(|&(lo, hi)| [Some(lo), hi.checked_add(1)]).flatten().collect();
         starts.push(0);
         starts.sort_unstable();
         starts.dedup();
-        let sets = starts
-            .iter()
-            .map(|&s| {
-                let mut set = vec![0u64; words];
-                for (r, &(lo, hi)) in ranges.iter().enumerate() {
-                    if lo <= s && s <= hi {
-                        set[r / 64] |= 1 << (r % 64);
-                    }
+        // One past a range's end may lie past T: no value reaches it.
+        starts.retain(|&s| T::try_from(s).is_ok());
+        let mut sets = vec![0u64; starts.len() * words];
+        for (i, &s) in starts.iter().enumerate() {
+            for (r, range) in ranges.iter().enumerate() {
+                if range.is_some_and(|(lo, hi)| lo <= s && s <= hi) {
+                    sets[i * words + r / 64] |= 1 << (r % 64);
                 }
-                set
-            })
-            .collect();
-        FieldIndex { starts, sets }
+            }
+        }
+        let starts = starts.into_iter().filter_map(|s| T::try_from(s).ok()).collect();
+        FieldIndex { starts, sets, words }
     }
 
-    fn set(&self, v: u128) -> &[u64] {
+    fn set(&self, v: T) -> &[u64] {
         // The last interval starting at or before v (starts[0] is 0).
         let i = self.starts.partition_point(|&s| s <= v) - 1;
-        &self.sets[i]
+        &self.sets[i * self.words..(i + 1) * self.words]
     }
 }
 
-/// The bit-vector classifier over a rule list.
+/// The five fields' indexes over one address space: `A` is u32 for the
+/// IPv4 one, u128 for the whole 128-bit space.
+struct FamilyIndex<A> {
+    src: FieldIndex<A>,
+    dst: FieldIndex<A>,
+    proto: FieldIndex<u8>,
+    sport: FieldIndex<u16>,
+    dport: FieldIndex<u16>,
+}
+
+impl<A: Copy + Ord + TryFrom<u128>> FamilyIndex<A> {
+    /// The rules' address ranges seen through `within`: the part of a
+    /// range in this space, shifted to its values (None: none of it).
+    fn new(rules: &[FwRule], words: usize, within: fn((u128, u128)) -> Option<(u128, u128)>) -> Self {
+        let field = |f: &dyn Fn(&FwRule) -> Option<(u128, u128)>| rules.iter().map(f).collect::<Vec<_>>();
+        FamilyIndex {
+            src: FieldIndex::new(&field(&|r| within(r.src)), words),
+            dst: FieldIndex::new(&field(&|r| within(r.dst)), words),
+            proto: FieldIndex::new(&field(&|r| Some((r.proto.0.into(), r.proto.1.into()))), words),
+            sport: FieldIndex::new(&field(&|r| Some((r.sport.0.into(), r.sport.1.into()))), words),
+            dport: FieldIndex::new(&field(&|r| Some((r.dport.0.into(), r.dport.1.into()))), words),
+        }
+    }
+
+    fn sets(&self, src: A, dst: A, t: &Tuple) -> [&[u64]; 5] {
+        [self.src.set(src), self.dst.set(dst), self.proto.set(t.proto), self.sport.set(t.sport), self.dport.set(t.dport)]
+    }
+}
+
+/// Where IPv4 sits in the 128-bit space: `::ffff:0:0/96`.
+const V4_BASE: u128 = 0xffff << 32;
+
+/// The IPv4 part of an address range, as IPv4 numbers.
+fn ipv4_part((lo, hi): (u128, u128)) -> Option<(u128, u128)> {
+    let (lo, hi) = (lo.max(V4_BASE), hi.min(V4_BASE | u128::from(u32::MAX)));
+    (lo <= hi).then(|| (lo - V4_BASE, hi - V4_BASE))
+}
+
+/// The bit-vector classifier over a rule list. IPv4 tuples are looked up
+/// in an index of 32-bit address fields (each rule's IPv4 part), the rest
+/// in one of 128-bit fields: the same first match, with the IPv4 lookup
+/// as fast as an IPv4-only classifier's.
 pub struct BitVectorClassifier {
-    fields: [FieldIndex; 5],
+    v4: FamilyIndex<u32>,
+    all: FamilyIndex<u128>,
     words: usize,
 }
 
 impl BitVectorClassifier {
     pub fn new(rules: &[FwRule]) -> BitVectorClassifier {
         let words = rules.len().div_ceil(64).max(1);
-        let field = |f: fn(&FwRule) -> (u128, u128)| FieldIndex::new(&rules.iter().map(f).collect::<Vec<_>>(), words);
         BitVectorClassifier {
-            fields: [
-                field(|r| r.src),
-                field(|r| r.dst),
-                field(|r| (r.proto.0.into(), r.proto.1.into())),
-                field(|r| (r.sport.0.into(), r.sport.1.into())),
-                field(|r| (r.dport.0.into(), r.dport.1.into())),
-            ],
+            v4: FamilyIndex::new(rules, words, ipv4_part),
+            all: FamilyIndex::new(rules, words, Some),
             words,
         }
     }
 
     /// The index of the first rule `t` matches.
     pub fn first_match(&self, t: &Tuple) -> Option<usize> {
-        let sets = [
-            self.fields[0].set(t.src),
-            self.fields[1].set(t.dst),
-            self.fields[2].set(t.proto.into()),
-            self.fields[3].set(t.sport.into()),
-            self.fields[4].set(t.dport.into()),
-        ];
+        let v4 = |a: u128| u32::try_from(a.wrapping_sub(V4_BASE)).ok().filter(|_| a >= V4_BASE);
+        let sets = match (v4(t.src), v4(t.dst)) {
+            (Some(src), Some(dst)) => self.v4.sets(src, dst, t),
+            _ => self.all.sets(t.src, t.dst, t),
+        };
         (0..self.words).find_map(|w| {
             let bits = sets.iter().fold(u64::MAX, |acc, s| acc & s[w]);
             (bits != 0).then(|| w * 64 + bits.trailing_zeros() as usize)
