@@ -239,8 +239,8 @@ struct FamilyIndex<A> {
 impl<A: Copy + Ord + TryFrom<u128>> FamilyIndex<A> {
     /// The rules' address ranges seen through `within`: the part of a
     /// range in this space, shifted to its values (None: none of it).
-    fn new(rules: &[FwRule], words: usize, within: fn((u128, u128)) -> Option<(u128, u128)>) -> Self {
-        let field = |f: &dyn Fn(&FwRule) -> Option<(u128, u128)>| rules.iter().map(f).collect::<Vec<_>>();
+    fn new(rules: &[FwRule], words: usize, within: fn(Range) -> Option<Range>) -> Self {
+        let field = |f: &dyn Fn(&FwRule) -> Option<Range>| rules.iter().map(f).collect::<Vec<_>>();
         FamilyIndex {
             src: FieldIndex::new(&field(&|r| within(r.src)), words),
             dst: FieldIndex::new(&field(&|r| within(r.dst)), words),
@@ -251,15 +251,24 @@ impl<A: Copy + Ord + TryFrom<u128>> FamilyIndex<A> {
     }
 
     fn sets(&self, src: A, dst: A, t: &Tuple) -> [&[u64]; 5] {
-        [self.src.set(src), self.dst.set(dst), self.proto.set(t.proto), self.sport.set(t.sport), self.dport.set(t.dport)]
+        [
+            self.src.set(src),
+            self.dst.set(dst),
+            self.proto.set(t.proto),
+            self.sport.set(t.sport),
+            self.dport.set(t.dport),
+        ]
     }
 }
+
+/// An inclusive range of a field's values.
+type Range = (u128, u128);
 
 /// Where IPv4 sits in the 128-bit space: `::ffff:0:0/96`.
 const V4_BASE: u128 = 0xffff << 32;
 
 /// The IPv4 part of an address range, as IPv4 numbers.
-fn ipv4_part((lo, hi): (u128, u128)) -> Option<(u128, u128)> {
+fn ipv4_part((lo, hi): Range) -> Option<Range> {
     let (lo, hi) = (lo.max(V4_BASE), hi.min(V4_BASE | u128::from(u32::MAX)));
     (lo <= hi).then(|| (lo - V4_BASE, hi - V4_BASE))
 }

@@ -59,7 +59,8 @@ enum BenchCmd {
     },
     /// P4SFC Fig. 5: the same chains placed by the orchestrator (NFs in XDP) vs all processes.
     Offload {
-        /// Scenarios (comma separated): firewall (in -> fw -> out), chain (in -> fw -> monitor -> IPS -> out),
+        /// Scenarios (comma separated): firewall (in -> fw -> out), firewall6 (the same with IPv6 frames,
+        /// throughput only), chain (in -> fw -> monitor -> IPS -> out),
         /// p4sfc (in -> IPS -> monitor -> fw -> out), nat (the NAT whole in a process vs split: enat),
         /// scan (in -> payload scan -> out: in XDP vs a process).
         #[arg(long, value_delimiter = ',', default_value = "firewall,chain,p4sfc")]
@@ -299,8 +300,8 @@ fn run(cmd: BenchCmd) -> Result<()> {
                 ferry_place::CostModel::load(m)?;
             }
             for sc in &scenarios {
-                if !["firewall", "chain", "p4sfc", "nat", "scan"].contains(&sc.as_str()) {
-                    return Err(anyhow!("unknown scenario {sc:?} (firewall, chain, p4sfc, nat, scan)"));
+                if !["firewall", "firewall6", "chain", "p4sfc", "nat", "scan"].contains(&sc.as_str()) {
+                    return Err(anyhow!("unknown scenario {sc:?} (firewall, firewall6, chain, p4sfc, nat, scan)"));
                 }
             }
             let opts = offload::BenchOffloadOptions {

@@ -4,6 +4,10 @@
 //!
 //! * `firewall`: in -> firewall -> out. Placed, it runs in XDP alone (the
 //!   pipeline redirects d0 to d1); in software it is one AF_XDP process.
+//! * `firewall6`: the same, the generator's frames IPv6 (`--profile
+//!   ipv6`, one rule of the file allows them). The live generator sends
+//!   IPv6 frames unstamped (their UDP checksum would need rewriting per
+//!   frame), so this scenario has throughput and CPU, no latency.
 //! * `chain`: in -> firewall -> monitor -> IPS -> out. Placed, the firewall
 //!   and the monitor run in XDP on d0 (pre-server) and hand frames to the
 //!   IPS process; in software all three are processes.
@@ -148,6 +152,7 @@ const FW_RULES: &str = "deny proto tcp dport 22
 deny src 192.168.0.0/16
 deny dst 172.16.0.0/12 proto udp dport 53
 allow src 10.0.0.0/8 proto udp
+allow src 2001:db8::/32 proto udp
 default deny
 ";
 /// Contents the generator's frames lack: the IPS scans every payload and
@@ -203,7 +208,9 @@ pub(crate) fn chain_yaml(scenario: &str, dut: &str, dir: &Path, offload: &str, c
     };
     let (fw, ips) = (format!("\"{}\"", fw.display()), format!("\"{}\"", ips.display()));
     let (nfs, links) = match scenario {
-        "firewall" => (nf("fw", "firewall", &fw), "  - { from: in, to: fw }\n  - { from: fw, to: out }\n".into()),
+        "firewall" | "firewall6" => {
+            (nf("fw", "firewall", &fw), "  - { from: in, to: fw }\n  - { from: fw, to: out }\n".into())
+        }
         "scan" => (
             nf("scan", "payload-scan", "\"drop\", \"/bin/sh\""),
             "  - { from: in, to: scan }\n  - { from: scan, to: out }\n".into(),
@@ -284,6 +291,7 @@ fn measure(
     let rc = chainctl::start_placing(&chain, &dir.join("ferryd.sock"), true, placing).context("starting ferryd")?;
     let gen_extra: &[&str] = match scenario {
         "nat" | "p4sfc" => &["--set", NAT_SOURCE_PORTS],
+        "firewall6" => &["--profile", "ipv6"],
         _ => &[],
     };
     let d = drive(tb, o, size, gen_extra)?;

@@ -154,3 +154,24 @@ fn report_display_and_json() {
     let empty = SinkStats::default().report(None).to_string();
     assert!(empty.contains("no stamped packets"), "{empty}");
 }
+
+/// IPv6 frames, untagged and behind two VLAN tags: read and counted as
+/// IPv4 ones are.
+#[test]
+fn ipv6_and_tagged_frames_are_read_alike() {
+    let spec = FrameSpec { frame_len: 96, ..SPEC };
+    let (src_ip, dst_ip) = ("2001:db8::1".parse().unwrap(), "2001:db8:1::1".parse().unwrap());
+    let tuple = FiveTuple { src_ip, dst_ip, src_port: 1000, dst_port: 5001, proto: L4Proto::Udp };
+    let mut s = SinkStats::new();
+    for seq in 0..10u32 {
+        let mut f = vec![0u8; spec.frame_len];
+        build_frame(&spec, &tuple, Some(&Stamp { stream: 3, seq, tx_ns: 1_000 }), &mut f).unwrap();
+        if seq % 2 == 1 {
+            f.splice(12..12, [0x88, 0xa8, 0, 1, 0x81, 0x00, 0, 2]);
+        }
+        s.record(&f, 2_000);
+    }
+    let r = s.report(None);
+    assert_eq!((r.packets, r.stamped, r.lost, r.reordered), (10, 10, 0, 0));
+    assert_eq!(r.latency.as_ref().unwrap().max_ns, 1_000);
+}
