@@ -221,8 +221,8 @@ struct ferry_pl_policer {
 };
 
 /*
- * Payload scan: the first FERRY_SCAN_WINDOW bytes of an IPv4 TCP or UDP
- * payload searched for up to FERRY_SCAN_MAX_PATTERNS byte strings of 1 to
+ * Payload scan: the first FERRY_SCAN_WINDOW bytes of a TCP or UDP payload
+ * (IPv4 or IPv6) searched for up to FERRY_SCAN_MAX_PATTERNS byte strings of 1 to
  * FERRY_SCAN_MAX_LEN bytes; a match counts in ferry_pl_counters[counter]
  * and drops or passes the frame. Indexed by config (an array).
  */

@@ -33,10 +33,9 @@ static __always_inline void ferry_csum_replace4(__sum16 *csum, __be32 old, __be3
 }
 
 /*
- * The one header rewrite of every fast path (the pipeline's rewrite
- * element, the load balancer's NAT): an IPv4 address field and, with it,
- * the IPv4 header checksum and the L4 checksum over the pseudo-header
- * (`l4_check` NULL: none to update).
+ * An IPv4 address field and, with it, the IPv4 header checksum and the L4
+ * checksum over the pseudo-header (`l4_check` NULL: none to update): for
+ * the one header rewrite of every fast path (ferry_apply_rewrite).
  */
 static __always_inline void ferry_rewrite_addr(__sum16 *ip_check, __sum16 *l4_check, __be32 *field, __be32 to)
 {

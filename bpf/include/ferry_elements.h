@@ -96,7 +96,8 @@ struct ferry_pl_fields {
 	__u8 has_ports;
 	__u8 later_fragment;
 	__u8 is_ip6;
-	/* An IPv4 fragment, the first included. */
+	/* A fragment (IPv4, or IPv6 by its fragment header), the first
+	 * included. */
 	__u8 fragment;
 	__u16 _pad;
 	__u32 l3_off;
@@ -220,12 +221,14 @@ __attribute__((noinline)) int ferry_el_flowmon(__u32 config, struct ferry_pl_fie
 }
 
 /* Largest L3/L4 offsets the elements accept: two VLAN tags, then IPv4
- * with options or IPv6 with up to 64 bytes of extension headers. */
+ * with options or IPv6 with as many extension headers as the parser
+ * walks (each at most 2048 bytes). */
 #define MAX_L3_OFF 22
-#define MAX_L4_OFF (MAX_L3_OFF + 40 + 64)
+#define MAX_L4_OFF (MAX_L3_OFF + 40 + FERRY_IPV6_MAX_EXT * 2048)
 
 /* The address fields `rw` names in the IPv4 header at `l3`; its checksum
- * and the L4 checksum `l4` follow. Nonzero when the header is out of
+ * and the L4 checksum `l4` follow. An address of the other version (not
+ * IPv4-mapped) is not written. Nonzero when the header is out of
  * bounds. */
 static __always_inline int ferry_rewrite_ip4(void *data, void *end, __u32 l3, const struct ferry_pl_rewrite *rw,
 					     __sum16 *l4, struct ferry_pl_fields *f)
@@ -234,18 +237,19 @@ static __always_inline int ferry_rewrite_ip4(void *data, void *end, __u32 l3, co
 
 	if ((void *)(ip + 1) > end)
 		return -1;
-	if (rw->fields & FERRY_RW_SRC_IP) {
+	if ((rw->fields & FERRY_RW_SRC_IP) && ferry_in6_is_v4mapped((const __u8 *)&rw->src_ip)) {
 		ferry_rewrite_addr(&ip->check, l4, &ip->saddr, rw->src_ip.w[3]);
 		f->saddr = rw->src_ip;
 	}
-	if (rw->fields & FERRY_RW_DST_IP) {
+	if ((rw->fields & FERRY_RW_DST_IP) && ferry_in6_is_v4mapped((const __u8 *)&rw->dst_ip)) {
 		ferry_rewrite_addr(&ip->check, l4, &ip->daddr, rw->dst_ip.w[3]);
 		f->daddr = rw->dst_ip;
 	}
 	return 0;
 }
 
-/* The same in the IPv6 header at `l3`, which has no checksum. */
+/* The same in the IPv6 header at `l3`, which has no checksum; an
+ * IPv4-mapped address is not written. */
 static __always_inline int ferry_rewrite_ip6(void *data, void *end, __u32 l3, const struct ferry_pl_rewrite *rw,
 					     __sum16 *l4, struct ferry_pl_fields *f)
 {
@@ -253,11 +257,11 @@ static __always_inline int ferry_rewrite_ip6(void *data, void *end, __u32 l3, co
 
 	if ((void *)(ip6 + 1) > end)
 		return -1;
-	if (rw->fields & FERRY_RW_SRC_IP) {
+	if ((rw->fields & FERRY_RW_SRC_IP) && !ferry_in6_is_v4mapped((const __u8 *)&rw->src_ip)) {
 		ferry_rewrite_addr6(l4, (__be32 *)ip6->saddr, rw->src_ip.w);
 		f->saddr = rw->src_ip;
 	}
-	if (rw->fields & FERRY_RW_DST_IP) {
+	if ((rw->fields & FERRY_RW_DST_IP) && !ferry_in6_is_v4mapped((const __u8 *)&rw->dst_ip)) {
 		ferry_rewrite_addr6(l4, (__be32 *)ip6->daddr, rw->dst_ip.w);
 		f->daddr = rw->dst_ip;
 	}
@@ -267,9 +271,11 @@ static __always_inline int ferry_rewrite_ip6(void *data, void *end, __u32 l3, co
 /*
  * The one header rewrite of every fast path (the rewrite element, the
  * eLB's and eNAT's translations), IPv4 or IPv6: the fields `rw` names,
- * with the IPv4 header checksum and the L4 checksum fixed incrementally,
- * and `f` updated so later elements see the new values. XDP_DROP when a
- * header it must change is out of bounds.
+ * with the IPv4 header checksum and the L4 checksum (TCP, UDP, ICMPv6)
+ * fixed incrementally, and `f` updated so later elements see the new
+ * values. An address of the other version than the frame's is left
+ * alone (a rewrite never changes the version). XDP_DROP when a header it
+ * must change is out of bounds.
  */
 __attribute__((noinline)) int ferry_apply_rewrite(struct xdp_md *ctx, const struct ferry_pl_rewrite *rw,
 						  struct ferry_pl_fields *f)
@@ -302,6 +308,11 @@ __attribute__((noinline)) int ferry_apply_rewrite(struct xdp_md *ctx, const stru
 		else if (f->proto == IPPROTO_UDP && data + l4off + sizeof(struct udphdr) <= end &&
 			 ((struct udphdr *)(data + l4off))->check)
 			l4 = &((struct udphdr *)(data + l4off))->check;
+	} else if (f->is_ip6 && f->proto == FERRY_NH_ICMPV6 && l4off &&
+		   data + l4off + sizeof(struct ferry_icmphdr) <= end) {
+		/* ICMPv6's checksum covers the pseudo-header, so the addresses
+		 * (ICMP's does not). */
+		l4 = &((struct ferry_icmphdr *)(data + l4off))->checksum;
 	}
 	if (f->is_ip4)
 		bad = ferry_rewrite_ip4(data, end, l3, rw, l4, f);

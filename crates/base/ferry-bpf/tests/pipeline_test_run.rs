@@ -114,6 +114,44 @@ fn rewrite_keeps_checksums_valid() {
     assert!(verify_checksums(&out).unwrap(), "IPv4 and TCP checksums updated incrementally");
 }
 
+/// IPv6: the rewrite element changes an IPv6 destination of TCP, UDP and
+/// ICMPv6 (whose checksum covers the pseudo-header too) with the
+/// checksum updated; an IPv4 rewrite leaves IPv6 addresses alone.
+#[test]
+fn rewrite_keeps_ipv6_checksums_valid() {
+    if !privileged() {
+        return;
+    }
+    let mut p = loaded();
+    let to: std::net::IpAddr = "2001:db8:7::9".parse().unwrap();
+    p.set_rewrite(3, Rewrite { fields: RW_DST_IP, dst_ip: to.into(), ..Default::default() }).unwrap();
+    p.set_rewrite(
+        4,
+        Rewrite { fields: RW_DST_IP, dst_ip: std::net::Ipv4Addr::new(192, 168, 7, 9).into(), ..Default::default() },
+    )
+    .unwrap();
+    p.set_forward(2, Forward { action: FWD_PASS, ifindex: 0 }).unwrap();
+    let spec = FrameSpec { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], frame_len: 96 };
+    for proto in [L4Proto::Tcp, L4Proto::Udp, L4Proto::Icmp] {
+        let (src_ip, dst_ip) = ("2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap());
+        let t = FiveTuple { src_ip, dst_ip, src_port: 1000, dst_port: 80, proto };
+        let mut f = vec![0u8; 96];
+        build_frame(&spec, &t, None, &mut f).unwrap();
+        let mut through = |config: u32| {
+            let path = [el(ElementKind::Rewrite, config, 1), el(ElementKind::Forward, 2, 1)];
+            p.deploy(11, LO, &path).unwrap();
+            let out = run(&p, &f);
+            p.remove(11, LO, &path).unwrap();
+            out
+        };
+        let (action, out) = through(3);
+        assert_eq!(action, XDP_PASS);
+        assert_eq!(ferry_wire::five_tuple(&out).unwrap().dst_ip, to, "{proto:?}");
+        assert!(verify_checksums(&out).unwrap(), "{proto:?}: the checksum over the new pseudo-header");
+        assert_eq!(through(4).1, f, "{proto:?}: an IPv4 address is not written into an IPv6 header");
+    }
+}
+
 /// A UDP checksum that a rewrite brings to 0 leaves as 0xffff: in UDP, 0
 /// means "no checksum" (RFC 768). One rewrite helper serves the pipeline
 /// and the hybrid NFs, so both get this right.

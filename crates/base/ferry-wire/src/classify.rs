@@ -18,10 +18,10 @@
 //! The decision, in order:
 //! - a frame the shared flow parser rejects → `Malformed`;
 //! - the first rule all of whose fields match → `Rule(i)`. A prefix
-//!   needs an IP frame of its family, a VLAN id a tagged frame (an inner
-//!   one two tags), a port TCP or UDP with its header (a later fragment
-//!   has none): a frame without the field never matches a rule that asks
-//!   for it;
+//!   needs an IP frame of its version (`::/0` matches both), a VLAN id a
+//!   tagged frame (an inner one two tags), a port TCP or UDP with its
+//!   header (a later fragment has none): a frame without the field never
+//!   matches a rule that asks for it;
 //! - otherwise → `Default` (dropped or handed to the kernel, as the chain
 //!   file says).
 

@@ -41,8 +41,10 @@ pub enum WireError {
     /// flow key.
     #[error("ipv6: IPv4-mapped address on the wire")]
     Ipv4MappedOnWire,
-    /// A non-first IPv4 fragment: it has no L4 header to look at.
-    #[error("ipv4: non-first fragment (offset {offset} bytes)")]
+    /// A non-first fragment: it has no L4 header to look at. `offset`:
+    /// IPv4's fragment offset in bytes; for IPv6, where the fragment's
+    /// data starts in the IPv6 payload.
+    #[error("non-first fragment (offset {offset} bytes)")]
     Fragment { offset: usize },
     /// A flow whose source and destination are of two address families.
     #[error("source and destination are of different IP versions")]

@@ -127,7 +127,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
 
 // Neighbor Discovery (RFC 4861).
 
-/// The target address follows the 4-byte flags/reserved word (§4.3, §4.4).
 /// All nodes on the link, ff02::1 (RFC 4291 §2.7.1).
 pub const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 
@@ -138,6 +137,7 @@ pub fn solicited_node(target: Ipv6Addr) -> Ipv6Addr {
     Ipv6Addr::from(u128::from(Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00, 0)) | low24)
 }
 
+/// The target address follows the 4-byte flags/reserved word (§4.3, §4.4).
 const ND_TARGET: usize = 8;
 /// Where a solicitation's or advertisement's options start.
 const ND_OPTIONS: usize = 24;

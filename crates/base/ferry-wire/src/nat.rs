@@ -118,7 +118,9 @@ impl Headers {
         // The L4 checksum covers the addresses (pseudo-header) and ports.
         let l4_checksum_at = self.l4_at + if self.transport == Transport::Udp { 6 } else { 16 };
         let old = read16(frame, l4_checksum_at);
-        if !(self.transport == Transport::Udp && old == 0 && self.version == IpVersion::V4) {
+        // A UDP checksum of 0 ("none", IPv4) stays 0; in IPv6 it is invalid
+        // either way, and left as it came, as the XDP rewrite does.
+        if !(self.transport == Transport::Udp && old == 0) {
             let mut new = update16(update_bytes(old, &old_addr, &new_addr), from.port, to.port);
             if self.transport == Transport::Udp && new == 0 {
                 new = 0xffff; // 0 means "no checksum" in UDP (RFC 768)

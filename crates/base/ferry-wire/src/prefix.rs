@@ -2,7 +2,9 @@
 //! ([`crate::flow`]): an IPv4 prefix `a.b.c.d/n` is held as the
 //! IPv4-mapped prefix `::ffff:a.b.c.d/(96 + n)` (RFC 4291 §2.5.5.2). So
 //! `10.0.0.0/8` matches IPv4 frames only, `2001:db8::/32` IPv6 ones, and
-//! a rule that names no prefix matches both: nftables' `inet` family.
+//! a rule that names no prefix (or `::/0`) matches both: nftables' `inet`
+//! family. An IPv6 prefix that covers `::ffff:0:0/96` other than `::/0`
+//! (`::/8`, say) is refused: it would match every IPv4 frame too.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
@@ -48,6 +50,12 @@ impl IpPrefix {
         if u128::from(addr6) & !p.mask() != 0 {
             let base = IpPrefix { addr: Ipv6Addr::from(u128::from(addr6) & p.mask()), len: len6 };
             return Err(format!("host bits set (did you mean {base}?)"));
+        }
+        if addr.is_ipv6() && len6 > 0 && p.contains(IpPrefix::ALL_V4.addr) {
+            return Err(format!(
+                "{p} covers ::ffff:0:0/96, where Ferry keeps IPv4 addresses, so it would match every IPv4 frame: \
+                 use ::/0 for both versions, an IPv4 prefix for IPv4, or IPv6 prefixes around it"
+            ));
         }
         Ok(p)
     }
@@ -162,6 +170,9 @@ mod tests {
         assert!(e("2001:db8::1/32").contains("did you mean 2001:db8::/32?"));
         assert!(e("10.0.0.0/33").contains("0..=32"));
         assert!(e("::/129").contains("0..=128"));
+        assert!(e("::/8").contains("would match every IPv4 frame"), "{}", e("::/8"));
+        assert!(e("::ffff:0:0/96").contains("would match every IPv4 frame"));
+        assert!("::/0".parse::<IpPrefix>().is_ok() && "::/97".parse::<IpPrefix>().is_ok());
         assert!(e("10.0.0.0").contains("ADDRESS/LENGTH"));
         assert!(IpPrefix::parse_or_host("banana").is_err());
     }

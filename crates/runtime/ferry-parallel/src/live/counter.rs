@@ -1,12 +1,12 @@
 //! `counter`: a small NF for the live mode's tests and demos. It counts
-//! packets per destination IPv4 address in a [`Map`] (aggregate state, so
+//! packets per destination address (IPv4 or IPv6) in a [`Map`] (aggregate state, so
 //! workers that see the same destination conflict and the STM sorts it
 //! out), counts each flow's packets in its set state, and forwards every
 //! packet unchanged: from port `p` out of port `(p + 1) % ports` (with one
 //! out-link, everything goes to out-link 0).
 //!
-//! Packet sets: the IPv4 5-tuple on every port; other frames are orphans
-//! (counted under destination 0.0.0.0, forwarded the same way).
+//! Packet sets: the 5-tuple (IPv4 or IPv6) on every port; other frames
+//! are orphans (counted under destination `::`, forwarded the same way).
 //!
 //! Arguments: `buckets=N` (Map buckets, default 1024), `idle_ms=N` (set
 //! idle timeout, default 10 000), `work_ns=N` (CPU burnt per packet, to

@@ -76,7 +76,7 @@ pub struct FirewallCounters {
     pub expired: u64,
     /// Frames whose headers do not parse.
     pub dropped_malformed: u64,
-    /// Non-IPv4, not TCP or UDP, non-first fragments, unknown ports.
+    /// No IP header, not TCP or UDP, non-first fragments, unknown ports.
     pub dropped_unsupported: u64,
 }
 

@@ -40,8 +40,8 @@
 //!
 //! # State, NFOS style (NFOS Table 6, "Load balancer")
 //!
-//! * packet set: a connection, i.e. the 5-tuple of IPv4 TCP/UDP packets on
-//!   the client port;
+//! * packet set: a connection, i.e. the 5-tuple of TCP/UDP packets (IPv4
+//!   or IPv6, of the VIP's version) on the client port;
 //! * set state: the connection's backend. This is connection affinity: a
 //!   connection keeps its backend when the table changes, as long as that
 //!   backend is up; when it is marked down, the connection's next packet
@@ -318,12 +318,13 @@ pub struct MaglevCounters {
     pub reassigned_flows: u64,
     /// Dropped: no backend up.
     pub no_backend: u64,
-    /// Dropped: IPv4 to another address than the VIP.
+    /// Dropped: to another address than the VIP.
     pub not_vip: u64,
-    /// Dropped: IPv4 neither TCP nor UDP (e.g. ICMP) to the VIP.
+    /// Dropped: neither TCP nor UDP (e.g. ICMP) to the VIP.
     pub unsupported_protocol: u64,
-    /// Dropped: on the client port but not a parsable IPv4 TCP/UDP/ICMP
-    /// frame (truncated, another EtherType, a non-first fragment).
+    /// Dropped: on the client port but not a parsable TCP/UDP/ICMP frame
+    /// of either IP version (truncated, another EtherType, a non-first
+    /// fragment).
     pub unparsable: u64,
     /// Dropped: arrived on another port than the client port.
     pub wrong_port: u64,
