@@ -41,6 +41,11 @@ pub enum XskError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "bind AF_XDP socket to ifindex {ifindex} queue {queue}: the queue is still another AF_XDP socket's after \
+         {waited_ms} ms (a closed socket's is released in the background; one still open keeps it: stop its program)"
+    )]
+    Busy { ifindex: u32, queue: u32, waited_ms: u64 },
     #[error("not supported: needs {need} ({source})")]
     NotSupported {
         need: &'static str,

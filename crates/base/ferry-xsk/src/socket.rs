@@ -171,23 +171,13 @@ impl XskSocket {
         let sizes = RingSizes { fill: if own_fq { r.fill } else { 0 }, comp: if own_fq { r.comp } else { 0 }, ..r };
         let sock = Self::map_rings(fd, umem, sizes)?;
         let addr = SockaddrXdp { family: AF_XDP as u16, flags, ifindex, queue_id: queue, shared_umem_fd: shared_fd };
-        // SAFETY: addr is a valid sockaddr_xdp.
-        let rc = unsafe {
-            libc::bind(
-                s,
-                &addr as *const SockaddrXdp as *const libc::sockaddr,
-                std::mem::size_of::<SockaddrXdp>() as u32,
-            )
-        };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(match (config.bind, e.raw_os_error()) {
-                (BindMode::ZeroCopy, Some(libc::EOPNOTSUPP)) => {
-                    XskError::NotSupported { need: "a driver with AF_XDP zero-copy support", source: e }
-                }
-                _ => XskError::Bind { ifindex, queue, source: e },
-            });
-        }
+        bind_when_free(s, &addr).map_err(|e| match (config.bind, e) {
+            (BindMode::ZeroCopy, BindError::Os(e)) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                XskError::NotSupported { need: "a driver with AF_XDP zero-copy support", source: e }
+            }
+            (_, BindError::Os(source)) => XskError::Bind { ifindex, queue, source },
+            (_, BindError::Busy { waited_ms }) => XskError::Busy { ifindex, queue, waited_ms },
+        })?;
         if let Some(bp) = config.busy_poll {
             setsockopt(s, libc::SOL_SOCKET, SO_PREFER_BUSY_POLL, &(bp.prefer as libc::c_int))
                 .map_err(|e| XskError::Sys { what: "SO_PREFER_BUSY_POLL", source: e })?;
@@ -346,3 +336,45 @@ impl AsRawFd for XskSocket {
         self.fd.as_raw_fd()
     }
 }
+
+/// Why [`bind_when_free`] failed.
+enum BindError {
+    Os(std::io::Error),
+    Busy { waited_ms: u64 },
+}
+
+/// Binds AF_XDP socket `s` to `addr`'s queue, waiting while the queue is
+/// busy. A socket on the queue that was just closed (by a program that
+/// ran before, or a restarted NF) gives it up only when the kernel's
+/// deferred release runs, a moment later; until then bind says EBUSY.
+/// Polled at growing intervals, up to [`BUSY_WAIT_MS`] in all.
+fn bind_when_free(s: libc::c_int, addr: &SockaddrXdp) -> Result<(), BindError> {
+    let mut waited_ms = 0;
+    let mut pause_ms = 1;
+    loop {
+        // SAFETY: addr is a valid sockaddr_xdp.
+        let rc = unsafe {
+            libc::bind(
+                s,
+                addr as *const SockaddrXdp as *const libc::sockaddr,
+                std::mem::size_of::<SockaddrXdp>() as u32,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) {
+            return Err(BindError::Os(e));
+        }
+        if waited_ms >= BUSY_WAIT_MS {
+            return Err(BindError::Busy { waited_ms });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+        waited_ms += pause_ms;
+        pause_ms = (pause_ms * 2).min(100);
+    }
+}
+
+/// How long a bind waits for a busy queue.
+const BUSY_WAIT_MS: u64 = 2000;

@@ -68,8 +68,10 @@ pub struct Chain {
     pub id: u32,
     /// Per NF: its id, assigned by ferryd.
     pub nf_ids: Vec<u32>,
-    /// The chain file it came from.
+    /// The chain file it came from, and the values its placeholders were
+    /// filled with (`--set`).
     pub file: PathBuf,
+    pub set: Vec<(String, String)>,
     pub plan: ChainPlan,
     /// ferryd's NF socket (NFs it starts are told to connect there).
     pub socket: PathBuf,
@@ -129,6 +131,7 @@ pub struct ChainSetup {
     pub id: u32,
     pub nf_ids: Vec<u32>,
     pub file: PathBuf,
+    pub set: Vec<(String, String)>,
     pub plan: ChainPlan,
     pub socket: PathBuf,
     /// Start the NFs marked `spawn: true`.

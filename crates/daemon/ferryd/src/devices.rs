@@ -2,6 +2,7 @@
 //! anything is set up, with errors that name the chain file's line, the
 //! field and the fix:
 //!
+//! * **The device is there.** Every port's namespace and device exist.
 //! * **Every receive queue has a socket.** A device spreads flows over
 //!   its receive queues (RSS on a NIC; a veth by its sender's transmit
 //!   queue), and the port's NF has one socket per thread, on queues
@@ -37,6 +38,11 @@ type Refusal = (&'static str, String);
 /// (`origin`), for the errors' positions; `placement` tells the ports
 /// with XDP parts.
 pub fn check(plan: &ChainPlan, placement: &Placement, text: &str, origin: &str) -> Result<()> {
+    for port in plan.ports.iter().filter(|p| !p.netdev.is_empty()) {
+        if let Some((field, message)) = absence(port.netns.as_deref(), &port.netdev) {
+            return Err(located(text, origin, &port.name, field, message).into());
+        }
+    }
     // Devices ferryd makes itself (a tenant entry's, an NSH attachment's)
     // have no name yet, and get the queues their NFs need; so does the
     // loop device in front of a port with post-server NFs, where that
@@ -54,6 +60,30 @@ pub fn check(plan: &ChainPlan, placement: &Placement, text: &str, origin: &str) 
         }
     }
     Ok(())
+}
+
+/// Why a port cannot have device `dev` of namespace `ns`, if one of them
+/// is missing.
+fn absence(ns: Option<&str>, dev: &str) -> Option<Refusal> {
+    if let Some(ns) = ns.filter(|ns| !std::path::Path::new("/run/netns").join(ns).exists()) {
+        let message = format!(
+            "no network namespace {ns:?} (/run/netns/{ns}): name one `ip netns list` shows, or make it (`ip netns \
+             add {ns}`; a testbed's `ferry testbed up FILE` makes its own and prints their names)"
+        );
+        return Some(("netns", message));
+    }
+    match ferry_sys::in_netns(ns, || ferry_sys::link::link(dev)) {
+        Ok(Ok(Some(_))) => None,
+        Ok(Ok(None)) => {
+            let (listed, within) = match ns {
+                Some(ns) => (format!("ip -n {ns} link"), format!("namespace {ns}")),
+                None => ("ip link".to_string(), "ferryd's namespace".to_string()),
+            };
+            Some(("netdev", format!("no device {dev:?} in {within}: name one `{listed}` lists, or make it first")))
+        }
+        // Not ours to diagnose: the setup that follows reports it.
+        Ok(Err(_)) | Err(_) => None,
+    }
 }
 
 /// Why `port` (its NF `nf`, `frame_size` bytes a UMEM frame) does not
@@ -146,19 +176,30 @@ pub fn queues(ns: Option<&str>, dev: &str) -> Result<(u32, u32)> {
 
 /// An error at field `field` of the port named `port` in the chain file
 /// (at the port itself when the field is left to its default).
-fn located(text: &str, origin: &str, port: &str, field: &'static str, message: String) -> YamlError {
-    let index = port_index(text, port);
+pub(crate) fn located(text: &str, origin: &str, port: &str, field: &'static str, message: String) -> YamlError {
+    located_in(text, origin, ("ports", port), field, message)
+}
+
+/// An error at field `field` of the entry named `name` of the chain
+/// file's list `list` (`ports`, `nfs`), or at the entry.
+pub(crate) fn located_in(
+    text: &str,
+    origin: &str,
+    (list, name): (&'static str, &str),
+    field: &'static str,
+    message: String,
+) -> YamlError {
     let at = |path: &[Seg]| locate(text, path);
-    let (path, loc) = match index {
+    let (path, loc) = match entry_index(text, list, name) {
         Some(i) => {
-            let full = vec![Seg::Key("ports"), Seg::Index(i), Seg::Key(field)];
-            let port = vec![Seg::Key("ports"), Seg::Index(i)];
+            let full = vec![Seg::Key(list), Seg::Index(i), Seg::Key(field)];
+            let entry = vec![Seg::Key(list), Seg::Index(i)];
             match at(&full) {
                 Some(l) => (full, Some(l)),
-                None => (full, at(&port)),
+                None => (full, at(&entry)),
             }
         }
-        None => (vec![Seg::Key("ports")], None),
+        None => (vec![Seg::Key(list)], None),
     };
     YamlError {
         origin: origin.to_string(),
@@ -169,10 +210,14 @@ fn located(text: &str, origin: &str, port: &str, field: &'static str, message: S
     }
 }
 
-/// The index of the port named `name` among the file's `ports:`.
-fn port_index(text: &str, name: &str) -> Option<usize> {
+/// The index of the entry named `name` among the file's `list` (`ports`
+/// or `nfs`).
+fn entry_index(text: &str, list: &str, name: &str) -> Option<usize> {
     let spec = ferry_catalog::parse_chain_str(text, "").ok()?;
-    spec.ports.iter().position(|p| p.name == name)
+    match list {
+        "ports" => spec.ports.iter().position(|p| p.name == name),
+        _ => spec.nfs.iter().position(|n| n.name == name),
+    }
 }
 
 #[cfg(test)]
@@ -183,7 +228,8 @@ mod tests {
     fn port_and_nf(threads: u32, rx: bool, unowned_to_kernel: bool) -> (PortPlan, NfPlan) {
         let text = format!(
             "name: t\ndomains: [ {{ name: main }} ]\nports: [ {{ name: in, netdev: d0, queues: {threads} }} ]\n\
-             nfs: [ {{ name: fwd, domain: main, kind: fwd, threads: {threads} }} ]\nlinks: [ {{ from: in, to: fwd }} ]\n"
+             nfs: [ {{ name: fwd, domain: main, kind: fwd, threads: {threads} }} ]\n\
+             links: [ {{ from: in, to: fwd }}, {{ from: fwd, to: in }} ]\n"
         );
         let plan = ChainPlan::compile(&ferry_catalog::parse_chain_str(&text, "t.yaml").unwrap());
         let port = PortPlan { rx, unowned_to_kernel, ..plan.ports[0].clone() };

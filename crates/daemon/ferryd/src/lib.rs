@@ -35,6 +35,7 @@ mod netdev;
 mod nsh;
 mod persist;
 mod ports;
+pub mod preflight;
 mod process;
 mod server;
 mod spawn;

@@ -9,6 +9,9 @@ use clap::Parser;
 struct Args {
     /// A chain file (YAML) to deploy at start; more come with `ferry chain deploy`.
     chain: Option<PathBuf>,
+    /// Fill placeholder `{KEY}` of the chain file with VALUE (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = ferry_chain::spec::placeholder_value)]
+    set: Vec<(String, String)>,
     /// The NF socket (default /run/ferry/ferryd.sock).
     #[arg(long)]
     socket: Option<PathBuf>,
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
     };
     let opts = ferryd::Options {
         chain: a.chain,
+        set: a.set,
         socket: a.socket,
         admin: a.admin,
         spawn: !a.no_spawn,

@@ -70,6 +70,9 @@ pub struct ChainState {
     pub id: u32,
     pub nf_ids: Vec<u32>,
     pub file: PathBuf,
+    /// The values its file's placeholders were filled with.
+    #[serde(default)]
+    pub set: Vec<(String, String)>,
     pub placement: String,
     pub plan: ChainPlan,
     /// Per NF: (uid, gid, shown).

@@ -33,8 +33,10 @@ use admin::kind_name;
 /// What `ferryd` is started with.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// A chain file to deploy at start.
+    /// A chain file to deploy at start, and the values of its
+    /// placeholders.
     pub chain: Option<PathBuf>,
+    pub set: Vec<(String, String)>,
     /// The NF socket (default [`proto::default_socket`]).
     pub socket: Option<PathBuf>,
     /// The admin socket (default: the NF socket's [`proto::admin_socket`]).
@@ -175,7 +177,7 @@ pub fn run(opts: &Options) -> Result<()> {
         serve_metrics(&daemon, addr)?;
     }
     if let Some(file) = &opts.chain {
-        deploy_at_start(&daemon, file)?;
+        deploy_at_start(&daemon, file, &opts.set)?;
     }
     tracing::info!("serving NFs on {} and admin requests on {}", daemon.socket.display(), daemon.admin.display());
     accept_until_stopped(&daemon, &nf_listener, &admin_listener);
@@ -258,15 +260,17 @@ fn serve_metrics(daemon: &Arc<Daemon>, addr: std::net::SocketAddr) -> Result<()>
 }
 
 /// Deploys the chain file ferryd was started with, unless it runs already.
-fn deploy_at_start(daemon: &Arc<Daemon>, file: &Path) -> Result<()> {
+fn deploy_at_start(daemon: &Arc<Daemon>, file: &Path, set: &[(String, String)]) -> Result<()> {
     let file = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
-    let name = ferry_catalog::parse_chain(&file)?.name();
+    let (text, origin) = ferry_config::read_file(&file)?;
+    let text = ferry_chain::spec::fill_placeholders(&text, set);
+    let name = ferry_catalog::parse_chain_str(&text, &origin)?.name();
     if daemon.chain(&name).is_ok() {
         tracing::info!(
             "chain {name:?} of {} runs already (adopted, or a part over hosts): not deployed again",
             file.display()
         );
-    } else if let Err(e) = daemon.deploy(&file) {
+    } else if let Err(e) = daemon.deploy(&file, set) {
         // The chains adopted meanwhile run on for the next ferryd.
         if daemon.persist {
             daemon.leave();
@@ -421,7 +425,7 @@ impl Daemon {
             crate::chain::abandon(&self.socket, &self.state_dir, &state);
             // A new ferryd whose state version differs (its region layout
             // may too) comes here: the chain starts afresh.
-            match self.deploy(&state.file) {
+            match self.deploy(&state.file, &state.set) {
                 Ok(_) => tracing::info!("chain {name:?} deployed afresh from {}", state.file.display()),
                 Err(e) => tracing::info!("chain {name:?} not deployed afresh: {e:#}"),
             }

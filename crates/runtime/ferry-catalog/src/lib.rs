@@ -49,6 +49,10 @@ pub struct NfType {
     pub elements: &'static [Element],
     /// How the NF host runs it.
     pub runner: Runner,
+    /// Whether its output leaves by its out-links, so that in a chain it
+    /// needs one (what it sends would otherwise be dropped); a sink, a
+    /// responder or a hybrid NF sending by its own ports does not.
+    pub passes: bool,
     /// What builds and runs it in the NF host.
     pub serve: host::Serve,
     /// For kinds whose argument values are checked by building the NF
@@ -92,6 +96,18 @@ impl NfType {
     /// Its offloadability, from its elements (P4SFC §III-D3).
     pub fn offload(&self) -> Offload {
         nf_offload(self.elements)
+    }
+
+    /// What of it placement can run in XDP today: offloadability says
+    /// what could, this what Ferry's elements do.
+    pub fn xdp_form(&self) -> &'static str {
+        if lower::LOWERED_KINDS.contains(&self.kind.as_str()) {
+            "yes"
+        } else if self.model == ExecModel::Hybrid {
+            "split (its fast path; the rest in its process)"
+        } else {
+            "no (runs as a process)"
+        }
     }
 }
 
@@ -197,6 +213,20 @@ pub fn check(kind: &str, args: &[String]) -> Result<(), KindError> {
         }
         Args::Positional(_) => types::check_positional(kind, args, 0),
     }
+}
+
+/// The files an NF of `kind` with `args` reads when its process builds it
+/// (the per-packet NFs' rule files; `a+b` joins them, their arguments in
+/// groups separated by `--`).
+pub fn files_read<'a>(kind: &str, args: &'a [String]) -> Vec<&'a str> {
+    let groups = args.split(|a| a == "--");
+    kind.split('+')
+        .zip(groups)
+        .filter_map(|(k, group)| {
+            let info = ferry_nf::registry().iter().find(|i| i.spec.name == k)?;
+            group.get(info.file_arg?).map(String::as_str)
+        })
+        .collect()
 }
 
 /// As [`check`], for an NF with `out_links` out-links in its chain: kinds
@@ -314,6 +344,7 @@ pub fn table() -> String {
         if !elements.is_empty() {
             out += &format!("{:<22} elements: {}\n", "", elements.join(", "));
         }
+        out += &format!("{:<22} XDP form: {}\n", "", t.xdp_form());
         out += &format!("{:<22} ip: {}\n", "", t.ip);
     }
     out
@@ -351,6 +382,7 @@ pub fn json() -> serde_json::Value {
                 "ip": t.ip,
                 "model": t.model.as_str(),
                 "offload": t.offload().as_str(),
+                "xdp_form": t.xdp_form().split(' ').next(),
                 "args": args,
                 "counters": t.counters,
                 "elements": elements,
@@ -366,6 +398,10 @@ pub struct Catalog;
 impl KindCheck for Catalog {
     fn check(&self, kind: &str, args: &[String], out_links: usize) -> Result<(), (Option<usize>, String)> {
         check_in_chain(kind, args, out_links).map_err(|e| (e.arg_index(), e.to_string()))
+    }
+
+    fn needs_out_link(&self, kind: &str) -> bool {
+        kind.split('+').any(|k| find(k).is_some_and(|t| t.passes))
     }
 }
 

@@ -80,6 +80,9 @@ impl Lowering {
     }
 }
 
+/// The kinds [`lower`] has an XDP form for (given arguments it takes).
+pub const LOWERED_KINDS: [&str; 3] = ["firewall", "flow-monitor", "payload-scan"];
+
 /// The XDP form of an NF of type `kind` with `args`, or why there is none.
 pub fn lower(kind: &str, args: &[String]) -> Result<Lowering, String> {
     match kind {

@@ -51,7 +51,7 @@ type CheckRow = (&'static str, &'static [&'static str], Option<&'static str>, Op
 
 #[test]
 fn kinds_and_arguments_are_checked() {
-    let table: [CheckRow; 19] = [
+    let table: [CheckRow; 21] = [
         ("fwd", &[], None, None),
         ("fwd", &["by_port=1"], None, None),
         ("fwd", &["by_port=2"], Some("by_port=2: expected 0 or 1"), Some(0)),
@@ -71,6 +71,13 @@ fn kinds_and_arguments_are_checked() {
         ("efw", &["config=fw.yaml"], Some("give an absolute path"), Some(0)),
         ("elb", &["config=/nonexistent/lb.yaml"], Some("missing argument reply_ports="), None),
         ("edpi", &["config=/nonexistent/x.yaml"], Some("cannot read"), Some(0)),
+        (
+            "firewall",
+            &["fw.rules"],
+            Some("\"fw.rules\" is a relative path, and the NF process reads it from `/`"),
+            Some(0),
+        ),
+        ("ips", &["/nonexistent/ips.rules"], Some("ips: /nonexistent/ips.rules: No such file"), Some(0)),
     ];
     for (kind, a, want, index) in table {
         match (check(kind, &args(a)), want) {

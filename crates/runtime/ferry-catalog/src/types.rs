@@ -41,6 +41,7 @@ fn serve_types() -> Vec<NfType> {
         counters,
         elements,
         runner: Runner::HostLoop,
+        passes: kind != "sink",
         serve,
         check_built: None,
     };
@@ -105,6 +106,7 @@ fn serve_types() -> Vec<NfType> {
             // The baseline of XDP classification: a process by definition.
             elements: &[Element { name: "tenant-classifier", offload: Offload::No }],
             runner: Runner::HostLoop,
+            passes: true,
             serve: loops::serve_tenant_router,
             check_built: None,
         },
@@ -157,6 +159,7 @@ pub(crate) fn all() -> Vec<NfType> {
             counters: i.spec.counters.to_vec(),
             elements: i.elements,
             runner: Runner::of(i.hosted),
+            passes: i.passes,
             serve: match i.hosted {
                 ferry_nf::Hosted::ExportsFlows => host::flow_monitor::serve,
                 _ => host::serve_packet,
@@ -185,6 +188,7 @@ pub(crate) fn all() -> Vec<NfType> {
             counters: ferry_evnf::types::counters(h),
             elements: h.elements,
             runner: Runner::Hybrid,
+            passes: false,
             serve: host::hybrid::serve,
             check_built: None,
         });
@@ -205,6 +209,7 @@ fn fused_type() -> NfType {
         counters: vec![],
         elements: &[],
         runner: Runner::HostLoop,
+        passes: true,
         serve: host::fused::serve,
         check_built: None,
     }
@@ -227,6 +232,7 @@ fn parallel<N: RegisteredNf>(name: &'static str) -> NfType {
         counters: N::COUNTERS.to_vec(),
         elements: N::ELEMENTS,
         runner: Runner::Parallel { name },
+        passes: true,
         serve,
         check_built: Some(check_built),
     }
@@ -243,12 +249,29 @@ pub(crate) fn check_positional(kind: &str, args: &[String], offset: usize) -> Re
             index: Some(i + offset),
         });
     }
+    let invalid = |message: String, index: Option<usize>| KindError::Invalid {
+        kind: kind.to_string(),
+        message,
+        index: index.map(|i| i + offset),
+    };
+    let file_arg = ferry_nf::registry().iter().find(|i| i.spec.name == kind).and_then(|i| i.file_arg);
+    if let Some((i, file)) = file_arg.and_then(|i| refs.get(i).map(|f| (i, f))) {
+        if !std::path::Path::new(file).is_absolute() {
+            let message =
+                format!("{file:?} is a relative path, and the NF process reads it from `/`: give an absolute one");
+            return Err(invalid(message, Some(i)));
+        }
+    }
     ferry_nf::by_name(kind, &refs).map(|_| ()).map_err(|e| {
         let index = match &e {
-            NfError::BadArg { arg, .. } => refs.iter().position(|a| a == arg).map(|i| i + offset),
+            NfError::BadArg { arg, .. } => refs.iter().position(|a| a == arg),
+            NfError::BadFile { file, .. } => refs.iter().position(|a| a == file),
             _ => None,
         };
-        KindError::Invalid { kind: kind.to_string(), message: e.to_string(), index }
+        // KindError names the kind already.
+        let message = e.to_string();
+        let message = message.strip_prefix(&format!("{kind}: ")).unwrap_or(&message).to_string();
+        invalid(message, index)
     })
 }
 

@@ -336,6 +336,9 @@ mod tests {
         fn check(&self, _: &str, _: &[String], _: usize) -> Result<(), (Option<usize>, String)> {
             Ok(())
         }
+        fn needs_out_link(&self, _: &str) -> bool {
+            false
+        }
     }
 
     const ACROSS: &str = r#"

@@ -406,6 +406,9 @@ links:
             fn check(&self, _: &str, _: &[String], _: usize) -> Result<(), (Option<usize>, String)> {
                 Ok(())
             }
+            fn needs_out_link(&self, _: &str) -> bool {
+                false
+            }
         }
         ChainPlan::compile(&ChainSpec::from_yaml_str(text, "t.yaml", &AnyKind).unwrap())
     }

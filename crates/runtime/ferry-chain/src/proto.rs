@@ -126,9 +126,15 @@ pub enum Msg {
         domains: Vec<AuditReport>,
     },
     /// Deploy the chain file `file` (a path ferryd reads) next to the
-    /// chains already running.
+    /// chains already running, its placeholders `{KEY}` filled with
+    /// `set`'s values; with `dry_run`, only check that it would deploy
+    /// (the reply's id is 0).
     Deploy {
         file: String,
+        #[serde(default)]
+        set: Vec<(String, String)>,
+        #[serde(default)]
+        dry_run: bool,
     },
     Deployed(Box<ChainSummary>),
     /// Stop chain `chain`'s NFs and release everything it holds.

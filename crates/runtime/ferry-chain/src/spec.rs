@@ -606,6 +606,58 @@ pub trait KindCheck {
     /// its arguments, for an NF with `out_links` out-links (its links in
     /// the file). An error blames `args[i]` (`Some(i)`) or the kind.
     fn check(&self, kind: &str, args: &[String], out_links: usize) -> Result<(), (Option<usize>, String)>;
+    /// Whether an NF of `kind` sends its output by its out-links, so that
+    /// one without any would drop everything it passes.
+    fn needs_out_link(&self, kind: &str) -> bool;
+}
+
+/// The first placeholder `text` leaves to its user, `{name}` (a name of
+/// lowercase letters, digits and `_` between braces; a YAML flow mapping
+/// holds a `:` or a space), with its 1-based line and column. Comments,
+/// where a file's header explains its placeholders, do not count.
+pub fn unfilled_placeholder(text: &str) -> Option<(usize, usize, &str)> {
+    text.lines().enumerate().find_map(|(i, line)| {
+        let line = without_comment(line);
+        line.match_indices('{').find_map(|(at, _)| {
+            let rest = &line[at + 1..];
+            let end = rest.find('}')?;
+            let name = &rest[..end];
+            let first = name.bytes().next()?;
+            let valid = first.is_ascii_lowercase()
+                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            valid.then_some((i + 1, at + 1, name))
+        })
+    })
+}
+
+/// `line` up to its YAML comment: a `#` at its start or after a space,
+/// outside quotes.
+fn without_comment(line: &str) -> &str {
+    let mut quote = None;
+    let mut prev = b' ';
+    for (i, b) in line.bytes().enumerate() {
+        match (quote, b) {
+            (None, b'"' | b'\'') => quote = Some(b),
+            (Some(q), _) if b == q => quote = None,
+            (None, b'#') if prev == b' ' || prev == b'\t' => return &line[..i],
+            _ => {}
+        }
+        prev = b;
+    }
+    line
+}
+
+/// `text` with `{key}` replaced by its value, for each of `vars`.
+pub fn fill_placeholders(text: &str, vars: &[(String, String)]) -> String {
+    vars.iter().fold(text.to_string(), |t, (k, v)| t.replace(&format!("{{{k}}}"), v))
+}
+
+/// The `KEY=VALUE` of a `--set` option: the value for placeholder `{KEY}`.
+pub fn placeholder_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?}: expected KEY=VALUE, e.g. dut=fy1234-dut for a file's {{dut}}")),
+    }
 }
 
 /// Reads and validates a chain file, its NFs' kinds and arguments too.
@@ -638,6 +690,19 @@ type Invalid = (Vec<Seg>, String);
 
 impl ChainSpec {
     pub fn from_yaml_str(text: &str, origin: &str, kinds: &dyn KindCheck) -> Result<ChainSpec, YamlError> {
+        if let Some((line, column, name)) = unfilled_placeholder(text) {
+            return Err(YamlError {
+                origin: origin.to_string(),
+                line: Some(line),
+                column: Some(column),
+                field: String::new(),
+                message: format!(
+                    "{{{name}}} is a placeholder to fill in (the file's header says what goes there): \
+                     give `--set {name}=VALUE` to `ferry chain check`, `ferry chain deploy`, `ferry chain up` \
+                     or ferryd"
+                ),
+            });
+        }
         let mut spec: ChainSpec = parse_located(text, origin, |s: &ChainSpec| {
             s.validate(kinds)?;
             // Lowered here, so its errors are located too; the lowered
@@ -777,7 +842,16 @@ impl ChainSpec {
                     kinds.check(kind, &n.args, out_links).map_err(|(arg, message)| match arg {
                         Some(j) => (vec![Key("nfs"), Index(i), Key("args"), Index(j)], message),
                         None => (at("kind"), message),
-                    })?
+                    })?;
+                    if out_links == 0 && kinds.needs_out_link(kind) {
+                        let message = format!(
+                            "{kind} passes frames on, but no link leaves {:?}: what it passes would be dropped. \
+                             Add a link `{{ from: {}, to: NEXT }}` (NEXT an NF or a port), or end the chain with an NF \
+                             that keeps frames (`kind: sink` counts and frees them)",
+                            n.name, n.name
+                        );
+                        return Err((at("name"), message));
+                    }
                 }
                 _ => {}
             }
@@ -1095,6 +1169,18 @@ fn bad_name(s: &str) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn placeholders_are_found_outside_comments() {
+        let text =
+            "# `{dut}` is the testbed's dut namespace\nports:\n  - { name: in, netns: \"{dut}\", netdev: d0 }  # {x}\n";
+        assert_eq!(unfilled_placeholder(text), Some((3, 25, "dut")));
+        let filled = fill_placeholders(text, &[("dut".into(), "fy1-dut".into())]);
+        assert_eq!(unfilled_placeholder(&filled), None);
+        assert!(filled.contains("netns: \"fy1-dut\""));
+        assert_eq!(unfilled_placeholder("a: \"#{dut}\"\n"), Some((1, 6, "dut")), "a # inside quotes is no comment");
+        assert_eq!(unfilled_placeholder("- { name: a }\n- {b: 1}\n"), None, "flow mappings are not placeholders");
+    }
+
     const GOOD: &str = r#"
 name: t
 domains:
@@ -1121,8 +1207,23 @@ links:
         assert_eq!(c.node("out"), Some(Node::Port(1)));
     }
 
+    #[test]
+    fn an_nf_passing_frames_to_no_link_is_refused() {
+        let forwarding = GOOD.replace("kind: l2fwd, threads: 1", "kind: fwd, threads: 1");
+        assert!(parse(&forwarding).is_ok());
+        let nowhere = forwarding.replace("  - { from: y, to: out }\n", "");
+        let e = err(&nowhere);
+        assert!(e.starts_with("c.yaml:11:"), "{e}");
+        assert!(
+            e.contains("nfs[1].name") && e.contains("no link leaves \"y\"") && e.contains("from: y, to: NEXT"),
+            "{e}"
+        );
+        // l2fwd sends back what it gets when nothing leaves it.
+        assert!(parse(&GOOD.replace("  - { from: y, to: out }\n", "")).is_ok());
+    }
+
     /// The kinds of these tests: `l2fwd` (no arguments) and `fwd`
-    /// (`by_port=0|1`).
+    /// (`by_port=0|1`, passing frames on).
     struct TestKinds;
 
     impl KindCheck for TestKinds {
@@ -1136,6 +1237,10 @@ links:
                 Some(j) => Err((Some(j), format!("bad argument {:?}", args[j]))),
                 None => Ok(()),
             }
+        }
+
+        fn needs_out_link(&self, kind: &str) -> bool {
+            kind == "fwd"
         }
     }
 

@@ -35,6 +35,14 @@ pub struct NfInfo {
     pub elements: &'static [Element],
     /// How a host runs it beyond handing it frames.
     pub hosted: Hosted,
+    /// Whether its output is what it passes on (a filter's, a monitor's),
+    /// which leaves by its first out-link: in a chain it needs one. A
+    /// responder's output is its replies (what it does not answer may end
+    /// with it), l2fwd sends back without one, rxdrop drops.
+    pub passes: bool,
+    /// The argument naming a file it reads when built, if one does. In a
+    /// chain the NF process reads it, from `/`.
+    pub file_arg: Option<usize>,
     build: NfBuilder,
 }
 
@@ -152,6 +160,8 @@ static REGISTRY: [NfInfo; 8] = [
         args: "(none)",
         elements: &[Element { name: "ether-swap", offload: Offload::Full }],
         hosted: Hosted::Plain,
+        passes: false,
+        file_arg: None,
         build: build_l2fwd,
     },
     NfInfo {
@@ -163,6 +173,8 @@ static REGISTRY: [NfInfo; 8] = [
         // rewrite XDP does (XDP_TX), with a static table.
         elements: &[Element { name: "arp-reply", offload: Offload::Full }],
         hosted: Hosted::Replies,
+        passes: false,
+        file_arg: None,
         build: build_arp,
     },
     NfInfo {
@@ -173,6 +185,8 @@ static REGISTRY: [NfInfo; 8] = [
         // The reply moves the ICMP message over any IP options: payload access.
         elements: &[Element { name: "icmp-echo-reply", offload: Offload::No }],
         hosted: Hosted::Replies,
+        passes: false,
+        file_arg: None,
         build: build_icmp,
     },
     NfInfo {
@@ -182,6 +196,8 @@ static REGISTRY: [NfInfo; 8] = [
         args: "RULE_FILE [linear|bitvector]",
         elements: &[Element { name: "ip-filter", offload: Offload::Full }],
         hosted: Hosted::Plain,
+        passes: true,
+        file_arg: Some(0),
         build: build_firewall,
     },
     NfInfo {
@@ -191,6 +207,8 @@ static REGISTRY: [NfInfo; 8] = [
         args: "(none)",
         elements: &[Element { name: "flow-monitor", offload: Offload::Full }],
         hosted: Hosted::ExportsFlows,
+        passes: true,
+        file_arg: None,
         build: build_flow_monitor,
     },
     NfInfo {
@@ -200,6 +218,8 @@ static REGISTRY: [NfInfo; 8] = [
         args: "RULE_FILE",
         elements: &[Element { name: "payload-matcher", offload: Offload::No }],
         hosted: Hosted::Plain,
+        passes: true,
+        file_arg: Some(0),
         build: build_ips,
     },
     NfInfo {
@@ -211,6 +231,8 @@ static REGISTRY: [NfInfo; 8] = [
         // placement checks (ferry-place's lowering).
         elements: &[Element { name: "payload-scan", offload: Offload::Full }],
         hosted: Hosted::Plain,
+        passes: true,
+        file_arg: None,
         build: build_payload_scan,
     },
     NfInfo {
@@ -220,6 +242,8 @@ static REGISTRY: [NfInfo; 8] = [
         args: "(none)",
         elements: &[Element { name: "drop", offload: Offload::Full }],
         hosted: Hosted::Plain,
+        passes: false,
+        file_arg: None,
         build: build_rxdrop,
     },
 ];

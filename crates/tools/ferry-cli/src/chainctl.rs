@@ -83,11 +83,37 @@ pub enum Placing<'a> {
 /// Starts ferryd on `chain`, serving `socket`, and returns once it serves
 /// (before its NFs connect: NFs it does not start are the caller's).
 pub fn launch(chain: &Path, socket: &Path, quiet: bool, placing: Placing<'_>) -> Result<RunningChain> {
-    let name = ferry_catalog::parse_chain(chain)?.name();
+    launch_with(chain, socket, quiet, placing, &UpOptions::default())
+}
+
+/// What `ferry chain up` passes on to the ferryd it starts.
+#[derive(Debug, Clone, Default)]
+pub struct UpOptions {
+    /// Values for the chain file's placeholders.
+    pub set: Vec<(String, String)>,
+    /// Where ferryd serves metrics (None: a free port of 127.0.0.1, as
+    /// several ferryds of tests and benchmarks may run at once).
+    pub metrics: Option<String>,
+}
+
+/// As [`launch`], with what `up` says.
+pub fn launch_with(
+    chain: &Path,
+    socket: &Path,
+    quiet: bool,
+    placing: Placing<'_>,
+    up: &UpOptions,
+) -> Result<RunningChain> {
+    let (text, origin) = ferry_config::read_file(chain)?;
+    let text = ferry_chain::spec::fill_placeholders(&text, &up.set);
+    let name = ferry_catalog::parse_chain_str(&text, &origin)?.name();
     let admin = proto::admin_socket(socket);
     let mut cmd = Command::new(ferryd_bin()?);
-    // A port of its own for the metrics: several ferryds may run at once.
-    cmd.arg(chain).arg("--socket").arg(socket).args(["--metrics", "127.0.0.1:0"]).env("FERRY_HOST", host_bin()?);
+    let metrics = up.metrics.as_deref().unwrap_or("127.0.0.1:0");
+    cmd.arg(chain).arg("--socket").arg(socket).args(["--metrics", metrics]).env("FERRY_HOST", host_bin()?);
+    for (k, v) in &up.set {
+        cmd.arg("--set").arg(format!("{k}={v}"));
+    }
     match placing {
         Placing::AsConfigured => {}
         Placing::ByRules => {
@@ -196,8 +222,24 @@ pub fn audit(admin: &Path, chain: &str) -> Result<Vec<AuditReport>> {
 
 /// Deploys chain file `file` on the running ferryd.
 pub fn deploy(admin: &Path, file: &Path) -> Result<ChainSummary> {
+    deploy_filled(admin, file, &[])
+}
+
+/// As [`deploy`], the file's placeholders filled with `set`'s values.
+pub fn deploy_filled(admin: &Path, file: &Path, set: &[(String, String)]) -> Result<ChainSummary> {
+    request_deploy(admin, file, set, false)
+}
+
+/// Asks the ferryd at `admin` whether it would deploy `file` (filled
+/// with `set`), deploying nothing: a summary with id 0 if it would.
+pub fn check_deploy(admin: &Path, file: &Path, set: &[(String, String)]) -> Result<ChainSummary> {
+    request_deploy(admin, file, set, true)
+}
+
+fn request_deploy(admin: &Path, file: &Path, set: &[(String, String)], dry_run: bool) -> Result<ChainSummary> {
     let file = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
-    match admin_request(admin, &Msg::Deploy { file: file.display().to_string() })? {
+    let request = Msg::Deploy { file: file.display().to_string(), set: set.to_vec(), dry_run };
+    match admin_request(admin, &request)? {
         Msg::Deployed(s) => Ok(*s),
         other => bail!("unexpected reply {other:?}"),
     }
@@ -217,6 +259,19 @@ pub fn reload(admin: &Path, chain: &str) -> Result<Vec<NfReload>> {
     match admin_request(admin, &Msg::Reload { chain: chain.to_string() })? {
         Msg::Reloaded { nfs } => Ok(nfs),
         other => bail!("unexpected reply {other:?}"),
+    }
+}
+
+/// The name of the one chain the ferryd at `admin` runs; an error that
+/// says to name one if it runs several, or none.
+pub fn only_chain(admin: &Path) -> Result<String> {
+    match list(admin)?.as_slice() {
+        [one] => Ok(one.name.clone()),
+        [] => bail!("ferryd at {} runs no chain", admin.display()),
+        many => {
+            let names: Vec<&str> = many.iter().map(|c| c.name.as_str()).collect();
+            bail!("{} chains are deployed ({}): name one", many.len(), names.join(", "))
+        }
     }
 }
 

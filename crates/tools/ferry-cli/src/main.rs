@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use ferry_bpf::AttachMode;
 use ferry_cli::util::{install_stop_handler, parse_duration};
@@ -37,6 +37,7 @@ enum Cmd {
     Chain(ChainCmd),
     /// A live view of ferryd's NF threads and XDP programs, redrawn every interval.
     Top {
+        /// ferryd's admin socket.
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
         #[arg(long, default_value = "1s", value_parser = parse_duration)]
@@ -72,6 +73,7 @@ enum Cmd {
         /// Packets the generator sends through l2fwd.
         #[arg(long, default_value_t = 200_000)]
         packets: u64,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -135,6 +137,7 @@ impl XskArgs {
 /// The AF_XDP ports a command opens: a device, its queues, socket options.
 #[derive(Args, Clone)]
 struct PortArgs {
+    /// The network device (as `ip link` names it in this namespace).
     #[arg(long)]
     dev: String,
     /// Queues (comma separated).
@@ -151,6 +154,7 @@ enum NfCmd {
     Run {
         #[command(flatten)]
         port: PortArgs,
+        /// Frames per receive or send call.
         #[arg(long, default_value_t = 64)]
         batch: usize,
         /// Stop after this long (default: until SIGINT/SIGTERM).
@@ -158,6 +162,7 @@ enum NfCmd {
         duration: Option<Duration>,
         #[command(flatten)]
         measure: WindowArgs,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
         /// NFs and their arguments; separate NFs with `--`.
@@ -166,6 +171,7 @@ enum NfCmd {
     },
     /// List the NFs.
     List {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -173,6 +179,7 @@ enum NfCmd {
     /// `ferry-host serve`, which reads FERRY_SOCKET and FERRY_NF (ferryd
     /// starts `ferry-host` itself).
     Serve {
+        /// The NF kind (`ferry nf list`).
         #[arg(long)]
         kind: String,
         /// NF arguments (repeat).
@@ -195,10 +202,24 @@ enum NfCmd {
 enum ChainCmd {
     /// Check FILE as ferryd would (NF kinds and arguments included), without running it.
     Check {
+        /// The chain file (YAML).
         file: PathBuf,
+        /// Fill placeholder `{KEY}` of the file with VALUE (repeatable),
+        /// e.g. `--set dut=fy1234-dut` for an example's `{dut}`.
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = ferry_chain::spec::placeholder_value)]
+        set: Vec<(String, String)>,
         /// Also print where each NF would run (XDP or a process) and why.
         #[arg(long)]
         explain: bool,
+        /// Also check what deploying it needs of this machine (as root):
+        /// namespaces, devices (queues, MTU), `exec` programs, files the
+        /// NFs read; and, with ferryd running at --admin, that its name and
+        /// devices are free.
+        #[arg(long)]
+        live: bool,
+        /// ferryd's admin socket.
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: PathBuf,
         /// Place by this cost model, as `ferryd --cost-model` does (also
         /// FERRY_COST_MODEL).
         #[arg(long)]
@@ -206,7 +227,14 @@ enum ChainCmd {
     },
     /// Run ferryd in the foreground with FILE deployed, until Ctrl-C.
     Up {
+        /// The chain file (YAML).
         file: PathBuf,
+        /// Fill placeholder `{KEY}` of FILE with VALUE (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = ferry_chain::spec::placeholder_value)]
+        set: Vec<(String, String)>,
+        /// Where ferryd serves Prometheus metrics.
+        #[arg(long, default_value = "127.0.0.1:9469", value_name = "ADDR:PORT")]
+        metrics: String,
         /// ferryd's NF socket (default /run/ferry/ferryd.sock; its admin socket is this + ".admin").
         #[arg(long)]
         socket: Option<PathBuf>,
@@ -214,26 +242,36 @@ enum ChainCmd {
     /// Deploy FILE on a running ferryd, next to its other chains; a chain
     /// over hosts (`hosts:`) on each host's ferryd.
     Deploy {
+        /// The chain file (YAML).
         file: PathBuf,
+        /// Fill placeholder `{KEY}` of FILE with VALUE (repeatable),
+        /// e.g. `--set dut=fy1234-dut` for an example's `{dut}`.
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = ferry_chain::spec::placeholder_value)]
+        set: Vec<(String, String)>,
         /// The TLS directory of the operator, for hosts reached over TLS.
         #[arg(long)]
         tls: Option<PathBuf>,
         /// Print where ferryd placed each NF (XDP or a process) and why.
         #[arg(long)]
         explain: bool,
+        /// ferryd's admin socket.
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Remove chain NAME from a running ferryd (its NFs are stopped).
+    /// Remove chain NAME (the only one if none is named) from a running
+    /// ferryd; its NFs are stopped.
     Remove {
-        name: String,
+        name: Option<String>,
+        /// ferryd's admin socket.
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
         /// A chain over hosts: remove it from every host FILE names.
         #[arg(long)]
         over: Option<PathBuf>,
+        /// The operator's TLS directory (`ferry tls init`), for hosts reached over TLS.
         #[arg(long)]
         tls: Option<PathBuf>,
     },
@@ -242,13 +280,16 @@ enum ChainCmd {
     /// backends and weights, timeouts.
     Reload {
         name: String,
+        /// ferryd's admin socket.
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
     },
     /// The chains a ferryd runs.
     List {
+        /// ferryd's admin socket.
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -256,13 +297,16 @@ enum ChainCmd {
     Show {
         #[arg(default_value = "")]
         name: String,
+        /// ferryd's admin socket.
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
         /// A chain over hosts: each host FILE names, in turn.
         #[arg(long)]
         over: Option<PathBuf>,
+        /// The operator's TLS directory (`ferry tls init`), for hosts reached over TLS.
         #[arg(long)]
         tls: Option<PathBuf>,
     },
@@ -270,11 +314,13 @@ enum ChainCmd {
     Audit {
         #[arg(default_value = "")]
         name: String,
+        /// ferryd's admin socket.
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
     },
     /// Stop ferryd, every chain and their NFs.
     Down {
+        /// ferryd's admin socket.
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
     },
@@ -286,6 +332,7 @@ enum TlsCmd {
     /// `ferryd --host H --listen ADDR --tls-dir DIR`) and for the operator
     /// (`ferry chain deploy --tls DIR`) into DIR.
     Init {
+        /// Where to write the keys and certificates.
         dir: PathBuf,
         /// The hosts, as the chain files name them.
         #[arg(long, value_delimiter = ',', required = true)]
@@ -300,11 +347,13 @@ const DEFAULT_ADMIN: &str = "/run/ferry/ferryd.sock.admin";
 enum XdpCmd {
     /// Attach a basic program, count verdicts over a window, detach.
     Run {
+        /// The network device (as `ip link` names it in this namespace).
         #[arg(long)]
         dev: String,
         /// drop, pass or tx.
         #[arg(long)]
         prog: String,
+        /// XDP attach mode: driver or generic (skb).
         #[arg(long, default_value = "driver")]
         mode: AttachMode,
         // After the window the program is detached and the report printed.
@@ -313,6 +362,7 @@ enum XdpCmd {
         /// Give up (and report) after this long even without a window.
         #[arg(long, value_parser = parse_duration)]
         timeout: Option<Duration>,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -342,16 +392,22 @@ struct ProfileArgs {
     /// Shorthands for common overrides.
     #[arg(long)]
     size: Option<usize>,
+    /// udp, tcp or icmp (default: the profile's).
     #[arg(long)]
     proto: Option<String>,
+    /// Destination MAC of the frames made (default: the profile's).
     #[arg(long)]
     dst_mac: Option<String>,
+    /// Source MAC of the frames made (default: the device's).
     #[arg(long)]
     src_mac: Option<String>,
+    /// Stop after this many frames (default: no limit).
     #[arg(long)]
     count: Option<u64>,
+    /// Frames per second, in total (default: as fast as it can).
     #[arg(long)]
     rate: Option<u64>,
+    /// Stop after this long: 500ms, 5s, 2m (default: no limit).
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
 }
@@ -412,6 +468,7 @@ enum GenCmd {
     /// Kernel-side generation: BPF_PROG_RUN live frames redirected out of DEV
     /// (UDP: stamped, source port cycled over the profile's range).
     Live {
+        /// The network device (as `ip link` names it in this namespace).
         #[arg(long)]
         dev: String,
         #[command(flatten)]
@@ -426,6 +483,7 @@ enum GenCmd {
         /// one burst then share a transmit time).
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=15))]
         clock_shift: u16,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -437,6 +495,7 @@ enum GenCmd {
         port: PortArgs,
         #[command(flatten)]
         profile: ProfileArgs,
+        /// Frames per receive or send call.
         #[arg(long, default_value_t = 64)]
         batch: usize,
         /// Stop after this long (default: until SIGINT/SIGTERM).
@@ -444,6 +503,7 @@ enum GenCmd {
         run_for: Option<Duration>,
         #[command(flatten)]
         measure: WindowArgs,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -456,8 +516,10 @@ enum GenCmd {
         /// Replay this pcap file instead of the profile's flows.
         #[arg(long)]
         pcap: Option<PathBuf>,
+        /// Stream id stamped in each frame (a sink tells streams apart by it).
         #[arg(long, default_value_t = 1000)]
         stream: u16,
+        /// Frames per receive or send call.
         #[arg(long, default_value_t = 64)]
         batch: usize,
         /// Also receive on the same sockets and report what came back
@@ -472,6 +534,7 @@ enum GenCmd {
         /// (default keys=100000,get=0.95,dist=zipf:0.99,value=64,batch=4).
         #[arg(long)]
         mica: Option<ferry_nf::mica_client::MicaWorkload>,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -481,8 +544,10 @@ enum GenCmd {
 struct SinkArgs {
     #[command(flatten)]
     port: PortArgs,
+    /// Stop after this long: 500ms, 5s, 2m (default: no limit).
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
+    /// Stop after this many frames (default: no limit).
     #[arg(long)]
     count: Option<u64>,
     /// Stop after this long without traffic (once traffic was seen).
@@ -498,6 +563,7 @@ struct SinkArgs {
     /// `gen xsk --mica`): each GET's value, byte for byte; misses counted.
     #[arg(long)]
     mica: Option<ferry_nf::mica_client::MicaWorkload>,
+    /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -654,6 +720,7 @@ fn run_testbed(cmd: TestbedCmd) -> Result<()> {
             } else {
                 ferry_testbed::down_by_name(&file_or_name)?;
             }
+            println!("testbed {file_or_name} is down: its namespaces and devices are gone");
             Ok(())
         }
         TestbedCmd::Sweep => {
@@ -701,9 +768,11 @@ fn run_nf(cmd: NfCmd) -> Result<()> {
 /// `ferry chain ...`.
 fn run_chain(cmd: ChainCmd) -> Result<()> {
     match cmd {
-        ChainCmd::Up { file, socket } => {
+        ChainCmd::Up { file, set, metrics, socket } => {
             let socket = socket.unwrap_or_else(ferry_chain::proto::default_socket);
-            let mut rc = chainctl::start(&file, &socket, false)?;
+            let up = chainctl::UpOptions { set, metrics: Some(metrics) };
+            let mut rc = chainctl::launch_with(&file, &socket, false, chainctl::Placing::AsConfigured, &up)?;
+            rc.wait_connected(std::time::Duration::from_secs(60))?;
             println!("chain {} up; `ferry chain show --admin {}`; Ctrl-C stops it", rc.name, rc.admin.display());
             if let Some(addr) = chainctl::metrics_addr(&rc.admin)? {
                 println!("metrics: http://{addr}/metrics");
@@ -712,7 +781,13 @@ fn run_chain(cmd: ChainCmd) -> Result<()> {
             println!("ferryd exited: {status}");
             Ok(())
         }
-        ChainCmd::Deploy { file, tls, explain, admin: _, json } if ferry_cli::hostctl::spans_hosts(&file) => {
+        ChainCmd::Deploy { file, set, tls, explain, admin: _, json } if ferry_cli::hostctl::spans_hosts(&file) => {
+            if !set.is_empty() {
+                bail!(
+                    "--set is not taken for chains over hosts yet: fill {} with sed and deploy the copy",
+                    file.display()
+                );
+            }
             let parts = ferry_cli::hostctl::deploy(&file, tls.as_deref())?;
             emit(json, &parts, |parts| {
                 let mut out = String::new();
@@ -724,18 +799,29 @@ fn run_chain(cmd: ChainCmd) -> Result<()> {
                 out
             })
         }
-        ChainCmd::Deploy { file, tls: _, explain, admin, json } => {
-            let summary = chainctl::deploy(&admin, &file)?;
+        ChainCmd::Deploy { file, set, tls: _, explain, admin, json } => {
+            let summary = chainctl::deploy_filled(&admin, &file, &set)?;
             emit(json, &summary, |c| {
                 let placed = if explain { c.placement.clone() } else { String::new() };
                 format!("{placed}deployed chain {} (id {}): {} NFs\n", c.name, c.id, c.nfs)
             })
         }
         ChainCmd::Remove { name, admin: _, over: Some(file), tls } => {
+            let name = name.ok_or_else(|| anyhow!("name the chain over hosts to remove"))?;
             ferry_cli::hostctl::check_name(&file, &name)?;
-            ferry_cli::hostctl::remove(&file, tls.as_deref())
+            ferry_cli::hostctl::remove(&file, tls.as_deref())?;
+            println!("removed chain {name} from every host of {}", file.display());
+            Ok(())
         }
-        ChainCmd::Remove { name, admin, over: None, tls: _ } => chainctl::remove(&admin, &name),
+        ChainCmd::Remove { name, admin, over: None, tls: _ } => {
+            let name = match name {
+                Some(n) => n,
+                None => chainctl::only_chain(&admin)?,
+            };
+            chainctl::remove(&admin, &name)?;
+            println!("removed chain {name}: its NFs are stopped, its devices released");
+            Ok(())
+        }
         ChainCmd::Reload { name, admin } => {
             let outcomes = chainctl::reload(&admin, &name)?;
             for r in &outcomes {
@@ -756,8 +842,18 @@ fn run_chain(cmd: ChainCmd) -> Result<()> {
             emit(json, &s, chainctl::status_table)
         }
         ChainCmd::Audit { name, admin } => chain_audit(&name, &admin),
-        ChainCmd::Check { file, explain, cost_model } => chain_check(&file, explain, cost_model),
-        ChainCmd::Down { admin } => chainctl::shutdown(&admin),
+        ChainCmd::Check { file, set, explain, live, admin, cost_model } => {
+            let (placement, text) = chain_check(&file, &set, explain, cost_model)?;
+            match live {
+                true => check_live(&file, &set, &admin, &placement, &text),
+                false => Ok(()),
+            }
+        }
+        ChainCmd::Down { admin } => {
+            chainctl::shutdown(&admin)?;
+            println!("ferryd at {} is stopping, and every chain it runs with it", admin.display());
+            Ok(())
+        }
     }
 }
 
@@ -821,9 +917,16 @@ fn chain_audit(name: &str, admin: &std::path::Path) -> Result<()> {
 }
 
 /// `ferry chain check`: the file as ferryd would take it, placed.
-fn chain_check(file: &std::path::Path, explain: bool, cost_model: Option<PathBuf>) -> Result<()> {
+fn chain_check(
+    file: &std::path::Path,
+    set: &[(String, String)],
+    explain: bool,
+    cost_model: Option<PathBuf>,
+) -> Result<(ferry_place::Placement, String)> {
     let model = ferry_place::CostModel::configured(cost_model.as_deref())?;
-    let (spec, placement) = ferry_place::load_with(file, model.as_ref())?;
+    let (text, origin) = ferry_config::read_file(file)?;
+    let text = ferry_chain::spec::fill_placeholders(&text, set);
+    let (spec, placement) = ferry_place::load_str_with(&text, &origin, model.as_ref())?;
     if explain {
         print!("{}", placement.explain());
     }
@@ -835,6 +938,31 @@ fn chain_check(file: &std::path::Path, explain: bool, cost_model: Option<PathBuf
         spec.domains.len(),
         spec.ports.len(),
         spec.links.len()
+    );
+    Ok((placement, text))
+}
+
+/// `ferry chain check --live`: asks the ferryd at `admin` whether it would
+/// deploy `file` (filled by `set`); with none running, checks what the
+/// deploy needs of this machine, as ferryd would.
+fn check_live(
+    file: &std::path::Path,
+    set: &[(String, String)],
+    admin: &std::path::Path,
+    placement: &ferry_place::Placement,
+    text: &str,
+) -> Result<()> {
+    if std::os::unix::net::UnixStream::connect(admin).is_ok() {
+        let s = chainctl::check_deploy(admin, file, set)?;
+        println!("live: the ferryd at {} would deploy chain {:?} ({} NFs)", admin.display(), s.name, s.nfs);
+        return Ok(());
+    }
+    let plan = ferry_chain::plan::ChainPlan::compile(&placement.server);
+    ferryd::preflight::check(&plan, placement, text, &file.display().to_string())?;
+    println!(
+        "live: this machine has what chain {:?} needs (no ferryd at {} to ask whether its devices are free)",
+        plan.name,
+        admin.display()
     );
     Ok(())
 }

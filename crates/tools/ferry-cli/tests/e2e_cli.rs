@@ -155,19 +155,27 @@ fn chain_check_names_bad_kinds_and_arguments_where_they_are() {
     let r = ferry(&["chain", "check", good.to_str().unwrap()], Duration::from_secs(20));
     assert!(r.status.success() && r.stdout.contains("is valid: 2 NFs"), "{}{}", r.stdout, r.stderr);
 
-    // Every example chain file is valid, once its `{examples}` (the
-    // directory of its rule files) is filled in as its header says.
+    // Every example chain file is valid once its placeholders are filled
+    // in (`--set`), as its header says; unfilled, it is refused with the
+    // placeholder's line and what to do.
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../examples/chains");
     let examples = examples.canonicalize().unwrap();
+    let set_examples = format!("examples={}", examples.display());
     for e in std::fs::read_dir(&examples).unwrap().flatten() {
         if e.path().extension() != Some(std::ffi::OsStr::new("yaml")) {
             continue;
         }
+        let file = e.path().display().to_string();
+        let sets = ["--set", &set_examples, "--set", "dut=dut", "--set", "cnf=/usr/local/lib/ferry"];
+        let r = ferry(&[&["chain", "check"][..], &sets, &[&file]].concat(), Duration::from_secs(20));
+        assert!(r.status.success(), "{file}: {}", r.stderr);
         let text = std::fs::read_to_string(e.path()).unwrap();
-        let filled = dir.path(&e.file_name().to_string_lossy());
-        std::fs::write(&filled, text.replace("{examples}", &examples.display().to_string())).unwrap();
-        let r = ferry(&["chain", "check", filled.to_str().unwrap()], Duration::from_secs(20));
-        assert!(r.status.success(), "{}: {}", e.path().display(), r.stderr);
+        if let Some((line, _, name)) = ferry_chain::spec::unfilled_placeholder(&text) {
+            let r = ferry(&["chain", "check", &file], Duration::from_secs(20));
+            assert!(!r.status.success(), "{file}: unfilled {{{name}}} accepted");
+            let want = format!("{file}:{line}:");
+            assert!(r.stderr.contains(&want) && r.stderr.contains(&format!("--set {name}=VALUE")), "{}", r.stderr);
+        }
     }
     let r = ferry(&["nf", "list"], Duration::from_secs(20));
     for line in ["parallel-nat", "partially offloadable", "ip-rewriter", "edpi", "hybrid"] {
@@ -520,4 +528,136 @@ fn bench_evnf_smoke() {
     let statuses = r["ferry_status"].as_array().unwrap();
     let chains: Vec<&str> = statuses.iter().map(|s| s["chain"].as_str().unwrap()).collect();
     assert_eq!(chains, ["edge", "sfc2", "sfc2"]);
+}
+
+/// The `ferry` and `ferryd` commands the README's `sh` blocks and the
+/// example chains' headers show are commands the binaries take: each
+/// subcommand and flag is known (clap checks them before `--help`), so
+/// the docs cannot drift from the CLI unnoticed.
+#[test]
+fn documented_commands_are_the_clis() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
+    let mut commands = sh_block_commands(&std::fs::read_to_string(root.join("README.md")).unwrap());
+    for e in std::fs::read_dir(root.join("examples/chains")).unwrap().flatten() {
+        if e.path().extension() == Some(std::ffi::OsStr::new("yaml")) {
+            commands.extend(header_commands(&std::fs::read_to_string(e.path()).unwrap()));
+        }
+    }
+    assert!(commands.len() > 40, "found only {} commands", commands.len());
+    let ferryd = Path::new(FERRY).with_file_name("ferryd");
+    for words in &commands {
+        let (program, args) = match words[0].as_str() {
+            "ferry" => (Path::new(FERRY).to_path_buf(), &words[1..]),
+            _ => (ferryd.clone(), &words[1..]),
+        };
+        // `nf run` takes NFs and their arguments last: `--help` goes in
+        // front of the first NF, whose name the catalog knows.
+        let nfs_at = args.iter().position(|w| ferry_catalog::find(w).is_some()).filter(|_| args[..2] == ["nf", "run"]);
+        let (flags, nfs) = args.split_at(nfs_at.unwrap_or(args.len()));
+        let mut cmd = std::process::Command::new(&program);
+        cmd.args(flags).arg("--help").env("FERRY_BENCH", Path::new(FERRY).with_file_name("ferry-bench"));
+        assert!(nfs.iter().all(|w| !w.starts_with('-')), "{words:?}: NF arguments are not flags");
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{words:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// The commands of `text`'s ```sh blocks: the `$ ` lines of a block that
+/// has prompts, else every line; continuations joined, comments dropped.
+fn sh_block_commands(text: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut block: Option<Vec<&str>> = None;
+    for line in text.lines() {
+        match (&mut block, line.trim_start()) {
+            (None, l) if l.starts_with("```sh") => block = Some(Vec::new()),
+            (Some(lines), l) if l.starts_with("```") => {
+                let prompted = lines.iter().any(|l| l.starts_with("$ "));
+                let wanted = lines.iter().filter_map(|l| if prompted { l.strip_prefix("$ ") } else { Some(l) });
+                out.extend(commands_of(&joined(wanted)));
+                block = None;
+            }
+            (Some(lines), _) => lines.push(line),
+            (None, _) => {}
+        }
+    }
+    out
+}
+
+/// The commands of a chain file's header: its `#   ` lines.
+fn header_commands(text: &str) -> Vec<Vec<String>> {
+    let lines = text.lines().take_while(|l| l.starts_with('#')).filter_map(|l| l.strip_prefix("#   "));
+    commands_of(&joined(lines))
+}
+
+/// Lines with their `\` continuations joined.
+fn joined<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut open = false;
+    for l in lines {
+        let (body, continues) = match l.trim_end().strip_suffix('\\') {
+            Some(b) => (b, true),
+            None => (l, false),
+        };
+        match out.last_mut() {
+            Some(last) if open => last.push_str(body),
+            _ => out.push(body.to_string()),
+        }
+        open = continues;
+    }
+    out
+}
+
+/// The `ferry`/`ferryd` commands of shell `lines`, as words: comments
+/// dropped, split at `;`, `&&`, `|` and `&`, `ip netns exec NS` taken off.
+fn commands_of(lines: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for line in lines {
+        let words = shell_words(line);
+        for part in words.split(|w| [";", "&&", "|", "&", "||"].contains(&w.as_str())) {
+            let part = match part {
+                [ip, netns, exec, _, rest @ ..]
+                    if (ip.as_str(), netns.as_str(), exec.as_str()) == ("ip", "netns", "exec") =>
+                {
+                    rest
+                }
+                p => p,
+            };
+            let is_ferry = |w: &String| w == "ferry" || w == "ferryd";
+            match part.iter().position(is_ferry) {
+                Some(0) => out.push(part.to_vec()),
+                Some(_) => panic!("{line:?}: a ferry command this test cannot tell apart"),
+                None => {}
+            }
+        }
+    }
+    out
+}
+
+/// `line` split as a shell splits it (quotes, a trailing `# comment`);
+/// `;` and `&` become words of their own.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quote = None;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '#') if word.is_empty() => break,
+            (None, ' ' | '\t') => words.extend((!word.is_empty()).then(|| std::mem::take(&mut word))),
+            (None, ';' | '&' | '|') => {
+                words.extend((!word.is_empty()).then(|| std::mem::take(&mut word)));
+                let mut op = c.to_string();
+                if chars.peek() == Some(&c) {
+                    op.push(chars.next().unwrap());
+                }
+                words.push(op);
+            }
+            (None, c) => word.push(c),
+        }
+    }
+    words.extend((!word.is_empty()).then_some(word));
+    words
 }

@@ -40,7 +40,22 @@ impl Chain {
     /// Creates the chain's domains, ports, kernel hops, uids and keys;
     /// starts nothing yet.
     pub fn setup(c: ChainSetup) -> Result<Chain> {
-        let ChainSetup { id, nf_ids, file, mut plan, socket, spawn, uids, xdp, post, hybrid, ahead_ids, whole, .. } = c;
+        let ChainSetup {
+            id,
+            nf_ids,
+            file,
+            set,
+            mut plan,
+            socket,
+            spawn,
+            uids,
+            xdp,
+            post,
+            hybrid,
+            ahead_ids,
+            whole,
+            ..
+        } = c;
         if c.persist.is_some() {
             adopt::check_persistable(&plan, &xdp, &post, &hybrid, &whole, c.nsh.is_some())?;
         }
@@ -70,6 +85,7 @@ impl Chain {
             id,
             nf_ids,
             file,
+            set,
             socket,
             domains,
             ports,

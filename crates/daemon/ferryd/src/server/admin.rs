@@ -41,7 +41,10 @@ impl Daemon {
             Msg::Audit { chain } => {
                 Msg::AuditReply { domains: self.chain(&chain)?.domains.iter().map(|d| d.audit(&[])).collect() }
             }
-            Msg::Deploy { file } => Msg::Deployed(Box::new(self.deploy(Path::new(&file))?)),
+            Msg::Deploy { file, set, dry_run: false } => Msg::Deployed(Box::new(self.deploy(Path::new(&file), &set)?)),
+            Msg::Deploy { file, set, dry_run: true } => {
+                Msg::Deployed(Box::new(self.check_deploy(Path::new(&file), &set)?))
+            }
             Msg::Remove { chain } => {
                 self.remove(&chain)?;
                 Msg::Ok

@@ -13,10 +13,34 @@ impl Daemon {
     /// Deploys the chain file `file` next to the chains already running.
     /// Nothing they use is touched: a new chain gets its own domains,
     /// ports, kernel hops, NF processes and uids, and one whose ports or
-    /// kernel hops are another chain's is refused.
-    pub fn deploy(&self, file: &Path) -> Result<ChainSummary> {
+    /// kernel hops are another chain's is refused. `set` fills the file's
+    /// placeholders.
+    pub fn deploy(&self, file: &Path, set: &[(String, String)]) -> Result<ChainSummary> {
         let _changing = self.changes.lock().expect("changes lock");
+        let (text, placement) = self.load(file, set)?;
+        self.deploy_placed(file, set, &text, placement, None)
+    }
+
+    /// What [`Daemon::deploy`] would refuse of `file`, without deploying
+    /// it: a summary with id 0 if nothing.
+    pub fn check_deploy(&self, file: &Path, set: &[(String, String)]) -> Result<ChainSummary> {
+        let _changing = self.changes.lock().expect("changes lock");
+        let (text, placement) = self.load(file, set)?;
+        let plan = self.admit(&placement, &text, &file.display().to_string())?;
+        let nfs = ferry_catalog::parse_chain_str(&text, "")?.nfs.len();
+        Ok(ChainSummary {
+            name: plan.name,
+            file: file.display().to_string(),
+            nfs,
+            placement: placement.explain(),
+            ..Default::default()
+        })
+    }
+
+    /// Chain file `file`, filled by `set`, and its placement.
+    fn load(&self, file: &Path, set: &[(String, String)]) -> Result<(String, ferry_place::Placement)> {
         let (text, origin) = ferry_config::read_file(file)?;
+        let text = ferry_chain::spec::fill_placeholders(&text, set);
         let (spec, placement) = ferry_place::load_str_with(&text, &origin, self.cost_model.as_ref())?;
         if !spec.hosts.is_empty() {
             bail!(
@@ -24,7 +48,25 @@ impl Daemon {
                 file.display()
             );
         }
-        self.deploy_placed(file, &text, placement, None)
+        Ok((text, placement))
+    }
+
+    /// The plan of `placement` (from `text`, named `origin`), if this
+    /// ferryd can deploy it: its name, ports and kernel hops free, and
+    /// what it needs of the machine there ([`crate::preflight`]).
+    fn admit(&self, placement: &ferry_place::Placement, text: &str, origin: &str) -> Result<ChainPlan> {
+        let mut plan = ChainPlan::compile(&placement.server);
+        self.check_free(&plan, text, origin)?;
+        crate::preflight::check(&plan, placement, text, origin)?;
+        // NFs started without `cpus` inherit ferryd's CPU set.
+        plan.settle_polling(std::thread::available_parallelism().map_or(1, |n| n.get()));
+        for nf in &plan.nfs {
+            let offline = crate::spawn::offline_cpus(&nf.cpus);
+            if !offline.is_empty() {
+                bail!("{origin}: NF {}: cpus: {offline:?} not online on this machine (`nproc`)", nf.name);
+            }
+        }
+        Ok(plan)
     }
 
     /// Deploys this host's part of the chain over hosts in `text`
@@ -68,7 +110,7 @@ impl Daemon {
         };
         let placement = ferry_place::place_with(&local, self.cost_model.as_ref())
             .map_err(|e| anyhow!("{origin}: {}", e.message))?;
-        let summary = self.deploy_placed(Path::new(origin), text, placement, Some(setup))?;
+        let summary = self.deploy_placed(Path::new(origin), &[], text, placement, Some(setup))?;
         if let Err(e) = self.keep_part(&name, text, origin, macs) {
             if let Ok(c) = self.chain(&name) {
                 self.chains.lock().expect("chains lock").retain(|x| !Arc::ptr_eq(x, &c));
@@ -110,22 +152,21 @@ impl Daemon {
     pub(super) fn deploy_placed(
         &self,
         file: &Path,
+        set: &[(String, String)],
         text: &str,
         placement: ferry_place::Placement,
         nsh: Option<NshSetup>,
     ) -> Result<ChainSummary> {
-        let mut plan = ChainPlan::compile(&placement.server);
-        crate::devices::check(&plan, &placement, text, &file.display().to_string())?;
-        // NFs started without `cpus` inherit ferryd's CPU set.
-        plan.settle_polling(std::thread::available_parallelism().map_or(1, |n| n.get()));
-        for nf in &plan.nfs {
-            let offline = crate::spawn::offline_cpus(&nf.cpus);
-            if !offline.is_empty() {
-                bail!("NF {}: cpus: {offline:?} not online on this machine", nf.name);
-            }
-        }
-        self.check_free(&plan)?;
+        let origin = file.display().to_string();
+        let plan = self.admit(&placement, text, &origin)?;
+        // Taken back if the chain fails to come up, so that ids count the
+        // chains deployed (deploys are serialised by `changes`).
+        let first_nf = self.next_nf.load(Ordering::Relaxed);
         let id = self.next_chain.fetch_add(1, Ordering::Relaxed);
+        let release_ids = || {
+            self.next_chain.store(id, Ordering::Relaxed);
+            self.next_nf.store(first_nf, Ordering::Relaxed);
+        };
         let new_id = || self.next_nf.fetch_add(1, Ordering::Relaxed);
         let nf_ids: Vec<u32> = plan.nfs.iter().map(|_| new_id()).collect();
         let xdp = placement.xdp.iter().map(|p| (p.clone(), p.nfs.iter().map(|_| new_id()).collect())).collect();
@@ -153,6 +194,7 @@ impl Daemon {
             id,
             nf_ids,
             file: file.to_path_buf(),
+            set: set.to_vec(),
             plan,
             socket: self.socket.clone(),
             spawn: self.spawn,
@@ -166,12 +208,19 @@ impl Daemon {
             persist: self.persist.then(|| self.state_dir.clone()),
             nsh,
         };
-        let chain = Arc::new(Chain::setup(setup).with_context(|| format!("chain from {}", file.display()))?);
+        let chain = match Chain::setup(setup) {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                release_ids();
+                return Err(e.context(format!("chain from {origin}")));
+            }
+        };
         // Listed before its NFs start: their hellos look it up.
         self.chains.lock().expect("chains lock").push(chain.clone());
         if let Err(e) = chain.start().and_then(|()| chain.save_state()) {
             self.chains.lock().expect("chains lock").retain(|c| c.id != id);
             chain.stop(REMOVE_GRACE);
+            release_ids();
             return Err(e);
         }
         let summary = chain.summary();
@@ -185,30 +234,39 @@ impl Daemon {
         Ok(summary)
     }
 
-    /// Refuses a chain whose name, ports or kernel hops are taken.
-    pub(super) fn check_free(&self, plan: &ChainPlan) -> Result<()> {
-        if self.paths.lock().expect("paths lock").iter().any(|(n, _)| *n == plan.name) {
-            bail!("chain {:?} is already deployed (its part over hosts here)", plan.name);
+    /// Refuses a chain whose name, ports or kernel hops are taken; a taken
+    /// port is named by its line of `text` (the chain file, `origin`).
+    pub(super) fn check_free(&self, plan: &ChainPlan, text: &str, origin: &str) -> Result<()> {
+        let name = &plan.name;
+        let again = format!("remove it first (`ferry chain remove {name}`), or give this one another `name:`");
+        if self.paths.lock().expect("paths lock").iter().any(|(n, _)| n == name) {
+            bail!("{origin}: chain {name:?} is already deployed (its part over hosts here): {again}");
         }
         for c in self.chains.lock().expect("chains lock").iter() {
-            if c.plan.name == plan.name {
-                bail!("chain {:?} is already deployed (id {})", plan.name, c.id);
+            if c.plan.name == *name {
+                bail!("{origin}: chain {name:?} is already deployed (id {}): {again}", c.id);
             }
+            let other = &c.plan.name;
             for p in &plan.ports {
                 if let Some(q) = c.plan.ports.iter().find(|q| q.netns == p.netns && q.netdev == p.netdev) {
-                    bail!(
-                        "port {:?}: device {} (netns {}) is already port {:?} of chain {:?}",
-                        p.name,
+                    let message = format!(
+                        "device {} (netns {}) is already port {:?} of chain {other:?}: a device is one chain's. \
+                         Give this port another device, or remove that chain first (`ferry chain remove {other}`)",
                         p.netdev,
                         p.netns.as_deref().unwrap_or("(root)"),
                         q.name,
-                        c.plan.name
                     );
+                    return Err(crate::devices::located(text, origin, &p.name, "netdev", message).into());
                 }
             }
             for k in &plan.kernel {
                 if c.plan.kernel.iter().any(|q| q.netns == k.netns && q.dev == k.dev) {
-                    bail!("kernel hop {:?}: device {} is already chain {:?}'s", k.name, k.dev, c.plan.name);
+                    bail!(
+                        "{origin}: kernel hop {:?}: device {} is already chain {other:?}'s: give this hop another \
+                         `dev:`, or remove that chain first (`ferry chain remove {other}`)",
+                        k.name,
+                        k.dev
+                    );
                 }
             }
         }
