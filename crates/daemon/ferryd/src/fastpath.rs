@@ -27,6 +27,9 @@ pub struct FastPath {
     pipeline: HybridPipeline,
     installed: Installed,
     port: String,
+    /// The split NF whose stateless part ends the path (shown with its
+    /// process, not here).
+    split: Option<String>,
 }
 
 /// The ids a port's XDP part is installed with, and where it ends.
@@ -56,8 +59,8 @@ impl FastPath {
         path: &[OffloadedNf],
         ids: FastPathIds,
     ) -> Result<FastPath> {
-        let split = path.iter().any(|n| matches!(n.lowering, Lowering::Split(_)));
-        let mut pipeline = HybridPipeline::load_with(split).context("loading the stage pipeline")?;
+        let split = path.iter().find(|n| matches!(n.lowering, Lowering::Split(_))).map(|n| n.name.clone());
+        let mut pipeline = HybridPipeline::load_with(split.is_some()).context("loading the stage pipeline")?;
         let target = match ids.then {
             FastPathEnd::Nf(nf) => Target::Xsk { nf },
             FastPathEnd::Device(ifindex) => Target::Redirect { ifindex },
@@ -71,7 +74,7 @@ impl FastPath {
             pipeline.attach(ifindex, mode).context("attaching the stage pipeline")?;
             Ok(pipeline)
         })??;
-        Ok(FastPath { pipeline, installed, port: plan.name.clone() })
+        Ok(FastPath { pipeline, installed, port: plan.name.clone(), split })
     }
 
     /// Steers queue `queue`'s frames that reach the end of the path to
@@ -89,9 +92,10 @@ impl FastPath {
         &self.pipeline
     }
 
-    /// The offloaded NFs' counters and flows.
+    /// The offloaded NFs' counters and flows (but a split NF's).
     pub fn status(&self) -> Vec<OffloadedStatus> {
-        offloaded_status(self.pipeline.pipeline(), &self.installed, &self.port)
+        let all = offloaded_status(self.pipeline.pipeline(), &self.installed, &self.port);
+        all.into_iter().filter(|n| Some(&n.name) != self.split.as_ref()).collect()
     }
 }
 

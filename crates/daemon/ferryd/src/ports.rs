@@ -226,10 +226,15 @@ impl Port {
         post.fast.register_xsk(queue, socket).context("registering the split NF's socket in the loop pipeline")
     }
 
-    /// New fds of the split NF's tables `names` (its control plane's).
+    /// New fds of the split NF's tables `names` (its control plane's):
+    /// the pipeline in front of the port, or the port's own.
     pub fn split_map_fds(&self, names: &[&'static str]) -> Result<Vec<(&'static str, std::os::fd::OwnedFd)>> {
-        let post = self.post.as_ref().ok_or_else(|| anyhow::anyhow!("port {} has no loop device", self.plan.name))?;
-        Ok(post.fast.evnf().maps().fds(names)?)
+        let fast = match (&self.post, &self.xdp) {
+            (Some(post), _) if post.split.is_some() => &post.fast,
+            (_, Some(Steering::Pipeline(fast))) => fast,
+            _ => anyhow::bail!("port {} has no split NF's pipeline", self.plan.name),
+        };
+        Ok(fast.evnf().maps().fds(names)?)
     }
 
     /// Takes the port's XDP programs and its loop device away.

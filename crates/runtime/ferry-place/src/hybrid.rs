@@ -65,12 +65,14 @@ pub fn is_hybrid(spec: &ChainSpec, i: usize) -> bool {
     hybrid_type(spec, i).is_some()
 }
 
-/// NF `i` is an eNAT inside a chain: linked from an NF that is not a
-/// hybrid one, to a port. It is
-/// on no hybrid path: it runs after the chain's last process, its
-/// mappings rewritten in XDP with the post-server NFs and its misses
-/// handled by its process (P4SFC's split of a NAT at the end of its
-/// chain), or whole as a process with `offload: never`.
+/// NF `i` is an eNAT inside a chain: one link in, from a port or an NF
+/// that is not a hybrid one, and one out, to a port or such an NF (not a
+/// kernel hop: that is a hybrid path's eNAT, whose slow path hands frames
+/// to the stack). It is on no hybrid path. As P4SFC places a partially
+/// offloadable NF: split where it borders a port with only XDP between
+/// (its mappings rewritten in XDP, its misses handled by its process),
+/// after the chain's last process or before any process; whole as a
+/// process anywhere else, and with `offload: never`.
 pub fn is_chain_nat(spec: &ChainSpec, i: usize) -> bool {
     if hybrid_type(spec, i).map(|t| t.fast_paths.first()) != Some(Some(&ferry_bpf::hybrid::HybridElement::Nat)) {
         return false;
@@ -78,9 +80,12 @@ pub fn is_chain_nat(spec: &ChainSpec, i: usize) -> bool {
     let name = &spec.nfs[i].name;
     let ins: Vec<&str> = spec.links.iter().filter(|l| &l.to == name).map(|l| l.from.as_str()).collect();
     let outs: Vec<&str> = spec.links.iter().filter(|l| &l.from == name).map(|l| l.to.as_str()).collect();
-    matches!((&ins[..], &outs[..]), ([from], [to])
-        if matches!(spec.node(from), Some(Node::Nf(j)) if !is_hybrid(spec, j))
-            && matches!(spec.node(to), Some(Node::Port(_))))
+    let chained = |node: &str| match spec.node(node) {
+        Some(Node::Nf(j)) => !is_hybrid(spec, j),
+        Some(Node::Port(_)) => true,
+        _ => false,
+    };
+    matches!((&ins[..], &outs[..]), ([from], [to]) if chained(from) && chained(to))
 }
 
 /// What a NAT inside a chain may not have: more than one thread (its

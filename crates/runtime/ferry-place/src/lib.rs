@@ -34,7 +34,13 @@
 //!   the post-server part with its stateless element; its misses go to
 //!   its process on the loop device's receiving end (the *miss port*),
 //!   which sends what it handled back through the loop device and out.
-//!   With `offload: never` it runs whole as a process.
+//!   One with no process before it (only XDP between a port and it, and
+//!   a port after it) ends that port's pre-server path the same way: its
+//!   misses go to its process's sockets on the ingress port, which sends
+//!   what it handled out of the egress port. Anywhere else (between
+//!   processes, or before one, where its misses and the next process's
+//!   frames would share the port's socket map), and with `offload:
+//!   never`, it runs whole as a process.
 //!
 //! Partially offloadable process NFs (`parallel-nat`, `maglev`) run whole
 //! as processes; their split forms are the hybrid types.
@@ -110,6 +116,11 @@ pub struct XdpPath {
     pub port: String,
     pub nfs: Vec<OffloadedNf>,
     pub then: Then,
+    /// The partially offloadable NF that ends `nfs` (a NAT right before
+    /// the port of [`Then::Port`]), if any: its established mappings are
+    /// rewritten here, its misses go to its process's sockets on this
+    /// port, which sends what it handled out of that port itself.
+    pub split: Option<String>,
 }
 
 /// The post_server part of one port that only sends: the NFs after the
@@ -277,6 +288,7 @@ pub fn place_with(spec: &ChainSpec, model: Option<&CostModel>) -> Result<Placeme
             continue;
         }
         let mut nfs: Vec<(usize, Lowering)> = Vec::new();
+        let mut split = None;
         let mut to = first.to.as_str();
         let then = loop {
             match spec.node(to) {
@@ -285,6 +297,17 @@ pub fn place_with(spec: &ChainSpec, model: Option<&CostModel>) -> Result<Placeme
                         nfs.push((i, l));
                         to = &spec.links.iter().find(|l| l.from == spec.nfs[i].name).expect("one out-link").to;
                     }
+                    Err(_) if hybrid::is_chain_nat(spec, i) => match pre_split(spec, i, port) {
+                        Ok((l, out)) => {
+                            nfs.push((i, l));
+                            split = Some(i);
+                            break Some(Then::Port(out));
+                        }
+                        Err(why) => {
+                            why_server[i] = Some(why);
+                            break Some(Then::Nf(spec.nfs[i].name.clone()));
+                        }
+                    },
                     Err(why) => {
                         why_server[i] = Some(why);
                         break Some(Then::Nf(spec.nfs[i].name.clone()));
@@ -331,12 +354,14 @@ pub fn place_with(spec: &ChainSpec, model: Option<&CostModel>) -> Result<Placeme
                 continue;
             }
         }
-        offloaded.extend(nfs.iter().map(|(i, _)| *i));
-        paths.push(XdpPath { port: port.name.clone(), nfs: offloaded_nfs(spec, nfs), then });
+        // A split NF keeps its process.
+        offloaded.extend(nfs.iter().map(|(i, _)| *i).filter(|&i| Some(i) != split));
+        let split = split.map(|i| spec.nfs[i].name.clone());
+        paths.push(XdpPath { port: port.name.clone(), nfs: offloaded_nfs(spec, nfs), then, split });
     }
     let post = post_paths(spec, &mut offloaded, &mut why_server);
     let (post, whole_by_fusion, costs) = place_posts(spec, post, model, &mut offloaded, &mut why_server);
-    let decisions = decide(spec, &offloaded, &post, &hybrid, why_server);
+    let decisions = decide(spec, &offloaded, (&paths, &post), &hybrid, why_server);
     if let Some((i, d)) = decisions
         .iter()
         .enumerate()
@@ -347,8 +372,12 @@ pub fn place_with(spec: &ChainSpec, model: Option<&CostModel>) -> Result<Placeme
             message: format!("{}: offload: force, but {}", d.nf, d.why),
         });
     }
+    let split = |i: usize| {
+        let name = Some(&spec.nfs[i].name);
+        post.iter().any(|p| p.split.as_ref() == name) || paths.iter().any(|p| p.split.as_ref() == name)
+    };
     let whole = (0..spec.nfs.len())
-        .filter(|&i| hybrid::is_chain_nat(spec, i) && !post.iter().any(|p| p.split.as_ref() == Some(&spec.nfs[i].name)))
+        .filter(|&i| hybrid::is_chain_nat(spec, i) && !split(i))
         .map(|i| hybrid::hybrid_nf(spec, i))
         .collect();
     let mut server = server_part(spec, &paths, &post, &hybrid, &offloaded);
@@ -496,7 +525,8 @@ fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut
                     }
                 }
             }
-            if offloaded.contains(&i) || hybrid::is_hybrid(spec, i) {
+            // A NAT inside a chain that is not split here is a process.
+            if offloaded.contains(&i) || (hybrid::is_hybrid(spec, i) && !hybrid::is_chain_nat(spec, i)) {
                 break None;
             }
             if why_server[i].is_some() {
@@ -546,6 +576,27 @@ fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut
 
 const NAT_NEVER: &str = "offload: never: the whole NAT runs as a process, mappings and rewrites";
 
+/// A NAT inside a chain reached from port `port` through XDP only, split
+/// over that path and its process when a port follows it in the same
+/// namespace: its XDP form, and that port's name; or why it runs whole.
+fn pre_split(spec: &ChainSpec, i: usize, port: &ferry_chain::spec::PortSpec) -> Result<(Lowering, String), String> {
+    let name = &spec.nfs[i].name;
+    let to = &spec.links.iter().find(|l| &l.from == name).expect("a chain NAT has one out-link").to;
+    match spec.node(to) {
+        Some(Node::Port(q)) if spec.ports[q].netns == port.netns => Ok((split_nat(spec, i, port)?, to.clone())),
+        Some(Node::Port(_)) => Err(format!(
+            "partially offloadable, but port {to:?} after it is in another namespace, where the XDP pipeline on \
+             port {}'s device cannot redirect: it runs whole as a process",
+            port.name
+        )),
+        _ => Err(format!(
+            "partially offloadable, but {to:?} after it is a process: split, its misses and {to:?}'s frames would \
+             share port {}'s socket map (one socket per queue), so it runs whole as a process",
+            port.name
+        )),
+    }
+}
+
 /// A NAT inside a chain, right before port `port`, split: its mappings
 /// rewritten in XDP on the loop device, its misses to its process; or
 /// why it runs whole as a process.
@@ -566,7 +617,7 @@ fn split_nat(spec: &ChainSpec, i: usize, port: &ferry_chain::spec::PortSpec) -> 
 fn decide(
     spec: &ChainSpec,
     offloaded: &HashSet<usize>,
-    post: &[PostPath],
+    (paths, post): (&[XdpPath], &[PostPath]),
     hybrid: &[HybridPath],
     why_server: Vec<Option<String>>,
 ) -> Vec<Decision> {
@@ -601,11 +652,24 @@ fn decide(
                 );
                 return Decision { nf: nf.name.clone(), kind, place: Place::Hybrid, why };
             }
+            if let Some(p) = paths.iter().find(|p| p.split.as_ref() == Some(&nf.name)) {
+                let out = match &p.then {
+                    Then::Port(out) | Then::Nf(out) => out,
+                };
+                let why = format!(
+                    "partially offloadable, on the path from port {} before any process (pre-server): established \
+                     mappings are rewritten in XDP on its device and redirected out of port {out}, new ones made by \
+                     its process, which gets the misses on port {}'s sockets",
+                    p.port, p.port
+                );
+                return Decision { nf: nf.name.clone(), kind, place: Place::Hybrid, why };
+            }
             if hybrid::is_chain_nat(spec, i) {
-                let why = match nf.offload {
-                    OffloadPolicy::Never => NAT_NEVER.into(),
-                    _ => "a NAT inside a chain is split only right before a port, after the chain's last process: \
-                          here it runs whole as a process"
+                let why = match (nf.offload, why) {
+                    (OffloadPolicy::Never, _) => NAT_NEVER.into(),
+                    (_, Some(why)) if why.starts_with("partially offloadable") || why.starts_with("port ") => why,
+                    _ => "partially offloadable, between processes: P4SFC splits such an NF only where it borders a \
+                          port with no process between, so it runs whole as a process"
                         .into(),
                 };
                 return Decision { nf: nf.name.clone(), kind, place: Place::Server, why };
@@ -679,7 +743,11 @@ fn server_part(
                 Some(XdpPath { then: Then::Nf(to), .. }) => {
                     Some(LinkSpec { from: l.from.clone(), to: to.clone(), mode: l.mode })
                 }
-                Some(XdpPath { then: Then::Port(_), .. }) => None,
+                // A split NF's process gets its misses on the port's sockets.
+                Some(XdpPath { then: Then::Port(_), split: Some(nf), .. }) => {
+                    Some(LinkSpec { from: l.from.clone(), to: nf.clone(), mode: l.mode })
+                }
+                Some(XdpPath { then: Then::Port(_), split: None, .. }) => None,
                 None if slow_nfs.contains(&l.from) => Some(l.clone()),
                 None if [&l.from, &l.to].iter().any(|n| gone.contains(n.as_str()) || hybrids.contains(n.as_str())) => {
                     None
@@ -719,6 +787,13 @@ impl Placement {
             out += &format!("xdp path on port {}: {} -> {then}\n", p.port, names.join(" -> "));
             for n in &p.nfs {
                 out += &format!("  {}: {}\n", n.name, n.lowering.elements());
+            }
+            if let (Some(nf), Then::Port(port)) = (&p.split, &p.then) {
+                out += &format!(
+                    "  {nf}: misses to its process, on port {}'s sockets; it makes the mapping and sends the frame \
+                     out of port {port}\n",
+                    p.port
+                );
             }
         }
         for p in &self.post {

@@ -234,8 +234,10 @@ fn a_nat_last_in_the_chain_is_split_over_the_loop_device_and_its_process() {
     assert_eq!(links, [("in", "ips"), ("ips", "mon"), ("mon", "fw"), ("fw", "nat"), ("nat", "out")]);
     assert!(p.decisions[3].why.contains("offload: never"), "{}", p.decisions[3].why);
 
-    // No process before it: the firewall runs in XDP and hands frames to
-    // the whole NAT's process (not to a hybrid path of port in).
+    // No process before it: the firewall and the NAT's stateless part run
+    // in XDP on port in's device, which redirects hits out of port out;
+    // the misses go to the NAT's process on port in's sockets, which
+    // sends them out of port out itself.
     let text = with_nat(&f, "")
         .replace(
             "  - { from: in, to: ips }\n  - { from: ips, to: mon }\n  - { from: mon, to: fw }\n",
@@ -246,17 +248,54 @@ fn a_nat_last_in_the_chain_is_split_over_the_loop_device_and_its_process() {
         .collect::<Vec<_>>()
         .join("\n");
     let (_, p) = load_str(&text, "sfc.yaml").unwrap();
-    assert_eq!(places(&p), [("fw", Place::Xdp), ("nat", Place::Server)]);
-    assert!(p.hybrid.is_empty() && p.post.is_empty());
-    assert_eq!(p.xdp[0].then, Then::Nf("nat".into()));
-    assert_eq!(p.whole.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["nat"]);
-    assert!(p.decisions[1].why.contains("split only right before a port"), "{}", p.decisions[1].why);
+    assert_eq!(places(&p), [("fw", Place::Xdp), ("nat", Place::Hybrid)]);
+    assert!(p.hybrid.is_empty() && p.post.is_empty() && p.whole.is_empty());
+    assert_eq!((&p.xdp[0].then, p.xdp[0].split.as_deref()), (&Then::Port("out".into()), Some("nat")));
+    assert_eq!(p.xdp[0].nfs[1].lowering, Lowering::Split(ferry_bpf::hybrid::HybridElement::Nat));
+    let links: Vec<(&str, &str)> = p.server.links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+    assert_eq!(links, [("in", "nat"), ("nat", "out")]);
+    assert!(p.decisions[1].why.contains("before any process (pre-server)"), "{}", p.decisions[1].why);
+    assert!(p.explain().contains("xdp path on port in: fw -> nat -> redirected out of port out"), "{}", p.explain());
+    // The NAT alone between two ports: the same.
+    let alone = text.replace("  - { from: in, to: fw }\n  - { from: fw, to: nat }\n", "  - { from: in, to: nat }\n");
+    let alone = alone.lines().filter(|l| !l.contains("name: fw")).collect::<Vec<_>>().join("\n");
+    let (_, p) = load_str(&alone, "sfc.yaml").unwrap();
+    assert_eq!(places(&p), [("nat", Place::Hybrid)]);
+    assert_eq!(p.xdp[0].split.as_deref(), Some("nat"));
 
     // Reply ports are for an eNAT that starts a hybrid path.
     let e =
         load_str(&with_nat(&f, "").replace("nat.yaml\"]", "nat.yaml\", \"reply_ports=in\"]"), "sfc.yaml").unwrap_err();
     assert_eq!(e.field, "nfs[3].args[1]");
     assert!(e.message.contains("translates its chain's direction only"), "{e}");
+}
+
+/// P4SFC lets a partially offloadable NF sit anywhere: between processes
+/// (or before one) it runs whole on the server, and the NFs after the
+/// last process still move to XDP.
+#[test]
+fn a_nat_followed_by_nfs_runs_whole_and_says_why() {
+    let f = Files::new("mid-nat", 3);
+    // in -> ips -> mon -> fw -> nat -> out, the NAT moved to the front.
+    let text = with_nat(&f, "")
+        .replace("  - { from: in, to: ips }\n", "  - { from: in, to: nat }\n  - { from: nat, to: ips }\n")
+        .replace("  - { from: fw, to: nat }\n  - { from: nat, to: out }\n", "  - { from: fw, to: out }\n");
+    let (_, p) = load_str(&text, "sfc.yaml").unwrap();
+    let want = [("fw", Place::Xdp), ("mon", Place::Xdp), ("ips", Place::Server), ("nat", Place::Server)];
+    assert_eq!(places(&p), want);
+    assert_eq!(p.whole.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["nat"]);
+    let why = &p.decisions[3].why;
+    assert!(why.contains("\"ips\" after it is a process") && why.contains("share port in's socket map"), "{why}");
+    // Between two processes, the NAT after the IPS and a process after it.
+    let text = with_nat(&f, "").replace(
+        "  - { from: fw, to: nat }\n  - { from: nat, to: out }\n",
+        "  - { from: fw, to: nat }\n  - { from: nat, to: tail }\n  - { from: tail, to: out }\n",
+    );
+    let text = text.replace("links:", "  - { name: tail, domain: main, kind: l2fwd }\nlinks:");
+    let (_, p) = load_str(&text, "sfc.yaml").unwrap();
+    let nat = p.decisions.iter().find(|d| d.nf == "nat").unwrap();
+    assert_eq!(nat.place, Place::Server);
+    assert!(nat.why.contains("between processes"), "{}", nat.why);
 }
 
 #[test]

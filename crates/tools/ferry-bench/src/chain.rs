@@ -9,7 +9,7 @@
 //! * `fig11`: batched redirect on (32) versus off (1).
 //! * `table1`: a 4-NF chain whose third NF is slow, with and without
 //!   backpressure: per-NF CPU and end-to-end rate.
-//! * `idle`: CPU of a 4-NF chain with no traffic.
+//! * `idle`: CPU of a 4-NF chain (and its sink) with no traffic.
 //! * `load`: latency against offered load, memory and veth mode
 //!   ([`crate::load`]).
 //!
@@ -225,15 +225,9 @@ fn build_chain(name: &str, s: ChainShape) -> String {
         };
         nfs.push(NfLine { name: format!("nf{}", i + 1), domain: dom(i + 1), kind, args, extra: extra.clone() });
     }
-    if s.source {
-        nfs.push(NfLine {
-            name: "snk".into(),
-            domain: dom(s.fwds + 1),
-            kind: "sink".into(),
-            args: vec![],
-            extra: extra.clone(),
-        });
-    }
+    // Without a source too: a forwarder's output must go somewhere (the
+    // idle chain's sink receives nothing, and idles like the rest).
+    nfs.push(NfLine { name: "snk".into(), domain: dom(s.fwds + 1), kind: "sink".into(), args: vec![], extra });
     let mut domains: Vec<String> = nfs.iter().map(|n| n.domain.clone()).collect();
     domains.dedup();
     chain_yaml(name, &domains, &nfs, s.hosted.then_some(HOST_USER), s.fused)

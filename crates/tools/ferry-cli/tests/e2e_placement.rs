@@ -52,6 +52,9 @@ const IPS_MON_FW_NAT: &[&str] = &["ips", "mon", "fw", "nat"];
 /// A hybrid eFW, then the IPS process: the eFW's fast path in XDP on d0
 /// hands what it allows to the IPS's sockets.
 const EFW_IPS: &[&str] = &["efw", "ips"];
+/// A firewall and a NAT with no process before it: both split over XDP
+/// on d0 and the NAT's process (pre-server).
+const FW_NAT: &[&str] = &["fw", "nat"];
 /// The eFW's rules: a denied subnet, then TCP and UDP allowed; what no
 /// rule decides (ICMP, ARP, IPv6, fragments) goes to dut's stack.
 const EFW_CONFIG: &str = "firewall:
@@ -589,6 +592,48 @@ fn a_split_nat_last_in_the_chain_sends_out_what_a_nat_process_does() {
     assert_eq!(c(&st, "nat", "mappings_made"), made, "as many mappings");
     // Every translated frame was rewritten in XDP or went to the process
     // first; the process made one mapping per inside endpoint.
+    let (rewritten, to_slow) = (c(&st, "nat", "rewritten"), c(&st, "nat", "to_slow_path"));
+    assert!(to_slow >= made && made > 0, "to_slow_path {to_slow}, mappings {made}");
+    assert_eq!(rewritten + to_slow, translated as u64, "each translated frame once");
+}
+
+/// in -> fw -> nat -> out, no process before the NAT: the firewall and
+/// the NAT's established mappings run in XDP on d0, which redirects hits
+/// out of d1; the first frame of each inside endpoint goes to the NAT's
+/// process on d0's socket, which makes the mapping and sends the frame out
+/// of d1 itself. The same frames leave as from two processes (as sets: a
+/// frame the process handled may leave after a later one XDP rewrote).
+#[test]
+fn a_split_nat_with_no_process_before_it_sends_out_what_a_nat_process_does() {
+    if !privileged("placement_pre_split_nat") {
+        return;
+    }
+    let input = input();
+    // What the firewall counts (`run` waits on it): every frame as a
+    // process; in XDP, what the pipeline parses (it drops the rest as
+    // malformed before any element).
+    let (_, fw_rx) = expected(&input, &["fw"]);
+    let parsed = input.iter().filter(|f| ferry_wire::flow::parse(f).is_ok()).count() as u64;
+    let (mut want, _) = expected(&input, FW_NAT);
+    let public = |f: &[u8]| ferry_wire::flow::parse(f).is_ok_and(|fl| fl.src_v4() == Some(NAT_PUBLIC.into()));
+    let translated = want.iter().filter(|f| public(f)).count();
+    assert!(translated > 10, "the input has frames to translate: {translated}");
+    want.sort();
+    let (mut never, st, _) = run("never", FW_NAT, &input, want.len(), fw_rx);
+    assert_eq!(st.nfs.len(), 2);
+    never.sort();
+    assert_eq!(never, want, "all processes: the NFs' own decisions");
+    let made = c(&st, "nat", "mappings_made");
+
+    let (mut auto, st, loops) = run("auto", FW_NAT, &input, want.len(), parsed);
+    assert_eq!(loops, 0, "no loop device: the path starts at the port");
+    let processes: Vec<&str> = st.nfs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(processes, ["nat"], "the NAT keeps its process");
+    let offloaded: Vec<(&str, &str)> = st.offloaded.iter().map(|n| (n.name.as_str(), n.port.as_str())).collect();
+    assert_eq!(offloaded, [("fw", "in")]);
+    auto.sort();
+    assert_eq!(auto, want, "split: the same frames");
+    assert_eq!(c(&st, "nat", "mappings_made"), made, "as many mappings");
     let (rewritten, to_slow) = (c(&st, "nat", "rewritten"), c(&st, "nat", "to_slow_path"));
     assert!(to_slow >= made && made > 0, "to_slow_path {to_slow}, mappings {made}");
     assert_eq!(rewritten + to_slow, translated as u64, "each translated frame once");

@@ -200,7 +200,9 @@ impl Chain {
                 if let Some(h) = self.hybrids.lock().expect("hybrids lock").as_mut() {
                     h.register_socket(&nf.name, &self.plan.ports[p].name, t.index, &sock)?;
                 }
-                if let Some(s) = self.splits.iter().find(|s| s.miss == p) {
+                // A pre-server split's port registered it already (its
+                // pipeline steers there).
+                if let Some(s) = self.splits.iter().find(|s| s.miss == p && s.miss != s.port) {
                     let of = self.ports[s.port].as_ref().ok_or_else(|| anyhow!("port {} not open", s.port))?;
                     of.lock().expect("port lock").register_miss_socket(t.index, &sock)?;
                 }

@@ -62,7 +62,7 @@ impl Chain {
         let (creds, leases) = users::resolve(&plan, uids)?;
         log_users(&plan, &creds);
         let domains = Arc::new(plan.domains.iter().map(Domain::create).collect::<Result<Vec<_>>>()?);
-        let splits = splits_of(&plan, &post);
+        let splits = splits_of(&plan, &xdp, &post);
         // Classifiers first: they make their entries' devices, which the
         // entries' ports bind to. NSH attachments next: the same.
         let classifiers = open_classifiers(&mut plan)?;
@@ -120,12 +120,16 @@ fn log_users(plan: &ChainPlan, creds: &[Creds]) {
     }
 }
 
-/// Split NFs: their name, port and miss port, by index.
-fn splits_of(plan: &ChainPlan, post: &[(PostPath, Vec<u32>)]) -> Vec<Split> {
+/// Split NFs: their name, port and miss port, by index. A pre-server
+/// split NF gets its misses on the path's own port.
+fn splits_of(plan: &ChainPlan, xdp: &[(XdpPath, Vec<u32>)], post: &[(PostPath, Vec<u32>)]) -> Vec<Split> {
     let at = |name: &str| plan.ports.iter().position(|q| q.name == name);
-    post.iter()
-        .filter_map(|(p, _)| Some(Split { nf: p.split.clone()?, port: at(&p.port)?, miss: at(&p.miss_port()?)? }))
-        .collect()
+    let pre =
+        xdp.iter().filter_map(|(p, _)| Some(Split { nf: p.split.clone()?, port: at(&p.port)?, miss: at(&p.port)? }));
+    let post = post
+        .iter()
+        .filter_map(|(p, _)| Some(Split { nf: p.split.clone()?, port: at(&p.port)?, miss: at(&p.miss_port()?)? }));
+    pre.chain(post).collect()
 }
 
 fn open_classifiers(plan: &mut ChainPlan) -> Result<Vec<EdgeClassifier>> {
@@ -158,7 +162,7 @@ fn open_ports(
 ) -> Result<Vec<Option<Mutex<Port>>>> {
     let mut ports: Vec<Option<Mutex<Port>>> = Vec::new();
     for (index, p) in plan.ports.iter().enumerate() {
-        if let Some(s) = splits.iter().find(|s| s.miss == index) {
+        if let Some(s) = splits.iter().find(|s| s.miss == index && s.miss != s.port) {
             let of = ports.get(s.port).and_then(Option::as_ref);
             let of = of.ok_or_else(|| anyhow!("port {}: its loop device is not open", p.name))?;
             let port = Port::open_miss(p, &of.lock().expect("port lock"))?;

@@ -169,26 +169,15 @@ impl Daemon {
         };
         let new_id = || self.next_nf.fetch_add(1, Ordering::Relaxed);
         let nf_ids: Vec<u32> = plan.nfs.iter().map(|_| new_id()).collect();
-        let xdp = placement.xdp.iter().map(|p| (p.clone(), p.nfs.iter().map(|_| new_id()).collect())).collect();
         // A split NF is one NF: its element has its process's id.
         let process_id = |name: &str| plan.nfs.iter().position(|n| n.name == name).map(|i| nf_ids[i]);
-        let post = placement
-            .post
-            .iter()
-            .map(|p| {
-                let ids = p
-                    .nfs
-                    .iter()
-                    .map(|n| {
-                        (p.split.as_ref() == Some(&n.name))
-                            .then(|| process_id(&n.name))
-                            .flatten()
-                            .unwrap_or_else(new_id)
-                    })
-                    .collect();
-                (p.clone(), ids)
-            })
-            .collect();
+        let ids = |nfs: &[ferry_place::OffloadedNf], split: Option<&String>| -> Vec<u32> {
+            nfs.iter()
+                .map(|n| (split == Some(&n.name)).then(|| process_id(&n.name)).flatten().unwrap_or_else(new_id))
+                .collect()
+        };
+        let xdp = placement.xdp.iter().map(|p| (p.clone(), ids(&p.nfs, p.split.as_ref()))).collect();
+        let post = placement.post.iter().map(|p| (p.clone(), ids(&p.nfs, p.split.as_ref()))).collect();
         let ahead_ids = placement.hybrid.iter().map(|h| h.before.iter().map(|_| new_id()).collect()).collect();
         let setup = ChainSetup {
             id,
