@@ -198,6 +198,12 @@ impl Drop for RunningChain {
 
 /// One request on ferryd's admin socket `admin`; an error reply is an error.
 fn admin_request(admin: &Path, msg: &Msg) -> Result<Msg> {
+    if !admin.exists() {
+        bail!(
+            "no ferryd at {}: start one (`ferry chain up FILE`, or `ferryd`), or name its admin socket with --admin",
+            admin.display()
+        );
+    }
     match proto::request(admin, msg).with_context(|| format!("ferryd's admin socket {}", admin.display()))? {
         Msg::Error { message } => bail!("ferryd: {message}"),
         reply => Ok(reply),

@@ -708,9 +708,14 @@ fn run_testbed(cmd: TestbedCmd) -> Result<()> {
             let spec = ferry_testbed::parse(&file)?;
             let tb = ferry_testbed::up_detached(&spec)?;
             println!("testbed {} is up:", tb.name());
+            let mut vars = Vec::new();
             for (logical, real) in tb.namespaces() {
                 println!("  {logical:<12} ip netns exec {real} ...");
+                let var: String = logical.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+                vars.push(format!("{}={real}", var.to_uppercase()));
             }
+            // The examples' commands name the namespaces by these.
+            println!("export {}", vars.join(" "));
             Ok(())
         }
         TestbedCmd::Down { file_or_name } => {

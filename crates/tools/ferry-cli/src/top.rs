@@ -128,9 +128,7 @@ pub fn render(prev: &Sample, now: &Sample) -> String {
 /// Redraws the view every `interval` until `frames` views were drawn (or
 /// for ever); `clear` clears the terminal first.
 pub fn run(admin: &Path, interval: Duration, frames: Option<u64>, clear: bool) -> Result<()> {
-    let mut prev = sample(admin).map_err(|e| {
-        anyhow::anyhow!("{e:#}\nno ferryd answers at {}: start one (`ferry chain up FILE`, or ferryd)", admin.display())
-    })?;
+    let mut prev = sample(admin)?;
     let mut drawn = 0;
     while frames.map_or(true, |f| drawn < f) && !crate::util::stop_requested() {
         std::thread::sleep(interval);

@@ -661,3 +661,135 @@ fn shell_words(line: &str) -> Vec<String> {
     words.extend((!word.is_empty()).then_some(word));
     words
 }
+
+/// The README's blocks marked `<!-- runs: ... -->` run as they stand, in
+/// order, as root, each on a testbed of its own: a command's `export
+/// NAME=VALUE` output line sets what later commands' `$NAME` means (as
+/// the user who runs it would), `$PWD` is the checkout, and a command
+/// ending in `&` runs on in the background (its first line says it is
+/// up). Whatever a block leaves running is stopped, pass or fail.
+#[test]
+fn readme_blocks_marked_to_run_run_as_written() {
+    if !privileged("readme_walk") {
+        return;
+    }
+    let _serial = OWN_TESTBEDS.lock().unwrap_or_else(|e| e.into_inner());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..").canonicalize().unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let blocks = marked_blocks(&readme);
+    assert!(!blocks.is_empty(), "the README marks no block to run");
+    for block in blocks {
+        let mut walk = Walk { root: root.clone(), vars: Vec::new(), background: Vec::new(), testbeds: Vec::new() };
+        for line in joined(block.iter().map(String::as_str)) {
+            walk.run(&line);
+        }
+    }
+}
+
+/// The ```sh blocks of `text` right after a `<!-- runs: ... -->` line.
+fn marked_blocks(text: &str) -> Vec<Vec<String>> {
+    let mut blocks = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if !line.starts_with("<!-- runs:") {
+            continue;
+        }
+        assert_eq!(lines.next().map(str::trim), Some("```sh"), "a block follows its <!-- runs: --> mark");
+        blocks.push(lines.by_ref().take_while(|l| !l.starts_with("```")).map(str::to_string).collect());
+    }
+    blocks
+}
+
+/// A README block being run.
+struct Walk {
+    root: std::path::PathBuf,
+    /// What `export` lines set.
+    vars: Vec<(String, String)>,
+    background: Vec<std::process::Child>,
+    /// The testbed files brought up, to bring down if the block does not.
+    testbeds: Vec<String>,
+}
+
+impl Walk {
+    fn run(&mut self, line: &str) {
+        let mut words = shell_words(line);
+        if words.is_empty() || (words[0] == "export" && words.iter().any(|w| w.starts_with("PATH="))) {
+            return; // The test's own binaries come first on its PATH.
+        }
+        let background = words.last().is_some_and(|w| w == "&");
+        if background {
+            words.pop();
+        }
+        let words: Vec<String> = words.iter().map(|w| self.expand(w)).collect();
+        eprintln!("readme: {}", words.join(" "));
+        match (words[0].as_str(), words.get(1).map(String::as_str), words.get(2).map(String::as_str)) {
+            ("ferry", Some("testbed"), Some("up")) => self.testbeds.push(words[3].clone()),
+            ("ferry", Some("testbed"), Some("down")) => self.testbeds.retain(|t| *t != words[3]),
+            _ => {}
+        }
+        let cmd = self.command(&words);
+        if background {
+            self.start(cmd, line);
+            return;
+        }
+        let out = Ferry::spawn_cmd(cmd, line.to_string()).finish(Duration::from_secs(180));
+        assert!(out.status.success(), "`{line}` failed:\n{}{}", out.stdout, out.stderr);
+        for l in out.stdout.lines().filter_map(|l| l.strip_prefix("export ")) {
+            self.vars
+                .extend(l.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())));
+        }
+    }
+
+    /// `word` with `$NAME` replaced by its value (`$PWD`: the checkout).
+    fn expand(&self, word: &str) -> String {
+        let mut out = word.replace("$PWD", &self.root.display().to_string());
+        for (k, v) in &self.vars {
+            out = out.replace(&format!("${k}"), v);
+        }
+        assert!(!out.contains('$'), "{word}: a variable the block never set");
+        out
+    }
+
+    fn command(&self, words: &[String]) -> std::process::Command {
+        let bin = Path::new(FERRY).parent().unwrap();
+        let mut cmd = std::process::Command::new(bin.join(&words[0]));
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        cmd.args(&words[1..]).current_dir(&self.root).env("PATH", path);
+        cmd
+    }
+
+    /// Starts `cmd` in the background and waits for its first line.
+    fn start(&mut self, mut cmd: std::process::Command, line: &str) {
+        use std::io::BufRead;
+        cmd.stdout(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        self.background.push(child);
+        // A guard against a hang only: the first line is the event.
+        let first = rx.recv_timeout(Duration::from_secs(120));
+        assert!(first.is_ok(), "`{line}` said nothing");
+    }
+}
+
+impl Drop for Walk {
+    fn drop(&mut self) {
+        if !self.background.is_empty() {
+            let _ = self.command(&["ferry".into(), "chain".into(), "down".into()]).output();
+        }
+        for child in &mut self.background {
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+        for t in std::mem::take(&mut self.testbeds) {
+            let _ = self.command(&["ferry".into(), "testbed".into(), "down".into(), t]).output();
+        }
+    }
+}
