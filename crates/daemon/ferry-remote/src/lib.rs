@@ -233,12 +233,14 @@ pub fn request_control(
 ) -> Result<Msg, RemoteError> {
     match control.strip_prefix("unix:") {
         Some(path) => {
-            let connect = |source| RemoteError::Connect { addr: control.into(), source };
-            let sock = std::os::unix::net::UnixStream::connect(path).map_err(connect)?;
-            sock.set_read_timeout(Some(timeout)).map_err(connect)?;
-            sock.set_write_timeout(Some(timeout)).map_err(connect)?;
-            proto::send(&sock, msg, &[])?;
-            Ok(proto::recv(&sock)?.0)
+            let connect = || {
+                let sock = std::os::unix::net::UnixStream::connect(path)?;
+                sock.set_read_timeout(Some(timeout))?;
+                sock.set_write_timeout(Some(timeout))?;
+                Ok(sock)
+            };
+            let connect = || connect().map_err(|source| RemoteError::Connect { addr: control.into(), source });
+            Ok(proto::ask(connect, msg)?.reply)
         }
         None => {
             let config = tls.ok_or_else(|| RemoteError::NoTls { host: host.into() })?;

@@ -24,7 +24,7 @@ use crate::tap::Tap;
 use crate::users::{Creds, Lease, UidRange};
 
 mod admission;
-mod adopt;
+pub(crate) mod adopt;
 mod setup;
 mod status;
 mod supervision;

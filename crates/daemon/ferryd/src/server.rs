@@ -331,13 +331,20 @@ impl Daemon {
         }
     }
 
-    /// The first message on `stream`, which leaves its seat then.
+    /// The first message on `stream`, which leaves its seat then; a
+    /// message of a connection closed for room meanwhile is dropped
+    /// unread (its client was told Busy and sends it again).
     fn first_message(seat: Seat, stream: &UnixStream) -> Result<(Msg, Vec<OwnedFd>), ProtoError> {
         let first = proto::recv(stream);
         if matches!(&first, Err(ProtoError::Io(e)) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)) {
             seat.timed_out();
+            return first;
         }
-        first
+        if seat.leave() {
+            first
+        } else {
+            Err(ProtoError::Closed)
+        }
     }
 
     /// The counters of ferryd's listeners, by `listener.counter`.

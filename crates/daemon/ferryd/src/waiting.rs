@@ -12,6 +12,10 @@
 //!   already in its socket is never pushed out (if all are, the newcomer
 //!   is closed instead), so a restarting NF or root's request is served,
 //!   and a uid can push out only its own until the room is full;
+//! * a connection closed for room is told [`Msg::Busy`] first, and its
+//!   request, should it arrive as it is closed, is never acted on (the
+//!   seat is gone when its thread comes to leave it): the client may send
+//!   it again, which `proto::ask` does;
 //! * seats are taken in the accept loop, before a thread is spawned, so
 //!   threads are bounded by the room and "oldest" is the accept order;
 //! * each has [`WAIT_TIMEOUT`] to speak.
@@ -23,6 +27,8 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use ferry_chain::proto::{self, Msg};
 
 use crate::spawn::peer_cred;
 
@@ -82,8 +88,7 @@ impl WaitingRoom {
             match silent {
                 Some(at) => self.evict(&mut w, at),
                 None => {
-                    let _ = stream.shutdown(Shutdown::Both);
-                    self.evicted.fetch_add(1, Ordering::Relaxed);
+                    self.close_busy(stream);
                     return Ok(None);
                 }
             }
@@ -97,9 +102,26 @@ impl WaitingRoom {
     /// Closes seat `at`: its thread's read ends at once.
     fn evict(&self, w: &mut Waiting, at: usize) {
         if let Some((_, _, stream)) = w.seats.remove(at) {
-            let _ = stream.shutdown(Shutdown::Both);
-            self.evicted.fetch_add(1, Ordering::Relaxed);
+            self.close_busy(&stream);
         }
+    }
+
+    /// Tells `stream` [`Msg::Busy`] and closes it. The frame goes without
+    /// waiting: a fresh connection's send buffer has room for it.
+    fn close_busy(&self, stream: &UnixStream) {
+        if let Ok(frame) = proto::frame(&Msg::Busy) {
+            // SAFETY: send of a buffer we own on an open socket.
+            unsafe {
+                libc::send(
+                    stream.as_raw_fd(),
+                    frame.as_ptr().cast(),
+                    frame.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+        }
+        let _ = stream.shutdown(Shutdown::Both);
+        self.evicted.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The counters by name: connections accepted, those that stayed
@@ -125,6 +147,15 @@ impl Seat {
     /// The connection stayed silent past [`WAIT_TIMEOUT`].
     pub fn timed_out(&self) {
         self.room.timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Leaves the room once the first message is read: false when the
+    /// connection was closed for room meanwhile (its client was told
+    /// Busy, so the message must not be acted on).
+    pub fn leave(self) -> bool {
+        let mut w = self.room.waiting.lock().expect("waiting lock");
+        let at = w.seats.iter().position(|s| s.0 == self.id);
+        at.map(|at| w.seats.remove(at)).is_some()
     }
 }
 
@@ -155,14 +186,29 @@ mod tests {
         // One uid (ours) for every pair: the per-peer limit of 2 rules.
         let seats: Vec<Seat> = pairs[..3].iter().map(|(server, _)| room.enter(server).unwrap().unwrap()).collect();
         let [mut spoke, mut silent, mut third] = [0, 1, 2].map(|i| pairs[i].1.try_clone().unwrap());
+        assert!(matches!(proto::recv(&silent).unwrap().0, Msg::Busy), "told why");
         assert!(closed(&mut silent), "the third pushed out the oldest silent one");
         assert!(!closed(&mut spoke) && !closed(&mut third));
         assert_eq!(room.counters()[2], ("closed_for_limit", 1));
         // Both seats of the uid have spoken: the newcomer is closed.
         pairs[2].1.write_all(b"hello").unwrap();
         assert!(room.enter(&pairs[3].0).unwrap().is_none(), "no silent seat to free");
+        assert!(matches!(proto::recv(&pairs[3].1).unwrap().0, Msg::Busy));
         assert!(closed(&mut pairs[3].1));
         drop(seats);
         assert!(room.waiting.lock().unwrap().seats.is_empty(), "dropped seats leave");
+    }
+
+    #[test]
+    fn a_request_read_after_its_seat_was_taken_is_not_acted_on() {
+        let room = Arc::new(WaitingRoom::new(1, 8));
+        let (first, _client) = UnixStream::pair().unwrap();
+        let (second, _other) = UnixStream::pair().unwrap();
+        let seat = room.enter(&first).unwrap().unwrap();
+        let pusher = room.enter(&second).unwrap().unwrap();
+        assert!(!seat.leave(), "pushed out before its thread read the request");
+        let (third, _c) = UnixStream::pair().unwrap();
+        drop(pusher);
+        assert!(room.enter(&third).unwrap().unwrap().leave(), "a seat still held is left");
     }
 }

@@ -400,8 +400,10 @@ impl KindCheck for Catalog {
         check_in_chain(kind, args, out_links).map_err(|e| (e.arg_index(), e.to_string()))
     }
 
+    /// Of NFs joined with `+`, the last one's output is the process's (an
+    /// l2fwd last sends back what the others passed).
     fn needs_out_link(&self, kind: &str) -> bool {
-        kind.split('+').any(|k| find(k).is_some_and(|t| t.passes))
+        kind.rsplit('+').next().and_then(find).is_some_and(|t| t.passes)
     }
 }
 

@@ -78,6 +78,11 @@ pub enum ProtoError {
     Io(#[from] std::io::Error),
     #[error("fd passing: {0}")]
     Fds(#[from] ferry_xsk::XskError),
+    #[error(
+        "ferryd closed the request unread {tries} times to make room for other connections \
+         (a flood of its socket?): try again"
+    )]
+    Busy { tries: usize },
 }
 
 /// Every message, both directions.
@@ -127,14 +132,19 @@ pub enum Msg {
     },
     /// Deploy the chain file `file` (a path ferryd reads) next to the
     /// chains already running, its placeholders `{KEY}` filled with
-    /// `set`'s values; with `dry_run`, only check that it would deploy
-    /// (the reply's id is 0).
+    /// `set`'s values.
     Deploy {
         file: String,
         #[serde(default)]
         set: Vec<(String, String)>,
+    },
+    /// Check that [`Msg::Deploy`] of the same would deploy, deploying
+    /// nothing: `Deployed` with id 0, or an error. (A message of its own:
+    /// a ferryd that does not know it refuses it rather than deploy.)
+    CheckDeploy {
+        file: String,
         #[serde(default)]
-        dry_run: bool,
+        set: Vec<(String, String)>,
     },
     Deployed(Box<ChainSummary>),
     /// Stop chain `chain`'s NFs and release everything it holds.
@@ -187,6 +197,9 @@ pub enum Msg {
     Error {
         message: String,
     },
+    /// ferryd closed the connection without reading the request, to make
+    /// room for other connections: sending it again is safe ([`ask`]).
+    Busy,
 }
 
 /// One NF's part of a reload.
@@ -244,7 +257,8 @@ pub struct Welcome {
 /// One deployed chain, as `ferry chain list` shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
 pub struct ChainSummary {
-    /// Assigned by ferryd, never reused while it runs.
+    /// Assigned by ferryd, never reused while it runs (a failed deploy gives
+    /// its ids back: no chain ran with them).
     pub id: u32,
     pub name: String,
     /// The chain file it came from.
@@ -446,6 +460,8 @@ fn kind_of(m: &Msg) -> u16 {
         Msg::Fabric { .. } => 20,
         Msg::FabricReply { .. } => 21,
         Msg::DeployPart { .. } => 22,
+        Msg::CheckDeploy { .. } => 23,
+        Msg::Busy => 24,
     }
 }
 
@@ -544,9 +560,35 @@ pub fn default_socket() -> std::path::PathBuf {
 
 /// Sends `msg` and waits for one reply (for the CLI).
 pub fn request(path: &std::path::Path, msg: &Msg) -> Result<Msg, ProtoError> {
-    let sock = UnixStream::connect(path)?;
-    send(&sock, msg, &[])?;
-    Ok(recv(&sock)?.0)
+    Ok(ask(|| UnixStream::connect(path).map_err(ProtoError::Io), msg)?.reply)
+}
+
+/// Times [`ask`] sends a request, at most, while ferryd answers [`Msg::Busy`].
+pub const BUSY_TRIES: usize = 16;
+
+/// A request's connection and the first reply on it.
+pub struct Answered {
+    pub sock: UnixStream,
+    pub reply: Msg,
+    pub fds: Vec<OwnedFd>,
+}
+
+/// Sends `msg` on a connection from `connect` and reads the reply; sends
+/// it again on a new connection while the reply is [`Msg::Busy`] (ferryd
+/// never read it), up to [`BUSY_TRIES`] times.
+pub fn ask<E: From<ProtoError>>(connect: impl Fn() -> Result<UnixStream, E>, msg: &Msg) -> Result<Answered, E> {
+    for _ in 0..BUSY_TRIES {
+        let sock = connect()?;
+        // A send that ferryd's close cut short may still find its Busy.
+        let sent = send(&sock, msg, &[]);
+        match (sent, recv(&sock)) {
+            (_, Ok((Msg::Busy, _))) => continue,
+            (Err(e), _) => return Err(e.into()),
+            (Ok(()), Ok((reply, fds))) => return Ok(Answered { sock, reply, fds }),
+            (Ok(()), Err(e)) => return Err(e.into()),
+        }
+    }
+    Err(ProtoError::Busy { tries: BUSY_TRIES }.into())
 }
 
 #[cfg(test)]
@@ -596,5 +638,30 @@ mod tests {
         assert!(matches!(recv(&b), Err(ProtoError::BadBody(_))));
         drop(a);
         assert!(matches!(recv(&b), Err(ProtoError::Closed)));
+    }
+
+    /// A connector handing out one connection per reply, in order; a
+    /// thread answers each with its reply (a Busy one without reading).
+    fn answering(replies: Vec<Msg>) -> impl Fn() -> Result<UnixStream, ProtoError> {
+        let clients = std::sync::Mutex::new(Vec::new());
+        for reply in replies.into_iter().rev() {
+            let (client, server) = UnixStream::pair().unwrap();
+            std::thread::spawn(move || {
+                if !matches!(reply, Msg::Busy) {
+                    assert!(matches!(recv(&server).unwrap().0, Msg::List));
+                }
+                send(&server, &reply, &[]).unwrap();
+            });
+            clients.lock().unwrap().push(client);
+        }
+        move || Ok(clients.lock().unwrap().pop().expect("no more connections"))
+    }
+
+    #[test]
+    fn a_busy_reply_sends_the_request_again_a_bounded_number_of_times() {
+        let twice_busy = answering(vec![Msg::Busy, Msg::Busy, Msg::Ok]);
+        assert!(matches!(ask(twice_busy, &Msg::List).unwrap().reply, Msg::Ok));
+        let always_busy = answering((0..BUSY_TRIES).map(|_| Msg::Busy).collect());
+        assert!(matches!(ask(always_busy, &Msg::List), Err(ProtoError::Busy { tries: BUSY_TRIES })));
     }
 }

@@ -613,12 +613,13 @@ pub trait KindCheck {
 
 /// The first placeholder `text` leaves to its user, `{name}` (a name of
 /// lowercase letters, digits and `_` between braces; a YAML flow mapping
-/// holds a `:` or a space), with its 1-based line and column. Comments,
-/// where a file's header explains its placeholders, do not count.
+/// holds a `:` or a space; a shell's `${name}` is no placeholder), with
+/// its 1-based line and column. Comments, where a file's header explains
+/// its placeholders, do not count.
 pub fn unfilled_placeholder(text: &str) -> Option<(usize, usize, &str)> {
     text.lines().enumerate().find_map(|(i, line)| {
         let line = without_comment(line);
-        line.match_indices('{').find_map(|(at, _)| {
+        line.match_indices('{').filter(|&(at, _)| !line[..at].ends_with('$')).find_map(|(at, _)| {
             let rest = &line[at + 1..];
             let end = rest.find('}')?;
             let name = &rest[..end];
@@ -1179,6 +1180,7 @@ mod tests {
         assert!(filled.contains("netns: \"fy1-dut\""));
         assert_eq!(unfilled_placeholder("a: \"#{dut}\"\n"), Some((1, 6, "dut")), "a # inside quotes is no comment");
         assert_eq!(unfilled_placeholder("- { name: a }\n- {b: 1}\n"), None, "flow mappings are not placeholders");
+        assert_eq!(unfilled_placeholder("exec: [sh, -c, \"nf ${dev}\"]\n"), None, "a shell variable is not one");
     }
 
     const GOOD: &str = r#"

@@ -39,8 +39,9 @@
 //!   misses go to its process's sockets on the ingress port, which sends
 //!   what it handled out of the egress port. Anywhere else (between
 //!   processes, or before one, where its misses and the next process's
-//!   frames would share the port's socket map), and with `offload:
-//!   never`, it runs whole as a process.
+//!   frames would share the port's socket map), with `offload: never`,
+//!   and where the port its misses arrive on has more than one queue, it
+//!   runs whole as a process.
 //!
 //! Partially offloadable process NFs (`parallel-nat`, `maglev`) run whole
 //! as processes; their split forms are the hybrid types.

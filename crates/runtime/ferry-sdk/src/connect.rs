@@ -61,8 +61,9 @@ impl Nf {
         if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
             return Err(SdkError::Undumpable(std::io::Error::last_os_error()));
         }
-        let ctrl = UnixStream::connect(path)
-            .map_err(|source| SdkError::Connect { path: path.display().to_string(), source })?;
+        let connect = || {
+            UnixStream::connect(path).map_err(|source| SdkError::Connect { path: path.display().to_string(), source })
+        };
         let (chain, key) = chain_and_key(path, name);
         let hello = Msg::Hello {
             key: key.clone(),
@@ -71,9 +72,8 @@ impl Nf {
             pid: std::process::id(),
             counters: counters.iter().map(|s| s.to_string()).collect(),
         };
-        proto::send(&ctrl, &hello, &[])?;
-        let (msg, fds) = proto::recv(&ctrl)?;
-        let welcome = match msg {
+        let proto::Answered { sock: ctrl, reply, fds } = proto::ask(connect, &hello)?;
+        let welcome = match reply {
             Msg::Welcome(w) => *w,
             Msg::Error { message } => return Err(SdkError::Refused { nf: name.to_string(), message }),
             other => {

@@ -244,7 +244,8 @@ pub fn check_deploy(admin: &Path, file: &Path, set: &[(String, String)]) -> Resu
 
 fn request_deploy(admin: &Path, file: &Path, set: &[(String, String)], dry_run: bool) -> Result<ChainSummary> {
     let file = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
-    let request = Msg::Deploy { file: file.display().to_string(), set: set.to_vec(), dry_run };
+    let (file, set) = (file.display().to_string(), set.to_vec());
+    let request = if dry_run { Msg::CheckDeploy { file, set } } else { Msg::Deploy { file, set } };
     match admin_request(admin, &request)? {
         Msg::Deployed(s) => Ok(*s),
         other => bail!("unexpected reply {other:?}"),

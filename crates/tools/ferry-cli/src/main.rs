@@ -786,7 +786,7 @@ fn run_chain(cmd: ChainCmd) -> Result<()> {
             println!("ferryd exited: {status}");
             Ok(())
         }
-        ChainCmd::Deploy { file, set, tls, explain, admin: _, json } if ferry_cli::hostctl::spans_hosts(&file) => {
+        ChainCmd::Deploy { file, set, tls, explain, admin: _, json } if spans_hosts(&file, &set) => {
             if !set.is_empty() {
                 bail!(
                     "--set is not taken for chains over hosts yet: fill {} with sed and deploy the copy",
@@ -919,6 +919,13 @@ fn chain_audit(name: &str, admin: &std::path::Path) -> Result<()> {
     } else {
         Err(anyhow!("frame conservation violated"))
     }
+}
+
+/// Whether chain file `file`, filled by `set`, is a chain over hosts.
+fn spans_hosts(file: &std::path::Path, set: &[(String, String)]) -> bool {
+    let Ok((text, origin)) = ferry_config::read_file(file) else { return false };
+    let text = ferry_chain::spec::fill_placeholders(&text, set);
+    ferry_catalog::parse_chain_str(&text, &origin).is_ok_and(|s| !s.hosts.is_empty())
 }
 
 /// `ferry chain check`: the file as ferryd would take it, placed.

@@ -552,7 +552,8 @@ fn documented_commands_are_the_clis() {
         };
         // `nf run` takes NFs and their arguments last: `--help` goes in
         // front of the first NF, whose name the catalog knows.
-        let nfs_at = args.iter().position(|w| ferry_catalog::find(w).is_some()).filter(|_| args[..2] == ["nf", "run"]);
+        let nf_run = args.len() > 2 && args[0] == "nf" && args[1] == "run";
+        let nfs_at = args.iter().position(|w| ferry_catalog::find(w).is_some()).filter(|_| nf_run);
         let (flags, nfs) = args.split_at(nfs_at.unwrap_or(args.len()));
         let mut cmd = std::process::Command::new(&program);
         cmd.args(flags).arg("--help").env("FERRY_BENCH", Path::new(FERRY).with_file_name("ferry-bench"));
@@ -720,6 +721,8 @@ impl Walk {
         if background {
             words.pop();
         }
+        let one_command = |w: &String| !["&", "&&", ";", "|", "||"].contains(&w.as_str());
+        assert!(words.iter().all(one_command), "`{line}`: one command a line, in a block marked to run");
         let words: Vec<String> = words.iter().map(|w| self.expand(w)).collect();
         eprintln!("readme: {}", words.join(" "));
         match (words[0].as_str(), words.get(1).map(String::as_str), words.get(2).map(String::as_str)) {
@@ -743,7 +746,10 @@ impl Walk {
     /// `word` with `$NAME` replaced by its value (`$PWD`: the checkout).
     fn expand(&self, word: &str) -> String {
         let mut out = word.replace("$PWD", &self.root.display().to_string());
-        for (k, v) in &self.vars {
+        // Longest names first: $DUT must not eat the start of $DUT2.
+        let mut vars: Vec<&(String, String)> = self.vars.iter().collect();
+        vars.sort_by_key(|(k, _)| std::cmp::Reverse(k.len()));
+        for (k, v) in vars {
             out = out.replace(&format!("${k}"), v);
         }
         assert!(!out.contains('$'), "{word}: a variable the block never set");

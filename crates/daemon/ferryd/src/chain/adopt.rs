@@ -36,7 +36,7 @@ use crate::users::{self, Creds};
 /// Refuses, at deploy, what a persistent ferryd cannot hand over yet:
 /// everything whose state lives only in ferryd (XDP parts, hybrid NFs'
 /// fast paths, classifiers, TAPs, flow tables).
-pub(super) fn check_persistable(
+pub(crate) fn check_persistable(
     plan: &ChainPlan,
     xdp: &[(XdpPath, Vec<u32>)],
     post: &[(PostPath, Vec<u32>)],

@@ -41,10 +41,8 @@ impl Daemon {
             Msg::Audit { chain } => {
                 Msg::AuditReply { domains: self.chain(&chain)?.domains.iter().map(|d| d.audit(&[])).collect() }
             }
-            Msg::Deploy { file, set, dry_run: false } => Msg::Deployed(Box::new(self.deploy(Path::new(&file), &set)?)),
-            Msg::Deploy { file, set, dry_run: true } => {
-                Msg::Deployed(Box::new(self.check_deploy(Path::new(&file), &set)?))
-            }
+            Msg::Deploy { file, set } => Msg::Deployed(Box::new(self.deploy(Path::new(&file), &set)?)),
+            Msg::CheckDeploy { file, set } => Msg::Deployed(Box::new(self.check_deploy(Path::new(&file), &set)?)),
             Msg::Remove { chain } => {
                 self.remove(&chain)?;
                 Msg::Ok
@@ -109,6 +107,7 @@ pub(super) fn kind_name(m: &Msg) -> &'static str {
         Msg::Audit { .. } => "audit",
         Msg::AuditReply { .. } => "audit-reply",
         Msg::Deploy { .. } => "deploy",
+        Msg::CheckDeploy { .. } => "check-deploy",
         Msg::Deployed(_) => "deployed",
         Msg::Remove { .. } => "remove",
         Msg::List => "list",
@@ -120,5 +119,6 @@ pub(super) fn kind_name(m: &Msg) -> &'static str {
         Msg::Shutdown => "shutdown",
         Msg::Ok => "ok",
         Msg::Error { .. } => "error",
+        Msg::Busy => "busy",
     }
 }

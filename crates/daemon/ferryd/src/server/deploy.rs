@@ -57,6 +57,12 @@ impl Daemon {
     fn admit(&self, placement: &ferry_place::Placement, text: &str, origin: &str) -> Result<ChainPlan> {
         let mut plan = ChainPlan::compile(&placement.server);
         self.check_free(&plan, text, origin)?;
+        if self.persist {
+            // Ids are not assigned yet: none are needed to tell.
+            let xdp: Vec<_> = placement.xdp.iter().map(|p| (p.clone(), Vec::new())).collect();
+            let post: Vec<_> = placement.post.iter().map(|p| (p.clone(), Vec::new())).collect();
+            crate::chain::adopt::check_persistable(&plan, &xdp, &post, &placement.hybrid, &placement.whole, false)?;
+        }
         crate::preflight::check(&plan, placement, text, origin)?;
         // NFs started without `cpus` inherit ferryd's CPU set.
         plan.settle_polling(std::thread::available_parallelism().map_or(1, |n| n.get()));
