@@ -138,6 +138,8 @@ static __always_inline int run_element(struct xdp_md *ctx, struct ferry_pl_ctl *
 		return ferry_el_route(ctx, f, ifindex);
 	case FERRY_EL_SCAN:
 		return ferry_el_scan(ctx, ctl->config, f);
+	case FERRY_EL_ETHER_SWAP:
+		return ferry_el_ether_swap(ctx);
 	}
 	return XDP_ABORTED;
 }

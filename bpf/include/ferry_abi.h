@@ -107,6 +107,8 @@ enum ferry_pl_element {
 	FERRY_EL_ROUTE = 13,
 	/* Payload scan (bpf/include/ferry_scan.h). */
 	FERRY_EL_SCAN = 14,
+	/* Source and destination MAC swapped (l2fwd's XDP form); no config. */
+	FERRY_EL_ETHER_SWAP = 15,
 };
 
 /* Where a packet arriving on an ifindex starts: stage-control table. */

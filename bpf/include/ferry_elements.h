@@ -193,6 +193,19 @@ __attribute__((noinline)) int ferry_el_counter(__u32 config, __u32 bytes)
 	return CONTINUE;
 }
 
+/* Swaps the frame's MACs and goes on: what l2fwd does to every frame
+ * (the parser already refused one shorter than an Ethernet header). */
+__attribute__((noinline)) int ferry_el_ether_swap(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > end)
+		return XDP_DROP;
+	ferry_swap_macs(eth);
+	return CONTINUE;
+}
+
 __attribute__((noinline)) int ferry_el_flowmon(__u32 config, struct ferry_pl_fields *f)
 {
 	struct ferry_pl_flow_key k = { .config = config };

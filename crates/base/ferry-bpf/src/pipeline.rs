@@ -46,6 +46,8 @@ pub enum ElementKind {
     Route = 13,
     /// Payload scan (`crate::scan`).
     Scan = 14,
+    /// Source and destination MAC swapped; its config is unused.
+    EtherSwap = 15,
 }
 
 /// `struct ferry_pl_entry`.

@@ -101,8 +101,8 @@ impl NfType {
     /// What of it placement can run in XDP today: offloadability says
     /// what could, this what Ferry's elements do.
     pub fn xdp_form(&self) -> &'static str {
-        if lower::LOWERED_KINDS.contains(&self.kind.as_str()) {
-            "yes"
+        if let Some((_, when)) = lower::LOWERED_KINDS.iter().find(|(k, _)| *k == self.kind) {
+            when
         } else if self.model == ExecModel::Hybrid {
             "split (its fast path; the rest in its process)"
         } else {
@@ -382,7 +382,7 @@ pub fn json() -> serde_json::Value {
                 "ip": t.ip,
                 "model": t.model.as_str(),
                 "offload": t.offload().as_str(),
-                "xdp_form": t.xdp_form().split(' ').next(),
+                "xdp_form": t.xdp_form().split([' ', ',']).next(),
                 "args": args,
                 "counters": t.counters,
                 "elements": elements,

@@ -23,6 +23,10 @@ pub enum Lowering {
     Split(HybridElement),
     /// A payload-scan element whose patterns fit the element.
     Scan(ScanConfig),
+    /// l2fwd: its MACs swapped, passed on.
+    EtherSwap,
+    /// fwd on one out-link: passed on unchanged.
+    Forward,
 }
 
 /// One pipeline element of a lowered NF.
@@ -42,6 +46,8 @@ pub enum Step<'a> {
     Split(HybridElement),
     /// The payload-scan element; its matches shown as counter `matched`.
     Scan(&'a ScanConfig),
+    /// The MAC-swap element.
+    EtherSwap,
 }
 
 impl Lowering {
@@ -56,6 +62,8 @@ impl Lowering {
             Lowering::FlowMonitor => vec![Step::Counter("rx"), Step::FlowMonitor],
             Lowering::Split(nf) => vec![Step::Split(*nf)],
             Lowering::Scan(config) => vec![Step::Counter("rx"), Step::Scan(config), Step::Counter("on")],
+            Lowering::EtherSwap => vec![Step::Counter("rx"), Step::EtherSwap],
+            Lowering::Forward => vec![Step::Counter("rx")],
         }
     }
 
@@ -68,6 +76,7 @@ impl Lowering {
                 Step::Counter(name) => format!("counter {name}"),
                 Step::Acl { rules, .. } => format!("acl ({} rules)", rules.len()),
                 Step::FlowMonitor => "flow-monitor".into(),
+                Step::EtherSwap => "ether-swap".into(),
                 Step::Scan(c) => {
                     format!("payload-scan ({} patterns, {:?} on a match)", c.patterns.len(), c.on_match).to_lowercase()
                 }
@@ -80,8 +89,14 @@ impl Lowering {
     }
 }
 
-/// The kinds [`lower`] has an XDP form for (given arguments it takes).
-pub const LOWERED_KINDS: [&str; 3] = ["firewall", "flow-monitor", "payload-scan"];
+/// The kinds [`lower`] has an XDP form for, and when.
+pub const LOWERED_KINDS: [(&str, &str); 5] = [
+    ("firewall", "yes, when its rules fit the ACL element (32 rules of prefixes and one protocol or any)"),
+    ("flow-monitor", "yes"),
+    ("payload-scan", "yes, up to 16 patterns of up to 32 bytes"),
+    ("l2fwd", "yes, with an out-link (without one it sends frames back: a process)"),
+    ("fwd", "yes, with by_port=0"),
+];
 
 /// The XDP form of an NF of type `kind` with `args`, or why there is none.
 pub fn lower(kind: &str, args: &[String]) -> Result<Lowering, String> {
@@ -89,6 +104,12 @@ pub fn lower(kind: &str, args: &[String]) -> Result<Lowering, String> {
         "firewall" => lower_firewall(args),
         "flow-monitor" => Ok(Lowering::FlowMonitor),
         "payload-scan" => lower_scan(args),
+        // l2fwd takes no arguments (its catalog check refuses any).
+        "l2fwd" => Ok(Lowering::EtherSwap),
+        "fwd" if args.iter().any(|a| a == "by_port=1") => {
+            Err("with by_port=1 it routes by arrival port; an XDP part is one straight path".into())
+        }
+        "fwd" => Ok(Lowering::Forward),
         _ => Err(format!("{kind} has no XDP form yet")),
     }
 }
@@ -179,6 +200,17 @@ mod tests {
     #[test]
     fn the_scan_nf_and_element_share_the_window() {
         assert_eq!(ferry_nf::payload_scan::WINDOW, ferry_bpf::scan::SCAN_WINDOW);
+    }
+
+    /// What `nf list` says of the XDP forms' limits is the elements'.
+    #[test]
+    fn the_stated_limits_are_the_elements() {
+        let when = |kind: &str| LOWERED_KINDS.iter().find(|(k, _)| *k == kind).unwrap().1;
+        assert!(when("firewall").contains(&format!("{ACL_MAX_RULES} rules")));
+        assert!(when("payload-scan").contains(&format!("{SCAN_MAX_PATTERNS} patterns of up to {SCAN_MAX_LEN} bytes")));
+        assert_eq!(lower("l2fwd", &[]), Ok(Lowering::EtherSwap));
+        assert_eq!(lower("fwd", &["by_port=0".into()]), Ok(Lowering::Forward));
+        assert!(lower("fwd", &["by_port=1".into()]).unwrap_err().contains("arrival port"));
     }
 
     #[test]

@@ -155,7 +155,7 @@ fn build_payload_scan(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
 static REGISTRY: [NfInfo; 8] = [
     NfInfo {
         spec: &crate::l2fwd::SPEC,
-        summary: "swap source and destination MAC, send back",
+        summary: "swap source and destination MAC; send on by its out-link, or back out its port without one",
         ip: "any EtherType, IPv4 or IPv6 alike; tags untouched",
         args: "(none)",
         elements: &[Element { name: "ether-swap", offload: Offload::Full }],

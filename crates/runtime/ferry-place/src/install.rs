@@ -119,6 +119,7 @@ pub fn elements(
                     installed.counters.push(("matched", matched));
                     (ElementKind::Scan, config)
                 }
+                Step::EtherSwap => (ElementKind::EtherSwap, 0),
             };
             elements.push(Element { kind, config, nf: id });
         }

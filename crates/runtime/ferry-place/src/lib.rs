@@ -63,7 +63,7 @@ mod install;
 use std::collections::HashSet;
 use std::path::Path;
 
-use ferry_chain::spec::{ChainSpec, LinkSpec, Node, OffloadPolicy};
+use ferry_chain::spec::{ChainSpec, LinkSpec, Node, OffloadPolicy, PortSpec};
 use ferry_config::{locate, Seg, YamlError};
 use ferry_nf::model::{Element, Offload};
 
@@ -261,10 +261,33 @@ fn offloadable(spec: &ChainSpec, i: usize, in_links: usize) -> Result<Lowering, 
         return Err(format!("frames reach it from {in_links} places; an XDP part serves one ingress port"));
     }
     let outs = spec.links.iter().filter(|l| l.from == nf.name).count();
+    if outs == 0 {
+        return Err("it has no out-link, so it sends frames back out the port they came in by: its process does \
+                    that; an XDP part passes frames on"
+            .into());
+    }
     if outs != 1 {
         return Err(format!("it has {outs} out-links; an XDP part is a straight path"));
     }
     lower(kind, &nf.args)
+}
+
+/// Why no XDP part starts at `port`, if it is a tenant edge's: its frames
+/// reach their NF's socket from the edge's classifier (the device's one
+/// XDP hook), in the tenant's memory; a stage pipeline there would hand
+/// them across tenants by AF_XDP instead of by copy.
+fn classified(port: &PortSpec) -> Option<String> {
+    match (&port.via, &port.classify) {
+        (Some(edge), _) => Some(format!(
+            "port {} is a tenant entry of {edge}: the edge's classifier hands its frames to this NF's socket in the \
+             tenant's memory, so the NFs after it run as processes",
+            port.name
+        )),
+        (None, Some(_)) => {
+            Some(format!("port {} classifies frames into tenants: its XDP hook is the classifier", port.name))
+        }
+        (None, None) => None,
+    }
 }
 
 /// Splits `spec` into its XDP and server parts, by the rules alone.
@@ -286,6 +309,12 @@ pub fn place_with(spec: &ChainSpec, model: Option<&CostModel>) -> Result<Placeme
     for port in &spec.ports {
         let Some(first) = spec.links.iter().find(|l| l.from == port.name) else { continue };
         if hybrid.iter().any(|h| h.port == port.name) {
+            continue;
+        }
+        if let Some(why) = classified(port) {
+            if let Some(Node::Nf(i)) = spec.node(&first.to) {
+                why_server[i] = Some(why);
+            }
             continue;
         }
         let mut nfs: Vec<(usize, Lowering)> = Vec::new();
@@ -504,7 +533,7 @@ fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut
         // devices (the chain parser gives a port's sockets to one NF, so
         // such an NF has two in-links and stays a process anyway).
         let ins = into(&port.name);
-        if ins.len() != 1 || spec.links.iter().any(|l| l.from == port.name) {
+        if ins.len() != 1 || spec.links.iter().any(|l| l.from == port.name) || classified(port).is_some() {
             continue;
         }
         let mut nfs: Vec<(usize, Lowering)> = Vec::new();

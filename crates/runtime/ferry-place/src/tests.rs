@@ -291,7 +291,7 @@ fn a_nat_followed_by_nfs_runs_whole_and_says_why() {
         "  - { from: fw, to: nat }\n  - { from: nat, to: out }\n",
         "  - { from: fw, to: nat }\n  - { from: nat, to: tail }\n  - { from: tail, to: out }\n",
     );
-    let text = text.replace("links:", "  - { name: tail, domain: main, kind: l2fwd }\nlinks:");
+    let text = text.replace("links:", "  - { name: tail, domain: main, kind: l2fwd, offload: never }\nlinks:");
     let (_, p) = load_str(&text, "sfc.yaml").unwrap();
     let nat = p.decisions.iter().find(|d| d.nf == "nat").unwrap();
     assert_eq!(nat.place, Place::Server);
@@ -643,7 +643,8 @@ fn reply_ports_are_named_once_and_at_least_once() {
 }
 
 /// The demo chain, `in -> resp -> l2fwd -> fwd -> out`, with `fuse` on
-/// its domain and `extra` on the NF named by each pair.
+/// its domain and `extra` on the NF named by each pair; l2fwd and fwd
+/// kept processes (`offload: never`), for what fusion does with them.
 fn demo(fuse: &str, extra: &[(&str, &str)]) -> String {
     let more = |nf: &str| extra.iter().filter(|(n, _)| *n == nf).map(|(_, l)| format!(", {l}")).collect::<String>();
     format!(
@@ -654,8 +655,8 @@ ports:
   - {{ name: out, netdev: b0 }}
 nfs:
   - {{ name: resp, domain: main, kind: arp-responder+icmp-echo, args: [\"10.0.1.2=02:00:00:00:01:02\", \"--\", \"10.0.1.2\"]{} }}
-  - {{ name: l2fwd, domain: main, kind: l2fwd{} }}
-  - {{ name: fwd, domain: main, kind: fwd{} }}
+  - {{ name: l2fwd, domain: main, kind: l2fwd, offload: never{} }}
+  - {{ name: fwd, domain: main, kind: fwd, offload: never{} }}
 links:
   - {{ from: in, to: resp }}
   - {{ from: resp, to: l2fwd }}
@@ -743,16 +744,16 @@ fn with_fuse_auto_p4sfcs_chain_fuses_after_the_ips_instead_of_crossing_a_loop_de
     assert_eq!(links, [("in", "ips"), ("ips", "nat"), ("nat", "out")]);
 }
 
-/// in -> a (l2fwd) -> b (fwd) -> in: a round trip through two NFs, which
-/// may share port `in` only as one fused NF.
+/// in -> a (l2fwd) -> b (fwd) -> in: a round trip through two NFs kept
+/// processes, which may share port `in` only as one fused NF.
 fn round_trip(fuse: &str, b_extra: &str) -> String {
     format!(
         "name: rt
 domains: [ {{ name: main, fuse: {fuse} }} ]
 ports: [ {{ name: in, netdev: a0 }} ]
 nfs:
-  - {{ name: a, domain: main, kind: l2fwd }}
-  - {{ name: b, domain: main, kind: fwd{b_extra} }}
+  - {{ name: a, domain: main, kind: l2fwd, offload: never }}
+  - {{ name: b, domain: main, kind: fwd, offload: never{b_extra} }}
 links:
   - {{ from: in, to: a }}
   - {{ from: a, to: b }}
@@ -781,7 +782,10 @@ fn the_refused_round_trip_link_is_the_one_in_the_file() {
     // c does not fuse with a (its CPUs differ); a and b fuse, and their
     // fused NF sends to the port c receives from: the file's b -> in.
     let text = round_trip("auto", "")
-        .replace("  - { name: a,", "  - { name: c, domain: main, kind: fwd, cpus: [1] }\n  - { name: a,")
+        .replace(
+            "  - { name: a,",
+            "  - { name: c, domain: main, kind: fwd, offload: never, cpus: [1] }\n  - { name: a,",
+        )
         .replace("  - { from: in, to: a }", "  - { from: in, to: c }\n  - { from: c, to: a }");
     let e = load_str(&text, "rt.yaml").unwrap_err().to_string();
     assert!(e.contains("links[3]") && e.contains("\"c\" and \"a\""), "{e}");
@@ -805,4 +809,43 @@ fn after_the_last_process_fusion_yields_to_offload_force_and_to_what_one_nf_hold
         .replace("  - { from: in, to: ips }", "  - { from: in, to: mon0 }\n  - { from: mon0, to: ips }");
     let (_, p) = load_str(&two, "sfc.yaml").unwrap();
     assert_eq!(p.post.len(), 1, "{}", p.explain());
+}
+
+#[test]
+fn l2fwd_and_fwd_run_in_xdp_where_a_path_allows() {
+    let plain = |text: String| text.replace(", offload: never", "");
+    // Between two ports, both in XDP: no process at all.
+    let straight = plain(round_trip("never", ""))
+        .replace(
+            "ports: [ { name: in, netdev: a0 } ]",
+            "ports: [ { name: in, netdev: a0 }, { name: out, netdev: a1 } ]",
+        )
+        .replace("{ from: b, to: in }", "{ from: b, to: out }");
+    let (_, p) = load_str(&straight, "rt.yaml").unwrap();
+    assert!(p.server.nfs.is_empty(), "{}", p.explain());
+    assert_eq!(p.xdp[0].nfs.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(p.xdp[0].then, Then::Port("out".into()));
+    assert_eq!(p.xdp[0].nfs[0].lowering.elements(), "counter rx, ether-swap");
+    // After the responder's process: the post-server part.
+    let (_, p) = load_str(&plain(demo("never", &[])), "demo.yaml").unwrap();
+    assert_eq!(p.post[0].nfs.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["l2fwd", "fwd"]);
+    // A forwarder that routes by arrival port, and an l2fwd that sends
+    // frames back, stay processes and say why.
+    let (_, p) = load_str(&plain(demo("never", &[("fwd", "args: [\"by_port=1\"]")])), "demo.yaml").unwrap();
+    let why = |p: &Placement, nf: &str| p.decisions.iter().find(|d| d.nf == nf).unwrap().why.clone();
+    assert!(why(&p, "fwd").contains("routes by arrival port"), "{}", why(&p, "fwd"));
+    let back = "name: back\ndomains: [ { name: main } ]\nports: [ { name: in, netdev: a0 } ]\nnfs: [ { name: a, domain: main, kind: l2fwd } ]\nlinks: [ { from: in, to: a } ]\n";
+    let (_, p) = load_str(back, "back.yaml").unwrap();
+    assert!(why(&p, "a").contains("no out-link"), "{}", why(&p, "a"));
+}
+
+#[test]
+fn nfs_after_a_tenant_entry_stay_processes_and_say_why() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../examples/chains/tenants.yaml"))
+        .unwrap()
+        .replace("{dut}", "x");
+    let (_, p) = load_str(&text, "tenants.yaml").unwrap();
+    assert!(p.xdp.is_empty() && p.post.is_empty(), "{}", p.explain());
+    let why = &p.decisions.iter().find(|d| d.nf == "acme-fw").unwrap().why;
+    assert!(why.contains("tenant entry of edge"), "{why}");
 }

@@ -8,7 +8,8 @@
 //!   same code, rings and pool; only the processes differ), and the
 //!   hand-written threads of `inproc.rs`, its source paced the same way;
 //! * veth mode: Ferry on the demo testbed (`gen live` paced into d0, N
-//!   `fwd` NFs, out of d1 into the AF_XDP sink) against the kernel chain
+//!   `fwd` NFs kept processes with `offload: never`, else placement would
+//!   run them in XDP, out of d1 into the AF_XDP sink) against the kernel chain
 //!   (each NF a namespace, veth pairs, XDP redirect).
 //!
 //! Loads: 10 kpps, then 25%, 50% and 80% of saturation, and saturation
@@ -94,7 +95,9 @@ fn ferry_veth(
 ) -> Result<Row> {
     let dut = tb.ns_name("dut");
     let poll = o.poll.as_ref().map_or(String::new(), |p| format!(", poll: {{ {p} }}"));
-    let nf = |i: usize| format!("  - {{ name: nf{i}, domain: main, kind: fwd, cpus: [{CHAIN_CPU}]{poll} }}\n");
+    let nf = |i: usize| {
+        format!("  - {{ name: nf{i}, domain: main, kind: fwd, offload: never, cpus: [{CHAIN_CPU}]{poll} }}\n")
+    };
     let nodes: Vec<String> =
         std::iter::once("in".to_string()).chain((1..=n).map(|i| format!("nf{i}"))).chain(["out".into()]).collect();
     let links: String = nodes.windows(2).map(|w| format!("  - {{ from: {}, to: {} }}\n", w[0], w[1])).collect();

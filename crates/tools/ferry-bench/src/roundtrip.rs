@@ -4,8 +4,10 @@
 //! CPU 0, and the NF runs alone on CPU 1, so no instrument shares its CPU.
 //! At 10, 50, 100 and 200 kpps the NF runs under each polling mode of
 //! [`MODES`]: the trade-off between latency and CPU each one buys. The
-//! last row runs four NFs (`l2fwd`, then three `fwd`) fused into one,
-//! busy, on the same CPU: a chain that costs one core.
+//! fifth runs four NFs (`l2fwd`, then three `fwd`) fused into one,
+//! busy, on the same CPU: a chain that costs one core. The last lets
+//! placement run the l2fwd in XDP (its ether-swap element, the frame
+//! redirected back out of d0): no process and no AF_XDP hop at all.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,24 +26,33 @@ const NF_CPU: usize = 1;
 /// The paced loads, frames per second.
 const RATES: [u64; 4] = [10_000, 50_000, 100_000, 200_000];
 
-/// One polling setup of the NF(s): its row name, NF count and the chain
-/// file's `poll:`.
+/// One polling setup of the NF(s): its row name, NF count, the chain
+/// file's `poll:` and `offload:` (`never` keeps them processes, the
+/// polling being what the row measures; `auto` lets placement run them
+/// in XDP).
 struct Mode {
     variant: &'static str,
     nfs: usize,
     poll: &'static str,
+    offload: &'static str,
 }
 
 /// The rows at each load: the default; a fixed 50 µs spin window after
 /// every frame (smart polling's own knobs); an adaptive window of at most
-/// 50 µs (`spin_us`); busy mode; four NFs fused and busy. (The kernel's preferred busy polling is not among them: a veth's
+/// 50 µs (`spin_us`); busy mode; four NFs fused and busy; l2fwd in XDP. (The kernel's preferred busy polling is not among them: a veth's
 /// AF_XDP sockets get no NAPI id, so ferryd refuses it here.)
-const MODES: [Mode; 5] = [
-    Mode { variant: "ferry-l2fwd-default", nfs: 1, poll: "" },
-    Mode { variant: "ferry-l2fwd-spin50", nfs: 1, poll: "poll: { busy_threshold: 1, idle_timeout_us: 50 }" },
-    Mode { variant: "ferry-l2fwd-adaptive50", nfs: 1, poll: "poll: { spin_us: 50 }" },
-    Mode { variant: "ferry-l2fwd-busy", nfs: 1, poll: "poll: { busy: true }" },
-    Mode { variant: "ferry-4-fused-busy", nfs: 4, poll: "poll: { busy: true }" },
+const MODES: [Mode; 6] = [
+    Mode { variant: "ferry-l2fwd-default", nfs: 1, poll: "", offload: "never" },
+    Mode {
+        variant: "ferry-l2fwd-spin50",
+        nfs: 1,
+        poll: "poll: { busy_threshold: 1, idle_timeout_us: 50 }",
+        offload: "never",
+    },
+    Mode { variant: "ferry-l2fwd-adaptive50", nfs: 1, poll: "poll: { spin_us: 50 }", offload: "never" },
+    Mode { variant: "ferry-l2fwd-busy", nfs: 1, poll: "poll: { busy: true }", offload: "never" },
+    Mode { variant: "ferry-4-fused-busy", nfs: 4, poll: "poll: { busy: true }", offload: "never" },
+    Mode { variant: "ferry-l2fwd-xdp", nfs: 1, poll: "", offload: "auto" },
 ];
 
 /// The roundtrip rows: for each load, each of [`MODES`].
@@ -64,7 +75,10 @@ fn one(tb: &ferry_testbed::Testbed, dir: &Path, mode: &Mode, rate: u64, o: &Benc
     let (nfs, poll) = (mode.nfs, if mode.poll.is_empty() { String::new() } else { format!(", {}", mode.poll) });
     let nf = |i: usize| {
         let kind = if i == 1 { "l2fwd" } else { "fwd" };
-        format!("  - {{ name: nf{i}, domain: main, kind: {kind}, cpus: [{NF_CPU}]{poll} }}\n")
+        format!(
+            "  - {{ name: nf{i}, domain: main, kind: {kind}, offload: {}, cpus: [{NF_CPU}]{poll} }}\n",
+            mode.offload
+        )
     };
     let nodes: Vec<String> =
         std::iter::once("in".to_string()).chain((1..=nfs).map(|i| format!("nf{i}"))).chain(["in".into()]).collect();

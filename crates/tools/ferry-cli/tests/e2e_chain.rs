@@ -368,7 +368,7 @@ fn preferred_busy_polling_on_a_veth_port_is_refused_and_leaves_the_device_alone(
     let dir = TempDir::new("napi");
     let yaml = format!(
         "name: napi\ndomains: [ {{ name: main }} ]\nports:\n  - {{ name: in, netns: {dut}, netdev: d0, xdp_mode: driver }}\nnfs:\n  - \
-         {{ name: x, domain: main, kind: l2fwd, poll: {{ prefer_busy_poll: {{ usecs: 50 }} }} }}\nlinks:\n  - {{ from: \
+         {{ name: x, domain: main, kind: l2fwd, offload: never, poll: {{ prefer_busy_poll: {{ usecs: 50 }} }} }}\nlinks:\n  - {{ from: \
          in, to: x }}\n  - {{ from: x, to: in }}\n"
     );
     let (rc, _) = start(&dir, &memory_chain("first", "\"count=1\"", "kind: fwd"));

@@ -390,9 +390,9 @@ fn bench_chain_load_smoke() {
         assert_eq!(first.first().and_then(|v| v.as_u64()), Some(10_000), "{mode}: from 10 kpps: {r:#}");
         assert!(first.last().is_some_and(|v| v.is_null()), "{mode}: to saturation: {r:#}");
     }
-    // The round trip: each polling mode, and four NFs fused, at each of
-    // the four loads.
-    let modes = ["default", "spin50", "adaptive50", "busy"].map(|m| format!("ferry-l2fwd-{m}"));
+    // The round trip: each polling mode, four NFs fused, and l2fwd in
+    // XDP, at each of the four loads.
+    let modes = ["default", "spin50", "adaptive50", "busy", "xdp"].map(|m| format!("ferry-l2fwd-{m}"));
     for v in modes.iter().map(String::as_str).chain(["ferry-4-fused-busy"]) {
         let loads: Vec<u64> = rows
             .iter()

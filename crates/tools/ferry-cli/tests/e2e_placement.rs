@@ -23,7 +23,7 @@ use ferry_chain::proto::Status;
 use ferry_cli::chainctl;
 use ferry_nf::firewall_rules::parse_fw_rules;
 use ferry_nf::ips_rules::parse_rules;
-use ferry_nf::{Firewall, FlowMonitor, Ips, Lookup, PacketNf, Verdict};
+use ferry_nf::{Firewall, FlowMonitor, Ips, L2Fwd, Lookup, PacketNf, Verdict};
 use ferry_wire::nat::{Endpoint, Headers, Side, Transport};
 use ferry_wire::{build_frame, FiveTuple, FrameSpec, L4Proto};
 
@@ -46,6 +46,9 @@ const FW_MON: &[&str] = &["fw", "mon"];
 /// P4SFC's own order: the IPS first, the monitor and firewall after the
 /// last process (post-server).
 const IPS_MON_FW: &[&str] = &["ips", "mon", "fw"];
+/// A firewall, then the two forwarders (l2fwd last: it counts `rx` as a
+/// process and in XDP alike).
+const FW_FWD_L2: &[&str] = &["fw", "fwd", "l2"];
 /// P4SFC's whole chain: its NAT last, split (its mappings rewritten in
 /// XDP with the monitor and firewall, its misses to its process).
 const IPS_MON_FW_NAT: &[&str] = &["ips", "mon", "fw", "nat"];
@@ -77,6 +80,8 @@ fn chain(dut: &str, dir: &TempDir, offload: &str, order: &[&str]) -> String {
             fw.display()
         ),
         "mon" => format!("  - {{ name: mon, domain: main, kind: flow-monitor, offload: {offload} }}\n"),
+        "fwd" => format!("  - {{ name: fwd, domain: main, kind: fwd, offload: {offload} }}\n"),
+        "l2" => format!("  - {{ name: l2, domain: main, kind: l2fwd, offload: {offload} }}\n"),
         "efw" => format!(
             "  - {{ name: efw, domain: main, kind: efw, args: [\"config={}\"] }}\n",
             dir.path("efw.yaml").display()
@@ -203,6 +208,17 @@ fn expected(input: &[Vec<u8>], order: &[&str]) -> (Vec<Vec<u8>>, u64) {
             }
             if *name == "efw" {
                 if !efw_allows(&f) {
+                    continue 'frames;
+                }
+                continue;
+            }
+            // fwd passes every frame on unchanged; l2fwd swaps its MACs
+            // (its Tx) and, having an out-link, sends it on.
+            if *name == "fwd" {
+                continue;
+            }
+            if *name == "l2" {
+                if L2Fwd::new().process(&mut f) != Verdict::Tx {
                     continue 'frames;
                 }
                 continue;
@@ -506,6 +522,26 @@ fn an_all_xdp_path_sends_out_the_same_frames_as_processes() {
     assert_eq!(auto, never, "in XDP: the same frames, in the same order");
     let redirected = st.ports.iter().find(|p| p.name == "in").unwrap().verdicts.iter().find(|v| v.0 == "redirect");
     assert_eq!(redirected.unwrap().1, want.len() as u64, "every frame out went by XDP redirect");
+}
+
+/// in -> fw -> fwd -> l2fwd -> out placed runs in XDP entirely (fwd as a
+/// counter, l2fwd as its ether-swap element): the same frames leave d1,
+/// MACs swapped, as from three processes.
+#[test]
+fn forwarders_in_xdp_send_out_the_same_frames_as_processes() {
+    if !privileged("placement_forwarders") {
+        return;
+    }
+    let input = input();
+    let (want, l2_rx) = expected(&input, FW_FWD_L2);
+    let (never, st, _) = run("never", FW_FWD_L2, &input, want.len(), l2_rx);
+    assert_eq!(st.nfs.len(), 3);
+    assert_eq!(never, want, "all processes: the NFs' own decisions");
+    let (auto, st, _) = run("auto", FW_FWD_L2, &input, want.len(), l2_rx);
+    assert!(st.nfs.is_empty(), "no process: {:?}", st.nfs);
+    let offloaded: Vec<&str> = st.offloaded.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(offloaded, FW_FWD_L2);
+    assert_eq!(auto, never, "in XDP: the same frames, in the same order");
 }
 
 /// P4SFC's order, in -> ips -> mon -> fw -> out: placed, the IPS is the

@@ -38,7 +38,8 @@ const PER_QUEUE: u64 = 200;
 const PORT_RING: u64 = 1024;
 const _: () = assert!(4 * PER_QUEUE <= PORT_RING);
 
-/// in -> fwd (`threads`) -> out, with `extra` on port in.
+/// in -> fwd (`threads`) -> out, with `extra` on port in; fwd kept a
+/// process (`offload: never`): its sockets are what the queues reach.
 fn chain(name: &str, dut: &str, threads: u32, extra: &str) -> String {
     format!(
         r#"name: {name}
@@ -47,7 +48,7 @@ ports:
   - {{ name: in, netns: {dut}, netdev: d0, queues: {threads}, rings: {{ rx: {PORT_RING}, fill: {PORT_RING} }}{extra} }}
   - {{ name: out, netns: {dut}, netdev: d1, queues: {threads} }}
 nfs:
-  - {{ name: fwd, domain: main, kind: fwd, threads: {threads} }}
+  - {{ name: fwd, domain: main, kind: fwd, offload: never, threads: {threads} }}
 links:
   - {{ from: in, to: fwd }}
   - {{ from: fwd, to: out }}

@@ -255,7 +255,8 @@ fn a_copy_link_survives_ferryd_restarts() {
     restart_under_load("linked", &chain, &[libc::SIGTERM, libc::SIGKILL], COPY_LINK_HOLDS);
 }
 
-/// Writes chain `name`: in (d0 of `dut`) -> a (fwd) -> b (l2fwd) -> out (d1).
+/// Writes chain `name`: in (d0 of `dut`) -> a (fwd) -> b (l2fwd) -> out (d1),
+/// both kept processes (`offload: never`): what outlives ferryd.
 fn two_port_chain(dir: &TempDir, name: &str, dut: &str) -> PathBuf {
     let chain = dir.path("chain.yaml");
     std::fs::write(
@@ -268,8 +269,8 @@ ports:
   - {{ name: in, netns: {dut}, netdev: d0 }}
   - {{ name: out, netns: {dut}, netdev: d1 }}
 nfs:
-  - {{ name: a, domain: main, kind: fwd }}
-  - {{ name: b, domain: main, kind: l2fwd }}
+  - {{ name: a, domain: main, kind: fwd, offload: never }}
+  - {{ name: b, domain: main, kind: l2fwd, offload: never }}
 links:
   - {{ from: in, to: a }}
   - {{ from: a, to: b }}
