@@ -16,7 +16,7 @@
 //! the fast path), frames that are not IPv4 TCP or UDP reach here only if
 //! malformed. No hairpinning.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -38,6 +38,32 @@ impl Stamped for NatEntry {
     }
 }
 
+/// The public ports of one protocol that no mapping holds. Taking one
+/// costs O(1) however large the range and however many are in use, so a
+/// NAT out of ports refuses a new endpoint at once instead of searching
+/// the range for every frame. Ports come out in the order they went in:
+/// the one free the longest first, so a port just freed is reused last
+/// (late frames of its old mapping find nothing new there).
+struct PortPool {
+    free: VecDeque<u16>,
+}
+
+impl PortPool {
+    /// The ports `first..=last` but those `in_use` says a mapping holds.
+    fn new(first: u16, last: u16, in_use: impl Fn(u16) -> bool) -> PortPool {
+        PortPool { free: (first..=last).filter(|&p| !in_use(p)).collect() }
+    }
+
+    fn take(&mut self) -> Option<u16> {
+        self.free.pop_front()
+    }
+
+    /// A port whose mapping ended: free again, after every other.
+    fn give_back(&mut self, port: u16) {
+        self.free.push_back(port);
+    }
+}
+
 /// How often a mapping seen in the process is written to the table again.
 const REINSTALL_NS: u64 = 1_000_000_000;
 
@@ -48,8 +74,9 @@ pub struct Nat {
     /// Inside endpoint -> public port, and back, per protocol.
     public_of: HashMap<(Transport, Endpoint), u16>,
     inside_of: HashMap<(Transport, u16), Endpoint>,
-    /// Where the search for a free port starts, per protocol.
-    cursor: HashMap<Transport, u16>,
+    /// Free public ports per protocol, made on its first mapping (after
+    /// the adopted ones are known).
+    pools: HashMap<Transport, PortPool>,
     /// When each mapping was last written to the table.
     installed_at: HashMap<(Transport, Endpoint), u64>,
     made: u64,
@@ -98,7 +125,7 @@ impl Nat {
             table,
             public_of: HashMap::new(),
             inside_of: HashMap::new(),
-            cursor: HashMap::new(),
+            pools: HashMap::new(),
             installed_at: HashMap::new(),
             made: 0,
             expired: 0,
@@ -141,16 +168,10 @@ impl Nat {
         Ok(())
     }
 
-    /// A free public port of `t`, searched from the cursor on.
+    /// A free public port of `t`.
     fn free_port(&mut self, t: Transport) -> Option<u16> {
-        let (first, last) = self.ports;
-        let span = u32::from(last - first) + 1;
-        let start = *self.cursor.get(&t).unwrap_or(&first);
-        let port = (0..span)
-            .map(|i| first + ((u32::from(start - first) + i) % span) as u16)
-            .find(|p| !self.inside_of.contains_key(&(t, *p)))?;
-        self.cursor.insert(t, if port == last { first } else { port + 1 });
-        Some(port)
+        let ((first, last), inside_of) = (self.ports, &self.inside_of);
+        self.pools.entry(t).or_insert_with(|| PortPool::new(first, last, |p| inside_of.contains_key(&(t, p)))).take()
     }
 
     /// The public endpoint of `inside`, made now if it has none. A known
@@ -195,7 +216,11 @@ impl Nat {
     /// free again).
     fn end(&mut self, t: Transport, inside: Endpoint, port: u16) -> Result<(), EvnfError> {
         self.public_of.remove(&(t, inside));
-        self.inside_of.remove(&(t, port));
+        if self.inside_of.remove(&(t, port)).is_some() {
+            if let Some(pool) = self.pools.get_mut(&t) {
+                pool.give_back(port);
+            }
+        }
         self.installed_at.remove(&(t, inside));
         self.table.remove(&out_key(t, inside))?;
         self.table.remove(&in_key(t, self.spec.public_ip, port))?;
@@ -300,5 +325,29 @@ impl HybridNf for Nat {
             self.not_natted,
             self.refused,
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PortPool;
+
+    #[test]
+    fn a_pool_skips_ports_in_use_and_runs_out_without_searching() {
+        let mut pool = PortPool::new(100, 104, |p| p == 101);
+        let taken: Vec<u16> = std::iter::from_fn(|| pool.take()).collect();
+        assert_eq!(taken, [100, 102, 103, 104], "101 was adopted in use");
+        assert_eq!(pool.take(), None, "out of ports");
+        pool.give_back(102);
+        pool.give_back(100);
+        assert_eq!((pool.take(), pool.take(), pool.take()), (Some(102), Some(100), None), "freed first, taken first");
+    }
+
+    #[test]
+    fn a_port_given_back_waits_behind_every_free_one() {
+        let mut pool = PortPool::new(1, 3, |_| false);
+        let first = pool.take().unwrap();
+        pool.give_back(first);
+        assert_eq!([pool.take(), pool.take(), pool.take()], [Some(2), Some(3), Some(first)]);
     }
 }
