@@ -349,7 +349,7 @@ enum BindError {
 /// deferred release runs, a moment later; until then bind says EBUSY.
 /// Polled at growing intervals, up to [`BUSY_WAIT_MS`] in all.
 fn bind_when_free(s: libc::c_int, addr: &SockaddrXdp) -> Result<(), BindError> {
-    let mut waited_ms = 0;
+    let start = std::time::Instant::now();
     let mut pause_ms = 1;
     loop {
         // SAFETY: addr is a valid sockaddr_xdp.
@@ -367,11 +367,12 @@ fn bind_when_free(s: libc::c_int, addr: &SockaddrXdp) -> Result<(), BindError> {
         if e.raw_os_error() != Some(libc::EBUSY) {
             return Err(BindError::Os(e));
         }
+        // Measured, not summed: sleeps overrun and binds take time.
+        let waited_ms = start.elapsed().as_millis() as u64;
         if waited_ms >= BUSY_WAIT_MS {
             return Err(BindError::Busy { waited_ms });
         }
         std::thread::sleep(std::time::Duration::from_millis(pause_ms));
-        waited_ms += pause_ms;
         pause_ms = (pause_ms * 2).min(100);
     }
 }

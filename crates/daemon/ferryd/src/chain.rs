@@ -118,12 +118,13 @@ fn verdict_list(v: &ferry_bpf::Verdicts) -> Vec<(String, u64, u64)> {
     VERDICT_NAMES.iter().enumerate().map(|(i, name)| (name.to_string(), v.packets[i], v.bytes[i])).collect()
 }
 
-/// A NF split over the post-server part in front of a port (its fast
-/// path) and a process that gets the misses on the miss port.
+/// A NF split over an XDP part of a port (its fast path) and a process
+/// that gets the misses: on the port's own sockets (pre-server), or on
+/// the miss port, the loop device in front of the port (post-server).
 struct Split {
     nf: String,
     port: usize,
-    miss: usize,
+    miss: Option<usize>,
 }
 
 /// What a chain is set up from.

@@ -31,7 +31,8 @@ const L2_HEADER: u32 = 18;
 
 /// Why a port does not fit its device: the chain file's field at fault,
 /// and what is wrong and how to fix it.
-type Refusal = (&'static str, String);
+/// A refused field of a plan's entry and why.
+pub(crate) type Refusal = (&'static str, String);
 
 /// Refuses a plan whose receiving ports' devices have queues without a
 /// socket, or frames larger than a UMEM frame. `text` is the chain file

@@ -91,8 +91,8 @@ struct PostServer {
     /// A split NF's way out: the redirect on the sending end.
     _send_end: Option<LoadedXdp>,
     dev: LoopDevice,
-    /// Its split NF's name (a NAT whose misses go to its process).
-    split: Option<String>,
+    /// Whether a split NF ends it (a NAT whose misses go to its process).
+    split: bool,
 }
 
 /// What a port's XDP parts are opened from.
@@ -143,7 +143,7 @@ impl Port {
                     Some(_) => Some(send_end_redirect(plan, &dev, device, mode)?),
                     None => None,
                 };
-                Some(PostServer { fast, _send_end: send_end, dev, split: split.map(str::to_string) })
+                Some(PostServer { fast, _send_end: send_end, dev, split: split.is_some() })
             }
             None => None,
         };
@@ -211,7 +211,7 @@ impl Port {
     /// receiving end, steered to by that pipeline
     /// ([`Port::register_miss_socket`] of `of`).
     pub fn open_miss(plan: &PortPlan, of: &Port) -> Result<Port> {
-        let post = of.post.as_ref().filter(|p| p.split.is_some());
+        let post = of.post.as_ref().filter(|p| p.split);
         let post = post.ok_or_else(|| anyhow::anyhow!("port {} has no split NF in front of it", of.plan.name))?;
         // Its sockets are on the loop device's receiving end: errors name it.
         let plan = PortPlan { netdev: post.dev.receive_end.clone(), ..plan.clone() };
@@ -230,7 +230,7 @@ impl Port {
     /// the pipeline in front of the port, or the port's own.
     pub fn split_map_fds(&self, names: &[&'static str]) -> Result<Vec<(&'static str, std::os::fd::OwnedFd)>> {
         let fast = match (&self.post, &self.xdp) {
-            (Some(post), _) if post.split.is_some() => &post.fast,
+            (Some(post), _) if post.split => &post.fast,
             (_, Some(Steering::Pipeline(fast))) => fast,
             _ => anyhow::bail!("port {} has no split NF's pipeline", self.plan.name),
         };
@@ -326,7 +326,7 @@ impl Port {
             _ => Vec::new(),
         };
         if let Some(p) = &self.post {
-            nfs.extend(p.fast.status().into_iter().filter(|n| Some(&n.name) != p.split.as_ref()));
+            nfs.extend(p.fast.status());
         }
         nfs
     }

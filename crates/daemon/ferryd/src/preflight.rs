@@ -15,7 +15,7 @@ use ferry_place::Placement;
 use crate::devices::{self, located_in};
 
 /// What is missing, at which field of an NF.
-type Refusal = (&'static str, String);
+use crate::devices::Refusal;
 
 /// Refuses `plan` (placed as `placement`, from chain file `text` named
 /// `origin`) if this machine lacks something its deploy needs.
@@ -54,7 +54,8 @@ fn program_refusal(nf: &NfPlan) -> Option<Refusal> {
         Some((_, Err(e))) => e.to_string(),
         Some((_, Ok(m))) if !m.is_file() => "not a file".to_string(),
         Some((_, Ok(m))) if m.permissions().mode() & 0o111 == 0 => "not executable".to_string(),
-        Some((p, Ok(_))) => match closed_to_others(p, 0o001).filter(|_| nf.user.is_none()) {
+        Some(_) if nf.user.is_some() => return None,
+        Some((p, Ok(_))) => match closed_to_others(p, 0o001) {
             None => return None,
             Some(closed) => {
                 let message = format!(

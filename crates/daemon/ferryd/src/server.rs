@@ -262,8 +262,7 @@ fn serve_metrics(daemon: &Arc<Daemon>, addr: std::net::SocketAddr) -> Result<()>
 /// Deploys the chain file ferryd was started with, unless it runs already.
 fn deploy_at_start(daemon: &Arc<Daemon>, file: &Path, set: &[(String, String)]) -> Result<()> {
     let file = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
-    let (text, origin) = ferry_config::read_file(&file)?;
-    let text = ferry_chain::spec::fill_placeholders(&text, set);
+    let (text, origin) = ferry_chain::spec::read_filled(&file, set)?;
     let name = ferry_catalog::parse_chain_str(&text, &origin)?.name();
     if daemon.chain(&name).is_ok() {
         tracing::info!(

@@ -100,13 +100,44 @@ impl NfType {
 
     /// What of it placement can run in XDP today: offloadability says
     /// what could, this what Ferry's elements do.
-    pub fn xdp_form(&self) -> &'static str {
+    pub fn xdp_form(&self) -> XdpForm {
         if let Some((_, when)) = lower::LOWERED_KINDS.iter().find(|(k, _)| *k == self.kind) {
-            when
+            XdpForm::Yes { when }
         } else if self.model == ExecModel::Hybrid {
-            "split (its fast path; the rest in its process)"
+            XdpForm::Split
         } else {
-            "no (runs as a process)"
+            XdpForm::No
+        }
+    }
+}
+
+/// An NF type's XDP form ([`NfType::xdp_form`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpForm {
+    /// Lowered to pipeline elements; `when` says on what condition.
+    Yes { when: &'static str },
+    /// A hybrid NF: its fast path in XDP, the rest in its process.
+    Split,
+    /// It runs as a process.
+    No,
+}
+
+impl XdpForm {
+    /// One word: `yes`, `split` or `no` (the JSON's `xdp_form`).
+    pub fn word(self) -> &'static str {
+        match self {
+            XdpForm::Yes { .. } => "yes",
+            XdpForm::Split => "split",
+            XdpForm::No => "no",
+        }
+    }
+
+    /// In words, for the table.
+    pub fn text(self) -> &'static str {
+        match self {
+            XdpForm::Yes { when } => when,
+            XdpForm::Split => "split (its fast path; the rest in its process)",
+            XdpForm::No => "no (runs as a process)",
         }
     }
 }
@@ -222,10 +253,7 @@ pub fn files_read<'a>(kind: &str, args: &'a [String]) -> Vec<&'a str> {
     let groups = args.split(|a| a == "--");
     kind.split('+')
         .zip(groups)
-        .filter_map(|(k, group)| {
-            let info = ferry_nf::registry().iter().find(|i| i.spec.name == k)?;
-            group.get(info.file_arg?).map(String::as_str)
-        })
+        .filter_map(|(k, group)| group.get(ferry_nf::info(k)?.file_arg?).map(String::as_str))
         .collect()
 }
 
@@ -344,7 +372,7 @@ pub fn table() -> String {
         if !elements.is_empty() {
             out += &format!("{:<22} elements: {}\n", "", elements.join(", "));
         }
-        out += &format!("{:<22} XDP form: {}\n", "", t.xdp_form());
+        out += &format!("{:<22} XDP form: {}\n", "", t.xdp_form().text());
         out += &format!("{:<22} ip: {}\n", "", t.ip);
     }
     out
@@ -382,7 +410,7 @@ pub fn json() -> serde_json::Value {
                 "ip": t.ip,
                 "model": t.model.as_str(),
                 "offload": t.offload().as_str(),
-                "xdp_form": t.xdp_form().split([' ', ',']).next(),
+                "xdp_form": t.xdp_form().word(),
                 "args": args,
                 "counters": t.counters,
                 "elements": elements,

@@ -41,7 +41,7 @@ fn serve_types() -> Vec<NfType> {
         counters,
         elements,
         runner: Runner::HostLoop,
-        passes: kind != "sink",
+        passes: true,
         serve,
         check_built: None,
     };
@@ -132,17 +132,21 @@ fn serve_types() -> Vec<NfType> {
             &[],
             loops::serve_source,
         ),
-        threaded(
-            "sink",
-            [
-                "count frames, check stamps, publish latency percentiles, free them",
-                "counts any frame; reads the stamp of IPv4 and IPv6 UDP, TCP and ICMP echo",
-            ],
-            vec![],
-            vec!["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns", "lat_p999_ns"],
-            &[],
-            loops::serve_sink,
-        ),
+        // It keeps what it receives: nothing leaves it.
+        NfType {
+            passes: false,
+            ..threaded(
+                "sink",
+                [
+                    "count frames, check stamps, publish latency percentiles, free them",
+                    "counts any frame; reads the stamp of IPv4 and IPv6 UDP, TCP and ICMP echo",
+                ],
+                vec![],
+                vec!["sunk", "stamped", "lat_p50_ns", "lat_p99_ns", "lat_max_ns", "lat_p999_ns"],
+                &[],
+                loops::serve_sink,
+            )
+        },
     ]
 }
 
@@ -254,7 +258,7 @@ pub(crate) fn check_positional(kind: &str, args: &[String], offset: usize) -> Re
         message,
         index: index.map(|i| i + offset),
     };
-    let file_arg = ferry_nf::registry().iter().find(|i| i.spec.name == kind).and_then(|i| i.file_arg);
+    let file_arg = ferry_nf::info(kind).and_then(|i| i.file_arg);
     if let Some((i, file)) = file_arg.and_then(|i| refs.get(i).map(|f| (i, f))) {
         if !std::path::Path::new(file).is_absolute() {
             let message =

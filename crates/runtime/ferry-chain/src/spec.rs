@@ -653,6 +653,13 @@ pub fn fill_placeholders(text: &str, vars: &[(String, String)]) -> String {
     vars.iter().fold(text.to_string(), |t, (k, v)| t.replace(&format!("{{{k}}}"), v))
 }
 
+/// Chain file `path`'s text with its placeholders filled by `vars`, and
+/// its origin (what errors name).
+pub fn read_filled(path: &Path, vars: &[(String, String)]) -> Result<(String, String), YamlError> {
+    let (text, origin) = ferry_config::read_file(path)?;
+    Ok((fill_placeholders(&text, vars), origin))
+}
+
 /// The `KEY=VALUE` of a `--set` option: the value for placeholder `{KEY}`.
 pub fn placeholder_value(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {

@@ -44,8 +44,20 @@ impl Stamped for NatEntry {
 /// the range for every frame. Ports come out in the order they went in:
 /// the one free the longest first, so a port just freed is reused last
 /// (late frames of its old mapping find nothing new there).
+#[derive(Default)]
 struct PortPool {
     free: VecDeque<u16>,
+}
+
+/// The protocols a NAPT maps, in [`Nat::pools`] order.
+const TRANSPORTS: [Transport; 2] = [Transport::Udp, Transport::Tcp];
+
+/// `t`'s index in [`TRANSPORTS`].
+fn pool_of(t: Transport) -> usize {
+    match t {
+        Transport::Udp => 0,
+        Transport::Tcp => 1,
+    }
 }
 
 impl PortPool {
@@ -74,9 +86,9 @@ pub struct Nat {
     /// Inside endpoint -> public port, and back, per protocol.
     public_of: HashMap<(Transport, Endpoint), u16>,
     inside_of: HashMap<(Transport, u16), Endpoint>,
-    /// Free public ports per protocol, made on its first mapping (after
-    /// the adopted ones are known).
-    pools: HashMap<Transport, PortPool>,
+    /// Free public ports of UDP and TCP ([`pool_of`]), made once the
+    /// adopted mappings are known.
+    pools: [PortPool; 2],
     /// When each mapping was last written to the table.
     installed_at: HashMap<(Transport, Endpoint), u64>,
     made: u64,
@@ -125,7 +137,7 @@ impl Nat {
             table,
             public_of: HashMap::new(),
             inside_of: HashMap::new(),
-            pools: HashMap::new(),
+            pools: [PortPool::default(), PortPool::default()],
             installed_at: HashMap::new(),
             made: 0,
             expired: 0,
@@ -136,6 +148,8 @@ impl Nat {
             translated: 0,
         };
         nat.adopt()?;
+        let ((first, last), inside_of) = (nat.ports, &nat.inside_of);
+        nat.pools = TRANSPORTS.map(|t| PortPool::new(first, last, |p| inside_of.contains_key(&(t, p))));
         Ok(nat)
     }
 
@@ -168,12 +182,6 @@ impl Nat {
         Ok(())
     }
 
-    /// A free public port of `t`.
-    fn free_port(&mut self, t: Transport) -> Option<u16> {
-        let ((first, last), inside_of) = (self.ports, &self.inside_of);
-        self.pools.entry(t).or_insert_with(|| PortPool::new(first, last, |p| inside_of.contains_key(&(t, p)))).take()
-    }
-
     /// The public endpoint of `inside`, made now if it has none. A known
     /// mapping is installed again, at most every [`REINSTALL_NS`]: its
     /// frame came here because the fast path lost it, or because there is
@@ -187,7 +195,7 @@ impl Nat {
                 return Some(Endpoint { ip: public_ip.into(), port });
             }
         }
-        let Some(port) = known.or_else(|| self.free_port(t)) else {
+        let Some(port) = known.or_else(|| self.pools[pool_of(t)].take()) else {
             self.exhausted += 1;
             return None;
         };
@@ -201,6 +209,9 @@ impl Nat {
             tracing::warn!("eNAT: mapping {inside:?} -> {port}: {e}");
             let _ = self.table.remove(&in_key(t, public_ip, port));
             self.errors += 1;
+            if known.is_none() {
+                self.pools[pool_of(t)].give_back(port);
+            }
             return None;
         }
         if known.is_none() {
@@ -217,9 +228,7 @@ impl Nat {
     fn end(&mut self, t: Transport, inside: Endpoint, port: u16) -> Result<(), EvnfError> {
         self.public_of.remove(&(t, inside));
         if self.inside_of.remove(&(t, port)).is_some() {
-            if let Some(pool) = self.pools.get_mut(&t) {
-                pool.give_back(port);
-            }
+            self.pools[pool_of(t)].give_back(port);
         }
         self.installed_at.remove(&(t, inside));
         self.table.remove(&out_key(t, inside))?;

@@ -45,7 +45,7 @@ pub use icmp::IcmpEchoResponder;
 pub use ips::Ips;
 pub use l2fwd::L2Fwd;
 pub use payload_scan::PayloadScan;
-pub use registry::{by_name, registry, Hosted, NfBuilder, NfError, NfInfo};
+pub use registry::{by_name, info, registry, Hosted, NfBuilder, NfError, NfInfo};
 pub use rxdrop::RxDrop;
 
 /// What to do with a frame after an NF has looked at it.

@@ -253,13 +253,14 @@ pub fn registry() -> &'static [NfInfo] {
     &REGISTRY
 }
 
+/// The registry entry of the NF called `name`.
+pub fn info(name: &str) -> Option<&'static NfInfo> {
+    REGISTRY.iter().find(|i| i.spec.name == name)
+}
+
 /// Builds the NF called `name` (see [`registry`]) from CLI-style arguments.
 pub fn by_name(name: &str, args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
-    REGISTRY
-        .iter()
-        .find(|i| i.spec.name == name)
-        .ok_or_else(|| NfError::UnknownNf { name: name.to_string() })?
-        .build(args)
+    info(name).ok_or_else(|| NfError::UnknownNf { name: name.to_string() })?.build(args)
 }
 
 #[cfg(test)]

@@ -262,8 +262,8 @@ fn offloadable(spec: &ChainSpec, i: usize, in_links: usize) -> Result<Lowering, 
     }
     let outs = spec.links.iter().filter(|l| l.from == nf.name).count();
     if outs == 0 {
-        return Err("it has no out-link, so it sends frames back out the port they came in by: its process does \
-                    that; an XDP part passes frames on"
+        return Err("it has no out-link: its process ends the path there (it sends frames back out the port they \
+                    came in by, or keeps them); an XDP part passes frames on"
             .into());
     }
     if outs != 1 {
@@ -556,7 +556,11 @@ fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut
                 }
             }
             // A NAT inside a chain that is not split here is a process.
-            if offloaded.contains(&i) || (hybrid::is_hybrid(spec, i) && !hybrid::is_chain_nat(spec, i)) {
+            if hybrid::is_chain_nat(spec, i) {
+                why_server[i].get_or_insert_with(|| NAT_BEFORE_XDP.into());
+                break Some(i);
+            }
+            if offloaded.contains(&i) || hybrid::is_hybrid(spec, i) {
                 break None;
             }
             if why_server[i].is_some() {
@@ -605,6 +609,10 @@ fn post_paths(spec: &ChainSpec, offloaded: &mut HashSet<usize>, why_server: &mut
 }
 
 const NAT_NEVER: &str = "offload: never: the whole NAT runs as a process, mappings and rewrites";
+/// A chain NAT after the last process with NFs after it in XDP.
+const NAT_BEFORE_XDP: &str = "partially offloadable, after the last process but before NFs that run in XDP: its split \
+                              form must end the post-server part (its process sends its misses to the port), so it \
+                              runs whole as a process";
 
 /// A NAT inside a chain reached from port `port` through XDP only, split
 /// over that path and its process when a port follows it in the same
@@ -697,7 +705,8 @@ fn decide(
             if hybrid::is_chain_nat(spec, i) {
                 let why = match (nf.offload, why) {
                     (OffloadPolicy::Never, _) => NAT_NEVER.into(),
-                    (_, Some(why)) if why.starts_with("partially offloadable") || why.starts_with("port ") => why,
+                    // Every reason placement records for a chain NAT is its own.
+                    (_, Some(why)) => why,
                     _ => "partially offloadable, between processes: P4SFC splits such an NF only where it borders a \
                           port with no process between, so it runs whole as a process"
                         .into(),

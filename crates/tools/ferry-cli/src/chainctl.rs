@@ -61,7 +61,18 @@ pub fn start(chain: &Path, socket: &Path, quiet: bool) -> Result<RunningChain> {
 
 /// As [`start`], placing the chain as `placing` says.
 pub fn start_placing(chain: &Path, socket: &Path, quiet: bool, placing: Placing<'_>) -> Result<RunningChain> {
-    let mut rc = launch(chain, socket, quiet, placing)?;
+    start_with(chain, socket, quiet, placing, &UpOptions::default())
+}
+
+/// As [`start_placing`], with what `up` says (`ferry chain up`).
+pub fn start_with(
+    chain: &Path,
+    socket: &Path,
+    quiet: bool,
+    placing: Placing<'_>,
+    up: &UpOptions,
+) -> Result<RunningChain> {
+    let mut rc = launch_with(chain, socket, quiet, placing, up)?;
     // Only a guard against a chain that never comes up: a loaded machine
     // can take many seconds to start a dozen NF processes.
     rc.wait_connected(Duration::from_secs(60))?;
@@ -104,8 +115,7 @@ pub fn launch_with(
     placing: Placing<'_>,
     up: &UpOptions,
 ) -> Result<RunningChain> {
-    let (text, origin) = ferry_config::read_file(chain)?;
-    let text = ferry_chain::spec::fill_placeholders(&text, &up.set);
+    let (text, origin) = ferry_chain::spec::read_filled(chain, &up.set)?;
     let name = ferry_catalog::parse_chain_str(&text, &origin)?.name();
     let admin = proto::admin_socket(socket);
     let mut cmd = Command::new(ferryd_bin()?);

@@ -56,9 +56,10 @@ pub fn check_name(file: &Path, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Whether `file` is a chain over hosts.
-pub fn spans_hosts(file: &Path) -> bool {
-    ferry_catalog::parse_chain(file).is_ok_and(|s| !s.hosts.is_empty())
+/// Whether chain file `file`, filled by `set`, is a chain over hosts.
+pub fn spans_hosts(file: &Path, set: &[(String, String)]) -> bool {
+    let Ok((text, origin)) = ferry_chain::spec::read_filled(file, set) else { return false };
+    ferry_catalog::parse_chain_str(&text, &origin).is_ok_and(|s| !s.hosts.is_empty())
 }
 
 /// Deploys each host's part of the chain in `file`: first every host's

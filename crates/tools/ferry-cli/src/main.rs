@@ -776,8 +776,7 @@ fn run_chain(cmd: ChainCmd) -> Result<()> {
         ChainCmd::Up { file, set, metrics, socket } => {
             let socket = socket.unwrap_or_else(ferry_chain::proto::default_socket);
             let up = chainctl::UpOptions { set, metrics: Some(metrics) };
-            let mut rc = chainctl::launch_with(&file, &socket, false, chainctl::Placing::AsConfigured, &up)?;
-            rc.wait_connected(std::time::Duration::from_secs(60))?;
+            let mut rc = chainctl::start_with(&file, &socket, false, chainctl::Placing::AsConfigured, &up)?;
             println!("chain {} up; `ferry chain show --admin {}`; Ctrl-C stops it", rc.name, rc.admin.display());
             if let Some(addr) = chainctl::metrics_addr(&rc.admin)? {
                 println!("metrics: http://{addr}/metrics");
@@ -786,7 +785,9 @@ fn run_chain(cmd: ChainCmd) -> Result<()> {
             println!("ferryd exited: {status}");
             Ok(())
         }
-        ChainCmd::Deploy { file, set, tls, explain, admin: _, json } if spans_hosts(&file, &set) => {
+        ChainCmd::Deploy { file, set, tls, explain, admin: _, json }
+            if ferry_cli::hostctl::spans_hosts(&file, &set) =>
+        {
             if !set.is_empty() {
                 bail!(
                     "--set is not taken for chains over hosts yet: fill {} with sed and deploy the copy",
@@ -921,13 +922,6 @@ fn chain_audit(name: &str, admin: &std::path::Path) -> Result<()> {
     }
 }
 
-/// Whether chain file `file`, filled by `set`, is a chain over hosts.
-fn spans_hosts(file: &std::path::Path, set: &[(String, String)]) -> bool {
-    let Ok((text, origin)) = ferry_config::read_file(file) else { return false };
-    let text = ferry_chain::spec::fill_placeholders(&text, set);
-    ferry_catalog::parse_chain_str(&text, &origin).is_ok_and(|s| !s.hosts.is_empty())
-}
-
 /// `ferry chain check`: the file as ferryd would take it, placed.
 fn chain_check(
     file: &std::path::Path,
@@ -936,8 +930,7 @@ fn chain_check(
     cost_model: Option<PathBuf>,
 ) -> Result<(ferry_place::Placement, String)> {
     let model = ferry_place::CostModel::configured(cost_model.as_deref())?;
-    let (text, origin) = ferry_config::read_file(file)?;
-    let text = ferry_chain::spec::fill_placeholders(&text, set);
+    let (text, origin) = ferry_chain::spec::read_filled(file, set)?;
     let (spec, placement) = ferry_place::load_str_with(&text, &origin, model.as_ref())?;
     if explain {
         print!("{}", placement.explain());

@@ -607,9 +607,7 @@ fn a_split_nat_last_in_the_chain_sends_out_what_a_nat_process_does() {
     let input = input();
     let (_, fw_rx) = expected(&input, IPS_MON_FW);
     let (mut want, _) = expected(&input, IPS_MON_FW_NAT);
-    let public = |f: &[u8]| ferry_wire::flow::parse(f).is_ok_and(|fl| fl.src_v4() == Some(NAT_PUBLIC.into()));
-    let translated = want.iter().filter(|f| public(f)).count();
-    assert!(translated > 10, "the input has frames to translate: {translated}");
+    let translated = translated_by_nat(&want);
     want.sort();
     let (mut never, st, loops) = run("never", IPS_MON_FW_NAT, &input, want.len(), fw_rx);
     assert_eq!((st.nfs.len(), loops), (4, 0));
@@ -625,12 +623,27 @@ fn a_split_nat_last_in_the_chain_sends_out_what_a_nat_process_does() {
     assert_eq!(offloaded, ["mon", "fw"]);
     auto.sort();
     assert_eq!(auto, want, "split: the same frames");
-    assert_eq!(c(&st, "nat", "mappings_made"), made, "as many mappings");
-    // Every translated frame was rewritten in XDP or went to the process
-    // first; the process made one mapping per inside endpoint.
-    let (rewritten, to_slow) = (c(&st, "nat", "rewritten"), c(&st, "nat", "to_slow_path"));
+    assert_split_nat_counts(&st, made, translated);
+}
+
+/// How many frames of `want` leave with the NAT's public address as
+/// their source (the ones it translated); the input must have some.
+fn translated_by_nat(want: &[Vec<u8>]) -> u64 {
+    let public = |f: &[u8]| ferry_wire::flow::parse(f).is_ok_and(|fl| fl.src_v4() == Some(NAT_PUBLIC.into()));
+    let translated = want.iter().filter(|f| public(f)).count() as u64;
+    assert!(translated > 10, "the input has frames to translate: {translated}");
+    translated
+}
+
+/// A split NAT's counters: as many mappings as the NAT process alone
+/// made (`made`), one per inside endpoint, each made by the process from a
+/// frame handed to it; and every translated frame counted once, rewritten
+/// in XDP or handed to the process.
+fn assert_split_nat_counts(st: &Status, made: u64, translated: u64) {
+    assert_eq!(c(st, "nat", "mappings_made"), made, "as many mappings");
+    let (rewritten, to_slow) = (c(st, "nat", "rewritten"), c(st, "nat", "to_slow_path"));
     assert!(to_slow >= made && made > 0, "to_slow_path {to_slow}, mappings {made}");
-    assert_eq!(rewritten + to_slow, translated as u64, "each translated frame once");
+    assert_eq!(rewritten + to_slow, translated, "each translated frame once");
 }
 
 /// in -> fw -> nat -> out, no process before the NAT: the firewall and
@@ -651,9 +664,7 @@ fn a_split_nat_with_no_process_before_it_sends_out_what_a_nat_process_does() {
     let (_, fw_rx) = expected(&input, &["fw"]);
     let parsed = input.iter().filter(|f| ferry_wire::flow::parse(f).is_ok()).count() as u64;
     let (mut want, _) = expected(&input, FW_NAT);
-    let public = |f: &[u8]| ferry_wire::flow::parse(f).is_ok_and(|fl| fl.src_v4() == Some(NAT_PUBLIC.into()));
-    let translated = want.iter().filter(|f| public(f)).count();
-    assert!(translated > 10, "the input has frames to translate: {translated}");
+    let translated = translated_by_nat(&want);
     want.sort();
     let (mut never, st, _) = run("never", FW_NAT, &input, want.len(), fw_rx);
     assert_eq!(st.nfs.len(), 2);
@@ -669,10 +680,7 @@ fn a_split_nat_with_no_process_before_it_sends_out_what_a_nat_process_does() {
     assert_eq!(offloaded, [("fw", "in")]);
     auto.sort();
     assert_eq!(auto, want, "split: the same frames");
-    assert_eq!(c(&st, "nat", "mappings_made"), made, "as many mappings");
-    let (rewritten, to_slow) = (c(&st, "nat", "rewritten"), c(&st, "nat", "to_slow_path"));
-    assert!(to_slow >= made && made > 0, "to_slow_path {to_slow}, mappings {made}");
-    assert_eq!(rewritten + to_slow, translated as u64, "each translated frame once");
+    assert_split_nat_counts(&st, made, translated);
 }
 
 /// A hybrid NF's path goes on to an NF process: the eFW decides in XDP on

@@ -202,7 +202,7 @@ impl Chain {
                 }
                 // A pre-server split's port registered it already (its
                 // pipeline steers there).
-                if let Some(s) = self.splits.iter().find(|s| s.miss == p && s.miss != s.port) {
+                if let Some(s) = self.splits.iter().find(|s| s.miss == Some(p)) {
                     let of = self.ports[s.port].as_ref().ok_or_else(|| anyhow!("port {} not open", s.port))?;
                     of.lock().expect("port lock").register_miss_socket(t.index, &sock)?;
                 }

@@ -120,15 +120,13 @@ fn log_users(plan: &ChainPlan, creds: &[Creds]) {
     }
 }
 
-/// Split NFs: their name, port and miss port, by index. A pre-server
-/// split NF gets its misses on the path's own port.
+/// Split NFs: their name, port and miss port, by index.
 fn splits_of(plan: &ChainPlan, xdp: &[(XdpPath, Vec<u32>)], post: &[(PostPath, Vec<u32>)]) -> Vec<Split> {
     let at = |name: &str| plan.ports.iter().position(|q| q.name == name);
-    let pre =
-        xdp.iter().filter_map(|(p, _)| Some(Split { nf: p.split.clone()?, port: at(&p.port)?, miss: at(&p.port)? }));
-    let post = post
-        .iter()
-        .filter_map(|(p, _)| Some(Split { nf: p.split.clone()?, port: at(&p.port)?, miss: at(&p.miss_port()?)? }));
+    let pre = xdp.iter().filter_map(|(p, _)| Some(Split { nf: p.split.clone()?, port: at(&p.port)?, miss: None }));
+    let post = post.iter().filter_map(|(p, _)| {
+        Some(Split { nf: p.split.clone()?, port: at(&p.port)?, miss: Some(at(&p.miss_port()?)?) })
+    });
     pre.chain(post).collect()
 }
 
@@ -162,7 +160,7 @@ fn open_ports(
 ) -> Result<Vec<Option<Mutex<Port>>>> {
     let mut ports: Vec<Option<Mutex<Port>>> = Vec::new();
     for (index, p) in plan.ports.iter().enumerate() {
-        if let Some(s) = splits.iter().find(|s| s.miss == index && s.miss != s.port) {
+        if let Some(s) = splits.iter().find(|s| s.miss == Some(index)) {
             let of = ports.get(s.port).and_then(Option::as_ref);
             let of = of.ok_or_else(|| anyhow!("port {}: its loop device is not open", p.name))?;
             let port = Port::open_miss(p, &of.lock().expect("port lock"))?;

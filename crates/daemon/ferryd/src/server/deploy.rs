@@ -27,7 +27,8 @@ impl Daemon {
         let _changing = self.changes.lock().expect("changes lock");
         let (text, placement) = self.load(file, set)?;
         let plan = self.admit(&placement, &text, &file.display().to_string())?;
-        let nfs = ferry_catalog::parse_chain_str(&text, "")?.nfs.len();
+        // The file's NFs, as a deploy counts them (placed in XDP or not).
+        let nfs = placement.decisions.len();
         Ok(ChainSummary {
             name: plan.name,
             file: file.display().to_string(),
@@ -39,8 +40,7 @@ impl Daemon {
 
     /// Chain file `file`, filled by `set`, and its placement.
     fn load(&self, file: &Path, set: &[(String, String)]) -> Result<(String, ferry_place::Placement)> {
-        let (text, origin) = ferry_config::read_file(file)?;
-        let text = ferry_chain::spec::fill_placeholders(&text, set);
+        let (text, origin) = ferry_chain::spec::read_filled(file, set)?;
         let (spec, placement) = ferry_place::load_str_with(&text, &origin, self.cost_model.as_ref())?;
         if !spec.hosts.is_empty() {
             bail!(
