@@ -7,16 +7,18 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-ping iputils-arping tshark ethtool \
   clang-format curl nginx-light wrk iperf3 haproxy nftables libndpi-dev python3-prometheus-client tmux \
-  protobuf-compiler
+  protobuf-compiler openvswitch-switch ipvsadm conntrack
 FERRY_RELEASE := target/release/ferry
 FERRY_DEBUG := target/debug/ferry
 
-.PHONY: all deps build demo test test-suite test-stress lint bench bench-io bench-chain bench-pipeline bench-evnf clean sweep
+.PHONY: all deps build demo test test-suite test-stress lint bench bench-io bench-chain bench-pipeline bench-evnf bench-peers clean sweep
 
 all: build
 
 # Installs what the build and the tests need, once: Debian packages (clang
-# for the BPF programs, iproute2 for testbeds, tshark to check pcap files)
+# for the BPF programs, iproute2 for testbeds, tshark to check pcap files,
+# Open vSwitch, nftables, ipvsadm and conntrack for the peers `ferry bench
+# peers` runs)
 # and a Rust toolchain if none is on the PATH.
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -77,6 +79,9 @@ bench-chain: build
 
 bench-pipeline: build
 	$(FERRY_RELEASE) bench pipeline --json target/ferry-bench/pipeline.json
+bench-peers: build
+	@mkdir -p target/ferry-bench
+	$(FERRY_RELEASE) bench peers --json target/ferry-bench/peers.json
 bench-evnf: build
 	$(FERRY_RELEASE) testbed sweep
 	$(FERRY_RELEASE) bench evnf --json target/ferry-bench/evnf.json

@@ -93,8 +93,9 @@ impl FlowTable {
         self.map.insert(key, count, 0).map_err(|source| BpfError::Map { name: MAP_NAME, source })
     }
 
-    /// Every flow in the table.
+    /// Every flow in the table: read in batches where the kernel can,
+    /// else walked key by key.
     pub fn flows(&self) -> Vec<(FlowKey, PlCount)> {
-        self.map.iter().filter_map(Result::ok).collect()
+        crate::batch::lookup_all(self.fd.as_fd()).unwrap_or_else(|_| self.map.iter().filter_map(Result::ok).collect())
     }
 }

@@ -17,6 +17,7 @@ use aya::Ebpf;
 use ferry_wire::IpPrefix;
 
 use crate::abi::In6;
+use crate::batch;
 use crate::hybrid::*;
 use crate::pipeline::PlCount;
 use crate::BpfError;
@@ -196,10 +197,20 @@ impl HybridMaps {
             .fold(PlCount::default(), |a, c| PlCount { packets: a.packets + c.packets, bytes: a.bytes + c.bytes }))
     }
 
-    /// `nf`'s counters by name, summed over CPUs.
+    /// `nf`'s counters by name, summed over CPUs: its rows in one batch
+    /// read where the kernel can (a control plane publishes them after
+    /// every burst), else row by row.
     pub fn counters(&self, nf: HybridElement) -> Result<Vec<(&'static str, PlCount)>, BpfError> {
-        let row = nf as u32 * COUNTERS;
-        nf.counter_names()
+        let (row, names) = (nf as u32 * COUNTERS, nf.counter_names());
+        if let Some(Map::PerCpuArray(data)) = self.map("ferry_hyb_stats") {
+            let add = |a: PlCount, c: PlCount| PlCount { packets: a.packets + c.packets, bytes: a.bytes + c.bytes };
+            if let Ok(sums) = batch::per_cpu_rows(data.fd().as_fd(), row, names.len() as u32, add) {
+                if sums.len() == names.len() {
+                    return Ok(names.iter().copied().zip(sums).collect());
+                }
+            }
+        }
+        names
             .iter()
             .enumerate()
             .map(|(i, name)| Ok((*name, self.per_cpu_sum("ferry_hyb_stats", row + i as u32)?)))

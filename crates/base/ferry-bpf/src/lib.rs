@@ -7,6 +7,7 @@
 
 pub mod abi;
 mod attach;
+pub mod batch;
 pub mod classify;
 pub mod flow_table;
 pub mod hybrid;

@@ -26,6 +26,7 @@
 
 use std::collections::HashMap as StdHashMap;
 use std::hash::Hash;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -33,6 +34,7 @@ use aya::maps::{HashMap, Map, MapData, PerCpuArray, PerCpuValues};
 use aya::util::nr_cpus;
 use aya::Pod;
 
+use crate::batch;
 use crate::pipeline::PlCount;
 use crate::BpfError;
 
@@ -63,6 +65,8 @@ pub struct StateTable<K: Pod + Eq + Hash, V: Pod> {
     val_names: Vec<String>,
     local: StdHashMap<K, V>,
     kernel: Arc<Mutex<HashMap<MapData, K, V>>>,
+    /// The map's descriptor again, for batch reads beside `kernel`.
+    batch_fd: Option<OwnedFd>,
     pending: Arc<(Mutex<Pending>, Condvar)>,
     queue: Sender<Op<K, V>>,
 }
@@ -86,6 +90,10 @@ impl<K: Pod + Eq + Hash + Send + 'static, V: Pod + Send + 'static> StateTable<K,
     /// `Pipeline::map_handle`). The field names document the key and value
     /// layouts; entries already in the map become the NF's view.
     pub fn init(map: Map, name: &str, key_names: &[&str], val_names: &[&str]) -> Result<Self, BpfError> {
+        let batch_fd = match &map {
+            Map::HashMap(d) | Map::LruHashMap(d) => d.fd().as_fd().try_clone_to_owned().ok(),
+            _ => None,
+        };
         let kernel: HashMap<MapData, K, V> =
             HashMap::try_from(map).map_err(|source| BpfError::Map { name: "state table", source })?;
         let local = kernel.iter().filter_map(Result::ok).collect();
@@ -114,6 +122,7 @@ impl<K: Pod + Eq + Hash + Send + 'static, V: Pod + Send + 'static> StateTable<K,
             val_names: val_names.iter().map(|s| s.to_string()).collect(),
             local,
             kernel,
+            batch_fd,
             pending,
             queue,
         })
@@ -166,10 +175,15 @@ impl<K: Pod + Eq + Hash + Send + 'static, V: Pod + Send + 'static> StateTable<K,
     }
 
     /// Every entry the data path sees right now (entries the data path
-    /// created itself included), e.g. to read per-entry statistics.
-    /// A walk of a map the data path changes meanwhile (LRU evictions) can
-    /// restart and see an entry twice: entries are returned once each.
+    /// created itself included), e.g. to read per-entry statistics: read
+    /// in batches ([`batch::lookup_all`]) where the kernel can, else
+    /// walked key by key. A walk of a map the data path changes meanwhile
+    /// (LRU evictions) can restart and see an entry twice: entries are
+    /// returned once each.
     pub fn entries_in_kernel(&self) -> Vec<(K, V)> {
+        if let Some(Ok(entries)) = self.batch_fd.as_ref().map(|fd| batch::lookup_all(fd.as_fd())) {
+            return entries;
+        }
         let walked: StdHashMap<K, V> =
             self.kernel.lock().expect("state map lock").iter().filter_map(Result::ok).collect();
         walked.into_iter().collect()

@@ -211,9 +211,15 @@ impl HybridNf for Balancer {
         Ok(())
     }
 
+    /// Feedback counts open connections every round (at most 500 ms
+    /// apart); without it, the scan is for expiry: its timeout sets it,
+    /// but never past half the grace of a closed connection.
     fn tick_interval(&self) -> Duration {
-        let fb = self.spec.feedback.as_ref().map_or(500, |f| f.interval_ms.min(500));
-        Duration::from_millis(fb)
+        match &self.spec.feedback {
+            Some(fb) => Duration::from_millis(fb.interval_ms.min(500)),
+            None => crate::hybrid::scan_interval(Duration::from_nanos(self.conns.idle_ns()))
+                .min(Duration::from_nanos(CLOSING_GRACE_NS / 2)),
+        }
     }
 
     /// `conns_open`, `conns_expired`, `feedback_rounds`.

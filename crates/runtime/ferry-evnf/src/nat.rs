@@ -320,6 +320,12 @@ impl HybridNf for Nat {
         Ok(())
     }
 
+    /// Idle mappings are found by reading the table whole: not more often
+    /// than their timeout needs.
+    fn tick_interval(&self) -> Duration {
+        crate::hybrid::scan_interval(Duration::from_nanos(self.table.idle_ns()))
+    }
+
     /// `mappings`, `mappings_made`, `mappings_expired`, `ports_exhausted`,
     /// `mapping_errors`, `process_translated`, `process_not_natted`,
     /// `process_refused`.

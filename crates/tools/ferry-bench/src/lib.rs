@@ -19,6 +19,7 @@ pub mod load;
 pub mod nsh;
 pub mod offload;
 pub mod parallel;
+pub mod peers;
 pub mod pipeline;
 pub mod realworld;
 pub mod roundtrip;

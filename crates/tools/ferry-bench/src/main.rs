@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use ferry_bench::{chain, cost, evnf, firewall, io, nsh, offload, parallel, pipeline, realworld, tenant};
+use ferry_bench::{chain, cost, evnf, firewall, io, nsh, offload, parallel, peers, pipeline, realworld, tenant};
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use serde::Serialize;
 
@@ -125,6 +125,35 @@ enum BenchCmd {
         #[arg(long)]
         out: Option<PathBuf>,
         /// Also write the JSON report here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Ferry against what operators run instead (Open vSwitch with AF_XDP
+    /// ports, nftables, IPVS, the Linux bridge), on one testbed, side by
+    /// side, as ratios. Configurations: examples/peers/.
+    Peers {
+        /// Runs per figure (the median is reported), the systems interleaved.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Window of each measurement.
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        window: Duration,
+        /// Systems (comma separated; default: all). Port to port: ovs-afxdp, linux-bridge,
+        /// ferry-process, ferry-process-busy, ferry-xdp. 1000-rule ACL: nft-linear, nft-set,
+        /// ovs-afxdp-acl, ferry-firewall, ferry-firewall-busy, ferry-efw. Load balancer: ipvs-nat,
+        /// ipvs-dr, nft-lb, ferry-elb. NAT: nft-masquerade, ferry-enat-split, ferry-enat-whole.
+        /// Chain: nft-chain, ovs-afxdp-chain, ferry-chain.
+        #[arg(long, value_delimiter = ',', value_parser = peers::parse_system)]
+        systems: Vec<peers::System>,
+        /// One run per system at 5 kpps, 1000 frames, no saturation: do
+        /// they all forward (counts, not speed)?
+        #[arg(long)]
+        smoke: bool,
+        /// Where d0's NAPI runs for systems that forward in its XDP hook:
+        /// thread (on the system's CPU) or softirq (on the sending CPU);
+        /// default: both, as two rows.
+        #[arg(long, value_enum)]
+        xdp_napi: Option<peers::XdpNapi>,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -294,6 +323,11 @@ fn run(cmd: BenchCmd) -> Result<()> {
             check_poll(poll.as_deref())?;
             let opts = chain::BenchChainOptions { scenarios, nfs, load_nfs, poll, warmup, window, kernel: !no_kernel };
             show(&chain::run(&opts)?, chain::table, json.as_deref())
+        }
+        BenchCmd::Peers { runs, window, systems, smoke, xdp_napi, json } => {
+            let systems = if systems.is_empty() { peers::System::ALL.to_vec() } else { systems };
+            let opts = peers::BenchPeersOptions { runs: runs.max(1), window, systems, smoke, xdp_napi };
+            show(&peers::run(&opts)?, peers::table, json.as_deref())
         }
         BenchCmd::Offload { scenarios, sizes, measure, cost_model, json } => {
             if let Some(m) = &cost_model {

@@ -34,6 +34,8 @@ pub struct XskGenOptions {
     /// stops once nothing arrived for `rx_idle` after sending ended.
     pub rx: bool,
     pub rx_idle: Duration,
+    /// Receive on this device's queue 0 instead of the sending sockets.
+    pub rx_dev: Option<String>,
     /// Send MICA request batches of this workload over the profile's flows.
     pub mica: Option<MicaWorkload>,
 }
@@ -112,7 +114,14 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
     let p = &opts.profile;
     p.validate()?;
     let pcap_frames = load_pcap(opts)?;
-    let mut io = xskport::open(&opts.port, opts.rx).context("opening AF_XDP ports")?;
+    let mut io = xskport::open(&opts.port, opts.rx && opts.rx_dev.is_none()).context("opening AF_XDP ports")?;
+    let mut rx_io = match &opts.rx_dev {
+        Some(dev) => {
+            let spec = PortSpec { dev: dev.clone(), queues: vec![0], xsk: opts.port.xsk.clone() };
+            Some(xskport::open(&spec, true).with_context(|| format!("opening the receiving port on {dev}"))?)
+        }
+        None => None,
+    };
     let mut stats = match &opts.mica {
         Some(w) => ferry_traffic::SinkStats::new().check_mica(w.value_len),
         None => ferry_traffic::SinkStats::new(),
@@ -126,7 +135,11 @@ pub fn run(opts: &XskGenOptions) -> Result<XskGenReport> {
     let running = || !stop_requested() && deadline.map_or(true, |d| Instant::now() < d);
     while running() {
         let all_done = send_round(&mut io.ports, &mut lanes, &mut descs, opts.batch)?;
-        if opts.rx && receive_round(&mut io.ports, &mut stats, &mut rx_descs, opts.batch) {
+        let rx_ports = match rx_io.as_mut() {
+            Some(r) => &mut r.ports,
+            None => &mut io.ports,
+        };
+        if opts.rx && receive_round(rx_ports, &mut stats, &mut rx_descs, opts.batch) {
             last_activity = Instant::now();
         }
         if all_done && (!opts.rx || last_activity.elapsed() >= opts.rx_idle) {

@@ -529,6 +529,11 @@ enum GenCmd {
         /// With --rx: stop once nothing arrived for this long after sending.
         #[arg(long, value_parser = parse_duration, default_value = "500ms")]
         rx_idle: Duration,
+        /// With --rx: receive on this device's queue 0 instead of the
+        /// sending sockets (a DUT that forwards from one port to another,
+        /// both looped back to this namespace).
+        #[arg(long, requires = "rx")]
+        rx_dev: Option<String>,
         /// Send MICA request batches (FLASH's key-value workload) over the
         /// profile's flows: keys=N,get=F,dist=uniform|zipf:S,value=B,batch=R
         /// (default keys=100000,get=0.95,dist=zipf:0.99,value=64,batch=4).
@@ -880,7 +885,7 @@ fn run_gen(cmd: GenCmd) -> Result<()> {
             let report = txonly::run(&opts)?;
             emit(json, &report, pretty)
         }
-        GenCmd::Xsk { port, profile, pcap, stream, batch, rx, rx_idle, mica, json } => {
+        GenCmd::Xsk { port, profile, pcap, stream, batch, rx, rx_idle, rx_dev, mica, json } => {
             let p = profile.profile(&port.dev)?;
             let opts = genxsk::XskGenOptions {
                 port: port.spec(),
@@ -890,6 +895,7 @@ fn run_gen(cmd: GenCmd) -> Result<()> {
                 batch,
                 rx,
                 rx_idle,
+                rx_dev,
                 mica,
             };
             let report = genxsk::run(&opts)?;

@@ -347,6 +347,55 @@ fn bench_chain_smoke() {
     }
 }
 
+/// `bench peers --smoke`: every peer (Open vSwitch, nftables, the Linux
+/// bridge) and every Ferry system of every scenario forwards all the
+/// frames it is offered, and tears down. IPVS alone may be missing, and
+/// only where the kernel has no IP_VS.
+#[test]
+fn bench_peers_smoke() {
+    if !privileged("bench_peers_smoke") {
+        return;
+    }
+    let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = OWN_TESTBEDS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("bench-peers");
+    let out = dir.path("peers.json");
+    let before = netns_list();
+    let bench = Ferry::spawn_here(&["bench", "peers", "--smoke", "--json", out.to_str().unwrap()]);
+    let pid = bench.pid();
+    let done = bench.finish(Duration::from_secs(300));
+    assert!(done.status.success(), "bench peers failed: {}", done.stderr);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let systems: Vec<&str> = r["systems"].as_array().unwrap().iter().map(|s| s["system"].as_str().unwrap()).collect();
+    assert!(systems.len() >= 21, "{systems:?}");
+    let ipvs_missing = !Path::new("/proc/net/ip_vs").exists();
+    for system in systems {
+        let not_run = r["not_run"].as_array().unwrap().iter().find(|n| n["system"] == system);
+        if let Some(n) = not_run {
+            let reason = n["reason"].as_str().unwrap();
+            assert!(ipvs_missing && system.starts_with("ipvs-"), "{system} did not run: {reason}");
+            assert!(reason.starts_with("not supported: needs a kernel with IP_VS"), "{reason}");
+            continue;
+        }
+        // A system forwarding in XDP has a row per NAPI layout.
+        let rows: Vec<&serde_json::Value> =
+            r["rows"].as_array().unwrap().iter().filter(|x| x["system"] == system).collect();
+        assert!(!rows.is_empty(), "no row for {system}: {r:#}");
+        for row in rows {
+            assert_eq!(row["sent"], 1000.0, "{row:#}");
+            assert_eq!(row["received"], row["sent"], "{system} lost frames: {row:#}");
+        }
+    }
+    let left = leftovers(&before, pid, &["-gen", "-dut"]);
+    assert!(left.is_empty(), "ferry bench peers left namespaces behind: {left:?}");
+    let switches = std::process::Command::new("pgrep").args(["-f", "ferry-bench-peers-"]).output().unwrap();
+    assert!(
+        switches.stdout.is_empty(),
+        "OVS of bench peers left running: {}",
+        String::from_utf8_lossy(&switches.stdout)
+    );
+}
+
 /// The load scenario offers the same loads to both columns of each mode,
 /// from 10 kpps to saturation, and measures latency at each.
 #[test]
