@@ -8,8 +8,9 @@
 //! at a time and resumes from a bucket, not a key.
 
 use std::io;
+use std::marker::PhantomData;
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use aya::Pod;
 
@@ -139,43 +140,60 @@ pub fn lookup_all<K: Pod, V: Pod>(fd: BorrowedFd<'_>) -> io::Result<Vec<(K, V)>>
     }
 }
 
-/// Rows `first..first + n` of the per-CPU array behind `fd` (values of
-/// `V`, checked against the map), each summed by `add` over the possible
-/// CPUs: one call where reading row by row costs one each. `V`'s size
-/// must be a multiple of 8, the kernel's per-CPU stride.
-pub fn per_cpu_rows<V: Pod>(fd: BorrowedFd<'_>, first: u32, n: u32, add: impl Fn(V, V) -> V) -> io::Result<Vec<V>> {
-    if size_of::<V>() % 8 != 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "per-CPU values must be a multiple of 8 bytes"));
+/// A per-CPU array of `V` values whose rows are read in batches: checked
+/// once, when made (map type, key and value sizes, `V` a multiple of 8
+/// bytes, the kernel's per-CPU stride), so a reader on a hot path pays one
+/// system call per read.
+pub struct PerCpuRows<V> {
+    fd: OwnedFd,
+    cpus: usize,
+    value: PhantomData<V>,
+}
+
+impl<V: Pod> PerCpuRows<V> {
+    /// The array behind `fd` (a duplicate of it is kept).
+    pub fn new(fd: BorrowedFd<'_>) -> io::Result<Self> {
+        if size_of::<V>() % 8 != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "per-CPU values must be a multiple of 8 bytes"));
+        }
+        check::<u32, V>(fd, &[BPF_MAP_TYPE_PERCPU_ARRAY])?;
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+        Ok(PerCpuRows { fd: fd.try_clone_to_owned()?, cpus, value: PhantomData })
     }
-    check::<u32, V>(fd, &[BPF_MAP_TYPE_PERCPU_ARRAY])?;
-    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
-    let (mut keys, mut values) = (Vec::<u32>::with_capacity(n as usize), Vec::<V>::with_capacity(n as usize * cpus));
-    // An array's batch token is the key before the first one read.
-    let before = first.wrapping_sub(1);
-    let mut token_out = 0u64;
-    let mut attr = BatchAttr {
-        in_batch: if first == 0 { 0 } else { &before as *const u32 as u64 },
-        out_batch: &mut token_out as *mut u64 as u64,
-        keys: keys.as_mut_ptr() as u64,
-        values: values.as_mut_ptr() as u64,
-        count: n,
-        map_fd: fd.as_raw_fd() as u32,
-        ..BatchAttr::default()
-    };
-    // SAFETY: room for `n` keys and `n * cpus` values, what `count` lets
-    // the kernel write.
-    let ret = unsafe {
-        libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &mut attr as *mut BatchAttr, size_of::<BatchAttr>())
-    };
-    if ret != 0 {
-        return Err(io::Error::last_os_error());
+
+    /// Rows `first..first + n`, each summed by `add` over the possible
+    /// CPUs: one call where reading row by row costs one each.
+    pub fn read(&self, first: u32, n: u32, add: impl Fn(V, V) -> V) -> io::Result<Vec<V>> {
+        let cpus = self.cpus;
+        let (mut keys, mut values) =
+            (Vec::<u32>::with_capacity(n as usize), Vec::<V>::with_capacity(n as usize * cpus));
+        // An array's batch token is the key before the first one read.
+        let before = first.wrapping_sub(1);
+        let mut token_out = 0u64;
+        let mut attr = BatchAttr {
+            in_batch: if first == 0 { 0 } else { &before as *const u32 as u64 },
+            out_batch: &mut token_out as *mut u64 as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: n,
+            map_fd: self.fd.as_raw_fd() as u32,
+            ..BatchAttr::default()
+        };
+        // SAFETY: room for `n` keys and `n * cpus` values, what `count`
+        // lets the kernel write; the map's layout was checked in `new`.
+        let ret = unsafe {
+            libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &mut attr as *mut BatchAttr, size_of::<BatchAttr>())
+        };
+        if ret != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let got = (attr.count as usize).min(n as usize);
+        // SAFETY: the kernel filled `got` rows of `cpus` values each.
+        unsafe { values.set_len(got * cpus) };
+        let zero = || -> V {
+            // SAFETY: Pod data is valid all zero.
+            unsafe { std::mem::zeroed() }
+        };
+        Ok(values.chunks(cpus).map(|row| row.iter().fold(zero(), |a, &v| add(a, v))).collect())
     }
-    let got = (attr.count as usize).min(n as usize);
-    // SAFETY: the kernel filled `got` rows of `cpus` values each.
-    unsafe { values.set_len(got * cpus) };
-    let zero = || -> V {
-        // SAFETY: Pod data is valid all zero.
-        unsafe { std::mem::zeroed() }
-    };
-    Ok(values.chunks(cpus).map(|row| row.iter().fold(zero(), |a, &v| add(a, v))).collect())
 }

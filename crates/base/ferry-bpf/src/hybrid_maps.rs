@@ -121,6 +121,8 @@ fn wrap(name: &'static str, data: MapData, want: MapType) -> Result<Map, BpfErro
 /// plane was given.
 pub struct HybridMaps {
     maps: Vec<(&'static str, Map)>,
+    /// The counters' array, read in batches (None: row by row).
+    stats: Option<batch::PerCpuRows<PlCount>>,
 }
 
 impl HybridMaps {
@@ -130,7 +132,7 @@ impl HybridMaps {
         for (name, _) in CONTROL_MAPS.iter().chain([&STATS]) {
             maps.push((*name, ebpf.take_map(name).ok_or(BpfError::NoMap { name })?));
         }
-        Ok(HybridMaps { maps })
+        Ok(HybridMaps::of(maps))
     }
 
     /// From fds received by name (ferryd's welcome). Each name must be a
@@ -143,7 +145,17 @@ impl HybridMaps {
             let data = MapData::from_fd(fd).map_err(|source| BpfError::Map { name, source })?;
             maps.push((name, wrap(name, data, want)?));
         }
-        Ok(HybridMaps { maps })
+        Ok(HybridMaps::of(maps))
+    }
+
+    /// The maps, with a batch reader of the counters where the kernel
+    /// has one.
+    fn of(maps: Vec<(&'static str, Map)>) -> HybridMaps {
+        let stats = maps.iter().find_map(|(n, m)| match m {
+            Map::PerCpuArray(data) if *n == "ferry_hyb_stats" => batch::PerCpuRows::new(data.fd().as_fd()).ok(),
+            _ => None,
+        });
+        HybridMaps { maps, stats }
     }
 
     /// New fds of maps `names`, to hand to a control plane: read-only for
@@ -202,9 +214,9 @@ impl HybridMaps {
     /// every burst), else row by row.
     pub fn counters(&self, nf: HybridElement) -> Result<Vec<(&'static str, PlCount)>, BpfError> {
         let (row, names) = (nf as u32 * COUNTERS, nf.counter_names());
-        if let Some(Map::PerCpuArray(data)) = self.map("ferry_hyb_stats") {
+        if let Some(stats) = &self.stats {
             let add = |a: PlCount, c: PlCount| PlCount { packets: a.packets + c.packets, bytes: a.bytes + c.bytes };
-            if let Ok(sums) = batch::per_cpu_rows(data.fd().as_fd(), row, names.len() as u32, add) {
+            if let Ok(sums) = stats.read(row, names.len() as u32, add) {
                 if sums.len() == names.len() {
                     return Ok(names.iter().copied().zip(sums).collect());
                 }

@@ -87,10 +87,10 @@ fn table_updates_reach_the_data_path_in_both_modes() {
     let aya::maps::Map::PerCpuArray(data) = &rows else { panic!("ferry_pl_counters is a per-CPU array") };
     let add = |a: PlCount, c: PlCount| PlCount { packets: a.packets + c.packets, bytes: a.bytes + c.bytes };
     let fd = std::os::fd::AsFd::as_fd(data.fd());
-    let batched = ferry_bpf::batch::per_cpu_rows(fd, 6, 3, add).unwrap();
+    let batched = ferry_bpf::batch::PerCpuRows::new(fd).and_then(|r| r.read(6, 3, add)).unwrap();
     assert_eq!(batched.iter().map(|c| c.packets).collect::<Vec<_>>(), [0, 5, 0]);
     // A map of another layout is refused, not overrun.
-    assert!(ferry_bpf::batch::per_cpu_rows(fd, 6, 3, |a: [u64; 4], _| a).is_err());
+    assert!(ferry_bpf::batch::PerCpuRows::<[u64; 4]>::new(fd).is_err());
     assert!(ferry_bpf::batch::lookup_all::<u32, PlCount>(fd).is_err());
     let mut counter = StateCounter::init(rows, "seen", 7).unwrap();
     let seen = counter.get().unwrap();

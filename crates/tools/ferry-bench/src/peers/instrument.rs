@@ -1,7 +1,7 @@
 //! The instrument: one `ferry gen xsk --rx --rx-dev g1` process on its own
 //! CPU sends stamped frames into g0 and reads them back on g1, so one
 //! process stamps and measures, with the same frames for every system;
-//! and the CPU time of both CPUs over its run, from `/proc/stat`.
+//! and the CPU time of both CPUs over its run (`CpuMeter`, `/proc/stat`).
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 
 use ferry_cli::proc::{self, num};
+use ferry_testbed::apps::CpuMeter;
 
 /// How long the instrument waits after its last frame for stragglers.
 const RX_IDLE: Duration = Duration::from_millis(100);
@@ -57,11 +58,16 @@ pub fn run(ns: &str, cpu: usize, sut_cpu: usize, dst_mac: &str, sets: &[&str], o
             window
         }
     };
-    let before = (cpu_jiffies(sut_cpu)?, cpu_jiffies(cpu)?);
+    let meter = CpuMeter::start(&[])?;
     let gen = proc::spawn(ns, &args, Some(cpu))?.wait(budget + Duration::from_secs(60))?;
-    let after = (cpu_jiffies(sut_cpu)?, cpu_jiffies(cpu)?);
+    let used = meter.stop()?;
+    let of = |per_cpu: &[f64], i: usize| per_cpu.get(i).copied().ok_or_else(|| anyhow!("no CPU {i} in /proc/stat"));
     let us = |p: &str| gen.pointer(p).and_then(Value::as_f64).map(|ns| ns / 1e3);
-    let (sent, received) = (num(&gen, "/sent"), num(&gen, "/received/packets"));
+    // Distinct stamped frames of this run (the sink report's loss is
+    // counted against them): a stray frame on g1 (a bridge's own, one
+    // left from the system before) is not one of the generator's.
+    let sent = num(&gen, "/sent");
+    let received = sent - num(&gen, "/received/lost");
     if sent == 0.0 {
         bail!("the generator sent nothing");
     }
@@ -73,33 +79,7 @@ pub fn run(ns: &str, cpu: usize, sut_cpu: usize, dst_mac: &str, sets: &[&str], o
         p50_us: us("/received/latency/p50_ns"),
         p99_us: us("/received/latency/p99_ns"),
         p999_us: us("/received/latency/p999_ns"),
-        cpu_percent: share(before.0, after.0, Jiffies::Busy),
-        softirq0_percent: share(before.1, after.1, Jiffies::Softirq),
+        cpu_percent: of(&used.busy_percent_per_cpu, sut_cpu)?,
+        softirq0_percent: of(&used.softirq_percent_per_cpu, cpu)?,
     })
-}
-
-#[derive(Clone, Copy)]
-enum Jiffies {
-    Busy = 0,
-    Softirq = 1,
-}
-
-/// CPU `cpu`'s jiffies (`/proc/stat`): busy, softirq, total.
-fn cpu_jiffies(cpu: usize) -> Result<[u64; 3]> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let name = format!("cpu{cpu}");
-    let line = stat
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
-        .ok_or_else(|| anyhow!("no {name} in /proc/stat"))?;
-    // user nice system idle iowait irq softirq steal
-    let v: Vec<u64> = line.split_whitespace().skip(1).take(8).filter_map(|x| x.parse().ok()).collect();
-    let busy = v.iter().enumerate().filter(|(i, _)| ![3, 4].contains(i)).map(|(_, x)| x).sum();
-    Ok([busy, v.get(6).copied().unwrap_or(0), v.iter().sum()])
-}
-
-/// Percent of one CPU between two [`cpu_jiffies`] readings.
-fn share(before: [u64; 3], after: [u64; 3], k: Jiffies) -> f64 {
-    let k = k as usize;
-    100.0 * after[k].saturating_sub(before[k]) as f64 / after[2].saturating_sub(before[2]).max(1) as f64
 }
