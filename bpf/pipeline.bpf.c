@@ -25,6 +25,7 @@
  * every fast path.
  */
 #include "ferry_hybrid.h"
+#include "ferry_capture.h"
 #include "ferry_scan.h"
 
 /* The element-control tables, one per stage. */
@@ -162,6 +163,7 @@ static __always_inline int run_stages(struct xdp_md *ctx, struct ferry_pl_fields
 		if (!ctl)
 			return SLOW_NO_RULE;
 		r = run_element(ctx, ctl, f, ifindex);
+		ferry_tap_after(ctx, st->chain, key.nf, ctl, (r & 0xff) | st->tapping << 8);
 		if (r != CONTINUE)
 			return r;
 		if (ctl->nf_complete)
@@ -216,6 +218,9 @@ int ferry_pipeline(struct xdp_md *ctx)
 		st->nf = entry->nf;
 		st->stage = entry->stage;
 		st->passes = 0;
+		st->tapping = ferry_tap_on(st->chain);
+		if (st->tapping)
+			ferry_tap_at(ctx, st->chain, st->nf, FERRY_TAP_IN);
 	}
 	if (!ferry_pl_parse(ctx, &f))
 		return ferry_exit(ctx, FERRY_SLOT_MALFORMED, XDP_DROP);

@@ -420,8 +420,49 @@ struct ferry_pl_state {
 	__u32 stage;
 	__u32 passes;
 	__u32 recirculating;
+	/* A capture's tap is set on this chain (ferry_pl_tap). */
+	__u32 tapping;
+};
+
+/*
+ * A capture's tap on a stage pipeline (bpf/include/ferry_capture.h): entry
+ * `slot` of ferry_pl_tap (FERRY_TAP_SLOTS captures at once). While `where`
+ * is not FERRY_TAP_OFF, copies of the frames entering (FERRY_TAP_IN) or
+ * leaving (FERRY_TAP_OUT) NF `nf` of chain `chain` go to the slot's ring
+ * buffer, ferry_pl_capture<slot>, each a struct ferry_cap_hdr and `len`
+ * bytes; a copy that finds the ring full is counted in `lost` and the
+ * frame goes on.
+ */
+#define FERRY_TAP_SLOTS 2
+#define FERRY_TAP_OFF 0
+#define FERRY_TAP_IN 1
+#define FERRY_TAP_OUT 2
+/* The largest copy of one frame (a jumbo frame's 9216 bytes). */
+#define FERRY_CAP_MAX 9216
+
+struct ferry_pl_tap {
+	__u32 where;
+	__u32 chain;
+	__u32 nf;
+	/* Bytes kept of each frame (0: up to FERRY_CAP_MAX). */
+	__u32 snaplen;
+	__u32 session;
+	__u32 _pad;
+	__u64 taken;
+	__u64 lost;
+};
+_Static_assert(sizeof(struct ferry_pl_tap) == 40, "ferry_pl_tap layout");
+
+struct ferry_cap_hdr {
+	/* bpf_ktime_get_ns(): CLOCK_MONOTONIC. */
+	__u64 ts_ns;
+	__u32 session;
+	/* The whole frame's length, and the bytes that follow. */
+	__u32 orig_len;
+	__u32 len;
 	__u32 _pad;
 };
+_Static_assert(sizeof(struct ferry_cap_hdr) == 24, "ferry_cap_hdr layout");
 
 /*
  * eVNF hybrid NFs (bpf/include/ferry_hybrid.h): eFW, eLB (forward and

@@ -234,6 +234,7 @@ pub(crate) fn dup_map(map: &aya::maps::Map, name: &'static str) -> Result<aya::m
         Map::PerCpuArray(d) => Map::PerCpuArray(dup(d)?),
         Map::Array(d) => Map::Array(dup(d)?),
         Map::LpmTrie(d) => Map::LpmTrie(dup(d)?),
+        Map::RingBuf(d) => Map::RingBuf(dup(d)?),
         _ => return Err(BpfError::NoMap { name }),
     })
 }

@@ -8,6 +8,7 @@
 pub mod abi;
 mod attach;
 pub mod batch;
+pub mod capture;
 pub mod classify;
 pub mod flow_table;
 pub mod hybrid;

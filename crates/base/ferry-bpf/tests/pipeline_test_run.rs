@@ -335,3 +335,54 @@ fn ether_swap_sends_on_what_the_l2fwd_nf_sends() {
         Ok(())
     });
 }
+
+/// A tap copies what enters or leaves the NF it names, nothing else, and
+/// the frames go on as they would have: the ACL NF's "out" holds only what
+/// it passed, its "in" every frame, byte for byte, and after disarming
+/// nothing more is copied.
+#[test]
+fn a_tap_copies_one_nf_side_and_changes_no_verdict() {
+    use ferry_bpf::capture::{PipelineTaps, TapSide};
+    if !privileged() {
+        return;
+    }
+    let mut p = loaded();
+    let deny_dns = AclRule { proto: 17, dport_lo: 53, dport_hi: 53, action: ACL_DENY, ..AclRule::any(ACL_DENY) };
+    p.set_acl(1, &[deny_dns], ACL_ALLOW, ACL_ALLOW).unwrap();
+    p.set_forward(1, Forward { action: FWD_TX, ifindex: 0 }).unwrap();
+    p.deploy(10, LO, &[el(ElementKind::Acl, 1, 1), el(ElementKind::Counter, 7, 2), el(ElementKind::Forward, 1, 2)])
+        .unwrap();
+    let (dns, web) = (frame(L4Proto::Udp, 53), frame(L4Proto::Tcp, 80));
+    let taps = PipelineTaps::open(&p).unwrap();
+    for (side, expect) in [(TapSide::Out, vec![web.clone()]), (TapSide::In, vec![dns.clone(), web.clone()])] {
+        let mut tap = taps.arm(10, 1, side, 0, 7).unwrap().expect("a free slot");
+        // Two slots: a second capture on the pipeline, a third refused.
+        let mut second = taps.arm(10, 2, TapSide::In, 0, 8).unwrap().expect("the other slot");
+        assert!(taps.arm(10, 2, TapSide::In, 0, 9).unwrap().is_none());
+        assert_eq!(run(&p, &dns).0, XDP_DROP);
+        assert_eq!(run(&p, &web).0, XDP_TX);
+        let mut got = Vec::new();
+        tap.drain(|c| {
+            assert_eq!((c.session, c.orig_len as usize), (7, c.bytes.len()));
+            got.push(c.bytes)
+        });
+        assert_eq!(got, expect, "{side:?}");
+        assert_eq!(tap.disarm().unwrap(), (expect.len() as u64, 0));
+        let mut at_counter = Vec::new();
+        second.drain(|c| at_counter.push(c.bytes));
+        assert_eq!(at_counter, vec![web.clone()], "NF 2 got only what NF 1 passed");
+    }
+    // Another chain's frames, and any frame once disarmed, are not copied.
+    let mut other = taps.arm(11, 1, TapSide::In, 16, 9).unwrap().unwrap();
+    run(&p, &web);
+    other.disarm().unwrap();
+    run(&p, &web);
+    assert_eq!(other.drain(|_| {}), 0);
+    drop(other);
+    // A snap length keeps the frame's head and its whole length.
+    let mut snap = taps.arm(10, 2, TapSide::In, 16, 10).unwrap().unwrap();
+    run(&p, &web);
+    let mut got = Vec::new();
+    snap.drain(|c| got.push(c));
+    assert_eq!((got[0].bytes.as_slice(), got[0].orig_len as usize), (&web[..16], web.len()));
+}

@@ -13,7 +13,10 @@
 //!   per-thread [`PoolCache`];
 //! * wake-ups through eventfds ([`EventFd`], behind the [`Notify`] trait):
 //!   a sleeping consumer is woken on enqueue, a producer blocked on a full
-//!   ring is woken when the consumer drains it to its low watermark.
+//!   ring is woken when the consumer drains it to its low watermark;
+//! * one [`RecordRing`] of variable-length records per NF thread, for
+//!   copies of frames a capture takes (never waited on: a full ring
+//!   loses and counts the copy).
 //!
 //! All cross-process state is atomics at offsets in the region; handles
 //! cache the validated geometry locally, so a misbehaving peer can garble
@@ -28,6 +31,7 @@ mod desc;
 mod error;
 mod notify;
 mod pool;
+mod record;
 #[cfg(not(loom))]
 mod region;
 mod repair;
@@ -42,6 +46,7 @@ pub use error::RingError;
 pub use notify::EventFd;
 pub use notify::Notify;
 pub use pool::{FramePool, PoolCache, PoolConfig};
+pub use record::{Record, RecordRing, META_WORDS, RECORD_HEADER_WORDS};
 #[cfg(not(loom))]
 pub use region::{RegionLayout, SharedWords, ShmRegion, MAX_OBJECTS, MAX_WORDS, REGION_MAGIC, REGION_VERSION};
 pub use repair::RepairReport;

@@ -113,6 +113,13 @@ pub struct Chain {
     records: Mutex<Vec<NfRecord>>,
 }
 
+/// An NF placed in XDP, as a capture finds it.
+pub(crate) struct XdpNf {
+    pub port: String,
+    pub id: u32,
+    pub taps: std::sync::Arc<ferry_bpf::capture::PipelineTaps>,
+}
+
 /// An XDP program's verdict counters as (verdict, packets, bytes).
 fn verdict_list(v: &ferry_bpf::Verdicts) -> Vec<(String, u64, u64)> {
     VERDICT_NAMES.iter().enumerate().map(|(i, name)| (name.to_string(), v.packets[i], v.bytes[i])).collect()
@@ -167,6 +174,29 @@ impl Chain {
     /// See [`NshInstall::set_reachable`].
     pub fn nsh_set_reachable(&self, host: &str, up: bool) -> bool {
         self.nsh.lock().expect("nsh lock").as_mut().is_some_and(|n| n.set_reachable(host, up))
+    }
+
+    /// Where NF `name` runs in XDP, if it does: its port's name, its id,
+    /// and a handle on that pipeline's capture taps.
+    pub(crate) fn xdp_nf(&self, name: &str) -> Option<anyhow::Result<XdpNf>> {
+        for (i, port) in self.ports.iter().enumerate() {
+            let Some(port) = port else { continue };
+            let port = port.lock().expect("port lock");
+            for fast in port.fast_paths() {
+                let Some(pos) = fast.nfs().position(|(n, _)| n == name) else { continue };
+                let id = fast.nfs().nth(pos).map(|(_, id)| id).expect("found");
+                return Some(Ok(XdpNf { port: self.plan.ports[i].name.clone(), id, taps: fast.taps() }));
+            }
+        }
+        None
+    }
+
+    /// The first NF of the XDP part on port `port`'s own device, if any.
+    pub(crate) fn xdp_entry(&self, port: usize) -> Option<String> {
+        let port = self.ports.get(port)?.as_ref()?.lock().expect("port lock");
+        let pre = port.fast_paths().into_iter().next().filter(|_| port.xdp.is_some())?;
+        let first = pre.nfs().next().map(|(n, _)| n.to_string());
+        first
     }
 
     /// What `ferry chain list` shows of the chain.

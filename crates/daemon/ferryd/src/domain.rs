@@ -32,6 +32,8 @@ pub struct Domain {
     pub room: Vec<EventFd>,
     pub control: SharedWords,
     pub owners: SharedWords,
+    /// The threads' capture record rings.
+    pub capture: SharedWords,
     pub pool: FramePool,
     /// What ferryd alone knows of the threads; its lock serialises audits
     /// and attaches.
@@ -65,6 +67,7 @@ impl Domain {
             layout = layout.ring(ring);
         }
         let layout = layout.pool(PoolConfig::new(plan.frames)?).words(shm::control_words(plan.tids)).words(plan.frames);
+        let layout = layout.words(shm::capture_words(plan.tids));
         Ok(layout)
     }
 
@@ -122,8 +125,20 @@ impl Domain {
         let pool = region.pool(shm::POOL)?;
         let control = region.words(shm::CONTROL_WORDS)?;
         let owners = region.words(shm::OWNER_WORDS)?;
+        let capture = region.words(shm::CAPTURE_WORDS)?;
         let life = Life { epoch: 0, procs: (0..plan.tids).map(|_| None).collect() };
-        Ok(Domain { plan: plan.clone(), umem, region, data, room, control, owners, pool, life: Mutex::new(life) })
+        Ok(Domain {
+            plan: plan.clone(),
+            umem,
+            region,
+            data,
+            room,
+            control,
+            owners,
+            capture,
+            pool,
+            life: Mutex::new(life),
+        })
     }
 
     /// What the kernel calls its memory and eventfds (for the state a

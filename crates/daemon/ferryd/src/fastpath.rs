@@ -10,6 +10,7 @@ use std::os::fd::AsRawFd;
 
 use anyhow::{Context, Result};
 use ferry_bpf::abi::Verdicts;
+use ferry_bpf::capture::PipelineTaps;
 use ferry_bpf::hybrid::HybridPipeline;
 use ferry_bpf::pipeline::{FlowKey, Pipeline, PlCount};
 use ferry_bpf::AttachMode;
@@ -30,6 +31,8 @@ pub struct FastPath {
     /// The split NF whose stateless part ends the path (shown with its
     /// process, not here).
     split: Option<String>,
+    /// Its capture taps, opened with it.
+    taps: std::sync::Arc<PipelineTaps>,
 }
 
 /// The ids a port's XDP part is installed with, and where it ends.
@@ -74,7 +77,8 @@ impl FastPath {
             pipeline.attach(ifindex, mode).context("attaching the stage pipeline")?;
             Ok(pipeline)
         })??;
-        Ok(FastPath { pipeline, installed, port: plan.name.clone(), split })
+        let taps = PipelineTaps::open(pipeline.pipeline()).context("opening the pipeline's capture taps")?;
+        Ok(FastPath { pipeline, installed, port: plan.name.clone(), split, taps })
     }
 
     /// Steers queue `queue`'s frames that reach the end of the path to
@@ -90,6 +94,16 @@ impl FastPath {
     /// The pipeline, with the hybrid tables of a split NF it runs.
     pub fn evnf(&self) -> &HybridPipeline {
         &self.pipeline
+    }
+
+    /// The NFs it runs, by name and id, in order.
+    pub fn nfs(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.installed.nfs.iter().map(|n| (n.name.as_str(), n.id))
+    }
+
+    /// Its capture taps and rings.
+    pub fn taps(&self) -> std::sync::Arc<PipelineTaps> {
+        self.taps.clone()
     }
 
     /// The offloaded NFs' counters and flows (but a split NF's).

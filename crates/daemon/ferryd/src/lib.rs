@@ -21,6 +21,7 @@
 //! ferryd: the NFs keep forwarding and the next ferryd adopts them
 //! (`chain::adopt`, `persist`).
 
+mod capture;
 mod chain;
 mod classify;
 mod copy_link;

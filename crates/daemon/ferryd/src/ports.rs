@@ -119,6 +119,16 @@ pub struct PostParts<'a> {
 }
 
 impl Port {
+    /// Its XDP parts: the pre-server NFs on its device, then the
+    /// post-server NFs on its loop device.
+    pub fn fast_paths(&self) -> Vec<&FastPath> {
+        let pre = match &self.xdp {
+            Some(Steering::Pipeline(f)) => Some(f),
+            _ => None,
+        };
+        pre.into_iter().chain(self.post.as_ref().map(|p| &p.fast)).collect()
+    }
+
     /// The device's ifindex in the port's namespace.
     pub fn ifindex(plan: &PortPlan) -> Result<u32> {
         ifindex_in(plan.netns.as_deref(), &plan.netdev)

@@ -9,9 +9,12 @@
 //! * [`shm`]: the control words every domain's shared region holds next to
 //!   its rings and pool (thread states, pause handshake, counters, the
 //!   frame-owner table), defined once for all processes.
+//! * [`capture`]: what a capture asks an NF thread to copy, and the copies.
 //! * [`proto`]: the framed, versioned messages on ferryd's Unix socket.
 
+pub mod capture;
 pub mod classify;
+pub mod filter;
 pub mod frames;
 pub mod hosts;
 pub mod plan;

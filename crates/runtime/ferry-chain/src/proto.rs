@@ -191,6 +191,18 @@ pub enum Msg {
         origin: String,
         macs: Vec<(String, String)>,
     },
+    /// Admin (root's admin socket only) -> ferryd: copy the frames at a
+    /// point of chain `chain` into pcapng. The reply is `CaptureStarted`
+    /// with the read end of a pipe the pcapng comes through; when the
+    /// capture ends (its count or duration, the reader gone, the chain
+    /// removed), ferryd closes the pipe and sends `CaptureDone`.
+    Capture(Box<CaptureRequest>),
+    CaptureStarted {
+        /// The point as ferryd resolved it, and where it copies from.
+        point: String,
+        sites: Vec<String>,
+    },
+    CaptureDone(CaptureStats),
     /// Stop every chain and exit.
     Shutdown,
     Ok,
@@ -200,6 +212,37 @@ pub enum Msg {
     /// ferryd closed the connection without reading the request, to make
     /// room for other connections: sending it again is safe ([`ask`]).
     Busy,
+}
+
+/// What `ferry chain capture` asks for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct CaptureRequest {
+    /// Empty: the only chain.
+    pub chain: String,
+    /// A [`crate::capture::Point`] in its text form.
+    pub at: String,
+    /// Bytes kept of each frame (0: all of it, up to 65535).
+    pub snaplen: u32,
+    /// Stop after this many frames written (0: no limit).
+    pub count: u64,
+    /// Stop after this many milliseconds (0: no limit).
+    pub duration_ms: u64,
+    /// A [`crate::filter::Filter`] in its text form (empty: every frame).
+    pub filter: String,
+}
+
+/// What a capture took, and what it lost.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct CaptureStats {
+    /// Copies the point's threads or programs took.
+    pub copied: u64,
+    /// Copies lost because the capture fell behind (never the chain's
+    /// frames: those went on).
+    pub lost: u64,
+    /// Copies the filter did not take.
+    pub filtered: u64,
+    /// Frames written to the pcapng.
+    pub written: u64,
 }
 
 /// One NF's part of a reload.
@@ -462,6 +505,9 @@ fn kind_of(m: &Msg) -> u16 {
         Msg::DeployPart { .. } => 22,
         Msg::CheckDeploy { .. } => 23,
         Msg::Busy => 24,
+        Msg::Capture(_) => 25,
+        Msg::CaptureStarted { .. } => 26,
+        Msg::CaptureDone(_) => 27,
     }
 }
 

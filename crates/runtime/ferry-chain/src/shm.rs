@@ -2,8 +2,10 @@
 //! the SDK and the C API.
 //!
 //! A domain's region (`ferry_ring::ShmRegion`) holds: ring `i` per the plan,
-//! pool 0 (free frames), word array [`CONTROL_WORDS`] and word array
-//! [`OWNER_WORDS`] (one word per UMEM frame).
+//! pool 0 (free frames), word array [`CONTROL_WORDS`], word array
+//! [`OWNER_WORDS`] (one word per UMEM frame) and word array
+//! [`CAPTURE_WORDS`] (a record ring per thread, for captures; memfd pages
+//! a capture never wrote are never allocated).
 //!
 //! # The frame-owner table and why a killed NF leaks nothing
 //!
@@ -36,6 +38,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const CONTROL_WORDS: usize = 0;
 /// Index of the frame-owner word array.
 pub const OWNER_WORDS: usize = 1;
+/// Index of the capture record rings' word array.
+pub const CAPTURE_WORDS: usize = 2;
+/// Words of one thread's capture ring (256 KiB: some 3000 copies of
+/// 64-byte frames between two reads).
+pub const CAPTURE_RING_WORDS: usize = 32 * 1024;
 /// The free-frame pool's index.
 pub const POOL: usize = 0;
 
@@ -71,6 +78,11 @@ pub const T_LOOPS: usize = 3;
 /// outside the pool; the audit gives them to the dead thread instead of
 /// calling them lost.
 pub const T_POOL_OP: usize = 4;
+/// The thread's taps (`crate::capture::Tap`), one word per slot, written
+/// by ferryd; 0: off. Two slots: two captures may share a thread (a port
+/// and a link of the NF that reads it, or two stages of a fused NF).
+pub const T_TAPS: usize = 26;
+pub const TAP_SLOTS: usize = 2;
 /// First fixed counter; see [`COUNTERS`].
 pub const T_COUNTERS: usize = 8;
 /// First NF-defined counter (up to [`MAX_NF_COUNTERS`]).
@@ -128,12 +140,26 @@ pub mod c {
     pub const TO_KERNEL: usize = 17;
 }
 
-const _: () = assert!(T_COUNTERS + COUNTERS.len() <= T_NF_COUNTERS);
+const _: () = assert!(T_COUNTERS + COUNTERS.len() <= T_TAPS && T_TAPS + TAP_SLOTS <= T_NF_COUNTERS);
 const _: () = assert!(T_NF_COUNTERS + MAX_NF_COUNTERS <= THREAD_WORDS);
 
 /// Length of the control word array for `tids` threads.
 pub fn control_words(tids: u32) -> u32 {
     (HEADER_WORDS + tids as usize * THREAD_WORDS) as u32
+}
+
+/// Length of the capture word array for `tids` threads.
+pub fn capture_words(tids: u32) -> u32 {
+    (tids as usize * TAP_SLOTS * CAPTURE_RING_WORDS) as u32
+}
+
+/// Thread `tid`'s capture ring of tap slot `slot` inside the capture words.
+pub fn capture_ring(words: &[AtomicU64], tid: u32, slot: usize) -> Option<ferry_ring::RecordRing<'_>> {
+    if slot >= TAP_SLOTS {
+        return None;
+    }
+    let start = (tid as usize * TAP_SLOTS + slot) * CAPTURE_RING_WORDS;
+    words.get(start..start + CAPTURE_RING_WORDS).and_then(ferry_ring::RecordRing::new)
 }
 
 /// One thread's block inside the control words.
@@ -177,10 +203,13 @@ impl<'a> ThreadBlock<'a> {
         &self.words[T_NF_COUNTERS + i.min(MAX_NF_COUNTERS - 1)]
     }
 
-    /// Clears everything but the state (for a restarted thread).
+    /// Clears everything but the state and the taps (for a restarted
+    /// thread: a capture running goes on with it).
     pub fn reset_counters(&self) {
-        for w in &self.words[T_PAUSE_ACK..] {
-            w.store(0, Ordering::Relaxed);
+        for (i, w) in self.words.iter().enumerate().skip(T_PAUSE_ACK) {
+            if !(T_TAPS..T_TAPS + TAP_SLOTS).contains(&i) {
+                w.store(0, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -229,7 +229,14 @@ impl Nf {
             port_slot.insert(p, ports.len());
             // Receive frames only on ports that deliver to us.
             let fill_target = if w.port_rx.get(p).copied().unwrap_or(false) { rings.parked() } else { 0 };
-            ports.push(PortSock { sock, pending: Vec::with_capacity(64), fill_target, on_fill: 0, tx_moving: false });
+            ports.push(PortSock {
+                sock,
+                port: p as u16,
+                pending: Vec::with_capacity(64),
+                fill_target,
+                on_fill: 0,
+                tx_moving: false,
+            });
         }
         let eventfd = self
             .data
@@ -277,6 +284,9 @@ impl Nf {
                 w.domain.frame_size,
             ),
             control,
+            capture: self.region.words(shm::CAPTURE_WORDS)?,
+            taps: [None; shm::TAP_SLOTS],
+            tapping: false,
             consumer,
             outs,
             ports,

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferry_chain::capture::Tap;
 use ferry_chain::flow_hash;
 use ferry_chain::frames::FrameCache;
 use ferry_chain::shm::{self, c, ThreadBlock};
@@ -49,6 +50,8 @@ pub(crate) enum Out {
 
 pub(crate) struct PortSock {
     pub(crate) sock: XskSocket,
+    /// The chain's index of its port (what a capture names).
+    pub(crate) port: u16,
     pub(crate) pending: Vec<XdpDesc>,
     /// Frames to keep on the fill ring (0 for a TX-only port).
     pub(crate) fill_target: u32,
@@ -72,6 +75,11 @@ pub struct NfThread {
     pub(crate) index: u32,
     pub(crate) tid: u32,
     pub(crate) control: SharedWords,
+    /// The domain's capture rings (this thread writes its own).
+    pub(crate) capture: SharedWords,
+    /// The taps ferryd armed, read once per burst, and whether any is.
+    pub(crate) taps: [Option<Tap>; shm::TAP_SLOTS],
+    pub(crate) tapping: bool,
     pub(crate) cache: FrameCache,
     pub(crate) consumer: Consumer,
     pub(crate) outs: Vec<Out>,
@@ -227,6 +235,9 @@ impl NfThread {
     /// Sends a packet on out-link `hop` (order of the chain file's links).
     /// Frames queue per destination and move in batches; see `recv_burst`.
     pub fn send(&mut self, pkt: Packet, hop: usize) {
+        if self.tapping {
+            self.copy_where(pkt.data(), |t| t.takes_output(Some(hop as u16), self.port_of_hop(hop)));
+        }
         let (addr, len, _) = pkt.into_raw();
         let desc = Desc { addr, len, next_hop: hop as u16, flags: 0 };
         match self.outs.get(hop) {
@@ -280,6 +291,9 @@ impl NfThread {
             }
             return;
         }
+        if self.tapping {
+            pkts.iter().for_each(|pkt| self.copy_where(pkt.data(), |t| t.takes_output(Some(hop as u16), None)));
+        }
         // As `send` does frame by frame: a full batch goes at once, so the
         // batch size and the backpressure check per batch still hold.
         let batch = self.batch;
@@ -306,11 +320,54 @@ impl NfThread {
     pub fn reply(&mut self, pkt: Packet) {
         match pkt.origin {
             Origin::Port(i) => {
+                if self.tapping {
+                    let port = self.ports[i as usize].port;
+                    self.copy_where(pkt.data(), |t| t.takes_output(None, Some(port)));
+                }
                 let (addr, len, _) = pkt.into_raw();
                 self.queue_port(i as usize, addr, len);
             }
             _ => self.send(pkt, 0),
         }
+    }
+
+    /// Copies the frames a fused NF's stage `stage` passes on, if a
+    /// capture asks for them (see `ferry_chain::capture`).
+    pub fn tap_stage(&self, stage: usize, pkts: &[Packet]) {
+        if self.tapping {
+            let at = ferry_chain::capture::TapAt::Stage { stage: stage as u16 };
+            pkts.iter().for_each(|pkt| self.copy_where(pkt.data(), |t| t.at == at));
+        }
+    }
+
+    /// The port out-link `hop` leads to, if it leads to a port.
+    fn port_of_hop(&self, hop: usize) -> Option<u16> {
+        match self.outs.get(hop) {
+            Some(Out::Port { sock }) => Some(self.ports[*sock].port),
+            _ => None,
+        }
+    }
+
+    /// Puts a copy of `frame` (its first `snaplen` bytes) in the capture
+    /// ring of every tap that `takes`; a full ring loses the copy, never
+    /// the frame.
+    #[cold]
+    fn copy_where(&self, frame: &[u8], takes: impl Fn(&Tap) -> bool) {
+        for (slot, tap) in self.taps.iter().enumerate() {
+            let Some(tap) = tap.filter(|t| takes(t)) else { continue };
+            let snap = if tap.snaplen == 0 { frame.len() } else { frame.len().min(tap.snaplen.into()) };
+            if let Some(ring) = shm::capture_ring(self.capture.as_slice(), self.tid, slot) {
+                ring.push(tap.meta(ferry_sys::monotonic_ns(), frame.len()), &frame[..snap]);
+            }
+        }
+    }
+
+    /// Reads the tap words ferryd writes (once per burst).
+    fn read_taps(&mut self) {
+        let block = self.block();
+        let taps: [Option<Tap>; shm::TAP_SLOTS] = std::array::from_fn(|i| Tap::decode(block.get(shm::T_TAPS + i)));
+        self.tapping = taps.iter().any(Option::is_some);
+        self.taps = taps;
     }
 
     /// Queues a descriptor for target `t` of out-link `out`; a full batch
@@ -514,6 +571,14 @@ impl NfThread {
             descs.clear();
             let n = p.sock.rx_ring().map_or(0, |rx| rx.consume(max - got, &mut descs));
             p.on_fill = p.on_fill.saturating_sub(n as u32);
+            if self.tapping {
+                let port = p.port;
+                for d in &descs {
+                    // SAFETY: the kernel gave us this frame of our UMEM.
+                    let data = unsafe { std::slice::from_raw_parts(base.add(d.addr as usize), d.len as usize) };
+                    self.copy_where(data, |t| t.takes_input(Some(port)));
+                }
+            }
             for d in &descs {
                 let room = (fs - d.addr % fs) as u32;
                 // SAFETY: the kernel gave us this frame of our UMEM.
@@ -543,7 +608,11 @@ impl NfThread {
                     continue;
                 }
                 // SAFETY: in range, and handed to us by the ring.
-                out.push(unsafe { Packet::new(base, d.addr, d.len, room as u32, Origin::Ring) });
+                let pkt = unsafe { Packet::new(base, d.addr, d.len, room as u32, Origin::Ring) };
+                if self.tapping {
+                    self.copy_where(pkt.data(), |t| t.takes_input(None));
+                }
+                out.push(pkt);
             }
             self.count(c::RX_RING, n as u64 - bad);
             self.count(c::DROP_MALFORMED, bad);
@@ -595,6 +664,7 @@ impl NfThread {
             return Err(SdkError::Stopped { reason: "ferryd stopped the NF or went away" });
         }
         self.maybe_pause();
+        self.read_taps();
         self.take_orphans();
         self.reap_completions();
         if let Some(b) = self.flush_all() {
@@ -619,6 +689,7 @@ impl NfThread {
             self.maybe_pause();
             let loops = self.block().word(shm::T_LOOPS);
             loops.store(loops.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+            self.read_taps();
             self.take_orphans();
             self.reap_completions();
             if let Some(b) = self.flush_all() {

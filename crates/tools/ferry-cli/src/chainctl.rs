@@ -279,6 +279,68 @@ pub fn reload(admin: &Path, chain: &str) -> Result<Vec<NfReload>> {
     }
 }
 
+/// A capture ferryd has started: the point it resolved, where it copies
+/// from, and the pipe the pcapng comes through.
+pub struct CaptureHandle {
+    pub point: String,
+    pub sites: Vec<String>,
+    pub pcapng: std::fs::File,
+    stream: std::os::unix::net::UnixStream,
+}
+
+/// Asks the ferryd at `admin` (root's admin socket) to capture at a point
+/// of a running chain; read the pcapng from the handle.
+pub fn capture_start(admin: &Path, req: &proto::CaptureRequest) -> Result<CaptureHandle> {
+    let stream = std::os::unix::net::UnixStream::connect(admin)
+        .with_context(|| format!("ferryd's admin socket {}", admin.display()))?;
+    proto::send(&stream, &Msg::Capture(Box::new(req.clone())), &[])?;
+    match proto::recv(&stream)? {
+        (Msg::CaptureStarted { point, sites }, mut fds) if fds.len() == 1 => {
+            let pcapng = std::fs::File::from(fds.remove(0));
+            Ok(CaptureHandle { point, sites, pcapng, stream })
+        }
+        (Msg::Error { message }, _) => bail!("ferryd: {message}"),
+        (other, _) => bail!("unexpected reply {other:?}"),
+    }
+}
+
+/// Ends a capture from another thread than the one reading it.
+pub struct CaptureStop(std::os::unix::net::UnixStream);
+
+impl CaptureStop {
+    /// Asks ferryd to end the capture: it writes every copy taken so far,
+    /// then closes the pipe.
+    pub fn stop(&self) -> Result<()> {
+        proto::send(&self.0, &Msg::Ok, &[])?;
+        Ok(())
+    }
+}
+
+impl CaptureHandle {
+    /// What ends the capture early, for another thread.
+    pub fn stopper(&self) -> Result<CaptureStop> {
+        Ok(CaptureStop(self.stream.try_clone()?))
+    }
+
+    /// Copies the pcapng to `out` until ferryd ends the capture; what it
+    /// took and lost.
+    pub fn copy_to(mut self, out: &mut dyn std::io::Write) -> Result<proto::CaptureStats> {
+        std::io::copy(&mut self.pcapng, out).context("copying the capture")?;
+        out.flush()?;
+        self.finish()
+    }
+
+    /// Waits for ferryd's account of the capture (after the pipe closed).
+    pub fn finish(self) -> Result<proto::CaptureStats> {
+        drop(self.pcapng);
+        match proto::recv(&self.stream)? {
+            (Msg::CaptureDone(stats), _) => Ok(stats),
+            (Msg::Error { message }, _) => bail!("ferryd: {message}"),
+            (other, _) => bail!("unexpected reply {other:?}"),
+        }
+    }
+}
+
 /// The name of the one chain the ferryd at `admin` runs; an error that
 /// says to name one if it runs several, or none.
 pub fn only_chain(admin: &Path) -> Result<String> {

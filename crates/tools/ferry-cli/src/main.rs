@@ -318,6 +318,38 @@ enum ChainCmd {
         #[arg(long, default_value = DEFAULT_ADMIN)]
         admin: PathBuf,
     },
+    /// Copy the frames at one point of chain NAME into pcapng (root's admin
+    /// socket only). The chain keeps running: a capture that falls behind
+    /// loses and counts its own copies, never the chain's frames.
+    ///
+    /// Read it live with `ferry chain capture NAME --at fw->mon | tshark -r -`.
+    Capture {
+        /// The chain (empty: the only one).
+        #[arg(default_value = "")]
+        name: String,
+        /// Where: PORT or PORT:rx (as received), PORT:tx (as sent), A->B (a
+        /// link), NF:in or NF:out.
+        #[arg(long)]
+        at: String,
+        /// Write pcapng to FILE (`-`: standard output).
+        #[arg(short = 'w', long = "write", default_value = "-")]
+        write: PathBuf,
+        /// Stop after N frames.
+        #[arg(short = 'c', long)]
+        count: Option<u64>,
+        /// Stop after this long (e.g. 10s, 500ms).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<std::time::Duration>,
+        /// Bytes kept of each frame (default: all).
+        #[arg(short = 's', long, default_value_t = 0)]
+        snaplen: u32,
+        /// ferryd's admin socket.
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: PathBuf,
+        /// A filter, as tcpdump's: host, net, port (each with src or dst),
+        /// ip, ip6, tcp, udp, icmp, icmp6, arp, vlan, with and, or, not.
+        filter: Vec<String>,
+    },
     /// Stop ferryd, every chain and their NFs.
     Down {
         /// ferryd's admin socket.
@@ -853,6 +885,17 @@ fn run_chain(cmd: ChainCmd) -> Result<()> {
             emit(json, &s, chainctl::status_table)
         }
         ChainCmd::Audit { name, admin } => chain_audit(&name, &admin),
+        ChainCmd::Capture { name, at, write, count, duration, snaplen, admin, filter } => {
+            let req = ferry_chain::proto::CaptureRequest {
+                chain: name,
+                at,
+                snaplen,
+                count: count.unwrap_or(0),
+                duration_ms: duration.map_or(0, |d| d.as_millis().max(1) as u64),
+                filter: filter.join(" "),
+            };
+            chain_capture(&admin, &req, &write)
+        }
         ChainCmd::Check { file, set, explain, live, admin, cost_model } => {
             let (placement, text) = chain_check(&file, &set, explain, cost_model)?;
             match live {
@@ -905,6 +948,40 @@ fn run_gen(cmd: GenCmd) -> Result<()> {
 }
 
 /// `ferry chain audit`: the frame census of every domain, and whether it holds.
+/// `ferry chain capture`: the pcapng to a file or standard output, the
+/// account to standard error (as tcpdump's).
+fn chain_capture(
+    admin: &std::path::Path,
+    req: &ferry_chain::proto::CaptureRequest,
+    write: &std::path::Path,
+) -> Result<()> {
+    req.at.parse::<ferry_chain::capture::Point>().map_err(anyhow::Error::msg)?;
+    req.filter.parse::<ferry_chain::filter::Filter>()?;
+    let handle = chainctl::capture_start(admin, req)?;
+    eprintln!("capturing at {} ({})", handle.point, handle.sites.join(", "));
+    // Ctrl-C ends the capture as its count would: every copy taken is
+    // written and the statistics block closes the file.
+    let stopper = handle.stopper()?;
+    install_stop_handler();
+    std::thread::spawn(move || {
+        while !ferry_cli::util::stop_requested() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = stopper.stop();
+    });
+    let stats = if write == std::path::Path::new("-") {
+        handle.copy_to(&mut std::io::stdout().lock())?
+    } else {
+        let mut file = std::fs::File::create(write).with_context(|| format!("{}", write.display()))?;
+        handle.copy_to(&mut file)?
+    };
+    eprintln!(
+        "{} frames written; {} copied, {} lost (the capture fell behind), {} not taken by the filter",
+        stats.written, stats.copied, stats.lost, stats.filtered
+    );
+    Ok(())
+}
+
 fn chain_audit(name: &str, admin: &std::path::Path) -> Result<()> {
     let reports = chainctl::audit(admin, name)?;
     for r in &reports {

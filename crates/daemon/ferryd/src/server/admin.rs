@@ -1,9 +1,12 @@
 //! The admin API: requests on the admin socket (root's) and over mutual
 //! TLS, answered from the chains.
 
-use ferry_chain::proto::ChainSummary;
+use std::os::fd::AsRawFd;
+
+use ferry_chain::proto::{CaptureRequest, ChainSummary};
 
 use super::*;
+use crate::capture::Capture;
 use crate::spawn;
 
 impl Daemon {
@@ -25,6 +28,12 @@ impl Daemon {
                     return;
                 }
             };
+            if let Msg::Capture(req) = msg {
+                if self.serve_capture(&stream, &req).is_err() {
+                    return;
+                }
+                continue;
+            }
             let reply = match self.answer(msg) {
                 Ok(m) => m,
                 Err(e) => Msg::Error { message: format!("{e:#}") },
@@ -68,12 +77,48 @@ impl Daemon {
                 self.stop.store(true, Ordering::Release);
                 Msg::Ok
             }
+            Msg::Capture(_) => bail!("captures are served on root's admin socket only (ferry chain capture, as root)"),
             other => bail!("unexpected message {:?} on the admin socket", kind_name(&other)),
         })
     }
 }
 
 impl Daemon {
+    /// A capture on root's admin connection: `CaptureStarted` with the
+    /// pipe the pcapng comes through, the capture, `CaptureDone`. Only a
+    /// failure to answer the client is an error (the connection ends).
+    fn serve_capture(&self, stream: &UnixStream, req: &CaptureRequest) -> std::io::Result<()> {
+        let started = self.chain(&req.chain).and_then(|chain| {
+            let (read, write) = crate::capture::pipe()?;
+            Ok((chain, read, write))
+        });
+        let (chain, read, write) = match started {
+            Ok(x) => x,
+            Err(e) => return reply(stream, &Msg::Error { message: format!("{e:#}") }, &[]),
+        };
+        let capture = match Capture::start(&chain, req) {
+            Ok(c) => c,
+            Err(e) => return reply(stream, &Msg::Error { message: format!("{e:#}") }, &[]),
+        };
+        let msg = Msg::CaptureStarted { point: capture.point.clone(), sites: capture.sites.clone() };
+        let sent = reply(stream, &msg, &[read.as_raw_fd()]);
+        drop(read);
+        if sent.is_err() {
+            // Disarmed as it ends: the client is gone.
+            let _ = capture.run(write, stream);
+            return sent;
+        }
+        let ran = capture.run(write, stream);
+        if crate::capture::client_stopped(stream) {
+            // The stop message, read so the next request is not it.
+            let _ = proto::recv(stream);
+        }
+        match ran {
+            Ok(stats) => reply(stream, &Msg::CaptureDone(stats), &[]),
+            Err(e) => reply(stream, &Msg::Error { message: format!("capture: {e:#}") }, &[]),
+        }
+    }
+
     /// Chain `name`'s status; a part over hosts with no NF here shows the
     /// forwarder's counters alone.
     pub(super) fn status(&self, name: &str) -> Result<proto::Status> {
@@ -83,6 +128,10 @@ impl Daemon {
         }
         Ok(proto::Status { listeners: self.listener_counters(), ..self.chain(name)?.status() })
     }
+}
+
+fn reply(stream: &UnixStream, msg: &Msg, fds: &[std::os::fd::RawFd]) -> std::io::Result<()> {
+    proto::send(stream, msg, fds).map_err(std::io::Error::other)
 }
 
 pub(super) fn require_admin(stream: &UnixStream) -> Result<()> {
@@ -120,5 +169,8 @@ pub(super) fn kind_name(m: &Msg) -> &'static str {
         Msg::Ok => "ok",
         Msg::Error { .. } => "error",
         Msg::Busy => "busy",
+        Msg::Capture(_) => "capture",
+        Msg::CaptureStarted { .. } => "capture-started",
+        Msg::CaptureDone(_) => "capture-done",
     }
 }

@@ -115,6 +115,7 @@ fn run(mut th: NfThread, mut steps: Vec<Step>) {
                 }
             }
             std::mem::swap(&mut burst, &mut kept);
+            th.tap_stage(k, &burst);
         }
         // On to out-link 0 (the last stage's), or dropped without one.
         if th.out_links() > 0 {
