@@ -11,7 +11,7 @@ APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-pin
 FERRY_RELEASE := target/release/ferry
 FERRY_DEBUG := target/debug/ferry
 
-.PHONY: all deps build demo test test-suite test-stress lint bench bench-io bench-chain bench-pipeline bench-evnf bench-peers clean sweep
+.PHONY: all deps build demo deb test test-suite test-stress lint bench bench-io bench-chain bench-pipeline bench-evnf bench-peers clean sweep
 
 all: build
 
@@ -38,6 +38,21 @@ demo: build
 	$(FERRY_RELEASE) testbed sweep
 	$(FERRY_RELEASE) demo
 
+# ferry_<version>_amd64.deb in target/debian (cargo-deb, installed if
+# missing): the release binaries, the BPF objects, the systemd unit, man
+# pages, completions and examples (the list: crates/tools/ferry-cli/Cargo.toml).
+DEB_STAGE := target/release/deb
+CARGO_DEB_VERSION := 3.8.0
+deb: deps
+	$(CARGO) build --release -p ferry-cli -p ferryd -p ferry-host -p ferry-bench
+	@command -v cargo-deb >/dev/null 2>&1 || $(CARGO) install cargo-deb --locked --version $(CARGO_DEB_VERSION)
+	rm -rf $(DEB_STAGE) && mkdir -p $(DEB_STAGE)/bpf
+	cp $$(dirname $$(ls -t target/release/build/ferry-bpf-*/out/pipeline.bpf.o | head -1))/*.bpf.o $(DEB_STAGE)/bpf/
+	target/release/ferry generate $(DEB_STAGE)
+	gzip -9n $(DEB_STAGE)/man1/*.1 $(DEB_STAGE)/man8/*.8
+	rm -f target/debian/ferry_*.deb
+	$(CARGO) deb -p ferry-cli --no-build --strip --output target/debian/
+
 lint: deps
 	.ci/check-layers
 	$(CARGO) fmt --all -- --check
@@ -52,12 +67,13 @@ test: deps lint test-suite
 # The tests alone, without lint: what `make test` and `make test-stress` run.
 # Testbeds left by a killed earlier run are swept before and after.
 TEST_LOG ?= target/test.log
-test-suite: deps
+test-suite: deps deb
 	$(CARGO) build --workspace
 	$(FERRY_DEBUG) testbed sweep
 	@mkdir -p $(dir $(TEST_LOG))
 	set -o pipefail; rc=0; \
-	$(CARGO) test --workspace --no-fail-fast -- --test-threads=2 2>&1 | tee $(TEST_LOG) || rc=1; \
+	FERRY_DEB=$$(ls $(CURDIR)/target/debian/ferry_*_amd64.deb) \
+	  $(CARGO) test --workspace --no-fail-fast -- --test-threads=2 2>&1 | tee $(TEST_LOG) || rc=1; \
 	$(FERRY_DEBUG) testbed sweep; \
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p ferry-ring -p ferry-parallel --release \
 	  --no-fail-fast --test loom 2>&1 | tee -a $(TEST_LOG) || rc=1; \

@@ -24,6 +24,7 @@
 mod capture;
 mod chain;
 mod classify;
+pub mod cli;
 mod copy_link;
 mod devices;
 mod domain;

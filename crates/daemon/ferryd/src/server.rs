@@ -176,11 +176,16 @@ pub fn run(opts: &Options) -> Result<()> {
     if let Some(addr) = opts.metrics {
         serve_metrics(&daemon, addr)?;
     }
-    if let Some(file) = &opts.chain {
-        deploy_at_start(&daemon, file, &opts.set)?;
+    if let Some(path) = &opts.chain {
+        for file in chain_files(path)? {
+            deploy_at_start(&daemon, &file, &opts.set)?;
+        }
     }
     tracing::info!("serving NFs on {} and admin requests on {}", daemon.socket.display(), daemon.admin.display());
+    let d = daemon.clone();
+    std::thread::Builder::new().name("ready".into()).spawn(move || d.notify_ready())?;
     accept_until_stopped(&daemon, &nf_listener, &admin_listener);
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     if daemon.persist && !daemon.stop.load(Ordering::Acquire) {
         daemon.leave();
     } else {
@@ -260,6 +265,47 @@ fn serve_metrics(daemon: &Arc<Daemon>, addr: std::net::SocketAddr) -> Result<()>
 }
 
 /// Deploys the chain file ferryd was started with, unless it runs already.
+/// The chain files `path` names: itself, or the `*.yaml` and `*.yml` files
+/// of a directory in name order (a service's `/etc/ferry/chains`).
+fn chain_files(path: &Path) -> Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("{}", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+impl Daemon {
+    /// Tells systemd (`Type=notify`; nothing without `$NOTIFY_SOCKET`)
+    /// that ferryd is ready once every chain deployed at start has all its
+    /// NFs connected.
+    fn notify_ready(&self) {
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let chains: Vec<Arc<Chain>> = self.chains.lock().expect("chains lock").clone();
+            if chains.iter().all(|c| c.summary().connected == c.plan.nfs.len()) {
+                let names: Vec<String> = chains.iter().map(|c| c.plan.name.clone()).collect();
+                let status = format!("{} chains up: {}", names.len(), names.join(", "));
+                if let Err(e) =
+                    sd_notify::notify(false, &[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&status)])
+                {
+                    tracing::warn!("telling systemd ferryd is ready: {e}");
+                }
+                tracing::info!("ready: {status}");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 fn deploy_at_start(daemon: &Arc<Daemon>, file: &Path, set: &[(String, String)]) -> Result<()> {
     let file = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
     let (text, origin) = ferry_chain::spec::read_filled(&file, set)?;

@@ -77,6 +77,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write the man pages (ferry.1, ferryd.8) and the shell completions
+    /// (bash, zsh, fish) of ferry and ferryd into DIR: what a package
+    /// installs.
+    #[command(hide = true)]
+    Generate { dir: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -279,6 +284,9 @@ enum ChainCmd {
     /// (config=FILE) and apply them without a restart: rules, nftables,
     /// backends and weights, timeouts.
     Reload {
+        /// The chain (empty: every chain ferryd runs; what systemd's
+        /// `ExecReload` asks).
+        #[arg(default_value = "")]
         name: String,
         /// ferryd's admin socket.
         #[arg(long, default_value = DEFAULT_ADMIN)]
@@ -731,6 +739,7 @@ fn run(cli: Cli) -> Result<()> {
             emit(a.json, &report, |r| r.to_string())
         }
         Cmd::Bench { args } => run_bench(&args),
+        Cmd::Generate { dir } => generate(&dir),
         Cmd::Demo { packets, json } => {
             let report = demo::run(packets)?;
             emit(json, &report, demo::text)
@@ -866,7 +875,14 @@ fn run_chain(cmd: ChainCmd) -> Result<()> {
             Ok(())
         }
         ChainCmd::Reload { name, admin } => {
-            let outcomes = chainctl::reload(&admin, &name)?;
+            let names = match name.is_empty() {
+                true => chainctl::list(&admin)?.into_iter().map(|c| c.name).collect(),
+                false => vec![name],
+            };
+            let mut outcomes = Vec::new();
+            for name in &names {
+                outcomes.extend(chainctl::reload(&admin, name)?);
+            }
             for r in &outcomes {
                 println!("{}: {}", r.nf, r.outcome);
             }
@@ -948,6 +964,28 @@ fn run_gen(cmd: GenCmd) -> Result<()> {
 }
 
 /// `ferry chain audit`: the frame census of every domain, and whether it holds.
+/// Man pages and completions of ferry and ferryd, into `dir`: `man1`,
+/// `man8` and `completions/{bash,zsh,fish}`.
+fn generate(dir: &std::path::Path) -> Result<()> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let commands = [(Cli::command(), "1"), (ferryd::cli::Args::command(), "8")];
+    for (cmd, section) in &commands {
+        let name = cmd.get_name().to_string();
+        let man_dir = dir.join(format!("man{section}"));
+        std::fs::create_dir_all(&man_dir)?;
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).section(*section).render(&mut page)?;
+        std::fs::write(man_dir.join(format!("{name}.{section}")), page)?;
+        for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+            let out = dir.join("completions").join(shell.to_string());
+            std::fs::create_dir_all(&out)?;
+            clap_complete::generate_to(shell, &mut cmd.clone(), &name, &out)?;
+        }
+    }
+    Ok(())
+}
+
 /// `ferry chain capture`: the pcapng to a file or standard output, the
 /// account to standard error (as tcpdump's).
 fn chain_capture(

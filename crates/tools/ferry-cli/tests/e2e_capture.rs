@@ -263,3 +263,46 @@ fn capture_requests_that_name_nothing_are_refused() {
     rc.shutdown().unwrap();
     down_and_check(tb);
 }
+
+/// Two tenants, each with its own uid and memory, their sources making
+/// frames of different lengths: a capture of one tenant's link holds that
+/// tenant's frames only, and its sites are that tenant's threads.
+#[test]
+fn a_capture_of_one_tenants_link_shows_none_of_anothers_frames() {
+    if !privileged("capture_tenants") {
+        return;
+    }
+    let dir = TempDir::new("capture-tenants");
+    let yaml = r#"
+name: tenants
+tenants: [ { name: acme }, { name: zeta } ]
+domains:
+  - { name: a, frames: 1024, tenant: acme }
+  - { name: z, frames: 1024, tenant: zeta }
+nfs:
+  - { name: srca, domain: a, kind: source, args: ["rate=20000", "size=100"] }
+  - { name: fa, domain: a, kind: fwd }
+  - { name: snka, domain: a, kind: sink }
+  - { name: srcz, domain: z, kind: source, args: ["rate=20000", "size=200"] }
+  - { name: fz, domain: z, kind: fwd }
+  - { name: snkz, domain: z, kind: sink }
+links:
+  - { from: srca, to: fa }
+  - { from: fa, to: snka }
+  - { from: srcz, to: fz }
+  - { from: fz, to: snkz }
+"#;
+    let (rc, _) = start(&dir, yaml);
+    for (at, tenant_nfs, len) in [("fa->snka", ["fa"], 100), ("srcz->fz", ["srcz"], 200)] {
+        let req = CaptureRequest { chain: "tenants".into(), at: at.into(), count: 500, ..Default::default() };
+        let h = chainctl::capture_start(&rc.admin, &req).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(h.sites.iter().all(|s| tenant_nfs.iter().any(|n| s.starts_with(n))), "{at}: {:?}", h.sites);
+        let file = dir.path("tenant.pcapng");
+        let stats = h.copy_to(&mut std::fs::File::create(&file).unwrap()).unwrap();
+        let got = frames(&file);
+        assert_eq!((got.len(), stats.written), (500, 500), "{at}");
+        assert!(got.iter().all(|f| f.len() == len), "{at}: a frame of another tenant's length");
+    }
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+}

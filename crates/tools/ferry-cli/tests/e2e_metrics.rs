@@ -4,6 +4,7 @@
 mod common;
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::chain::*;
@@ -103,7 +104,34 @@ fn metrics_are_scraped_and_parsed_by_prometheus_client() {
     }
     let (status, _) = http_get(&addr, "/other");
     assert!(status.contains(" 404 "), "{status}");
+    dashboard_queries_what_ferryd_exports(&body);
     rc.shutdown().unwrap();
+}
+
+/// Every family the Grafana dashboard's queries name is one ferryd
+/// exports (a family is there, with its TYPE line, even before it has
+/// samples).
+fn dashboard_queries_what_ferryd_exports(body: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../deploy/grafana/ferry.json");
+    let dash: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut exprs = Vec::new();
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    exprs.push(dash["templating"]["list"][1]["query"].as_str().unwrap().to_string());
+    let mut names = std::collections::BTreeSet::new();
+    for e in &exprs {
+        for (i, _) in e.match_indices("ferry_") {
+            let name: String = e[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            names.insert(name);
+        }
+    }
+    assert!(names.len() >= 12, "{names:?}");
+    for name in &names {
+        assert!(body.lines().any(|l| l.starts_with(&format!("# TYPE {name} "))), "the dashboard queries {name}");
+    }
 }
 
 /// Kills the tmux session on drop, so a failed test leaves none.
