@@ -33,6 +33,9 @@ pub enum TapSide {
 }
 
 const TAPS: &str = "ferry_pl_tap";
+/// A tap's side while its capture drains its ring: no side the program
+/// copies, and not free for another capture.
+const TAP_DRAINING: u32 = 0xff;
 /// Captures a pipeline serves at once (`FERRY_TAP_SLOTS`).
 pub const TAP_SLOTS: u32 = gen::FERRY_TAP_SLOTS;
 const RINGS: [&str; TAP_SLOTS as usize] = ["ferry_pl_capture0", "ferry_pl_capture1"];
@@ -104,27 +107,35 @@ impl PipelineTaps {
 }
 
 impl ArmedTap {
-    fn entry(&self) -> Result<PlTap, BpfError> {
-        let taps = self.taps.taps.lock().expect("taps lock");
-        taps.get(&self.slot, 0).map_err(|source| BpfError::Map { name: TAPS, source })
+    /// Stops the copies but keeps the slot (no other capture takes it, so
+    /// this one can still drain the slot's ring alone); the copies taken
+    /// and lost.
+    pub fn stop(&mut self) -> Result<(u64, u64), BpfError> {
+        let mut taps = self.taps.taps.lock().expect("taps lock");
+        let mut tap: PlTap = taps.get(&self.slot, 0).map_err(|source| BpfError::Map { name: TAPS, source })?;
+        if tap.session == self.session && tap.where_ != gen::FERRY_TAP_OFF {
+            tap.where_ = TAP_DRAINING;
+            taps.set(self.slot, tap, 0).map_err(|source| BpfError::Map { name: TAPS, source })?;
+        }
+        Ok((tap.taken, tap.lost))
     }
 
-    /// Takes the tap off (if it is still this capture's); its copies taken
-    /// and lost.
-    pub fn disarm(&mut self) -> Result<(u64, u64), BpfError> {
+    /// Frees the slot (if it is still this capture's).
+    pub fn release(&mut self) -> Result<(), BpfError> {
         let mut taps = self.taps.taps.lock().expect("taps lock");
         let tap: PlTap = taps.get(&self.slot, 0).map_err(|source| BpfError::Map { name: TAPS, source })?;
-        if tap.session == self.session && tap.where_ != gen::FERRY_TAP_OFF {
+        if tap.session == self.session {
             taps.set(self.slot, PlTap::default(), 0).map_err(|source| BpfError::Map { name: TAPS, source })?;
         }
         self.disarmed = true;
-        Ok((tap.taken, tap.lost))
+        Ok(())
     }
 
-    /// Copies taken and lost so far.
-    pub fn counts(&self) -> Result<(u64, u64), BpfError> {
-        let tap = self.entry()?;
-        Ok((tap.taken, tap.lost))
+    /// [`ArmedTap::stop`], then [`ArmedTap::release`].
+    pub fn disarm(&mut self) -> Result<(u64, u64), BpfError> {
+        let counts = self.stop()?;
+        self.release()?;
+        Ok(counts)
     }
 
     /// Hands every copy in the slot's ring to `f`; a record too short for
@@ -151,7 +162,8 @@ impl ArmedTap {
 impl Drop for ArmedTap {
     fn drop(&mut self) {
         if !self.disarmed {
-            let _ = self.disarm();
+            let _ = self.stop();
+            let _ = self.release();
         }
     }
 }

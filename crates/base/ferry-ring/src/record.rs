@@ -111,17 +111,26 @@ impl<'a> RecordRing<'a> {
     }
 
     /// Reader: hands every complete record to `f`, oldest first, then
-    /// frees their words. Returns how many. A length word that cannot be
-    /// a record (a garbled writer) ends the read and drops what is left.
+    /// frees their words. Returns how many. A head the writer could not
+    /// have written (behind the tail, or more than the ring ahead of it),
+    /// or a length word that cannot be a record, is a garbled writer: the
+    /// read ends and drops what is left, so it reads at most the ring once.
     pub fn drain(&self, mut f: impl FnMut(Record)) -> usize {
         let cap = self.capacity();
         let head = self.words[HEAD].load(Ordering::Acquire);
         let mut tail = self.words[TAIL].load(Ordering::Relaxed);
+        if head < tail || head - tail > cap {
+            self.words[TAIL].store(head, Ordering::Release);
+            return 0;
+        }
         let mut n = 0;
         while tail < head {
             let len = self.data(tail).load(Ordering::Relaxed);
             if len == WRAP {
                 tail += cap - tail % cap;
+                if tail > head {
+                    tail = head;
+                }
                 continue;
             }
             let (words, bytes) = (len >> 32, (len & 0xffff_ffff) as usize);
@@ -234,6 +243,24 @@ mod tests {
         assert!(read_all(&r).is_empty());
         assert!(r.push([1, 0], b"ok"));
         assert_eq!(read_all(&r)[0].bytes, b"ok");
+    }
+
+    #[test]
+    fn a_garbled_head_ends_the_read_at_once() {
+        let w = words(RECORD_HEADER_WORDS + 32);
+        let r = RecordRing::new(&w).unwrap();
+        w[HEAD].store(u64::MAX - 3, Ordering::Relaxed);
+        assert!(read_all(&r).is_empty());
+        w[HEAD].store(5, Ordering::Relaxed);
+        w[TAIL].store(9, Ordering::Relaxed);
+        assert!(read_all(&r).is_empty());
+        assert_eq!(w[TAIL].load(Ordering::Relaxed), 5, "the reader starts over where the writer is");
+        // Wrap words all over, the head within one ring: read once, ends.
+        for x in &w[RECORD_HEADER_WORDS..] {
+            x.store(WRAP, Ordering::Relaxed);
+        }
+        w[HEAD].store(5 + 32, Ordering::Relaxed);
+        assert!(read_all(&r).is_empty());
     }
 
     #[test]

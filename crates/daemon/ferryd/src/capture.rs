@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ferry_chain::capture::{CopyMeta, Point, Tap, TapAt, MAX_SESSION};
+use ferry_chain::capture::{CopyMeta, Point, Tap, TapAt, MAX_SESSION, TAP_DRAINING};
 use ferry_chain::filter::Filter;
 use ferry_chain::proto::{CaptureRequest, CaptureStats};
 use ferry_chain::shm;
@@ -98,104 +98,128 @@ fn member(chain: &Chain, name: &str) -> Option<Member> {
 
 /// The sites of `point` in `chain`, or why it has none.
 pub fn resolve(chain: &Chain, point: &Point) -> Result<Vec<Site>> {
-    let plan = &chain.plan;
-    let threads_of = |nf: usize, at: TapAt, what: &str| -> Vec<Site> {
-        let p = &plan.nfs[nf];
-        p.threads
-            .iter()
-            .map(|t| Site::Thread {
-                domain: p.domain,
-                tid: t.tid,
-                at,
-                what: format!("{} thread {} ({what})", p.name, t.index),
-            })
-            .collect()
-    };
-    let nf_named = |name: &str| {
-        member(chain, name).with_context(|| {
-            let names: Vec<&str> = plan.nfs.iter().map(|n| n.name.as_str()).collect();
-            format!("chain {}: no NF {name:?} (NFs in processes: {})", plan.name, names.join(", "))
-        })
-    };
-    // An NF in XDP, if `name` is one.
-    let in_xdp = |name: &str, side: TapSide, what: String| -> Option<Result<Vec<Site>>> {
-        let nf = chain.xdp_nf(name)?;
-        Some(nf.map(|nf| {
-            let what = format!("{name} in XDP on port {} ({what})", nf.port);
-            vec![Site::Xdp { nf, side, what }]
-        }))
-    };
-    let port_named = |name: &str| {
-        plan.ports.iter().position(|p| p.name == name).with_context(|| {
-            let names: Vec<&str> = plan.ports.iter().map(|p| p.name.as_str()).collect();
-            format!("chain {}: no port {name:?} (its ports: {})", plan.name, names.join(", "))
-        })
-    };
-    let hop_to = |nf: usize, to: &str| {
-        let outs = &plan.nfs[nf].out_names;
-        outs.iter().position(|o| o == to).with_context(|| {
-            format!("NF {} has no link to {to:?} (it links to: {})", plan.nfs[nf].name, outs.join(", "))
-        })
-    };
+    let r = Resolver { chain, plan: &chain.plan };
     let sites = match point {
-        Point::PortRx(port) if chain.xdp_entry(port_named(port)?).is_some() => {
-            // NFs in XDP on the port's device see its frames first.
-            let first = chain.xdp_entry(port_named(port)?).expect("checked");
-            in_xdp(&first, TapSide::In, format!("port {port} rx")).expect("an NF in XDP")?
-        }
-        Point::PortRx(port) | Point::PortTx(port) => {
-            let p = port_named(port)?;
-            let rx = matches!(point, Point::PortRx(_));
-            let at = if rx { TapAt::PortRx { port: p as u16 } } else { TapAt::PortTx { port: p as u16 } };
-            let mut sites = Vec::new();
-            for (i, nf) in plan.nfs.iter().enumerate() {
-                if nf.threads.iter().any(|t| t.ports.contains(&p)) && (!rx || plan.ports[p].rx) {
-                    sites.extend(threads_of(i, at, &format!("port {port} {}", if rx { "rx" } else { "tx" })));
-                }
-            }
-            sites
-        }
-        Point::Link { from, to } if member(chain, from).is_none() => {
-            in_xdp(from, TapSide::Out, format!("out to {to}")).unwrap_or_else(|| nf_named(from).map(|_| vec![]))?
-        }
-        Point::NfIn(name) | Point::NfOut(name) if member(chain, name).is_none() => {
-            let (side, word) =
-                if matches!(point, Point::NfIn(_)) { (TapSide::In, "in") } else { (TapSide::Out, "out") };
-            in_xdp(name, side, word.to_string()).unwrap_or_else(|| nf_named(name).map(|_| vec![]))?
-        }
-        Point::Link { from, to } => match nf_named(from)? {
-            Member::Fused { nf, stage, stages } if stage + 1 < stages.len() => {
-                if stages[stage + 1] != *to {
-                    bail!("NF {from} hands its frames to {} (they run fused), not to {to}", stages[stage + 1]);
-                }
-                threads_of(nf, TapAt::Stage { stage: stage as u16 }, &format!("fused stage {from} -> {to}"))
-            }
-            m => {
-                let hop = hop_to(m.nf(), to)?;
-                threads_of(m.nf(), TapAt::Output { hop: Some(hop as u16) }, &format!("out-link {hop} -> {to}"))
-            }
-        },
-        Point::NfIn(name) => match nf_named(name)? {
-            Member::Fused { nf, stage, .. } if stage > 0 => {
-                threads_of(nf, TapAt::Stage { stage: stage as u16 - 1 }, &format!("fused, into {name}"))
-            }
-            m => threads_of(m.nf(), TapAt::Input, "input"),
-        },
-        Point::NfOut(name) => match nf_named(name)? {
-            m @ Member::Fused { .. } if !m.is_last() => {
-                let Member::Fused { nf, stage, .. } = m else { unreachable!() };
-                threads_of(nf, TapAt::Stage { stage: stage as u16 }, &format!("fused, out of {name}"))
-            }
-            m => threads_of(m.nf(), TapAt::Output { hop: None }, "output"),
-        },
+        Point::PortRx(port) | Point::PortTx(port) => r.port(port, matches!(point, Point::PortRx(_)))?,
+        Point::Link { from, to } => r.link(from, to)?,
+        Point::NfIn(name) => r.nf_side(name, true)?,
+        Point::NfOut(name) => r.nf_side(name, false)?,
     };
     if sites.is_empty() {
         bail!(
             "chain {}: nothing runs at {point} (a port's frames are seen by the NF that reads or sends them)",
-            plan.name
+            r.plan.name
         );
     }
     Ok(sites)
+}
+
+/// Names in a placed chain, and the sites they have.
+struct Resolver<'a> {
+    chain: &'a Chain,
+    plan: &'a ferry_chain::plan::ChainPlan,
+}
+
+impl Resolver<'_> {
+    fn threads_of(&self, nf: usize, at: TapAt, what: &str) -> Vec<Site> {
+        let p = &self.plan.nfs[nf];
+        let site = |t: &ferry_chain::plan::ThreadPlan| Site::Thread {
+            domain: p.domain,
+            tid: t.tid,
+            at,
+            what: format!("{} thread {} ({what})", p.name, t.index),
+        };
+        p.threads.iter().map(site).collect()
+    }
+
+    fn nf_named(&self, name: &str) -> Result<Member> {
+        member(self.chain, name).with_context(|| {
+            let names: Vec<&str> = self.plan.nfs.iter().map(|n| n.name.as_str()).collect();
+            format!("chain {}: no NF {name:?} (NFs in processes: {})", self.plan.name, names.join(", "))
+        })
+    }
+
+    /// NF `name` in XDP, if it runs there.
+    fn in_xdp(&self, name: &str, side: TapSide, what: &str) -> Option<Vec<Site>> {
+        let nf = self.chain.xdp_nf(name)?;
+        let what = format!("{name} in XDP on port {} ({what})", nf.port);
+        Some(vec![Site::Xdp { nf, side, what }])
+    }
+
+    fn port_named(&self, name: &str) -> Result<usize> {
+        self.plan.ports.iter().position(|p| p.name == name).with_context(|| {
+            let names: Vec<&str> = self.plan.ports.iter().map(|p| p.name.as_str()).collect();
+            format!("chain {}: no port {name:?} (its ports: {})", self.plan.name, names.join(", "))
+        })
+    }
+
+    /// A port as received (`rx`) or as sent: NFs in XDP on its device see
+    /// its frames first; else the threads that hold its sockets.
+    fn port(&self, port: &str, rx: bool) -> Result<Vec<Site>> {
+        let p = self.port_named(port)?;
+        if let Some(first) = self.chain.xdp_entry(p).filter(|_| rx) {
+            return Ok(self.in_xdp(&first, TapSide::In, &format!("port {port} rx")).unwrap_or_default());
+        }
+        let at = if rx { TapAt::PortRx { port: p as u16 } } else { TapAt::PortTx { port: p as u16 } };
+        let what = format!("port {port} {}", if rx { "rx" } else { "tx" });
+        let mut sites = Vec::new();
+        for (i, nf) in self.plan.nfs.iter().enumerate() {
+            if nf.threads.iter().any(|t| t.ports.contains(&p)) && (!rx || self.plan.ports[p].rx) {
+                sites.extend(self.threads_of(i, at, &what));
+            }
+        }
+        Ok(sites)
+    }
+
+    /// What NF `from` sends to `to`.
+    fn link(&self, from: &str, to: &str) -> Result<Vec<Site>> {
+        if member(self.chain, from).is_none() {
+            let known =
+                member(self.chain, to).is_some() || self.chain.xdp_nf(to).is_some() || self.port_named(to).is_ok();
+            if !known {
+                bail!("chain {}: no NF or port {to:?} for {from} to send to", self.plan.name);
+            }
+            let sites = self.in_xdp(from, TapSide::Out, &format!("out to {to}"));
+            return sites.map_or_else(|| self.nf_named(from).map(|_| vec![]), Ok);
+        }
+        match self.nf_named(from)? {
+            Member::Fused { nf, stage, stages } if stage + 1 < stages.len() => {
+                if stages[stage + 1] != to {
+                    bail!("NF {from} hands its frames to {} (they run fused), not to {to}", stages[stage + 1]);
+                }
+                Ok(self.threads_of(nf, TapAt::Stage { stage: stage as u16 }, &format!("fused stage {from} -> {to}")))
+            }
+            m => {
+                let outs = &self.plan.nfs[m.nf()].out_names;
+                let hop = outs
+                    .iter()
+                    .position(|o| o == to)
+                    .with_context(|| format!("NF {from} has no link to {to:?} (it links to: {})", outs.join(", ")))?;
+                let at = TapAt::Output { hop: Some(hop as u16) };
+                Ok(self.threads_of(m.nf(), at, &format!("out-link {hop} -> {to}")))
+            }
+        }
+    }
+
+    /// What NF `name` takes in (`input`) or sends on.
+    fn nf_side(&self, name: &str, input: bool) -> Result<Vec<Site>> {
+        if member(self.chain, name).is_none() {
+            let (side, word) = if input { (TapSide::In, "in") } else { (TapSide::Out, "out") };
+            return self.in_xdp(name, side, word).map_or_else(|| self.nf_named(name).map(|_| vec![]), Ok);
+        }
+        let m = self.nf_named(name)?;
+        Ok(match (m, input) {
+            (Member::Fused { nf, stage, .. }, true) if stage > 0 => {
+                self.threads_of(nf, TapAt::Stage { stage: stage as u16 - 1 }, &format!("fused, into {name}"))
+            }
+            (m, true) => self.threads_of(m.nf(), TapAt::Input, "input"),
+            (m, false) if !m.is_last() => {
+                let Member::Fused { nf, stage, .. } = m else { unreachable!("a process NF is its own last") };
+                self.threads_of(nf, TapAt::Stage { stage: stage as u16 }, &format!("fused, out of {name}"))
+            }
+            (m, false) => self.threads_of(m.nf(), TapAt::Output { hop: None }, "output"),
+        })
+    }
 }
 
 /// An armed site: a thread's tap word and ring (with the ring's counts
@@ -229,7 +253,8 @@ fn arm<'a>(chain: &'a Chain, sites: Vec<Site>, snaplen: u16, session: u32) -> Re
         match done {
             Ok(a) => armed.push(a),
             Err(e) => {
-                disarm(&mut armed);
+                stop_copying(&mut armed);
+                release(&mut armed);
                 return Err(e);
             }
         }
@@ -253,22 +278,38 @@ fn arm_thread(chain: &Chain, domain: usize, tid: u32, tap: Tap) -> Option<Armed<
     Some(Armed::Thread { ring, word: word_ref, tap: word, taken0: ring.taken(), lost0: ring.lost() })
 }
 
-/// Takes every tap off; what the pipelines' taps took and lost.
-fn disarm(armed: &mut [Armed]) -> (u64, u64) {
+/// Stops every site's copies, keeping the slots (so that this capture
+/// alone reads their rings until [`release`]); what the pipelines' taps
+/// took and lost.
+fn stop_copying(armed: &mut [Armed]) -> (u64, u64) {
     let (mut taken, mut lost) = (0, 0);
     for a in armed {
         match a {
             Armed::Thread { word, tap, .. } => {
-                let _ = word.compare_exchange(*tap, 0, Ordering::AcqRel, Ordering::Acquire);
+                let _ = word.compare_exchange(*tap, TAP_DRAINING, Ordering::AcqRel, Ordering::Acquire);
             }
             Armed::Xdp { tap } => {
-                if let Ok((t, l)) = tap.disarm() {
+                if let Ok((t, l)) = tap.stop() {
                     (taken, lost) = (taken + t, lost + l);
                 }
             }
         }
     }
     (taken, lost)
+}
+
+/// Frees every slot [`stop_copying`] kept.
+fn release(armed: &mut [Armed]) {
+    for a in armed {
+        match a {
+            Armed::Thread { word, .. } => {
+                let _ = word.compare_exchange(TAP_DRAINING, 0, Ordering::AcqRel, Ordering::Acquire);
+            }
+            Armed::Xdp { tap } => {
+                let _ = tap.release();
+            }
+        }
+    }
 }
 
 /// Starts a capture: checks the request and arms its sites. What
@@ -279,8 +320,21 @@ pub struct Capture<'a> {
     session: u32,
     filter: Filter,
     req: CaptureRequest,
+    /// Its sites' taps are off and its slots free again.
+    released: bool,
     pub point: String,
     pub sites: Vec<String>,
+}
+
+impl Drop for Capture<'_> {
+    /// A capture that ended early (an error writing, a client gone before
+    /// it ran) takes its taps off all the same.
+    fn drop(&mut self) {
+        if !self.released {
+            stop_copying(&mut self.armed);
+            release(&mut self.armed);
+        }
+    }
 }
 
 impl<'a> Capture<'a> {
@@ -293,9 +347,13 @@ impl<'a> Capture<'a> {
         let sites = resolve(chain, &point)?;
         let session = NEXT_SESSION.fetch_add(1, Ordering::Relaxed) % MAX_SESSION + 1;
         let described = sites.iter().map(Site::describe).collect();
-        let armed = arm(chain, sites, req.snaplen as u16, session)?;
-        let sites = described;
-        Ok(Capture { chain, armed, session, filter, req: req.clone(), point: point.to_string(), sites })
+        // A filter reads the whole frame (the flow parse checks the IP
+        // lengths): the sites copy it whole, the snap length is applied
+        // when written.
+        let site_snaplen = if req.filter.trim().is_empty() { req.snaplen as u16 } else { 0 };
+        let armed = arm(chain, sites, site_snaplen, session)?;
+        let (req, point, sites) = (req.clone(), point.to_string(), described);
+        Ok(Capture { chain, armed, session, filter, req, released: false, point, sites })
     }
 
     /// Copies until the request's count or duration, the chain's removal,
@@ -325,19 +383,23 @@ impl<'a> Capture<'a> {
                 ClientWord::Gone => w.gone = true,
             }
         }
-        let (xdp_taken, xdp_lost) = disarm(&mut self.armed);
+        let (xdp_taken, xdp_lost) = stop_copying(&mut self.armed);
         if !full(&stats) && !w.gone {
-            // Copies taken before the disarm are all in the rings: a thread
-            // or a program copies a frame before it passes it on.
+            // Copies taken before the stop are all in the rings: a thread
+            // or a program copies a frame before it passes it on. (A thread
+            // reads its tap once per burst: copies of the burst under way
+            // come after this and are counted, not written.)
             self.take(&mut w, &mut stats)?;
         }
         (stats.copied, stats.lost) = (xdp_taken, xdp_lost);
         for a in &self.armed {
             if let Armed::Thread { ring, taken0, lost0, .. } = a {
-                stats.copied += ring.taken() - taken0;
-                stats.lost += ring.lost() - lost0;
+                stats.copied += ring.taken().wrapping_sub(*taken0);
+                stats.lost += ring.lost().wrapping_sub(*lost0);
             }
         }
+        release(&mut self.armed);
+        self.released = true;
         w.finish(&stats)?;
         Ok(stats)
     }
@@ -368,7 +430,8 @@ impl<'a> Capture<'a> {
                 stats.filtered += 1;
                 continue;
             }
-            w.packet(meta, &bytes)?;
+            let snap = if self.req.snaplen == 0 { bytes.len() } else { bytes.len().min(self.req.snaplen as usize) };
+            w.packet(meta, &bytes[..snap])?;
             stats.written += 1;
         }
         Ok(())

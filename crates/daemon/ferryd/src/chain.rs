@@ -178,14 +178,14 @@ impl Chain {
 
     /// Where NF `name` runs in XDP, if it does: its port's name, its id,
     /// and a handle on that pipeline's capture taps.
-    pub(crate) fn xdp_nf(&self, name: &str) -> Option<anyhow::Result<XdpNf>> {
+    pub(crate) fn xdp_nf(&self, name: &str) -> Option<XdpNf> {
         for (i, port) in self.ports.iter().enumerate() {
             let Some(port) = port else { continue };
             let port = port.lock().expect("port lock");
             for fast in port.fast_paths() {
                 let Some(pos) = fast.nfs().position(|(n, _)| n == name) else { continue };
                 let id = fast.nfs().nth(pos).map(|(_, id)| id).expect("found");
-                return Some(Ok(XdpNf { port: self.plan.ports[i].name.clone(), id, taps: fast.taps() }));
+                return Some(XdpNf { port: self.plan.ports[i].name.clone(), id, taps: fast.taps() });
             }
         }
         None
@@ -197,6 +197,14 @@ impl Chain {
         let pre = port.fast_paths().into_iter().next().filter(|_| port.xdp.is_some())?;
         let first = pre.nfs().next().map(|(n, _)| n.to_string());
         first
+    }
+
+    /// Every NF ferryd starts itself has connected (an NF it does not
+    /// start, `spawn: false` or `ferryd --no-spawn`, comes when its
+    /// operator starts it: not a condition of ferryd being up).
+    pub(crate) fn started_nfs_up(&self) -> bool {
+        let started = |i: usize| self.spawn && self.plan.nfs[i].spawn;
+        self.nfs.iter().enumerate().all(|(i, n)| !started(i) || n.lock().expect("nf lock").connected)
     }
 
     /// What `ferry chain list` shows of the chain.

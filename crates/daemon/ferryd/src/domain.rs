@@ -104,6 +104,13 @@ impl Domain {
             Ok(fds.into_iter().map(EventFd::from_owned).collect::<Result<_, _>>()?)
         };
         let dom = Self::assemble(plan, umem, region, wrap(h.data)?, wrap(h.room)?)?;
+        // Captures end with the ferryd that ran them: no thread copies for
+        // a capture nobody reads.
+        for t in 0..plan.tids {
+            for slot in 0..shm::TAP_SLOTS {
+                dom.block(t).set(shm::T_TAPS + slot, 0);
+            }
+        }
         // A thread takes a pause request equal to the last one it answered
         // for one it answered already (and its answer is still there): the
         // epochs go on past the highest answered or asked, never again from

@@ -282,15 +282,15 @@ fn chain_files(path: &Path) -> Result<Vec<PathBuf>> {
 
 impl Daemon {
     /// Tells systemd (`Type=notify`; nothing without `$NOTIFY_SOCKET`)
-    /// that ferryd is ready once every chain deployed at start has all its
-    /// NFs connected.
+    /// that ferryd is ready once every chain deployed at start has all the
+    /// NFs ferryd starts itself connected.
     fn notify_ready(&self) {
         loop {
             if self.stop.load(Ordering::Acquire) {
                 return;
             }
             let chains: Vec<Arc<Chain>> = self.chains.lock().expect("chains lock").clone();
-            if chains.iter().all(|c| c.summary().connected == c.plan.nfs.len()) {
+            if chains.iter().all(|c| c.started_nfs_up()) {
                 let names: Vec<String> = chains.iter().map(|c| c.plan.name.clone()).collect();
                 let status = format!("{} chains up: {}", names.len(), names.join(", "));
                 if let Err(e) =

@@ -91,6 +91,9 @@ pub struct Tap {
 }
 
 const ANY: u64 = 0xffff;
+/// A tap word while its capture drains the ring: no tap (a thread copies
+/// nothing), and not free (no other capture takes the slot).
+pub const TAP_DRAINING: u64 = u64::MAX;
 /// The largest session number a tap word holds.
 pub const MAX_SESSION: u32 = (1 << 24) - 1;
 
@@ -194,6 +197,7 @@ mod tests {
             assert_eq!(Tap::decode(t.encode()), Some(t));
         }
         assert_eq!(Tap::decode(0), None);
+        assert_eq!(Tap::decode(TAP_DRAINING), None);
         assert_eq!(Tap::decode(Tap { at: TapAt::Input, snaplen: 9, session: 0 }.encode()), None);
     }
 

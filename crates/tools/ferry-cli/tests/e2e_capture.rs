@@ -303,6 +303,45 @@ links:
         assert_eq!((got.len(), stats.written), (500, 500), "{at}");
         assert!(got.iter().all(|f| f.len() == len), "{at}: a frame of another tenant's length");
     }
+    // A filter sees whole frames even with a snap length: the snap length
+    // is applied when the copy is written.
+    let req = CaptureRequest {
+        chain: "tenants".into(),
+        at: "fa:out".into(),
+        count: 50,
+        snaplen: 20,
+        filter: "udp and dst port 9".into(),
+        ..Default::default()
+    };
+    let h = chainctl::capture_start(&rc.admin, &req).unwrap();
+    let file = dir.path("snap.pcapng");
+    let stats = h.copy_to(&mut std::fs::File::create(&file).unwrap()).unwrap();
+    assert_eq!((stats.written, stats.filtered), (50, 0), "{stats:?}");
+    let data = std::fs::read(&file).unwrap();
+    let mut reader = pcap_file::pcapng::PcapNgReader::new(&data[..]).unwrap();
+    let mut n = 0;
+    while let Some(block) = reader.next_block() {
+        if let pcap_file::pcapng::Block::EnhancedPacket(p) = block.unwrap() {
+            assert_eq!((p.data.len(), p.original_len), (20, 100));
+            n += 1;
+        }
+    }
+    assert_eq!(n, 50);
+    // A filter that takes nothing writes nothing and counts what it left.
+    let req =
+        CaptureRequest { chain: "tenants".into(), at: "fa:out".into(), filter: "tcp".into(), ..Default::default() };
+    let h = chainctl::capture_start(&rc.admin, &req).unwrap();
+    let stop = h.stopper().unwrap();
+    let reader = std::thread::spawn(move || h.copy_to(&mut std::io::sink()).unwrap());
+    wait_until("fa to pass frames under a capture", || {
+        let s = rc.status().unwrap();
+        c(&s, "fa", "to_nf") > 0
+    });
+    let before = c(&rc.status().unwrap(), "fa", "to_nf");
+    wait_until("more frames through fa", || c(&rc.status().unwrap(), "fa", "to_nf") > before + 100);
+    stop.stop().unwrap();
+    let stats = reader.join().unwrap();
+    assert!(stats.written == 0 && stats.filtered > 0 && stats.filtered <= stats.copied, "{stats:?}");
     assert_conserved(&rc);
     rc.shutdown().unwrap();
 }
