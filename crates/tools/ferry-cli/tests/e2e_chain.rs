@@ -6,7 +6,6 @@ mod common;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
 
 use common::chain::*;
 use common::*;
@@ -53,36 +52,6 @@ fn assert_unreachable_by_its_uid(pid: u32, uid: u32) {
     }
 }
 
-/// Sends `count` UDP frames (64 flows) from g0 to d0's MAC at `rate` pps
-/// and checks the generator sent them all.
-fn send_from_gen(tb: &ferry_testbed::Testbed, count: u64, rate: u64) {
-    let (count_s, rate_s) = (count.to_string(), rate.to_string());
-    let args = [
-        "gen",
-        "xsk",
-        "--dev",
-        "g0",
-        "--count",
-        &count_s,
-        "--rate",
-        &rate_s,
-        "--dst-mac",
-        "02:00:00:00:01:02",
-        "--set",
-        "flows=64",
-        "--json",
-    ];
-    let gen = Ferry::spawn(tb, "gen", &args).wait_json(Duration::from_secs(60));
-    assert_eq!(u(&gen, "/sent"), count, "{gen:#}");
-}
-
-/// `send_from_gen` with an AF_XDP sink on s0; returns the sink's report.
-fn generator_to_sink(tb: &ferry_testbed::Testbed, count: u64, rate: u64) -> serde_json::Value {
-    let sink = spawn_sink(tb, "sink", "s0", &["--idle-exit", "1500ms"]);
-    send_from_gen(tb, count, rate);
-    sink.wait_json(Duration::from_secs(30))
-}
-
 #[test]
 fn fan_out_and_fan_in_forward_generator_traffic_with_consistent_counters() {
     if !privileged("fan_out_and_fan_in") {
@@ -117,7 +86,7 @@ links:
     let uids: Vec<u32> = ["s", "a", "b", "c"].iter().map(|nf| assert_unprivileged(pid_of(&st, nf))).collect();
     assert!(uids.iter().all(|&u| u == uids[0]), "one domain, one uid: {uids:?}");
     let sent = 20_000u64;
-    let report = generator_to_sink(&tb, sent, 20_000);
+    let report = generator_to_sink(&tb, sent, 20_000, 64);
     let got = u(&report, "/packets");
     let st = rc.status().unwrap();
     eprintln!("{}", chainctl::status_table(&st));
@@ -340,7 +309,7 @@ links:
 "#
     );
     let (rc, _) = start(&dir, &yaml);
-    let report = generator_to_sink(&tb, 5000, 10_000);
+    let report = generator_to_sink(&tb, 5000, 10_000, 64);
     let got = u(&report, "/packets");
     let st = rc.status().unwrap();
     let legacy = legacy.stop_json();
@@ -416,7 +385,7 @@ links:
     );
     let (rc, _) = start(&dir, &yaml);
     let before = link_packets(&dut, "fk0", "rx");
-    send_from_gen(&tb, 2000, 20000);
+    send_from_gen(&tb, 2000, 20000, 64);
     // Wait for the event itself: (nearly) all frames received, every one of
     // them handed to the kernel, and the kernel's count matching; a loss
     // shows as this wait timing out. Not just a moment between bursts.

@@ -94,3 +94,35 @@ pub fn proc_status(pid: u32, key: &str) -> Vec<String> {
     let line = text.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"));
     line[key.len()..].split_whitespace().map(str::to_string).collect()
 }
+
+/// Sends `count` UDP frames of `flows` flows from g0 to d0's MAC (as
+/// [`PORTS_TESTBED`] has it) at `rate` pps and checks the generator sent
+/// them all.
+pub fn send_from_gen(tb: &ferry_testbed::Testbed, count: u64, rate: u64, flows: u32) {
+    let (count_s, rate_s, flows_s) = (count.to_string(), rate.to_string(), format!("flows={flows}"));
+    let args = [
+        "gen",
+        "xsk",
+        "--dev",
+        "g0",
+        "--count",
+        &count_s,
+        "--rate",
+        &rate_s,
+        "--dst-mac",
+        "02:00:00:00:01:02",
+        "--set",
+        &flows_s,
+        "--json",
+    ];
+    let gen = Ferry::spawn(tb, "gen", &args).wait_json(std::time::Duration::from_secs(60));
+    assert_eq!(super::u(&gen, "/sent"), count, "{gen:#}");
+}
+
+/// [`send_from_gen`] with an AF_XDP sink on s0; returns the sink's report
+/// (it ends 1.5 s after the last frame).
+pub fn generator_to_sink(tb: &ferry_testbed::Testbed, count: u64, rate: u64, flows: u32) -> serde_json::Value {
+    let sink = super::spawn_sink(tb, "sink", "s0", &["--idle-exit", "1500ms"]);
+    send_from_gen(tb, count, rate, flows);
+    sink.wait_json(std::time::Duration::from_secs(30))
+}
