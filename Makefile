@@ -11,7 +11,7 @@ APT_PACKAGES := clang llvm libelf-dev libbpf-dev pkg-config iproute2 iputils-pin
 FERRY_RELEASE := target/release/ferry
 FERRY_DEBUG := target/debug/ferry
 
-.PHONY: all deps build demo deb test test-suite test-stress lint bench bench-io bench-chain bench-pipeline bench-evnf bench-peers clean sweep
+.PHONY: all deps build demo deb test test-suite test-stress lint soak fuzz fuzz-all fuzz-merge fuzz-build bench bench-io bench-chain bench-pipeline bench-evnf bench-peers clean sweep
 
 all: build
 
@@ -58,6 +58,46 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	clang-format --dry-run -Werror bpf/*.c bpf/include/*.h
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# An hour (MINUTES) of two chains under traffic while a driver deploys and
+# removes a third, reloads, kills NFs, stops a sink, and ends ferryd
+# --persist by SIGTERM and SIGKILL for a new one to adopt (`ferry bench
+# soak`): a table, target/soak/soak.json and target/soak/soak.png
+# (matplotlib, installed here). Not part of `make test`.
+MINUTES ?= 60
+SOAK_RATE ?= 50000
+soak: build
+	@dpkg -s python3-matplotlib >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-matplotlib >/dev/null; }
+	$(FERRY_RELEASE) bench soak --minutes $(MINUTES) --rate $(SOAK_RATE) --out target/soak
+
+# Coverage-guided fuzzing with libFuzzer (clang's, built by libfuzzer-sys)
+# on the stable toolchain: the Rust gets LLVM's SanitizerCoverage by
+# -C passes, the C of the differential targets by clang's
+# -fsanitize-coverage (crates/tools/ferry-fuzz/build.rs).
+#   make fuzz TARGET=frame SECONDS=600   one target
+#   make fuzz-all [FUZZ_SECONDS=180]     every target in turn, then a table
+#   make fuzz-merge TARGET=frame         keep the new coverage as seeds
+# The targets are the directories of fuzz/corpus; `make test` replays
+# every committed input (fuzz/corpus, fuzz/findings) as a plain test.
+TARGET ?= frame
+SECONDS ?= 600
+FUZZ_SECONDS ?= 180
+FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+  -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+  -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks
+fuzz-build: deps
+	RUSTFLAGS="$(FUZZ_RUSTFLAGS)" CARGO_TARGET_DIR=target/fuzz $(CARGO) build --release -p ferry-fuzz \
+	  --features libfuzzer --bin ferry-fuzz --target x86_64-unknown-linux-gnu
+
+fuzz: fuzz-build
+	fuzz/run $(TARGET) $(SECONDS)
+
+fuzz-all: fuzz-build
+	fuzz/run --all $(FUZZ_SECONDS)
+
+fuzz-merge: fuzz-build
+	fuzz/run --merge $(TARGET)
 
 # Every test binary runs (--no-fail-fast) and every failure is listed; the
 # last line is `N passed, N failed` for the whole run, and the exit status is

@@ -8,6 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ferry_wire::prefix::{from_flow_space, to_flow_space};
+use ferry_wire::{flow, nsh, vxlan_gpe};
 
 /// What bindgen generated from `ferry_abi.h`: every `ferry_*` struct and
 /// `FERRY_*` constant, named as in C.
@@ -129,6 +130,30 @@ impl ParseResult {
         // pattern valid), and the read is unaligned.
         Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<ParseResult>()) })
     }
+
+    /// The answer as ferry-wire's flow, to hold it to `flow::parse`; None
+    /// for a frame the BPF parser found malformed.
+    pub fn to_flow(&self) -> Option<flow::Flow> {
+        (self.ok == 1).then(|| flow::Flow {
+            ethertype: u16::from_be(self.ethertype),
+            outer_vlan: (self.tags >= 1).then_some(self.outer_vid),
+            inner_vlan: (self.tags == 2).then_some(self.inner_vid),
+            l3_offset: usize::from(self.l3_off),
+            ip: match self.ip_version {
+                4 => Some(flow::IpVersion::V4),
+                6 => Some(flow::IpVersion::V6),
+                _ => None,
+            },
+            proto: self.proto,
+            fragment: self.fragment == 1,
+            later_fragment: self.later_fragment == 1,
+            src: self.saddr.to_ipv6(),
+            dst: self.daddr.to_ipv6(),
+            sport: u16::from_be(self.sport),
+            dport: u16::from_be(self.dport),
+            l4_offset: (self.l4_off != 0).then_some(usize::from(self.l4_off)),
+        })
+    }
 }
 
 /// `struct ferry_in6`: an address in the flow key's 128-bit space, IPv4
@@ -194,6 +219,45 @@ impl NshParseResult {
             hdr_len: b[7],
             spi: u32::from_ne_bytes([b[8], b[9], b[10], b[11]]),
             nsh_off: u16::from_ne_bytes([b[12], b[13]]),
+            _pad: 0,
+        })
+    }
+
+    /// What `ferry_nsh_probe` must answer for `frame`, by ferry-wire's
+    /// parsers: an NSH header after Ethernet, or after VXLAN-GPE (next
+    /// protocol NSH) over IPv4/UDP port 4790; all zero when there is none.
+    pub fn of_frame(frame: &[u8]) -> NshParseResult {
+        Self::of_frame_or_none(frame).unwrap_or_default()
+    }
+
+    fn of_frame_or_none(frame: &[u8]) -> Option<NshParseResult> {
+        let f = flow::parse(frame).ok()?;
+        let (encap, at) = if f.ethertype == nsh::ETHERTYPE_NSH {
+            (NSH_IN_ETHERNET, 14)
+        } else if f.is_ipv4() && f.proto == 17 && f.dport == vxlan_gpe::UDP_PORT {
+            let at = f.l4_offset? + 8;
+            let gpe = vxlan_gpe::VxlanGpePacket::new_checked(&frame[at..]).ok()?;
+            if gpe.next_protocol() != vxlan_gpe::next_proto::NSH {
+                return None;
+            }
+            (NSH_IN_VXLAN_GPE, at + vxlan_gpe::VXLAN_GPE_LEN)
+        } else {
+            return None;
+        };
+        let Ok(p) = nsh::NshPacket::new_checked(&frame[at..]) else {
+            return Some(NshParseResult { encap, ..Default::default() });
+        };
+        Some(NshParseResult {
+            ok: 1,
+            encap,
+            md_type: p.md_type(),
+            next_proto: p.next_protocol(),
+            ttl: p.ttl(),
+            si: p.si(),
+            oam: p.oam() as u8,
+            hdr_len: p.header_len() as u8,
+            spi: p.spi(),
+            nsh_off: at as u16,
             _pad: 0,
         })
     }

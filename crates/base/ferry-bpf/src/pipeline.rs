@@ -79,6 +79,18 @@ impl AclRule {
 /// `struct ferry_pl_acl_meta`.
 pub type AclMeta = crate::abi::gen::ferry_pl_acl_meta;
 
+impl AclMeta {
+    /// The meta of an ACL of `rules` rules (at most ACL_MAX_RULES).
+    pub fn new(rules: usize, default_action: u8, non_ip_action: u8) -> AclMeta {
+        AclMeta {
+            rules: rules as u32,
+            default_action: default_action.into(),
+            non_ip_action: non_ip_action.into(),
+            _pad: 0,
+        }
+    }
+}
+
 /// `struct ferry_pl_count`.
 pub type PlCount = crate::abi::gen::ferry_pl_count;
 
@@ -266,13 +278,7 @@ impl Pipeline {
         for (i, r) in rules.iter().enumerate() {
             self.put("ferry_pl_acl", AclKey { config, rule: i as u32 }, *r)?;
         }
-        let meta = AclMeta {
-            rules: rules.len() as u32,
-            default_action: default_action.into(),
-            non_ip_action: non_ip_action.into(),
-            _pad: 0,
-        };
-        self.put("ferry_pl_acl_meta", config, meta)
+        self.put("ferry_pl_acl_meta", config, AclMeta::new(rules.len(), default_action, non_ip_action))
     }
 
     pub fn set_rewrite(&mut self, config: u32, rw: Rewrite) -> Result<(), BpfError> {

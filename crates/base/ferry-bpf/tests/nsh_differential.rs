@@ -10,11 +10,10 @@
 mod common;
 
 use common::privileged;
-use ferry_bpf::abi::{NshParseResult, NSH_IN_ETHERNET, NSH_IN_VXLAN_GPE};
+use ferry_bpf::abi::NshParseResult;
 use ferry_bpf::{test_run, LoadedXdp, Object};
-use ferry_wire::flow;
-use ferry_wire::nsh::{NshContext, NshPacket, NshRepr, ETHERTYPE_NSH};
-use ferry_wire::vxlan_gpe::{self, VxlanGpePacket};
+use ferry_wire::nsh::{NshContext, NshRepr, ETHERTYPE_NSH};
+use ferry_wire::vxlan_gpe;
 use proptest::prelude::*;
 
 const ETH: [u8; 12] = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
@@ -78,38 +77,6 @@ const WELL_FORMED: usize = 5;
 /// ferry-wire's answer: where the NSH header is (and how it came), if the
 /// frame carries one, and what the probe should report: `ok` 0 for a
 /// malformed header.
-fn rust_parse(frame: &[u8]) -> Option<NshParseResult> {
-    let f = flow::parse(frame).ok()?;
-    let (encap, at) = if f.ethertype == ETHERTYPE_NSH {
-        (NSH_IN_ETHERNET, 14)
-    } else if f.is_ipv4() && f.proto == 17 && f.dport == vxlan_gpe::UDP_PORT {
-        let at = f.l4_offset? + 8;
-        let gpe = VxlanGpePacket::new_checked(&frame[at..]).ok()?;
-        if gpe.next_protocol() != vxlan_gpe::next_proto::NSH {
-            return None;
-        }
-        (NSH_IN_VXLAN_GPE, at + vxlan_gpe::VXLAN_GPE_LEN)
-    } else {
-        return None;
-    };
-    let Ok(p) = NshPacket::new_checked(&frame[at..]) else {
-        return Some(NshParseResult { encap, ..Default::default() });
-    };
-    Some(NshParseResult {
-        ok: 1,
-        encap,
-        md_type: p.md_type(),
-        next_proto: p.next_protocol(),
-        ttl: p.ttl(),
-        si: p.si(),
-        oam: p.oam() as u8,
-        hdr_len: p.header_len() as u8,
-        spi: p.spi(),
-        nsh_off: at as u16,
-        _pad: 0,
-    })
-}
-
 fn bpf_parse(probe: &LoadedXdp, frame: &[u8]) -> NshParseResult {
     let out = test_run(probe.program_fd().unwrap(), frame, 1).expect("test run");
     assert_eq!(out.action, 2, "ferry_nsh_probe returns XDP_PASS");
@@ -120,7 +87,7 @@ fn agree(probe: &LoadedXdp, frame: &[u8]) -> Result<(), TestCaseError> {
     if frame.len() < 14 {
         return Ok(());
     }
-    let want = rust_parse(frame).unwrap_or_default();
+    let want = NshParseResult::of_frame(frame);
     prop_assert_eq!(bpf_parse(probe, frame), want, "frame {:02x?}", frame);
     Ok(())
 }

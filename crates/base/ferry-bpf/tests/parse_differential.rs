@@ -10,7 +10,7 @@ mod common;
 use common::privileged;
 use ferry_bpf::abi::ParseResult;
 use ferry_bpf::{test_run, LoadedXdp, Object};
-use ferry_wire::flow::{self, IpVersion};
+use ferry_wire::flow;
 use proptest::prelude::*;
 
 const ETH: [u8; 12] = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
@@ -159,25 +159,7 @@ fn agree(probe: &LoadedXdp, frame: &[u8]) -> Result<(), TestCaseError> {
         Err(e) => prop_assert_eq!(bpf.ok, 0, "Rust says malformed ({}), BPF parsed: {:02x?}", e, frame),
         Ok(f) => {
             prop_assert_eq!(bpf.ok, 1, "Rust parsed {:?}, BPF says malformed: {:02x?}", f, frame);
-            let got = flow::Flow {
-                ethertype: u16::from_be(bpf.ethertype),
-                outer_vlan: (bpf.tags >= 1).then_some(bpf.outer_vid),
-                inner_vlan: (bpf.tags == 2).then_some(bpf.inner_vid),
-                l3_offset: usize::from(bpf.l3_off),
-                ip: match bpf.ip_version {
-                    4 => Some(IpVersion::V4),
-                    6 => Some(IpVersion::V6),
-                    _ => None,
-                },
-                proto: bpf.proto,
-                fragment: bpf.fragment == 1,
-                later_fragment: bpf.later_fragment == 1,
-                src: bpf.saddr.to_ipv6(),
-                dst: bpf.daddr.to_ipv6(),
-                sport: u16::from_be(bpf.sport),
-                dport: u16::from_be(bpf.dport),
-                l4_offset: (bpf.l4_off != 0).then_some(usize::from(bpf.l4_off)),
-            };
+            let got = bpf.to_flow().expect("ok is 1");
             prop_assert_eq!(got, f, "frame {:02x?}", frame);
         }
     }

@@ -53,6 +53,17 @@ pub fn read_file(path: &std::path::Path) -> Result<(String, String), YamlError> 
     }
 }
 
+/// Where byte `index` of `text` is, as an editor shows it: its line
+/// counted by LF, its column in characters (both from 1). The YAML
+/// parser counts lines its own way (a lone CR, NEL, LS and PS end lines
+/// too), so its line numbers are not used: they could name a line the
+/// operator does not see, or one past the end of the file.
+pub fn editor_position(text: &str, index: usize) -> (usize, usize) {
+    let before = text.get(..index).unwrap_or(text);
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+}
+
 /// Deserializes `text` and runs `validate`; either failure becomes a
 /// [`YamlError`] naming `origin`, the line and the field.
 pub fn parse_located<T: DeserializeOwned>(
@@ -83,13 +94,8 @@ pub fn parse_located<T: DeserializeOwned>(
                 message = rest.to_string();
             }
         }
-        YamlError {
-            origin: origin.to_string(),
-            line: loc.as_ref().map(|l| l.line()),
-            column: loc.as_ref().map(|l| l.column()),
-            field,
-            message,
-        }
+        let at = loc.as_ref().map(|l| editor_position(text, l.index()));
+        YamlError { origin: origin.to_string(), line: at.map(|a| a.0), column: at.map(|a| a.1), field, message }
     })?;
     if let Err((path, message)) = validate(&value) {
         let loc = locate(text, &path);
@@ -133,7 +139,7 @@ pub fn locate(text: &str, path: &[Seg]) -> Option<(usize, usize)> {
     let de = serde_yaml::Deserializer::from_str(text);
     match Locate(path).deserialize(de) {
         Ok(()) => None,
-        Err(e) => e.location().map(|l| (l.line(), l.column())),
+        Err(e) => e.location().map(|l| editor_position(text, l.index())),
     }
 }
 
@@ -210,6 +216,39 @@ impl<'de> Visitor<'de> for Locate<'_> {
                 return Ok(());
             }
             i += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Doc {
+        #[allow(dead_code)]
+        a: u32,
+    }
+
+    fn parse(text: &str) -> Result<Doc, YamlError> {
+        parse_located(text, "f.yaml", |_: &Doc| Ok(()))
+    }
+
+    /// Errors name the line and column an editor shows, whatever line
+    /// breaks the YAML parser counts besides LF (a fuzzer's finding: its
+    /// own line numbers ran past the end of the file).
+    #[test]
+    fn errors_name_the_line_an_editor_shows() {
+        assert!(parse("a: 1\r\n").is_ok());
+        for (text, line, column) in [
+            ("a: 1\rb: 2\n", 1, 6),
+            ("# x\na: 1 # \u{85}b: 2\n", 2, 9),
+            ("\n\na: 1\u{2028}c: 3", 3, 6),
+            ("# é\r\n\r\na: x\r\n", 3, 4),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!((e.line, e.column), (Some(line), Some(column)), "{text:?}: {e}");
         }
     }
 }

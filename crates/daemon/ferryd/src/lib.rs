@@ -35,7 +35,7 @@ mod loopdev;
 pub mod metrics;
 mod netdev;
 mod nsh;
-mod persist;
+pub mod persist;
 mod ports;
 pub mod preflight;
 mod process;

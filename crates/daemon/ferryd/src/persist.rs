@@ -132,6 +132,24 @@ impl ChainState {
 
     /// Every state file in `dir`, each parsed or with the error that names
     /// it; none from a directory others could have written.
+    /// A state file's contents, checked as adoption relies on them: this
+    /// ferryd's version, a plan whose every index names something in it,
+    /// and one record, id and uid per NF of the plan.
+    pub fn from_bytes(bytes: &[u8]) -> Result<ChainState> {
+        let state: ChainState = serde_json::from_slice(bytes)?;
+        if state.version != STATE_VERSION {
+            bail!("state version {} (this ferryd reads {STATE_VERSION})", state.version);
+        }
+        state.plan.check_indices().map_err(|e| anyhow!("its plan: {e}"))?;
+        let nfs = state.plan.nfs.len();
+        for (field, len) in [("nfs", state.nfs.len()), ("nf_ids", state.nf_ids.len()), ("creds", state.creds.len())] {
+            if len != nfs {
+                bail!("{field}: {len} entries for the plan's {nfs} NFs");
+            }
+        }
+        Ok(state)
+    }
+
     pub fn load_all(dir: &Path) -> Result<Vec<(PathBuf, Result<ChainState>)>> {
         if !dir.exists() {
             return Ok(Vec::new());
@@ -146,7 +164,7 @@ impl ChainState {
             .map(|p| {
                 let state = std::fs::read(&p)
                     .map_err(anyhow::Error::from)
-                    .and_then(|b| serde_json::from_slice::<ChainState>(&b).map_err(anyhow::Error::from))
+                    .and_then(|b| ChainState::from_bytes(&b))
                     .with_context(|| format!("state file {}", p.display()));
                 (p, state)
             })

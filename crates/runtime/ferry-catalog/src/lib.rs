@@ -257,6 +257,17 @@ pub fn files_read<'a>(kind: &str, args: &'a [String]) -> Vec<&'a str> {
         .collect()
 }
 
+/// Whether `ferry chain reload` makes an NF of `kind` read its file again:
+/// a per-packet NF that reads one (the firewall's rules, the IPS's),
+/// alone or joined with `+`. (Hybrid NFs reload their configuration by
+/// their own control plane.)
+pub fn reloads_file(kind: &str) -> bool {
+    kind.split('+').any(|k| {
+        find(k).is_some_and(|t| matches!(t.runner, Runner::Packet { .. }))
+            && ferry_nf::info(k).is_some_and(|i| i.file_arg.is_some())
+    })
+}
+
 /// As [`check`], for an NF with `out_links` out-links in its chain: kinds
 /// whose argument values only building can check (the parallel NFs' own
 /// arguments, some of which name out-links) are built once, and dropped.

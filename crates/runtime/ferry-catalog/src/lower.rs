@@ -8,7 +8,7 @@ use std::net::Ipv6Addr;
 use ferry_bpf::hybrid::HybridElement;
 use ferry_bpf::pipeline::{AclRule, ACL_ALLOW, ACL_DENY, ACL_MAX_RULES};
 use ferry_bpf::scan::{SCAN_MAX_LEN, SCAN_MAX_PATTERNS};
-use ferry_nf::firewall_rules::{parse_fw_rules, FwAction, FwRule};
+use ferry_nf::firewall_rules::{parse_fw_rules, FwAction, FwRule, FwRules};
 use ferry_nf::payload_scan::ScanConfig;
 
 /// What an offloaded NF becomes in XDP (its elements: [`Lowering::steps`]).
@@ -138,6 +138,12 @@ fn lower_firewall(args: &[String]) -> Result<Lowering, String> {
     }
     let text = std::fs::read_to_string(file).map_err(|e| format!("rule file {file}: {e}"))?;
     let rules = parse_fw_rules(&text).map_err(|e| format!("rule file {file}: {e}"))?;
+    lower_fw_rules(&rules)
+}
+
+/// A firewall's rules as the ACL element's: at most ACL_MAX_RULES, each
+/// a prefix pair with one protocol or any.
+pub fn lower_fw_rules(rules: &FwRules) -> Result<Lowering, String> {
     if rules.rules.len() > ACL_MAX_RULES {
         return Err(format!(
             "{} rules; the XDP ACL element holds at most {ACL_MAX_RULES} (it scans them in order)",

@@ -293,9 +293,87 @@ impl ChainPlan {
                 _ => unreachable!("validated"),
             }
         }
-        ChainPlan { name: spec.name(), domains, ports, kernel: spec.kernel.clone(), nfs, copy_links }
+        let plan = ChainPlan { name: spec.name(), domains, ports, kernel: spec.kernel.clone(), nfs, copy_links };
+        debug_assert_eq!(plan.check_indices(), Ok(()));
+        plan
     }
 
+    /// Whether every index in the plan names something in it: NFs, ports,
+    /// kernel links and copy links by position, thread ids and rings
+    /// within their domain's. A compiled plan always does; one read back
+    /// from a state file is checked before a ferryd runs by it.
+    pub fn check_indices(&self) -> Result<(), String> {
+        let (nfs, ports) = (self.nfs.len(), self.ports.len());
+        for p in &self.ports {
+            within(&format!("port {}: its NF", p.name), p.nf, nfs)?;
+            for &e in p.classify.iter().flat_map(|c| &c.entries) {
+                within(&format!("port {}: an entry", p.name), Some(e), ports)?;
+            }
+        }
+        for n in &self.nfs {
+            let what = |field: &str| format!("NF {}: {field}", n.name);
+            within(&what("its domain"), Some(n.domain), self.domains.len())?;
+            let d = &self.domains[n.domain];
+            for t in &n.threads {
+                in_domain(&what("a thread"), d, [t.tid], [t.ring])?;
+                t.ports.iter().try_for_each(|&p| within(&what("a thread's port"), Some(p), ports))?;
+            }
+            if n.out_names.len() != n.outs.len() {
+                return Err(what("out-links and their names differ in number"));
+            }
+            for o in &n.outs {
+                match o {
+                    OutLink::Nf { nf, rings, tids } => {
+                        within(&what("an out-link"), Some(*nf), nfs)?;
+                        in_domain(&what("an out-link"), d, tids.iter().copied(), rings.iter().copied())?;
+                    }
+                    OutLink::Copy { link, ring, tid } => {
+                        within(&what("a copy link"), Some(*link), self.copy_links.len())?;
+                        in_domain(&what("a copy link"), d, [*tid], [*ring])?;
+                    }
+                    OutLink::Port { port } => within(&what("an out port"), Some(*port), ports)?,
+                    OutLink::Kernel { kernel } => within(&what("a kernel link"), Some(*kernel), self.kernel.len())?,
+                }
+            }
+        }
+        self.copy_links.iter().try_for_each(|l| self.check_copy_link(l))
+    }
+
+    fn check_copy_link(&self, l: &CopyLinkPlan) -> Result<(), String> {
+        let what = format!("copy link {}->{}", l.from_nf, l.to_nf);
+        within(&what, Some(l.from_nf.max(l.to_nf)), self.nfs.len())?;
+        within(&what, Some(l.from_domain.max(l.to_domain)), self.domains.len())?;
+        in_domain(&what, &self.domains[l.from_domain], [l.from_tid], [l.ring])?;
+        let to = &self.domains[l.to_domain];
+        in_domain(&what, to, l.to_tids.iter().copied().chain([l.to_tid]), l.to_rings.iter().copied())
+    }
+}
+
+/// `Ok` when `i` (if any) is below `n`.
+fn within(what: &str, i: Option<usize>, n: usize) -> Result<(), String> {
+    match i {
+        Some(i) if i >= n => Err(format!("{what}: index {i}, but there are {n}")),
+        _ => Ok(()),
+    }
+}
+
+/// `Ok` when the thread ids and rings are within domain `d`'s.
+fn in_domain(
+    what: &str,
+    d: &DomainPlan,
+    tids: impl IntoIterator<Item = u32>,
+    rings: impl IntoIterator<Item = u32>,
+) -> Result<(), String> {
+    if let Some(t) = tids.into_iter().find(|&t| t >= d.tids) {
+        return Err(format!("{what}: thread id {t}, but domain {} has {}", d.name, d.tids));
+    }
+    match rings.into_iter().find(|&r| r >= d.rings) {
+        Some(r) => Err(format!("{what}: ring {r}, but domain {} has {}", d.name, d.rings)),
+        None => Ok(()),
+    }
+}
+
+impl ChainPlan {
     /// Settles each NF's smart-polling `idle_polls` that the chain file
     /// left out. `cpus` is how many CPUs an unpinned NF may run on.
     ///

@@ -23,4 +23,5 @@ pub mod peers;
 pub mod pipeline;
 pub mod realworld;
 pub mod roundtrip;
+pub mod soak;
 pub mod tenant;

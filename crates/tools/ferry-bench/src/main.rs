@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use ferry_bench::{chain, cost, evnf, firewall, io, nsh, offload, parallel, peers, pipeline, realworld, tenant};
+use ferry_bench::{chain, cost, evnf, firewall, io, nsh, offload, parallel, peers, pipeline, realworld, soak, tenant};
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use serde::Serialize;
 
@@ -208,6 +208,21 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Two chains under traffic for MINUTES while a driver deploys and
+    /// removes a third, reloads, kills NFs (one, two at once), stops a
+    /// sink, and ends ferryd --persist by SIGTERM and SIGKILL for a new one
+    /// to adopt; fails on a lost frame, an audit not conserved, or memory
+    /// or fd growth past its bounds. A table, soak.json and soak.png.
+    Soak {
+        #[arg(long, default_value_t = 60)]
+        minutes: u64,
+        /// Frames per second of each steady chain's source.
+        #[arg(long, default_value_t = 50_000)]
+        rate: u64,
+        /// Directory for the chain files, ferryd's log, soak.json and soak.png.
+        #[arg(long, default_value = "target/soak")]
+        out: PathBuf,
+    },
     /// FLASH §6.3's real-world chain in memory mode: Fig. 14 (offered
     /// load, backpressure on and off), Table 2 (each NF's capacity), Fig.
     /// 16/17 (fan-in, fan-out).
@@ -323,6 +338,11 @@ fn run(cmd: BenchCmd) -> Result<()> {
             check_poll(poll.as_deref())?;
             let opts = chain::BenchChainOptions { scenarios, nfs, load_nfs, poll, warmup, window, kernel: !no_kernel };
             show(&chain::run(&opts)?, chain::table, json.as_deref())
+        }
+        BenchCmd::Soak { minutes, rate, out } => {
+            let report = soak::run(&soak::SoakOptions { minutes: minutes.max(1), rate, out })?;
+            print!("{}", soak::table(&report));
+            Ok(())
         }
         BenchCmd::Peers { runs, window, systems, smoke, xdp_napi, json } => {
             let systems = if systems.is_empty() { peers::System::ALL.to_vec() } else { systems };

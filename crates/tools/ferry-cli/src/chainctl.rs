@@ -270,7 +270,7 @@ pub fn remove(admin: &Path, chain: &str) -> Result<()> {
     }
 }
 
-/// Has chain `chain`'s hybrid NFs read their configuration files again;
+/// Has chain `chain`'s NFs read their configuration and rule files again;
 /// what became of it, per NF.
 pub fn reload(admin: &Path, chain: &str) -> Result<Vec<NfReload>> {
     match admin_request(admin, &Msg::Reload { chain: chain.to_string() })? {

@@ -280,9 +280,10 @@ enum ChainCmd {
         #[arg(long)]
         tls: Option<PathBuf>,
     },
-    /// Re-read the configuration files chain NAME's hybrid NFs name
-    /// (config=FILE) and apply them without a restart: rules, nftables,
-    /// backends and weights, timeouts.
+    /// Re-read the files chain NAME's NFs read and apply them without a
+    /// restart: the hybrid NFs' configuration (config=FILE: rules,
+    /// nftables, backends and weights, timeouts) and the rule files of
+    /// firewalls and IPSes running as processes.
     Reload {
         /// The chain (empty: every chain ferryd runs; what systemd's
         /// `ExecReload` asks).
@@ -889,7 +890,7 @@ fn run_chain(cmd: ChainCmd) -> Result<()> {
                     Ok(o) => outcomes.extend(o),
                     // Every chain: one without such NFs has nothing to reload.
                     Err(e) if every && format!("{e:#}").contains("no NF that reads a configuration file") => {
-                        println!("{name}: no NF reads a configuration file")
+                        println!("{name}: no NF reads a configuration or rule file")
                     }
                     Err(e) => return Err(e),
                 }

@@ -59,3 +59,44 @@ fn firewall_denies_exactly_its_rules_share_with_either_lookup() {
         rc.shutdown().unwrap();
     }
 }
+
+/// `ferry chain reload` re-reads the firewall's rule file: once both
+/// threads have read "default deny", no frame passes; the counters go on
+/// from where they were; a file that does not parse is refused and
+/// changes nothing.
+#[test]
+fn reload_applies_a_new_rule_file_and_refuses_a_bad_one() {
+    if !privileged("firewall_reload") {
+        return;
+    }
+    let dir = TempDir::new("fw-reload");
+    let rules = dir.path("fw.rules");
+    std::fs::write(&rules, "default allow\n").unwrap();
+    let yaml = chain(&rules, "bitvector").replace(&format!(", \"count={SENT}\""), "");
+    let (rc, _) = start(&dir, &yaml);
+    let at = |what: &str, f: &dyn Fn(&ferry_chain::proto::Status) -> bool| {
+        wait_for(what, || rc.status().ok().filter(|s| f(s)))
+    };
+    let before = at("frames through the firewall", &|s| c(s, "snk", "sunk") > 1000);
+    std::fs::write(&rules, "default deny\n").unwrap();
+    let outcome = chainctl::reload(&rc.admin, "fw").unwrap();
+    assert_eq!(outcome.iter().map(|r| (r.nf.as_str(), r.outcome.as_str())).collect::<Vec<_>>(), [("fw", "applied")]);
+    let reloaded = at("both threads on the new rules", &|s| c(s, "fw", "reloads") == 2);
+    assert!(c(&reloaded, "fw", "rx") >= c(&before, "fw", "rx"), "the counters went on");
+    let denied = c(&reloaded, "fw", "drop_denied");
+    let settled = at("frames denied", &|s| c(s, "fw", "drop_denied") > denied + 100);
+    let passed = c(&settled, "fw", "pass");
+    let later = at("more frames denied", &|s| c(s, "fw", "drop_denied") > denied + 2000);
+    assert_eq!(c(&later, "fw", "pass"), passed, "no frame passes \"default deny\"");
+    assert_eq!(c(&later, "fw", "rx"), passed + c(&later, "fw", "drop_denied"), "the verdicts partition rx");
+    // A file that does not parse: refused, the rules stay.
+    std::fs::write(&rules, "allow color red\ndefault allow\n").unwrap();
+    let outcome = chainctl::reload(&rc.admin, "fw").unwrap();
+    assert_eq!(outcome[0].outcome, "failed", "{outcome:?}");
+    let after = at("the refusal counted", &|s| c(s, "fw", "reload_errors") == 2);
+    let denied = c(&after, "fw", "drop_denied");
+    let last = at("frames still denied", &|s| c(s, "fw", "drop_denied") > denied + 1000);
+    assert_eq!(c(&last, "fw", "pass"), passed, "the refused file changed nothing");
+    assert_conserved(&rc);
+    rc.shutdown().unwrap();
+}

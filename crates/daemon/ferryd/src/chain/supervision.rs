@@ -356,12 +356,13 @@ impl Chain {
         }
     }
 
-    /// Re-reads the configuration files its hybrid NFs name and applies
-    /// them without restarting anything: ferryd re-applies the firewalls'
-    /// nftables rulesets, then tells each NF's control plane (SIGHUP) to
-    /// re-read its file and write its tables, and waits until each says it
-    /// did: its `reloads` or `reload_errors` counter moves. A file that
-    /// does not parse changes nothing.
+    /// Re-reads the files its NFs read and applies them without
+    /// restarting anything: the configuration files of its hybrid NFs
+    /// (ferryd re-applies the firewalls' nftables rulesets first) and the
+    /// rule files of its per-packet NFs (firewall, IPS). It tells each NF
+    /// (SIGHUP) to re-read its file, and waits until each says it did: its
+    /// `reloads` or `reload_errors` counter moves. A file that does not
+    /// parse changes nothing.
     pub fn reload(&self) -> Result<Vec<NfReload>> {
         // The NATs split over a post-server part and a process: their
         // files checked first, like the hybrid NFs'.
@@ -379,8 +380,13 @@ impl Chain {
             None => Vec::new(),
         };
         names.extend(split_names);
+        let file_readers = self.plan.nfs.iter().filter(|n| n.kind.as_deref().is_some_and(ferry_catalog::reloads_file));
+        names.extend(file_readers.map(|n| n.name.clone()));
         if names.is_empty() {
-            bail!("chain {:?} has no NF that reads a configuration file (config=)", self.plan.name);
+            bail!(
+                "chain {:?} has no NF that reads a configuration file (config=) or rule file in a process",
+                self.plan.name
+            );
         }
         let [applied, failed] = ferry_evnf::types::RELOAD_COUNTERS;
         let mut outcomes = Vec::new();

@@ -14,7 +14,6 @@
 //! makes it read its file again and write what changed into the tables.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
@@ -30,13 +29,6 @@ use super::{Launch, BURST};
 
 /// How often the thread wakes to run timers and publish counters.
 const WAKE_EVERY: Duration = Duration::from_millis(100);
-
-/// Set by SIGHUP: ferryd asks the control plane to read its file again.
-static RELOAD: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_hangup(_: libc::c_int) {
-    RELOAD.store(true, Ordering::Relaxed);
-}
 
 /// The control plane's configuration file and what became of its reloads.
 struct Config<'a> {
@@ -68,10 +60,7 @@ impl Config<'_> {
 
 pub fn serve(l: &Launch) -> Result<()> {
     let (kind, args) = (l.kind, l.args);
-    // Before the hello: ferryd signals only NFs that are connected, and
-    // SIGHUP's default action would end the process.
-    // SAFETY: the handler only stores to an atomic.
-    unsafe { libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t) };
+    super::reload::catch_hangups();
     let t = ferry_evnf::types::find(kind).ok_or_else(|| anyhow!("{kind}: not a hybrid NF type"))?;
     let values = crate::Values::of(kind, args)?;
     let file = values.text("config").unwrap_or_default();
@@ -98,6 +87,7 @@ fn run(
     let mut next_tick = 0u64;
     // Only the slow path's socket feeds the thread.
     let meta = SlowMeta { reason: SLOW_MISS, ..Default::default() };
+    let mut reloads = super::reload::Reloads::default();
     loop {
         if th.recv_burst(&mut burst, BURST).is_err() {
             return Ok(());
@@ -109,7 +99,7 @@ fn run(
                 SlowVerdict::Drop => th.drop_packet(pkt),
             }
         }
-        if RELOAD.swap(false, Ordering::Relaxed) {
+        if reloads.due() {
             config.reload(control, maps);
         }
         let now = monotonic_ns();

@@ -15,6 +15,9 @@
 //! * parallel NFs on worker threads: [`parallel`];
 //! * a hybrid NF's control plane: [`hybrid`].
 //!
+//! NFs that read a file (a per-packet NF's rules, a hybrid NF's
+//! configuration) read it again on SIGHUP: [`reload`].
+//!
 //! [`host`] runs several NFs of one chain as threads of one process.
 
 pub mod flow_monitor;
@@ -22,6 +25,7 @@ pub mod fused;
 pub mod hybrid;
 pub mod loops;
 pub mod parallel;
+pub mod reload;
 
 use std::path::Path;
 
@@ -122,23 +126,44 @@ fn hosted_nf(spec: &str) -> Result<(String, String, Vec<String>)> {
     Ok((name.to_string(), kind.to_string(), args))
 }
 
-/// A per-packet NF (or several joined with `+`) on each thread.
+/// A per-packet NF (or several joined with `+`) on each thread. One that
+/// reads a file ([`crate::reloads_file`]) builds itself anew from it on
+/// SIGHUP, its counters carried over.
 pub fn serve_packet(launch: &Launch) -> Result<()> {
     let Runner::Packet { replies } = crate::runner(launch.kind)? else {
         bail!("{}: not a per-packet NF", launch.kind);
     };
+    let reloads = crate::reloads_file(launch.kind);
+    if reloads {
+        reload::catch_hangups();
+    }
     let build = || crate::build_packet(launch.kind, launch.args);
     let first = build()?;
-    let names: Vec<&str> = first.spec().counters.to_vec();
+    let mut names: Vec<&str> = first.spec().counters.to_vec();
+    if reloads {
+        names.extend(ferry_evnf::types::RELOAD_COUNTERS);
+    }
     let nf = launch.hello.connect(&names)?;
     nf.run(|th| {
         let pnf = build().expect("built once already");
-        packet_nf(th, pnf, replies)
+        let rebuild = || crate::build_packet(launch.kind, launch.args).map_err(|e| e.to_string());
+        packet_nf(th, pnf, replies, reloads.then_some(&rebuild as &dyn Fn() -> _))
     })?;
     Ok(())
 }
 
-fn packet_nf(mut th: NfThread, mut nf: Box<dyn PacketNf>, reply: bool) {
+/// What a reload builds: the NF anew, or why not.
+type Rebuild<'a> = &'a dyn Fn() -> std::result::Result<Box<dyn PacketNf>, String>;
+
+/// How often a reloading NF's idle thread wakes to see a SIGHUP.
+const RELOAD_WAKE: std::time::Duration = std::time::Duration::from_millis(100);
+
+fn packet_nf(mut th: NfThread, mut nf: Box<dyn PacketNf>, reply: bool, rebuild: Option<Rebuild>) {
+    let _ticker = rebuild.map(|_| th.waker().every(RELOAD_WAKE));
+    let mut reloads = reload::Reloads::default();
+    // Counts of the NFs a reload replaced, and the reloads' own.
+    let mut carried = vec![0u64; nf.counters().len()];
+    let mut outcomes = [0u64; 2];
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     while th.recv_burst(&mut burst, BURST).is_ok() {
         for mut pkt in burst.drain(..) {
@@ -149,7 +174,22 @@ fn packet_nf(mut th: NfThread, mut nf: Box<dyn PacketNf>, reply: bool) {
                 Verdict::Pass | Verdict::Drop => th.drop_packet(pkt),
             }
         }
-        for (i, &v) in nf.counters().iter().enumerate() {
+        if let Some(rebuild) = rebuild.filter(|_| reloads.due()) {
+            match rebuild() {
+                Ok(new) => {
+                    carried.iter_mut().zip(nf.counters()).for_each(|(c, v)| *c += v);
+                    nf = new;
+                    outcomes[0] += 1;
+                }
+                Err(e) => {
+                    tracing::warn!("{}: reloading: {e}", nf.spec().name);
+                    outcomes[1] += 1;
+                }
+            }
+        }
+        let counters = nf.counters().iter().zip(&carried).map(|(v, c)| v + c);
+        let extra = if rebuild.is_some() { &outcomes[..] } else { &[] };
+        for (i, v) in counters.chain(extra.iter().copied()).enumerate() {
             th.set_nf_counter(i, v);
         }
     }

@@ -1,0 +1,145 @@
+//! What the soak records every minute, the growth it allows, and the
+//! plot of a run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Result;
+use ferry_cli::chainctl::counter;
+use serde::Serialize;
+
+use super::faults::{Soak, STEADY};
+use super::{Bounds, SoakReport};
+
+/// One process's size, from /proc.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcSize {
+    pub name: String,
+    pub pid: u32,
+    pub rss_kib: u64,
+    pub fds: u64,
+    pub threads: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    pub minute: f64,
+    pub ferryd: ProcSize,
+    pub nfs: Vec<ProcSize>,
+    /// Per steady chain: (made, sunk).
+    pub frames: BTreeMap<String, (u64, u64)>,
+    /// Audits every live thread answered so far, and those conserved.
+    pub audits: u64,
+    pub audits_conserved: u64,
+    pub faults: u64,
+}
+
+/// `pid`'s RSS, open fds and threads (zeros for a process gone).
+fn proc_size(name: String, pid: u32) -> ProcSize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
+    ProcSize { name, pid, rss_kib: field("VmRSS:"), fds, threads: field("Threads:") }
+}
+
+pub fn take(soak: &Soak, start: Instant, (audits, audits_conserved): (u64, u64), faults: u64) -> Result<Sample> {
+    let mut nfs = Vec::new();
+    let mut frames = BTreeMap::new();
+    for (chain, _) in STEADY {
+        let s = soak.status(chain)?;
+        for n in &s.nfs {
+            nfs.extend(n.pid.map(|pid| proc_size(format!("{chain}/{}", n.name), pid)));
+        }
+        frames.insert(chain.to_string(), (counter(&s, "src", "made"), counter(&s, "snk", "sunk")));
+    }
+    Ok(Sample {
+        minute: start.elapsed().as_secs_f64() / 60.0,
+        ferryd: proc_size("ferryd".into(), soak.ferryd_pid()),
+        nfs,
+        frames,
+        audits,
+        audits_conserved,
+        faults,
+    })
+}
+
+pub fn row(s: &Sample) -> String {
+    let nf_rss: u64 = s.nfs.iter().map(|n| n.rss_kib).sum();
+    let frames: Vec<String> = s.frames.iter().map(|(c, (m, k))| format!("{c} {m}/{k}")).collect();
+    format!(
+        "{:>6.1} {:>7} {:>9} {:>4} {:>4} {:>10} {:>7}/{:<7} {:>6}  {}",
+        s.minute,
+        s.ferryd.pid,
+        s.ferryd.rss_kib,
+        s.ferryd.fds,
+        s.ferryd.threads,
+        nf_rss,
+        s.audits_conserved,
+        s.audits,
+        s.faults,
+        frames.join("  ")
+    )
+}
+
+pub fn table(samples: &[Sample]) -> String {
+    let mut t =
+        String::from("minute  ferryd rss(KiB)  fds  thr nfs rss(KiB)  audits ok/all  faults  made/sunk per chain\n");
+    for s in samples {
+        t += &row(s);
+        t.push('\n');
+    }
+    t
+}
+
+/// Each process's growth from its first sample to its last, beyond the
+/// bounds: one line per offender.
+pub fn growth(samples: &[Sample], b: &Bounds) -> Vec<String> {
+    let mut first: BTreeMap<(String, u32), &ProcSize> = BTreeMap::new();
+    let mut out = Vec::new();
+    let all = samples.iter().flat_map(|s| std::iter::once(&s.ferryd).chain(&s.nfs));
+    let mut last: BTreeMap<(String, u32), &ProcSize> = BTreeMap::new();
+    for p in all.filter(|p| p.rss_kib > 0) {
+        first.entry((p.name.clone(), p.pid)).or_insert(p);
+        last.insert((p.name.clone(), p.pid), p);
+    }
+    for (key, l) in &last {
+        let f = first[key];
+        let (rss, fds) = if l.name == "ferryd" { (b.ferryd_rss_kib, b.ferryd_fds) } else { (b.nf_rss_kib, u64::MAX) };
+        if l.rss_kib > f.rss_kib + rss {
+            out.push(format!("{} (pid {}): RSS {} -> {} KiB, over +{rss}", l.name, l.pid, f.rss_kib, l.rss_kib));
+        }
+        if l.fds > f.fds.saturating_add(fds) {
+            out.push(format!("{} (pid {}): fds {} -> {}, over +{fds}", l.name, l.pid, f.fds, l.fds));
+        }
+    }
+    out
+}
+
+/// Memory and throughput over the run, drawn by matplotlib into `png`;
+/// None (and why, on stderr) without it.
+pub fn plot(report: &SoakReport, png: &Path) -> Option<PathBuf> {
+    let data = serde_json::to_string(report).ok()?;
+    let run = std::process::Command::new("python3")
+        .args(["-c", include_str!("plot.py"), &png.to_string_lossy()])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("piped").write_all(data.as_bytes())?;
+            c.wait()
+        });
+    match run {
+        Ok(st) if st.success() => Some(png.to_path_buf()),
+        other => {
+            eprintln!("no plot ({other:?}): needs python3 with matplotlib (Debian: python3-matplotlib)");
+            None
+        }
+    }
+}
