@@ -56,7 +56,7 @@ deb: deps
 lint: deps
 	.ci/check-layers
 	$(CARGO) fmt --all -- --check
-	clang-format --dry-run -Werror bpf/*.c bpf/include/*.h
+	clang-format --dry-run -Werror bpf/*.c bpf/include/*.h crates/tools/ferry-fuzz/c/*.c crates/tools/ferry-fuzz/c/shim/bpf/*.h
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # An hour (MINUTES) of two chains under traffic while a driver deploys and

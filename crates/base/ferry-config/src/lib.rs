@@ -71,6 +71,9 @@ pub fn parse_located<T: DeserializeOwned>(
     origin: &str,
     validate: impl FnOnce(&T) -> Result<(), (Vec<Seg>, String)>,
 ) -> Result<T, YamlError> {
+    // A byte-order mark is no content (YAML would read a second document
+    // into it), and no editor shows it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let de = serde_yaml::Deserializer::from_str(text);
     let value: T = serde_path_to_error::deserialize(de).map_err(|e| {
         let field = match e.path().to_string() {
@@ -136,6 +139,7 @@ pub fn path_string(path: &[Seg]) -> String {
 /// again with a visitor that follows the path and fails on arrival: serde_yaml
 /// stamps that failure with the position of the value being visited.
 pub fn locate(text: &str, path: &[Seg]) -> Option<(usize, usize)> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let de = serde_yaml::Deserializer::from_str(text);
     match Locate(path).deserialize(de) {
         Ok(()) => None,
@@ -246,6 +250,7 @@ mod tests {
             ("# x\na: 1 # \u{85}b: 2\n", 2, 9),
             ("\n\na: 1\u{2028}c: 3", 3, 6),
             ("# é\r\n\r\na: x\r\n", 3, 4),
+            ("\u{feff}a: 1\nb: 2\n", 2, 1),
         ] {
             let e = parse(text).unwrap_err();
             assert_eq!((e.line, e.column), (Some(line), Some(column)), "{text:?}: {e}");

@@ -18,12 +18,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::spawn;
 
-/// Bumped when [`ChainState`], the shared region's layout or a pinned
-/// map's layout (the verdict counters, version 2; the copy links' name in
-/// the plan, version 3) changes: a ferryd
-/// adopts only state of its own version (a region another build laid out
-/// would be misread), and removes the rest's chains.
-pub const STATE_VERSION: u32 = 3;
+/// Bumped when [`ChainState`], the shared region's layout, a pinned
+/// map's layout or what a running NF answers to changes (the verdict
+/// counters, version 2; the copy links' name in the plan, version 3; a
+/// rule-reading NF reloads on SIGHUP, where an older one would end,
+/// version 4): a ferryd adopts only state of its own version (a region
+/// another build laid out would be misread), and removes the rest's
+/// chains.
+pub const STATE_VERSION: u32 = 4;
 
 /// The directory of the state files and persistent NFs' logs, next to
 /// ferryd's admin socket (root's): `<admin>.state`.
@@ -130,26 +132,33 @@ impl ChainState {
         Ok(())
     }
 
-    /// Every state file in `dir`, each parsed or with the error that names
-    /// it; none from a directory others could have written.
     /// A state file's contents, checked as adoption relies on them: this
     /// ferryd's version, a plan whose every index names something in it,
-    /// and one record, id and uid per NF of the plan.
+    /// and one entry per NF (record, id, uid, key), port (pin) and domain
+    /// (identities) of the plan.
     pub fn from_bytes(bytes: &[u8]) -> Result<ChainState> {
         let state: ChainState = serde_json::from_slice(bytes)?;
         if state.version != STATE_VERSION {
             bail!("state version {} (this ferryd reads {STATE_VERSION})", state.version);
         }
         state.plan.check_indices().map_err(|e| anyhow!("its plan: {e}"))?;
-        let nfs = state.plan.nfs.len();
-        for (field, len) in [("nfs", state.nfs.len()), ("nf_ids", state.nf_ids.len()), ("creds", state.creds.len())] {
-            if len != nfs {
-                bail!("{field}: {len} entries for the plan's {nfs} NFs");
-            }
+        let (nfs, ports, domains) = (state.plan.nfs.len(), state.plan.ports.len(), state.plan.domains.len());
+        let lists = [
+            ("nfs", state.nfs.len(), nfs, "NFs"),
+            ("nf_ids", state.nf_ids.len(), nfs, "NFs"),
+            ("creds", state.creds.len(), nfs, "NFs"),
+            ("keys", state.keys.len(), nfs, "NFs"),
+            ("pins", state.pins.len(), ports, "ports"),
+            ("domains", state.domains.len(), domains, "domains"),
+        ];
+        if let Some((field, len, want, what)) = lists.into_iter().find(|l| l.1 != l.2) {
+            bail!("{field}: {len} entries for the plan's {want} {what}");
         }
         Ok(state)
     }
 
+    /// Every state file in `dir`, each parsed or with the error that names
+    /// it; none from a directory others could have written.
     pub fn load_all(dir: &Path) -> Result<Vec<(PathBuf, Result<ChainState>)>> {
         if !dir.exists() {
             return Ok(Vec::new());
@@ -386,6 +395,39 @@ fn getfd(pidfd: &OwnedFd, fd: RawFd) -> Result<OwnedFd> {
 mod tests {
     use super::*;
     use ferry_ring::EventFd;
+
+    /// A state file a ferryd wrote (the demo chain's), as JSON to edit.
+    fn demo_state() -> serde_json::Value {
+        serde_json::from_str(include_str!("../../../../fuzz/corpus/state-file/seed-demo")).unwrap()
+    }
+
+    fn refusal(state: &serde_json::Value) -> String {
+        let e = ChainState::from_bytes(&serde_json::to_vec(state).unwrap()).expect_err("refused");
+        format!("{e:#}")
+    }
+
+    /// A state file is adopted only if every list matches its plan and
+    /// every index in the plan names something (otherwise adoption would
+    /// index past the end).
+    #[test]
+    fn a_state_file_whose_lists_or_indices_do_not_match_its_plan_is_refused() {
+        let state = demo_state();
+        ChainState::from_bytes(&serde_json::to_vec(&state).unwrap()).expect("the demo's state");
+        for list in ["nfs", "nf_ids", "creds", "keys", "pins", "domains"] {
+            let mut s = state.clone();
+            s[list].as_array_mut().unwrap().pop();
+            assert!(refusal(&s).starts_with(&format!("{list}: ")), "{list}: {}", refusal(&s));
+        }
+        let mut s = state.clone();
+        s["plan"]["nfs"][0]["domain"] = 7.into();
+        assert!(refusal(&s).contains("its domain: index 7"), "{}", refusal(&s));
+        let mut s = state.clone();
+        s["plan"]["nfs"][0]["threads"][0]["ring"] = 999.into();
+        assert!(refusal(&s).contains("ring 999"), "{}", refusal(&s));
+        let mut s = state;
+        s["version"] = (STATE_VERSION - 1).into();
+        assert!(refusal(&s).contains("state version"), "{}", refusal(&s));
+    }
 
     /// Our own objects are found in our own fd table by their identities,
     /// and an eventfd that is not the domain's is not taken.

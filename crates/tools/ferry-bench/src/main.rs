@@ -222,6 +222,9 @@ enum BenchCmd {
         /// Directory for the chain files, ferryd's log, soak.json and soak.png.
         #[arg(long, default_value = "target/soak")]
         out: PathBuf,
+        /// One fault every this long.
+        #[arg(long, value_parser = parse_duration, default_value = "5s")]
+        every: Duration,
     },
     /// FLASH §6.3's real-world chain in memory mode: Fig. 14 (offered
     /// load, backpressure on and off), Table 2 (each NF's capacity), Fig.
@@ -339,8 +342,8 @@ fn run(cmd: BenchCmd) -> Result<()> {
             let opts = chain::BenchChainOptions { scenarios, nfs, load_nfs, poll, warmup, window, kernel: !no_kernel };
             show(&chain::run(&opts)?, chain::table, json.as_deref())
         }
-        BenchCmd::Soak { minutes, rate, out } => {
-            let report = soak::run(&soak::SoakOptions { minutes: minutes.max(1), rate, out })?;
+        BenchCmd::Soak { minutes, rate, out, every } => {
+            let report = soak::run(&soak::SoakOptions { minutes: minutes.max(1), rate, out, every })?;
             print!("{}", soak::table(&report));
             Ok(())
         }

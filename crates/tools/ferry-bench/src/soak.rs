@@ -18,8 +18,8 @@
 //!   reclaimed (frames a killed NF held or had queued, and the burst a
 //!   killed ferryd's copy link held: at most 64 per kill);
 //! - a reclaim beyond that bound, or an audit that was not conserved;
-//! - growth past the stated bounds ([`Bounds`]) of one process's RSS or
-//!   fds between its first and last sample.
+//! - growth past the stated bounds ([`Bounds`]) of one process's own
+//!   memory or fds between its first and last sample.
 //!
 //! It writes `soak.json` (every sample and the verdict) and `soak.png`
 //! (memory and throughput over time, by matplotlib) to its directory.
@@ -41,16 +41,21 @@ pub struct SoakOptions {
     pub minutes: u64,
     /// Frames per second of each steady chain's source.
     pub rate: u64,
+    /// One fault every this long: the pace of an operator's busy day,
+    /// which lets the sources keep their rate between faults.
+    pub every: Duration,
     /// Where the chain files, the state, `soak.json` and `soak.png` go.
     pub out: PathBuf,
 }
 
-/// How much one process may grow between its first and last sample.
+/// How much one process may grow between its first and last sample: its
+/// own pages (RssAnon; the shared UMEM and regions fill as frames spread
+/// over them) and ferryd's fds.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Bounds {
-    pub ferryd_rss_kib: u64,
+    pub ferryd_anon_kib: u64,
     pub ferryd_fds: u64,
-    pub nf_rss_kib: u64,
+    pub nf_anon_kib: u64,
     /// Frames one killed NF thread may take with it: its receive ring
     /// and a burst it held (the chains' ring size and batch).
     pub reclaim_per_nf_kill: u64,
@@ -59,9 +64,9 @@ pub struct Bounds {
 }
 
 pub const BOUNDS: Bounds = Bounds {
-    ferryd_rss_kib: 16 * 1024,
+    ferryd_anon_kib: 16 * 1024,
     ferryd_fds: 8,
-    nf_rss_kib: 8 * 1024,
+    nf_anon_kib: 8 * 1024,
     reclaim_per_nf_kill: faults::RING_SIZE + faults::BATCH,
     reclaim_per_ferryd_kill: 64,
 };
@@ -117,7 +122,9 @@ fn drive(soak: &mut Soak, opts: &SoakOptions, start: Instant) -> Result<()> {
     let total = Duration::from_secs(opts.minutes * 60);
     let mut restarts = 0;
     soak.sample(start)?;
-    for step in faults::Step::ALL.iter().cycle() {
+    for (n, step) in faults::Step::ALL.iter().cycle().enumerate() {
+        // The driver's pace, not a wait for an event.
+        std::thread::sleep((start + opts.every * n as u32).saturating_duration_since(Instant::now()));
         if start.elapsed() >= total || ferry_cli::util::stop_requested() {
             break;
         }

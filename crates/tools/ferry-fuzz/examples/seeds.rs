@@ -13,6 +13,13 @@ use ferry_wire::mica::{emit_batch, MicaRequestRepr};
 use ferry_wire::nsh::{NshContext, NshRepr, ETHERTYPE_NSH};
 use ferry_wire::{build_frame, vxlan_gpe, FiveTuple, FrameSpec, L4Proto, Stamp};
 
+/// What the rule targets draw a few rules from: prefixes of both
+/// families, protocols and port ranges of every kind.
+const RULE_BYTES: [u8; 48] = [
+    3, 1, 1, 10, 0, 0, 0, 8, 2, 32, 1, 13, 184, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 48, 0, 1, 0, 53, 0, 53, 1, 0, 2, 1,
+    192, 0, 2, 0, 24, 0, 0, 0, 80, 0, 80, 1,
+];
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
 }
@@ -177,8 +184,13 @@ fn states() {
 
 fn main() {
     for (name, f) in frames().into_iter().chain(captured()) {
-        for target in ["frame", "parse-diff", "acl-diff", "classify-diff"] {
+        for target in ["frame", "parse-diff"] {
             write(target, &name, &f);
+        }
+        // A frame, then bytes to draw rules from (differential::frame_then_rules).
+        let with_rules = [&(f.len() as u16).to_be_bytes()[..], &f, &RULE_BYTES].concat();
+        for target in ["acl-diff", "classify-diff"] {
+            write(target, &name, &with_rules);
         }
     }
     for (name, f) in nsh_frames() {

@@ -95,9 +95,8 @@ fn pipeline_fields_agree(pl: &ParseResult, f: &flow::Flow, frame: &[u8]) {
 /// as placement lowers it, against the firewall NF on the input's frame:
 /// pass or drop, the same.
 pub fn acl(data: &[u8]) {
-    let mut u = Unstructured::new(data);
+    let (frame, mut u) = frame_then_rules(data);
     let Ok(rules) = fw_rules(&mut u) else { return };
-    let frame = frame_of(u.take_rest());
     let Ok(Lowering::Firewall { rules: acl, default_action, non_ip_action }) = lower_fw_rules(&rules) else {
         return;
     };
@@ -114,6 +113,15 @@ pub fn acl(data: &[u8]) {
         c::ferry_user_acl(frame.as_ptr(), frame.len() as u32)
     };
     assert_eq!(got, want, "the ACL element and the firewall disagree on {frame:02x?} under {acl:?}");
+}
+
+/// The input of the rule targets: a frame, its length in the first two
+/// bytes (big-endian), then the bytes the rules are drawn from (none: no
+/// rules). A frame first, so that a seed frame stays one.
+pub fn frame_then_rules(data: &[u8]) -> (&[u8], Unstructured<'_>) {
+    let Some((len, rest)) = data.split_first_chunk::<2>() else { return (&[], Unstructured::new(&[])) };
+    let (frame, rules) = rest.split_at(usize::from(u16::from_be_bytes(*len)).min(rest.len()));
+    (frame_of(frame), Unstructured::new(rules))
 }
 
 fn fw_rules(u: &mut Unstructured) -> Result<FwRules> {
@@ -177,9 +185,8 @@ fn prefix(u: &mut Unstructured) -> Result<Option<IpPrefix>> {
 /// XDP classifier, against `Table::decide` on the input's frame: the same
 /// first rule, or none, or malformed.
 pub fn classify(data: &[u8]) {
-    let mut u = Unstructured::new(data);
+    let (frame, mut u) = frame_then_rules(data);
     let Ok(table) = cls_table(&mut u) else { return };
-    let frame = frame_of(u.take_rest());
     let loaded: Vec<ClsRule> = table.rules.iter().map(ClsRule::from).collect();
     let mut hit = 0u32;
     // SAFETY: `loaded` holds n rules; the pointers are valid.

@@ -364,6 +364,16 @@ impl Chain {
     /// `reloads` or `reload_errors` counter moves. A file that does not
     /// parse changes nothing.
     pub fn reload(&self) -> Result<Vec<NfReload>> {
+        let (names, mut outcomes) = self.reloading_nfs()?;
+        outcomes.extend(self.signal_reload(names));
+        Ok(outcomes)
+    }
+
+    /// The NFs a reload signals: the hybrid NFs and split NATs (their
+    /// files checked first) and the per-packet NFs in processes that read
+    /// a rule file; and the outcomes of those it cannot reload (a fused
+    /// NF's stages read their files only when the NF starts).
+    fn reloading_nfs(&self) -> Result<(Vec<String>, Vec<NfReload>)> {
         // The NATs split over a post-server part and a process: their
         // files checked first, like the hybrid NFs'.
         let mut split_names = Vec::new();
@@ -382,17 +392,32 @@ impl Chain {
         names.extend(split_names);
         let file_readers = self.plan.nfs.iter().filter(|n| n.kind.as_deref().is_some_and(ferry_catalog::reloads_file));
         names.extend(file_readers.map(|n| n.name.clone()));
-        if names.is_empty() {
+        let fused = self.plan.nfs.iter().filter(|n| n.kind.as_deref() == Some(ferry_catalog::fused::FUSED));
+        let unreloaded: Vec<NfReload> = fused
+            .filter(|n| {
+                ferry_catalog::fused::stages(&n.args)
+                    .is_ok_and(|st| st.iter().any(|s| ferry_catalog::reloads_file(s.kind)))
+            })
+            .map(|n| NfReload { nf: n.name.clone(), outcome: "fused: not reloaded (redeploy the chain)".into() })
+            .collect();
+        if names.is_empty() && unreloaded.is_empty() {
             bail!(
                 "chain {:?} has no NF that reads a configuration file (config=) or rule file in a process",
                 self.plan.name
             );
         }
+        Ok((names, unreloaded))
+    }
+
+    /// Sends each NF of `names` SIGHUP and waits until every thread of it
+    /// has answered: its `reloads` and `reload_errors` risen by its thread
+    /// count (a thread that backpressure holds answers once it can send).
+    fn signal_reload(&self, names: Vec<String>) -> Vec<NfReload> {
         let [applied, failed] = ferry_evnf::types::RELOAD_COUNTERS;
         let mut outcomes = Vec::new();
         let mut waiting = Vec::new();
         for name in names {
-            let i = self.plan.nfs.iter().position(|n| n.name == name).ok_or_else(|| anyhow!("no NF {name}"))?;
+            let Some(i) = self.plan.nfs.iter().position(|n| n.name == name) else { continue };
             let st = self.nfs[i].lock().expect("nf lock");
             match st.pidfd.as_ref().filter(|_| st.connected) {
                 Some(fd) => {
@@ -409,12 +434,13 @@ impl Chain {
         while !waiting.is_empty() && std::time::Instant::now() < deadline {
             waiting.retain(|(name, i, (ok0, err0))| {
                 let st = self.nfs[*i].lock().expect("nf lock");
-                let outcome = if self.nf_counter(*i, &st, applied) > *ok0 {
-                    "applied"
-                } else if self.nf_counter(*i, &st, failed) > *err0 {
-                    "failed"
-                } else {
-                    return true;
+                let ok = self.nf_counter(*i, &st, applied).saturating_sub(*ok0);
+                let refused = self.nf_counter(*i, &st, failed).saturating_sub(*err0);
+                let outcome = match (ok, refused) {
+                    _ if ok + refused < self.plan.nfs[*i].threads.len() as u64 => return true,
+                    (_, 0) => "applied",
+                    (0, _) => "failed",
+                    _ => "partly applied",
                 };
                 outcomes.push(NfReload { nf: name.clone(), outcome: outcome.into() });
                 false
@@ -422,6 +448,6 @@ impl Chain {
             std::thread::sleep(Duration::from_millis(20));
         }
         outcomes.extend(waiting.into_iter().map(|(nf, _, _)| NfReload { nf, outcome: "no answer".into() }));
-        Ok(outcomes)
+        outcomes
     }
 }

@@ -378,9 +378,19 @@ impl Soak {
     /// sunk was dropped (and counted) or reclaimed by an audit.
     fn tally(&mut self, chain: &'static str, copy_link: bool) -> Result<Tally> {
         let (admin, count) = (self.admin.clone(), self.count);
+        let made = || chainctl::status(&admin, chain).map_or(0, |s| counter(&s, "src", "made"));
+        // As long as the source makes frames: faults held it back a while.
+        let mut last = (made(), Instant::now());
         wait_for("the source's count made", || {
-            chainctl::status(&admin, chain).is_ok_and(|s| counter(&s, "src", "made") == count)
+            let now = made();
+            if now > last.0 {
+                last = (now, Instant::now());
+            }
+            now == count || last.1.elapsed() > GUARD
         })?;
+        if made() != count {
+            bail!("the source stopped at {} of {count} frames", made());
+        }
         let settled = |s: &Status| {
             let t = tally_of(chain, s, 0);
             t.sunk + t.dropped + t.reclaimed >= t.made
@@ -402,11 +412,15 @@ impl Soak {
     }
 }
 
-/// The sink drops what it counted as sunk; what the others drop is lost
-/// and counted (a restarted NF's counters start again: what it dropped
-/// before is then unaccounted for, and counts as lost).
+/// What the NFs but the sink dropped and counted: the framework's
+/// `drop_*` counters, whose `drop_nf` holds the NF's own decisions (the
+/// sink drops what it counted as sunk). A restarted NF's counters start
+/// again: what it dropped before is then unaccounted for, and counts as
+/// lost.
 fn tally_of(chain: &str, s: &Status, reclaim_bound: u64) -> Tally {
-    let counters = s.nfs.iter().filter(|n| n.name != "snk").flat_map(|n| n.threads.iter()).flatten();
+    let framework = ferry_chain::shm::COUNTERS.len();
+    let threads = s.nfs.iter().filter(|n| n.name != "snk").flat_map(|n| n.threads.iter());
+    let counters = threads.flat_map(|t| t.iter().take(framework));
     let dropped = counters.filter(|(k, _)| k.starts_with("drop")).map(|(_, v)| v).sum();
     let (made, sunk) = (counter(s, "src", "made"), counter(s, "snk", "sunk"));
     let reclaimed = s.domains.iter().map(|d| d.reclaimed).sum();

@@ -18,6 +18,9 @@ pub struct ProcSize {
     pub name: String,
     pub pid: u32,
     pub rss_kib: u64,
+    /// Its own pages: RSS less shared memory (the domains' UMEM and
+    /// regions, which fill as frames spread over them), what a leak grows.
+    pub anon_kib: u64,
     pub fds: u64,
     pub threads: u64,
 }
@@ -46,7 +49,7 @@ fn proc_size(name: String, pid: u32) -> ProcSize {
             .unwrap_or(0)
     };
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
-    ProcSize { name, pid, rss_kib: field("VmRSS:"), fds, threads: field("Threads:") }
+    ProcSize { name, pid, rss_kib: field("VmRSS:"), anon_kib: field("RssAnon:"), fds, threads: field("Threads:") }
 }
 
 pub fn take(soak: &Soak, start: Instant, (audits, audits_conserved): (u64, u64), faults: u64) -> Result<Sample> {
@@ -71,16 +74,17 @@ pub fn take(soak: &Soak, start: Instant, (audits, audits_conserved): (u64, u64),
 }
 
 pub fn row(s: &Sample) -> String {
-    let nf_rss: u64 = s.nfs.iter().map(|n| n.rss_kib).sum();
+    let nf_anon: u64 = s.nfs.iter().map(|n| n.anon_kib).sum();
     let frames: Vec<String> = s.frames.iter().map(|(c, (m, k))| format!("{c} {m}/{k}")).collect();
     format!(
-        "{:>6.1} {:>7} {:>9} {:>4} {:>4} {:>10} {:>7}/{:<7} {:>6}  {}",
+        "{:>6.1} {:>7} {:>9} {:>9} {:>4} {:>4} {:>10} {:>7}/{:<7} {:>6}  {}",
         s.minute,
         s.ferryd.pid,
         s.ferryd.rss_kib,
+        s.ferryd.anon_kib,
         s.ferryd.fds,
         s.ferryd.threads,
-        nf_rss,
+        nf_anon,
         s.audits_conserved,
         s.audits,
         s.faults,
@@ -89,8 +93,9 @@ pub fn row(s: &Sample) -> String {
 }
 
 pub fn table(samples: &[Sample]) -> String {
-    let mut t =
-        String::from("minute  ferryd rss(KiB)  fds  thr nfs rss(KiB)  audits ok/all  faults  made/sunk per chain\n");
+    let mut t = String::from(
+        "minute  ferryd  rss(KiB) anon(KiB)  fds  thr nfs anon(KiB)  audits ok/all  faults  made/sunk per chain\n",
+    );
     for s in samples {
         t += &row(s);
         t.push('\n');
@@ -111,9 +116,9 @@ pub fn growth(samples: &[Sample], b: &Bounds) -> Vec<String> {
     }
     for (key, l) in &last {
         let f = first[key];
-        let (rss, fds) = if l.name == "ferryd" { (b.ferryd_rss_kib, b.ferryd_fds) } else { (b.nf_rss_kib, u64::MAX) };
-        if l.rss_kib > f.rss_kib + rss {
-            out.push(format!("{} (pid {}): RSS {} -> {} KiB, over +{rss}", l.name, l.pid, f.rss_kib, l.rss_kib));
+        let (rss, fds) = if l.name == "ferryd" { (b.ferryd_anon_kib, b.ferryd_fds) } else { (b.nf_anon_kib, u64::MAX) };
+        if l.anon_kib > f.anon_kib + rss {
+            out.push(format!("{} (pid {}): RssAnon {} -> {} KiB, over +{rss}", l.name, l.pid, f.anon_kib, l.anon_kib));
         }
         if l.fds > f.fds.saturating_add(fds) {
             out.push(format!("{} (pid {}): fds {} -> {}, over +{fds}", l.name, l.pid, f.fds, l.fds));
@@ -123,23 +128,31 @@ pub fn growth(samples: &[Sample], b: &Bounds) -> Vec<String> {
 }
 
 /// Memory and throughput over the run, drawn by matplotlib into `png`;
-/// None (and why, on stderr) without it.
+/// None (and why, on stderr) without it. Debian's python3 first (where
+/// `make soak` installs python3-matplotlib), then the one on the PATH.
 pub fn plot(report: &SoakReport, png: &Path) -> Option<PathBuf> {
     let data = serde_json::to_string(report).ok()?;
-    let run = std::process::Command::new("python3")
+    let mut why = Vec::new();
+    for python in ["/usr/bin/python3", "python3"] {
+        match draw(python, &data, png) {
+            Ok(()) => return Some(png.to_path_buf()),
+            Err(e) => why.push(format!("{python}: {e}")),
+        }
+    }
+    eprintln!("no plot ({}): needs python3 with matplotlib (Debian: python3-matplotlib)", why.join("; "));
+    None
+}
+
+fn draw(python: &str, report: &str, png: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(python)
         .args(["-c", include_str!("plot.py"), &png.to_string_lossy()])
         .stdin(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().expect("piped").write_all(data.as_bytes())?;
-            c.wait()
-        });
-    match run {
-        Ok(st) if st.success() => Some(png.to_path_buf()),
-        other => {
-            eprintln!("no plot ({other:?}): needs python3 with matplotlib (Debian: python3-matplotlib)");
-            None
-        }
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    child.stdin.take().expect("piped").write_all(report.as_bytes())?;
+    match child.wait()? {
+        st if st.success() => Ok(()),
+        st => Err(std::io::Error::other(format!("exited with {st}"))),
     }
 }
