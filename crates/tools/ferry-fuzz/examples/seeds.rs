@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use ferry_chain::plan::ChainPlan;
 use ferry_chain::proto::{frame, Msg};
+use ferry_traffic::{FlowSchedule, TemplateCache, TrafficProfile};
 use ferry_wire::mica::{emit_batch, MicaRequestRepr};
 use ferry_wire::nsh::{NshContext, NshRepr, ETHERTYPE_NSH};
 use ferry_wire::{build_frame, vxlan_gpe, FiveTuple, FrameSpec, L4Proto, Stamp};
@@ -69,6 +70,32 @@ fn captured() -> Vec<(String, Vec<u8>)> {
         ("linux-mld-report", &MLD_REPORT),
     ];
     frames.iter().map(|(n, f)| (n.to_string(), f.to_vec())).collect()
+}
+
+/// Frames as `ferry gen` makes and the traffic tests capture: a few of
+/// each profile (UDP and TCP, IPv4 and IPv6, flows and ports varied).
+fn generated() -> Vec<(String, Vec<u8>)> {
+    let profiles: [(&str, &[(&str, &str)]); 4] = [
+        ("udp4", &[("proto", "udp")]),
+        ("tcp4", &[("proto", "tcp"), ("dst_port", "80-90")]),
+        ("udp6", &[("proto", "udp"), ("src_ip", "2001:db8::1"), ("dst_ip", "2001:db8::2")]),
+        ("tcp6", &[("proto", "tcp"), ("src_ip", "2001:db8::1"), ("dst_ip", "2001:db8::2")]),
+    ];
+    let mut out = Vec::new();
+    for (name, settings) in profiles {
+        let mut p = TrafficProfile { frame_len: 128, active_flows: 4, seed: 7, ..Default::default() };
+        for (k, v) in settings {
+            p.set(k, v).unwrap();
+        }
+        let mut sched = FlowSchedule::new(&p).unwrap();
+        let mut cache = TemplateCache::new(p.frame_spec(), p.version(), p.proto.into(), sched.active_flows());
+        let mut buf = [0u8; 256];
+        for seq in 0..4u32 {
+            let n = cache.write_frame(&sched.next_packet(), &Stamp { stream: 0, seq, tx_ns: 1 }, &mut buf).unwrap();
+            out.push((format!("gen-{name}-{seq}"), buf[..n].to_vec()));
+        }
+    }
+    out
 }
 
 /// NSH (MD type 1 and 2) after Ethernet and in VXLAN-GPE over UDP.
@@ -183,7 +210,7 @@ fn states() {
 }
 
 fn main() {
-    for (name, f) in frames().into_iter().chain(captured()) {
+    for (name, f) in frames().into_iter().chain(captured()).chain(generated()) {
         for target in ["frame", "parse-diff"] {
             write(target, &name, &f);
         }
