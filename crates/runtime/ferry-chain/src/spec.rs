@@ -617,18 +617,49 @@ pub trait KindCheck {
 /// its 1-based line and column. Comments, where a file's header explains
 /// its placeholders, do not count.
 pub fn unfilled_placeholder(text: &str) -> Option<(usize, usize, &str)> {
-    text.lines().enumerate().find_map(|(i, line)| {
-        let line = without_comment(line);
-        line.match_indices('{').filter(|&(at, _)| !line[..at].ends_with('$')).find_map(|(at, _)| {
-            let rest = &line[at + 1..];
-            let end = rest.find('}')?;
-            let name = &rest[..end];
-            let first = name.bytes().next()?;
-            let valid = first.is_ascii_lowercase()
-                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-            valid.then_some((i + 1, at + 1, name))
-        })
+    text.lines()
+        .enumerate()
+        .find_map(|(i, line)| placeholder_in(without_comment(line)).map(|(at, name)| (i + 1, at + 1, name)))
+}
+
+/// The first placeholder in `s` and its byte offset.
+fn placeholder_in(s: &str) -> Option<(usize, &str)> {
+    s.match_indices('{').filter(|&(at, _)| !s[..at].ends_with('$')).find_map(|(at, _)| {
+        let rest = &s[at + 1..];
+        let name = &rest[..rest.find('}')?];
+        let first = name.bytes().next()?;
+        let valid = first.is_ascii_lowercase()
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        valid.then_some((at, name))
     })
+}
+
+/// A placeholder in a value as parsed: one the line-by-line look missed,
+/// in a line of a quoted value that spans lines and starts like a
+/// comment.
+fn placeholder_in_values(spec: &ChainSpec) -> Option<String> {
+    fn walk(v: &serde_json::Value) -> Option<String> {
+        match v {
+            serde_json::Value::String(s) => placeholder_in(s).map(|(_, name)| name.to_string()),
+            serde_json::Value::Array(a) => a.iter().find_map(walk),
+            serde_json::Value::Object(m) => m.values().find_map(walk),
+            _ => None,
+        }
+    }
+    walk(&serde_json::to_value(spec).ok()?)
+}
+
+fn placeholder_error(origin: &str, (line, column): (usize, usize), name: &str) -> YamlError {
+    YamlError {
+        origin: origin.to_string(),
+        line: Some(line),
+        column: Some(column),
+        field: String::new(),
+        message: format!(
+            "{{{name}}} is a placeholder to fill in (the file's header says what goes there): \
+             give `--set {name}=VALUE` to `ferry chain check`, `ferry chain deploy`, `ferry chain up` or ferryd"
+        ),
+    }
 }
 
 /// `line` up to its YAML comment: a `#` at its start or after a space,
@@ -699,17 +730,7 @@ type Invalid = (Vec<Seg>, String);
 impl ChainSpec {
     pub fn from_yaml_str(text: &str, origin: &str, kinds: &dyn KindCheck) -> Result<ChainSpec, YamlError> {
         if let Some((line, column, name)) = unfilled_placeholder(text) {
-            return Err(YamlError {
-                origin: origin.to_string(),
-                line: Some(line),
-                column: Some(column),
-                field: String::new(),
-                message: format!(
-                    "{{{name}}} is a placeholder to fill in (the file's header says what goes there): \
-                     give `--set {name}=VALUE` to `ferry chain check`, `ferry chain deploy`, `ferry chain up` \
-                     or ferryd"
-                ),
-            });
+            return Err(placeholder_error(origin, (line, column), name));
         }
         let mut spec: ChainSpec = parse_located(text, origin, |s: &ChainSpec| {
             s.validate(kinds)?;
@@ -717,6 +738,10 @@ impl ChainSpec {
             // file is what placement and planning see.
             s.clone().lower_routers()
         })?;
+        if let Some(name) = placeholder_in_values(&spec) {
+            let at = text.find(&format!("{{{name}}}")).map_or((1, 1), |i| ferry_config::editor_position(text, i));
+            return Err(placeholder_error(origin, at, &name));
+        }
         spec.lower_routers().expect("lowered once already");
         spec.place_entries();
         for p in &mut spec.ports {
@@ -1188,6 +1213,14 @@ mod tests {
         assert_eq!(unfilled_placeholder("a: \"#{dut}\"\n"), Some((1, 6, "dut")), "a # inside quotes is no comment");
         assert_eq!(unfilled_placeholder("- { name: a }\n- {b: 1}\n"), None, "flow mappings are not placeholders");
         assert_eq!(unfilled_placeholder("exec: [sh, -c, \"nf ${dev}\"]\n"), None, "a shell variable is not one");
+        // A line of a quoted value that starts like a comment: found in the
+        // value as parsed, at its line.
+        let text =
+            "name: c\ndomains: [ { name: main } ]\nports:\n  - { name: p, netns: \"x\n  # {dut}\", netdev: d0 }\n\
+                    nfs: [ { name: f, domain: main, kind: l2fwd } ]\nlinks: [ { from: p, to: f } ]\n";
+        let e = parse(text).unwrap_err();
+        assert!(e.message.contains("{dut} is a placeholder"), "{e}");
+        assert_eq!((e.line, e.column), (Some(5), Some(5)), "{e}");
     }
 
     const GOOD: &str = r#"
