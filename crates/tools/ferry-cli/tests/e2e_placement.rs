@@ -390,10 +390,11 @@ fn run(offload: &str, order: &[&str], input: &[Vec<u8>], want: usize, last_rx: u
         }
     }
     assert_conserved(&rc);
-    // The NFs that read a configuration file apply a reload of it: the
-    // eFW, and the NAT, split or whole.
+    // The NFs that read a file apply a reload of it: the eFW, the NAT,
+    // split or whole, and the firewall and IPS where they run as
+    // processes (in XDP they are no process).
     let mut configured: Vec<&str> =
-        st.nfs.iter().map(|n| n.name.as_str()).filter(|n| ["nat", "efw"].contains(n)).collect();
+        st.nfs.iter().map(|n| n.name.as_str()).filter(|n| ["nat", "efw", "fw", "ips"].contains(n)).collect();
     configured.sort();
     if !configured.is_empty() {
         let outcomes = chainctl::reload(&rc.admin, "sfc").expect("reload");
