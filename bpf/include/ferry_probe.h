@@ -10,6 +10,7 @@
 #define FERRY_PROBE_H
 
 #include "ferry_parse.h"
+#include "ferry_elements.h"
 
 /* ferry_parse_l4's answer for the frame at c->pos (its first byte). */
 static __always_inline void ferry_parse_result_of(struct ferry_cursor *c, struct ferry_parse_result *r)
@@ -34,6 +35,25 @@ static __always_inline void ferry_parse_result_of(struct ferry_cursor *c, struct
 	r->l4_off = p.l4 ? (__u16)(p.l4 - data) : 0;
 	r->saddr = p.saddr;
 	r->daddr = p.daddr;
+}
+
+/* The pipeline parse's fields (ferry_pl_parse, which accepted the frame)
+ * as a parse result, so that they compare field by field with
+ * ferry_parse_l4's answer and ferry-wire's. */
+static __always_inline void ferry_pl_result_of(const struct ferry_pl_fields *f, struct ferry_parse_result *r)
+{
+	__builtin_memset(r, 0, sizeof(*r));
+	r->ok = 1;
+	r->proto = f->proto;
+	r->fragment = f->fragment;
+	r->later_fragment = f->later_fragment;
+	r->ip_version = f->is_ip4 ? 4 : f->is_ip6 ? 6 : 0;
+	r->sport = f->sport;
+	r->dport = f->dport;
+	r->l3_off = f->l3_off;
+	r->l4_off = f->l4_off;
+	r->saddr = f->saddr;
+	r->daddr = f->daddr;
 }
 
 /* ferry_parse_nsh's answer for the frame at c->pos: an NSH header right

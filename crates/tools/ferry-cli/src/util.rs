@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -39,6 +39,52 @@ impl RunLimit {
     pub fn done(&self) -> bool {
         stop_requested() || self.deadline.is_some_and(|d| Instant::now() >= d)
     }
+}
+
+/// How often the waiting helpers look again.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Waits for `f` to return something (a status showing an event) and
+/// returns it. The `guard` only stops a hang: it says nothing about speed.
+pub fn wait_for<T>(what: &str, guard: Duration, mut f: impl FnMut() -> Option<T>) -> Result<T> {
+    let deadline = Instant::now() + guard;
+    loop {
+        if let Some(found) = f() {
+            return Ok(found);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {guard:?} waiting for {what}");
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Waits for `f` to hold (a counter reached, a process gone).
+pub fn wait_until(what: &str, guard: Duration, mut f: impl FnMut() -> bool) -> Result<()> {
+    wait_for(what, guard, || f().then_some(()))
+}
+
+/// Waits for a counter to reach `goal`, for as long as it keeps rising:
+/// the error comes only when `progress` stood still for `stall`, so a slow
+/// but moving counter is never cut off. Returns the counter's last value.
+pub fn wait_while_progressing(
+    what: &str,
+    stall: Duration,
+    goal: u64,
+    mut progress: impl FnMut() -> u64,
+) -> Result<u64> {
+    let (mut best, mut moved) = (progress(), Instant::now());
+    while best < goal {
+        if moved.elapsed() >= stall {
+            bail!("{what}: stood at {best} of {goal} for {stall:?}");
+        }
+        std::thread::sleep(POLL);
+        let now = progress();
+        if now > best {
+            (best, moved) = (now, Instant::now());
+        }
+    }
+    Ok(best)
 }
 
 /// Index of a device in this process's network namespace.
@@ -150,6 +196,38 @@ impl Drop for Scratch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waits_end_on_the_event_or_fail_after_the_guard() {
+        let mut n = 0;
+        assert_eq!(
+            wait_for("n at 3", Duration::from_secs(60), || {
+                n += 1;
+                (n == 3).then_some(n)
+            })
+            .unwrap(),
+            3
+        );
+        let err = wait_until("never", Duration::ZERO, || false).unwrap_err();
+        assert!(err.to_string().contains("waiting for never"), "{err}");
+    }
+
+    #[test]
+    fn a_progressing_wait_lasts_while_its_counter_rises() {
+        // Each look moves the counter by one: no stall, whatever the goal.
+        let mut n = 0;
+        assert_eq!(
+            wait_while_progressing("n", Duration::from_secs(60), 50, || {
+                n += 1;
+                n
+            })
+            .unwrap(),
+            50
+        );
+        // A counter that stands still fails once the stall is over.
+        let err = wait_while_progressing("frames made", Duration::ZERO, 5, || 2).unwrap_err();
+        assert_eq!(err.to_string(), "frames made: stood at 2 of 5 for 0ns");
+    }
 
     #[test]
     fn durations() {

@@ -72,10 +72,9 @@ fn reload_applies_a_new_rule_file_and_refuses_a_bad_one() {
     let dir = TempDir::new("fw-reload");
     let rules = dir.path("fw.rules");
     std::fs::write(&rules, "default allow\n").unwrap();
-    // Far more frames (8 s at 50 kpps) than the steps below take; counted, so
-    // the counters are checked once they all went through.
-    const MADE: u64 = 400_000;
-    let yaml = chain(&rules, "bitvector").replace(&format!("\"count={SENT}\""), &format!("\"count={MADE}\""));
+    // A source that makes frames until the chain is removed, so every step
+    // below has frames to judge however long the machine takes for it.
+    let yaml = chain(&rules, "bitvector").replace(&format!("\"count={SENT}\""), "\"count=0\"");
     let (rc, _) = start(&dir, &yaml);
     let at = |what: &str, f: &dyn Fn(&ferry_chain::proto::Status) -> bool| {
         wait_for(what, || rc.status().ok().filter(|s| f(s)))
@@ -99,8 +98,12 @@ fn reload_applies_a_new_rule_file_and_refuses_a_bad_one() {
     let denied = c(&after, "fw", "drop_denied");
     let last = at("frames still denied", &|s| c(s, "fw", "drop_denied") > denied + 1000);
     assert_eq!(c(&last, "fw", "pass"), passed, "the refused file changed nothing");
-    let end = at("every frame through the firewall", &|s| c(s, "fw", "rx") == MADE && c(s, "snk", "sunk") == passed);
-    assert_eq!(c(&end, "fw", "pass") + c(&end, "fw", "drop_denied"), MADE, "the verdicts partition rx across reloads");
+    // Across both reloads, each frame the firewall took got one verdict:
+    // its counters were carried over, none restarted.
+    let end = at("the verdicts partitioning what the firewall took", &|s| {
+        c(s, "fw", "rx") == c(s, "fw", "pass") + c(s, "fw", "drop_denied") && c(s, "snk", "sunk") == passed
+    });
+    assert_eq!(c(&end, "fw", "pass"), passed);
     assert_conserved(&rc);
     rc.shutdown().unwrap();
 }

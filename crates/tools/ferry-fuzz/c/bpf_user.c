@@ -122,20 +122,11 @@ int ferry_user_pl_parse(const uint8_t *frame, uint32_t len, struct ferry_parse_r
 	struct xdp_md ctx = xdp_of(frame, len);
 	struct ferry_pl_fields f;
 
-	memset(r, 0, sizeof(*r));
-	if (!ferry_pl_parse(&ctx, &f))
+	if (!ferry_pl_parse(&ctx, &f)) {
+		memset(r, 0, sizeof(*r));
 		return 0;
-	r->ok = 1;
-	r->proto = f.proto;
-	r->fragment = f.fragment;
-	r->later_fragment = f.later_fragment;
-	r->ip_version = f.is_ip4 ? 4 : f.is_ip6 ? 6 : 0;
-	r->sport = f.sport;
-	r->dport = f.dport;
-	r->l3_off = f.l3_off;
-	r->l4_off = f.l4_off;
-	r->saddr = f.saddr;
-	r->daddr = f.daddr;
+	}
+	ferry_pl_result_of(&f, r);
 	return 1;
 }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use ferry_chain::proto::{self, Status};
 use ferry_cli::chainctl::{self, counter};
+use ferry_cli::util::{wait_until, wait_while_progressing};
 
 use super::{sample, SoakOptions, SoakReport, Tally, BOUNDS};
 
@@ -102,18 +103,6 @@ impl Step {
     }
 }
 
-/// Polls `f` until it holds; an error after [`GUARD`].
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) -> Result<()> {
-    let start = Instant::now();
-    while !f() {
-        if start.elapsed() > GUARD {
-            bail!("no {what} within {GUARD:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Ok(())
-}
-
 fn signal(pid: u32, sig: i32) -> Result<()> {
     // SAFETY: a plain kill of a process this soak started.
     match unsafe { libc::kill(pid as i32, sig) } {
@@ -187,7 +176,7 @@ impl Soak {
     fn wait_serving(&mut self) -> Result<()> {
         let ferryd = &mut self.ferryd;
         let admin = &self.admin;
-        wait_for("ferryd serving both chains, every NF connected", || {
+        wait_until("ferryd serving both chains, every NF connected", GUARD, || {
             if ferryd.try_wait().ok().flatten().is_some() {
                 return true;
             }
@@ -232,11 +221,13 @@ impl Soak {
     fn churn(&mut self) -> Result<()> {
         chainctl::deploy(&self.admin, &self.dir.join("churn.yaml"))?;
         let admin = &self.admin;
-        wait_for("the churn chain's frames at its sink", || {
+        wait_until("the churn chain's frames at its sink", GUARD, || {
             chainctl::status(admin, CHURN).is_ok_and(|s| counter(&s, "snk", "sunk") == CHURN_FRAMES)
         })?;
         chainctl::remove(&self.admin, CHURN)?;
-        wait_for("the churn chain gone", || chainctl::list(admin).is_ok_and(|l| l.iter().all(|c| c.name != CHURN)))
+        wait_until("the churn chain gone", GUARD, || {
+            chainctl::list(admin).is_ok_and(|l| l.iter().all(|c| c.name != CHURN))
+        })
     }
 
     fn reload(&mut self) -> Result<()> {
@@ -265,7 +256,7 @@ impl Soak {
         }
         *self.threads_killed.entry(chain).or_default() += old.iter().map(|o| o.2 as u64).sum::<u64>();
         let admin = &self.admin;
-        wait_for("the killed NFs restarted", || {
+        wait_until("the killed NFs restarted", GUARD, || {
             chainctl::status(admin, chain).is_ok_and(|s| {
                 victims.iter().zip(&old).all(|(v, &(pid, restarts, _))| {
                     s.nfs
@@ -281,7 +272,7 @@ impl Soak {
     fn wait_flowing(&self, chain: &str) -> Result<()> {
         let sunk0 = counter(&self.status(chain)?, "snk", "sunk");
         let (admin, count) = (&self.admin, self.count);
-        wait_for("frames at the sink", || {
+        wait_until("frames at the sink", GUARD, || {
             chainctl::status(admin, chain)
                 .is_ok_and(|s| counter(&s, "snk", "sunk") > sunk0 || counter(&s, "src", "made") == count)
         })
@@ -380,23 +371,16 @@ impl Soak {
         let (admin, count) = (self.admin.clone(), self.count);
         let made = || chainctl::status(&admin, chain).map_or(0, |s| counter(&s, "src", "made"));
         // As long as the source makes frames: faults held it back a while.
-        let mut last = (made(), Instant::now());
-        wait_for("the source's count made", || {
-            let now = made();
-            if now > last.0 {
-                last = (now, Instant::now());
-            }
-            now == count || last.1.elapsed() > GUARD
-        })?;
-        if made() != count {
-            bail!("the source stopped at {} of {count} frames", made());
+        let made_at_end = wait_while_progressing("the source's count", GUARD, count, made)?;
+        if made_at_end != count {
+            bail!("the source made {made_at_end} frames, not its count of {count}");
         }
         let settled = |s: &Status| {
             let t = tally_of(chain, s, 0);
             t.sunk + t.dropped + t.reclaimed >= t.made
         };
         // The audits reclaim what the dead held; frames in flight arrive.
-        let _ = wait_for("every frame made sunk, dropped or reclaimed", || {
+        let _ = wait_until("every frame made sunk, dropped or reclaimed", GUARD, || {
             let _ = chainctl::audit(&admin, chain);
             chainctl::status(&admin, chain).is_ok_and(|s| settled(&s))
         });

@@ -41,21 +41,14 @@ pub const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// Waits for `f` to hold (an event: a counter reached, a process gone),
 /// failing the test after [`HANG_GUARD`].
-pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    wait_for(what, || f().then_some(()))
+pub fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    ferry_cli::util::wait_until(what, HANG_GUARD, f).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// Waits for `f` to return something (a status showing the event) and
 /// returns it, failing the test after [`HANG_GUARD`].
-pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + HANG_GUARD;
-    loop {
-        if let Some(found) = f() {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "timed out after {HANG_GUARD:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    ferry_cli::util::wait_for(what, HANG_GUARD, f).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// gen (g0) -- (d0) dut: one device to receive on, frames sent into it
