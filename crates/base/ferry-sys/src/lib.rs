@@ -16,6 +16,7 @@
 pub mod affinity;
 pub mod clock;
 pub mod devattr;
+pub mod fs;
 pub mod link;
 pub mod netns;
 pub mod pacer;

@@ -2,7 +2,7 @@
 //! certificate for each host and for the operator, each certificate
 //! naming its holder (a DNS name: what a client checks a server against).
 
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
@@ -44,11 +44,7 @@ pub fn issue(dir: &Path, hosts: &[String]) -> Result<(), RemoteError> {
             return Err(RemoteError::BadName(name.clone()));
         }
     }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|source| RemoteError::File { path: dir.to_path_buf(), source })?;
+    ferry_sys::fs::create_private_dir(dir).map_err(|source| RemoteError::File { path: dir.to_path_buf(), source })?;
     let (hosts_ca, hosts_key) = ca(HOSTS_CA)?;
     let (operators_ca, operators_key) = ca(OPERATORS_CA)?;
     for (name, cert, key) in [(HOSTS_CA, &hosts_ca, &hosts_key), (OPERATORS_CA, &operators_ca, &operators_key)] {

@@ -8,7 +8,7 @@
 
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -40,11 +40,7 @@ pub fn state_dir(admin: &Path) -> PathBuf {
 /// is believed (uids, commands to run), so nothing else may put it there.
 pub fn secure_dir(dir: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
+    ferry_sys::fs::create_private_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
     let meta = std::fs::symlink_metadata(dir).with_context(|| format!("{}", dir.display()))?;
     // SAFETY: plain getter.
     let me = unsafe { libc::geteuid() };

@@ -101,7 +101,7 @@ fn file_refusal(nf: &NfPlan) -> Option<Refusal> {
 /// The first of `file` (without the "other" permission bits `bits`:
 /// read 0o004, execute 0o001) and its directories (not searchable by
 /// others) that keeps a stranger out, if one does; links followed.
-fn closed_to_others(file: &Path, bits: u32) -> Option<PathBuf> {
+pub(crate) fn closed_to_others(file: &Path, bits: u32) -> Option<PathBuf> {
     let file = std::fs::canonicalize(file).ok()?;
     let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode()).ok();
     let mut dirs: Vec<&Path> = file.ancestors().skip(1).collect();

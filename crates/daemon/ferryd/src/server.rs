@@ -132,6 +132,19 @@ fn listen(path: &Path, mode: u32) -> Result<UnixListener> {
     }
     let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    // Other users are to connect (the NFs, each a uid of its own): a
+    // directory on the way that shuts them out is a chain that never
+    // comes up, so it is refused here with its fix.
+    if mode & 0o002 != 0 {
+        if let Some(closed) = crate::preflight::closed_to_others(path, 0o002) {
+            bail!(
+                "{}: {} is closed to other users, and each NF connects as a uid of its own: `chmod o+x` it, or \
+                 serve the socket elsewhere (--socket)",
+                path.display(),
+                closed.display()
+            );
+        }
+    }
     l.set_nonblocking(true)?;
     Ok(l)
 }

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use ferry_chain::plan::ChainPlan;
@@ -103,7 +103,7 @@ pub fn resolve(plan: &ChainPlan, range: UidRange) -> Result<(Vec<Creds>, Vec<Lea
 /// runs as, and no other ferryd holds; leased through a lock file in `dir`.
 pub fn lease(range: UidRange, dir: &Path) -> Result<Lease, UserError> {
     let lease_err = |path: &Path, source| UserError::Lease { path: path.to_path_buf(), source };
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| lease_err(dir, e))?;
+    ferry_sys::fs::create_private_dir(dir).map_err(|e| lease_err(dir, e))?;
     let running = process_uids();
     for uid in range.first..range.first + range.count {
         // SAFETY: getpwuid/getgrgid return NULL or static storage, only
@@ -137,7 +137,7 @@ pub fn lease(range: UidRange, dir: &Path) -> Result<Lease, UserError> {
 pub fn lease_again(uid: u32, dir: &Path) -> Result<Lease, UserError> {
     let path = dir.join(uid.to_string());
     let lease_err = |e| UserError::Lease { path: path.clone(), source: e };
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(&lease_err)?;
+    ferry_sys::fs::create_private_dir(dir).map_err(&lease_err)?;
     let file =
         OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).map_err(&lease_err)?;
     // SAFETY: flock on an fd we own.
