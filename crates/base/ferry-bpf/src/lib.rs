@@ -6,6 +6,7 @@
 //! ("not supported: needs ...").
 
 pub mod abi;
+pub mod alert_table;
 mod attach;
 pub mod batch;
 pub mod capture;
@@ -19,6 +20,7 @@ pub mod pipeline;
 pub mod scan;
 pub mod state;
 mod test_run;
+pub mod user_table;
 
 pub use abi::{GenConfig, GenState, Verdicts, SLOT_MALFORMED, SLOT_NO_SOCKET, VERDICT_NAMES, VERDICT_SLOTS};
 pub use attach::{AttachMode, Attachment, LoadedXdp};

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use ferry_bpf::abi::VERDICT_NAMES;
+use ferry_bpf::alert_table::AlertTable;
 use ferry_bpf::flow_table::FlowTable;
 use ferry_chain::plan::ChainPlan;
 use ferry_chain::proto::ChainSummary;
@@ -29,6 +30,14 @@ mod setup;
 mod status;
 mod supervision;
 pub use adopt::abandon;
+
+/// What ferryd made for an NF that raises alerts (an IPS).
+pub(crate) struct NfAlerts {
+    /// Each thread's alerts per rule: the NF writes, ferryd reads.
+    table: AlertTable,
+    /// The EVE files its arguments name, by path, opened for appending.
+    eve: Vec<(String, std::fs::File)>,
+}
 
 /// An NF process a supervisor waits for.
 enum Running {
@@ -102,6 +111,8 @@ pub struct Chain {
     splits: Vec<Split>,
     /// Per NF: the flow table of a flow monitor running as a process.
     flow_tables: Vec<Option<FlowTable>>,
+    /// Per NF: an alerting NF's alert table and EVE files.
+    alerts: Vec<Option<NfAlerts>>,
     /// Where each NF runs and why.
     placement: String,
     /// Started by `ferryd --persist`: the chain outlives ferryd, which

@@ -13,6 +13,8 @@
 //! * `ferry_thread_loops_total{chain,nf,thread}`: data-loop iterations;
 //! * `ferry_nf_up`, `ferry_nf_restarts_total`, `ferry_nf_cpu_seconds_total`
 //!   `{chain,nf}`;
+//! * `ferry_ips_alerts_total{chain,nf,gid,sid}`: an IPS's alerts per
+//!   rule (one label set per rule of its file: bounded by the file);
 //! * `ferry_domain_frames`, `ferry_domain_pool_frames`,
 //!   `ferry_domain_reclaimed_frames_total`, `ferry_domain_lost_frames_total`,
 //!   `ferry_domain_duplicated_frames_total`, `ferry_domain_audits_total`
@@ -152,6 +154,17 @@ fn nf_families(out: &mut String, statuses: &[Status]) {
         }
     }
     family(out, "ferry_nf_restarts_total", "counter", "Restarts of the NF after it died.", &restarts);
+    let mut alerts = Vec::new();
+    for s in statuses {
+        for n in &s.nfs {
+            for a in &n.alerts {
+                let l =
+                    format!("chain=\"{}\",nf=\"{}\",gid=\"{}\",sid=\"{}\"", esc(&s.chain), esc(&n.name), a.gid, a.sid);
+                alerts.push((l, a.alerts));
+            }
+        }
+    }
+    family(out, "ferry_ips_alerts_total", "counter", "Alerts an IPS raised, per rule.", &alerts);
 }
 
 /// Per domain: its frames, pool, reclaimed, lost and duplicated frames.

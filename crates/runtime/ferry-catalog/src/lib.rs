@@ -257,6 +257,45 @@ pub fn files_read<'a>(kind: &str, args: &'a [String]) -> Vec<&'a str> {
         .collect()
 }
 
+/// The per-packet NFs an NF of `kind` with `args` runs, with their
+/// arguments: itself, each part of `a+b`, each stage of a fused NF.
+fn packet_parts<'a>(kind: &'a str, args: &'a [String]) -> Vec<(&'a str, Vec<&'a str>)> {
+    let as_refs = |a: &'a [String]| a.iter().map(String::as_str).collect::<Vec<_>>();
+    if kind == fused::FUSED {
+        let stages = fused::stages(args).unwrap_or_default();
+        return stages.into_iter().flat_map(|s| packet_parts(s.kind, s.args)).collect();
+    }
+    match types::joined(kind, args) {
+        Ok(parts) => parts.into_iter().map(|(k, a)| (k, as_refs(a))).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// What each per-packet NF an NF of `kind` runs loaded from its file
+/// (an IPS: its rules, and those it skipped by option), a line each:
+/// for `ferry chain check` and the NF process's log.
+pub fn loaded(kind: &str, args: &[String]) -> Vec<String> {
+    let parts = packet_parts(kind, args);
+    let reports = parts.iter().filter_map(|(k, a)| Some((k, ferry_nf::info(k)?.report?(a))));
+    reports.map(|(k, r)| r.map_or_else(|e| e.to_string(), |line| format!("{k}: {line}"))).collect()
+}
+
+/// Whether an NF of `kind` raises alerts (an IPS, alone, joined or
+/// fused): ferryd makes it an alert table.
+pub fn raises_alerts(kind: &str, args: &[String]) -> bool {
+    packet_parts(kind, args).iter().any(|(k, _)| ferry_nf::info(k).is_some_and(|i| i.eve_file.is_some()))
+}
+
+/// The EVE files an NF of `kind` writes its alerts to, which ferryd
+/// opens for it (absolute paths, checked with its arguments).
+pub fn eve_files(kind: &str, args: &[String]) -> Vec<String> {
+    let parts = packet_parts(kind, args);
+    let files = parts.iter().filter_map(|(k, a)| ferry_nf::info(k)?.eve_file?(a).map(str::to_string));
+    let mut files: Vec<String> = files.collect();
+    files.dedup();
+    files
+}
+
 /// Whether `ferry chain reload` makes an NF of `kind` read its file again:
 /// a per-packet NF that reads one (the firewall's rules, the IPS's),
 /// alone or joined with `+`. (Hybrid NFs reload their configuration by

@@ -51,7 +51,7 @@ type CheckRow = (&'static str, &'static [&'static str], Option<&'static str>, Op
 
 #[test]
 fn kinds_and_arguments_are_checked() {
-    let table: [CheckRow; 21] = [
+    let table: [CheckRow; 23] = [
         ("fwd", &[], None, None),
         ("fwd", &["by_port=1"], None, None),
         ("fwd", &["by_port=2"], Some("by_port=2: expected 0 or 1"), Some(0)),
@@ -78,6 +78,8 @@ fn kinds_and_arguments_are_checked() {
             Some(0),
         ),
         ("ips", &["/nonexistent/ips.rules"], Some("ips: /nonexistent/ips.rules: No such file"), Some(0)),
+        ("ips", &["/nonexistent/ips.rules", "eve=eve.json"], Some("give an absolute path"), Some(1)),
+        ("ips", &["/nonexistent/ips.rules", "fast"], Some("expected skip-unsupported or eve=PATH"), Some(1)),
     ];
     for (kind, a, want, index) in table {
         match (check(kind, &args(a)), want) {
@@ -151,7 +153,29 @@ fn the_json_listing_has_every_type_with_its_offloadability() {
     assert_eq!(nat["args"][0]["key"], "workers");
     assert_eq!(nat["args"][0]["type"]["u64"][1], 64);
     let ips = types.iter().find(|t| t["kind"] == "ips").unwrap();
-    assert_eq!(ips["args"]["positional"], "RULE_FILE");
+    assert_eq!(ips["args"]["positional"], "RULE_FILE [skip-unsupported] [eve=PATH]");
+}
+
+/// An IPS raises alerts wherever it runs (alone, joined, fused), and
+/// ferryd learns its EVE file from the catalog.
+#[test]
+fn alerting_nfs_and_their_eve_files_are_found_where_they_run() {
+    let ips = args(&["/r.rules", "eve=/var/log/ferry/eve.json"]);
+    let fw = args(&["/fw.rules"]);
+    assert!(raises_alerts("ips", &ips) && raises_alerts("ips", &args(&["/r.rules"])));
+    assert!(!raises_alerts("firewall", &fw));
+    assert_eq!(eve_files("ips", &ips), ["/var/log/ferry/eve.json"]);
+    assert!(eve_files("ips", &args(&["/r.rules"])).is_empty());
+    let joined = [fw.clone(), args(&["--"]), ips.clone()].concat();
+    assert!(raises_alerts("firewall+ips", &joined));
+    assert_eq!(eve_files("firewall+ips", &joined), ["/var/log/ferry/eve.json"]);
+    let stages = [
+        crate::fused::Stage { name: "fw", kind: "firewall", args: &fw },
+        crate::fused::Stage { name: "ips", kind: "ips", args: &ips },
+    ];
+    let fused = crate::fused::fused_args(&stages);
+    assert!(raises_alerts(crate::fused::FUSED, &fused));
+    assert_eq!(eve_files(crate::fused::FUSED, &fused), ["/var/log/ferry/eve.json"]);
 }
 
 /// A two-tenant edge: `mode` and the first rule's fields given.

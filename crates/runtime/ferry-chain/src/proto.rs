@@ -275,6 +275,10 @@ pub enum FdRole {
     /// control plane reads and writes the map through this fd, with no
     /// capability of its own.
     Map(String),
+    /// A file ferryd opened for the NF to append to, by the path its
+    /// arguments give (an IPS's EVE file): the NF's own user need not be
+    /// able to open it.
+    File(String),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -401,6 +405,18 @@ pub struct NfStatus {
     pub flows_total: u64,
     #[serde(default)]
     pub flows: Vec<FlowStatus>,
+    /// An IPS's alerts per rule, over its threads (as of their last
+    /// export, at most 100 ms old), by gid then sid.
+    #[serde(default)]
+    pub alerts: Vec<RuleAlerts>,
+}
+
+/// The alerts one rule raised.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct RuleAlerts {
+    pub gid: u32,
+    pub sid: u32,
+    pub alerts: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]

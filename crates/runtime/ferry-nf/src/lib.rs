@@ -27,7 +27,7 @@ mod firewall;
 pub mod firewall_rules;
 pub mod flow_monitor;
 mod icmp;
-mod ips;
+pub mod ips;
 pub mod ips_rules;
 mod l2fwd;
 pub mod mica_client;
@@ -42,10 +42,10 @@ pub use chain::NfChainLocal;
 pub use firewall::{Firewall, Lookup};
 pub use flow_monitor::FlowMonitor;
 pub use icmp::IcmpEchoResponder;
-pub use ips::Ips;
+pub use ips::{EveAlert, FlowState, Flows, Ips};
 pub use l2fwd::L2Fwd;
 pub use payload_scan::PayloadScan;
-pub use registry::{by_name, info, registry, Hosted, NfBuilder, NfError, NfInfo};
+pub use registry::{by_name, info, registry, EveFileArg, Hosted, NfBuilder, NfError, NfInfo, NfReporter};
 pub use rxdrop::RxDrop;
 
 /// What to do with a frame after an NF has looked at it.
@@ -78,6 +78,12 @@ pub trait PacketNf: Send {
     fn process(&mut self, frame: &mut [u8]) -> Verdict;
     /// Counter values, in the order of `spec().counters`.
     fn counters(&self) -> &[u64];
+    /// Hands `out` the alerts raised since the last call (the IPS's; no
+    /// other NF raises any) and returns how many were raised but not
+    /// held (see [`ips::MAX_PENDING`]).
+    fn drain_alerts(&mut self, _out: &mut dyn FnMut(EveAlert<'_>)) -> u64 {
+        0
+    }
 }
 
 /// Index of `rx` in every NF's counters.

@@ -43,8 +43,20 @@ pub struct NfInfo {
     /// The argument naming a file it reads when built, if one does. In a
     /// chain the NF process reads it, from `/`.
     pub file_arg: Option<usize>,
+    /// What it loaded from its file, for `ferry chain check` and its
+    /// process's log, if it reads one.
+    pub report: Option<NfReporter>,
+    /// For an NF that raises alerts (the IPS): the EVE file its
+    /// arguments name (None: its log).
+    pub eve_file: Option<EveFileArg>,
     build: NfBuilder,
 }
+
+/// What an NF loaded from its file, in a line.
+pub type NfReporter = fn(&[&str]) -> Result<String, NfError>;
+
+/// The EVE file an alerting NF's arguments name.
+pub type EveFileArg = for<'a> fn(&[&'a str]) -> Option<&'a str>;
 
 /// What a per-packet NF asks of the process that hosts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,14 +133,27 @@ fn build_flow_monitor(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
 }
 
 fn build_ips(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
-    const NF: &str = "ips";
-    let [file] = args else {
-        return Err(NfError::MissingArg { nf: NF, what: "exactly one argument: the rule file" });
-    };
-    let bad = |message: String| NfError::BadFile { nf: NF, file: file.to_string(), message };
-    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
-    let rules = crate::ips_rules::parse_rules(&text).map_err(|e| bad(e.to_string()))?;
-    Ok(Box::new(crate::Ips::new(rules).map_err(|e| bad(e.to_string()))?))
+    Ok(Box::new(load_ips(args)?.0))
+}
+
+fn report_ips(args: &[&str]) -> Result<String, NfError> {
+    let (nf, skipped) = load_ips(args)?;
+    let mut report = format!("{} rules", nf.rules().len());
+    if !skipped.is_empty() {
+        let total: usize = skipped.values().sum();
+        let by: Vec<String> = skipped.iter().map(|(option, n)| format!("{option} {n}")).collect();
+        report += &format!(", {total} skipped as unsupported (by option: {})", by.join(", "));
+    }
+    Ok(report)
+}
+
+/// The IPS its arguments build, and the rules it skipped by option.
+fn load_ips(args: &[&str]) -> Result<(crate::Ips, std::collections::BTreeMap<String, usize>), NfError> {
+    let a = crate::ips::IpsArgs::parse(args)?;
+    let bad = |message: String| NfError::BadFile { nf: "ips", file: a.file.to_string(), message };
+    let text = std::fs::read_to_string(a.file).map_err(|e| bad(e.to_string()))?;
+    let set = crate::ips_rules::load_rules(&text, a.skip_unsupported).map_err(|e| bad(e.to_string()))?;
+    Ok((crate::Ips::new(set.rules), set.skipped))
 }
 
 fn build_firewall(args: &[&str]) -> Result<Box<dyn PacketNf>, NfError> {
@@ -162,6 +187,8 @@ static REGISTRY: [NfInfo; 8] = [
         hosted: Hosted::Plain,
         passes: false,
         file_arg: None,
+        report: None,
+        eve_file: None,
         build: build_l2fwd,
     },
     NfInfo {
@@ -175,6 +202,8 @@ static REGISTRY: [NfInfo; 8] = [
         hosted: Hosted::Replies,
         passes: false,
         file_arg: None,
+        report: None,
+        eve_file: None,
         build: build_arp,
     },
     NfInfo {
@@ -187,6 +216,8 @@ static REGISTRY: [NfInfo; 8] = [
         hosted: Hosted::Replies,
         passes: false,
         file_arg: None,
+        report: None,
+        eve_file: None,
         build: build_icmp,
     },
     NfInfo {
@@ -198,6 +229,8 @@ static REGISTRY: [NfInfo; 8] = [
         hosted: Hosted::Plain,
         passes: true,
         file_arg: Some(0),
+        report: None,
+        eve_file: None,
         build: build_firewall,
     },
     NfInfo {
@@ -209,17 +242,21 @@ static REGISTRY: [NfInfo; 8] = [
         hosted: Hosted::ExportsFlows,
         passes: true,
         file_arg: None,
+        report: None,
+        eve_file: None,
         build: build_flow_monitor,
     },
     NfInfo {
         spec: &crate::ips::SPEC,
-        summary: "drop or alert on TCP/UDP payloads matching Snort-like content rules (Aho-Corasick)",
-        ip: "IPv4 and IPv6 payloads alike (rules name no addresses), through up to two VLAN tags; fragments of either dropped",
-        args: "RULE_FILE",
+        summary: "drop or alert on packets matching Snort/Suricata rules (content, pcre, flow; Aho-Corasick prefilter)",
+        ip: "IPv4 and IPv6 alike (rule addresses in either family), through up to two VLAN tags; fragments of either dropped",
+        args: "RULE_FILE [skip-unsupported] [eve=PATH]",
         elements: &[Element { name: "payload-matcher", offload: Offload::No }],
         hosted: Hosted::Plain,
         passes: true,
         file_arg: Some(0),
+        report: Some(report_ips),
+        eve_file: Some(|args| crate::ips::IpsArgs::parse(args).ok()?.eve),
         build: build_ips,
     },
     NfInfo {
@@ -233,6 +270,8 @@ static REGISTRY: [NfInfo; 8] = [
         hosted: Hosted::Plain,
         passes: true,
         file_arg: None,
+        report: None,
+        eve_file: None,
         build: build_payload_scan,
     },
     NfInfo {
@@ -244,6 +283,8 @@ static REGISTRY: [NfInfo; 8] = [
         hosted: Hosted::Plain,
         passes: false,
         file_arg: None,
+        report: None,
+        eve_file: None,
         build: build_rxdrop,
     },
 ];

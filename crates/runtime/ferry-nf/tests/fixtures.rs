@@ -681,7 +681,7 @@ fn all_nfs() -> Vec<Box<dyn PacketNf>> {
         Box::new(NfChainLocal::new(vec![Box::new(arp_nf()), Box::new(icmp_nf())])),
         Box::new(Firewall::new(fw.clone(), Lookup::Linear)),
         Box::new(Firewall::new(fw, Lookup::BitVector)),
-        Box::new(Ips::new(ips).expect("IPS automaton")),
+        Box::new(Ips::new(ips)),
     ]
 }
 

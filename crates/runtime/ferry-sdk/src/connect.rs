@@ -31,6 +31,8 @@ pub struct Nf {
     taps: HashMap<usize, Arc<OwnedFd>>,
     /// A hybrid NF's fast-path maps, until its control plane takes them.
     maps: Mutex<Vec<(String, OwnedFd)>>,
+    /// Files ferryd opened for the NF, by path, until it takes them.
+    files: Mutex<Vec<(String, OwnedFd)>>,
     stop: Arc<AtomicBool>,
     _ctrl: Arc<UnixStream>,
 }
@@ -89,7 +91,7 @@ impl Nf {
         let mut region = None;
         let (mut data, mut room, mut sockets) = (HashMap::new(), HashMap::new(), HashMap::new());
         let mut taps = HashMap::new();
-        let mut maps = Vec::new();
+        let (mut maps, mut files) = (Vec::new(), Vec::new());
         for (role, fd) in welcome.fds.iter().zip(fds) {
             match role {
                 FdRole::Umem => umem = Some(Arc::new(Umem::from_fd(fd, cfg)?)),
@@ -107,6 +109,7 @@ impl Nf {
                     taps.insert(*k, Arc::new(fd));
                 }
                 FdRole::Map(name) => maps.push((name.clone(), fd)),
+                FdRole::File(path) => files.push((path.clone(), fd)),
             }
         }
         let missing = |what: &'static str| SdkError::Refused { nf: name.to_string(), message: format!("no {what} fd") };
@@ -152,15 +155,35 @@ impl Nf {
             sockets: Mutex::new(sockets),
             taps,
             maps: Mutex::new(maps),
+            files: Mutex::new(files),
             stop,
             _ctrl: ctrl,
         })
     }
 
-    /// The fast-path maps ferryd sent (a hybrid NF's), by name; empty
+    /// The maps ferryd sent (a hybrid NF's fast-path maps, a flow
+    /// monitor's or an IPS's table), by name; empty
     /// after the first call.
     pub fn take_maps(&self) -> Vec<(String, OwnedFd)> {
         std::mem::take(&mut *self.maps.lock().expect("maps lock"))
+    }
+
+    /// The map ferryd sent by `name`, if it did and it was not taken yet.
+    pub fn take_map(&self, name: &str) -> Option<OwnedFd> {
+        let mut maps = self.maps.lock().expect("maps lock");
+        let at = maps.iter().position(|(n, _)| n == name)?;
+        Some(maps.swap_remove(at).1)
+    }
+
+    /// The files ferryd opened for the NF to append to, by path; empty
+    /// after the first call.
+    pub fn take_files(&self) -> Vec<(String, OwnedFd)> {
+        std::mem::take(&mut *self.files.lock().expect("files lock"))
+    }
+
+    /// The chain the NF is part of.
+    pub fn chain(&self) -> &str {
+        &self.welcome.chain
     }
 
     pub fn name(&self) -> &str {

@@ -14,6 +14,7 @@ pub mod evnf;
 pub mod firewall;
 pub mod inproc;
 pub mod io;
+pub mod ips;
 pub mod kchain;
 pub mod load;
 pub mod nsh;

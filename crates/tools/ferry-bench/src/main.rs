@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use ferry_bench::{chain, cost, evnf, firewall, io, nsh, offload, parallel, peers, pipeline, realworld, soak, tenant};
+use ferry_bench::{
+    chain, cost, evnf, firewall, io, ips, nsh, offload, parallel, peers, pipeline, realworld, soak, tenant,
+};
 use ferry_cli::util::{install_stop_handler, parse_duration};
 use serde::Serialize;
 
@@ -107,6 +109,29 @@ enum BenchCmd {
         packets: usize,
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The IPS at 1 000 and 10 000 generated rules against the same NF
+    /// with none, on one mixed payload corpus: load time, ns per packet,
+    /// packets per second.
+    Ips {
+        /// Rule counts (the NF with no rules is always measured too).
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        rules: Vec<usize>,
+        #[arg(long, default_value_t = 100_000)]
+        packets: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Write the first count of generated rules (about one in seven
+        /// needing an option the IPS does not run) to FILE, then stop:
+        /// a ruleset to try `skip-unsupported` on.
+        #[arg(long, value_name = "FILE")]
+        write_rules: Option<PathBuf>,
+        /// Also measure the rules of FILE (an operator's ruleset), loaded
+        /// skipping what the IPS does not run.
+        #[arg(long, value_name = "FILE")]
+        rule_file: Option<PathBuf>,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -397,6 +422,15 @@ fn run(cmd: BenchCmd) -> Result<()> {
         }
         BenchCmd::Firewall { rules, packets, runs, json } => {
             show(&firewall::run(rules, packets, runs)?, firewall::table, json.as_deref())
+        }
+        BenchCmd::Ips { rules, write_rules: Some(file), .. } => {
+            let n = rules.first().copied().unwrap_or(1000);
+            ips::write_rules(&file, n, 0x1d5).with_context(|| format!("writing {}", file.display()))?;
+            println!("{}: {n} generated rules", file.display());
+            Ok(())
+        }
+        BenchCmd::Ips { rules, packets, runs, write_rules: None, rule_file, json } => {
+            show(&ips::run(&rules, rule_file.as_deref(), packets, runs)?, ips::table, json.as_deref())
         }
         BenchCmd::Cost { runs, warmup, window, out, json } => {
             let opts = cost::BenchCostOptions { runs, warmup, window, pipeline_runs: 3, pipeline_repeat: 200_000 };

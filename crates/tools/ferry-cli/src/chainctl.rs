@@ -469,6 +469,7 @@ pub fn status_table(s: &Status) -> String {
             out += &thread_lines(i, t);
         }
         out += &flows_table(&n.flows, n.flows_total);
+        out += &alerts_table(&n.alerts);
     }
     for n in &s.offloaded {
         let parts: Vec<String> = n.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -500,6 +501,21 @@ pub fn status_table(s: &Status) -> String {
              duplicated)\n",
             d.name, d.frames_total, d.in_pool, d.reclaimed, d.audits, d.lost, d.duplicated
         );
+    }
+    out
+}
+
+/// An IPS's alerts per rule, the most alerted first (at most 20).
+fn alerts_table(alerts: &[ferry_chain::proto::RuleAlerts]) -> String {
+    if alerts.is_empty() {
+        return String::new();
+    }
+    let mut top = alerts.to_vec();
+    top.sort_by(|a, b| b.alerts.cmp(&a.alerts).then((a.gid, a.sid).cmp(&(b.gid, b.sid))));
+    let total: u64 = alerts.iter().map(|a| a.alerts).sum();
+    let mut out = format!("    alerts: {total} from {} rules (gid:sid alerts)\n", alerts.len());
+    for a in top.iter().take(20) {
+        out += &format!("      {}:{:<10} {}\n", a.gid, a.sid, a.alerts);
     }
     out
 }

@@ -1077,6 +1077,12 @@ fn chain_check(
         spec.ports.len(),
         spec.links.len()
     );
+    for nf in &spec.nfs {
+        let Some(kind) = nf.kind.as_deref() else { continue };
+        for line in ferry_catalog::loaded(kind, &nf.args) {
+            println!("  NF {}: {line}", nf.name);
+        }
+    }
     Ok((placement, text))
 }
 

@@ -485,13 +485,45 @@ fn bench_pipeline_smoke() {
         return;
     }
     let _bench = BENCHES.lock().unwrap_or_else(|e| e.into_inner());
+    // A hang guard, not a time limit: a loaded CI machine took over 60 s.
     let done =
-        Ferry::spawn_here(&["bench", "pipeline", "--runs", "1", "--repeat", "10000"]).finish(Duration::from_secs(60));
+        Ferry::spawn_here(&["bench", "pipeline", "--runs", "1", "--repeat", "10000"]).finish(Duration::from_secs(300));
     assert!(done.status.success(), "bench pipeline failed: {}", done.stderr);
     for row in ["none (parse + drop)", "counter", "acl (8 rules)", "flow monitor", "rewrite (IP + port)", "policer"] {
         assert!(done.stdout.contains(row), "no {row} row:\n{}", done.stdout);
     }
     assert!(done.stdout.contains("9-element chain"), "{}", done.stdout);
+}
+
+/// `bench ips`: a row per rule count, after the one with no rules, and
+/// the generated rules written out load (skipping some) in a chain check.
+#[test]
+fn bench_ips_smoke() {
+    let dir = TempDir::new("bench-ips");
+    let args = ["bench", "ips", "--rules", "100,400", "--packets", "2000", "--runs", "1"];
+    let done = Ferry::spawn_here(&args).finish(Duration::from_secs(300));
+    assert!(done.status.success(), "bench ips failed: {}", done.stderr);
+    let rows: Vec<&str> = done.stdout.lines().skip_while(|l| !l.contains("ns/packet")).skip(1).collect();
+    let counts: Vec<&str> = rows.iter().filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(counts, ["0", "100", "400"], "{}", done.stdout);
+    let rules = dir.path("generated.rules");
+    let write = ["bench", "ips", "--rules", "1200", "--write-rules", rules.to_str().unwrap()];
+    assert!(Ferry::spawn_here(&write).finish(Duration::from_secs(60)).status.success());
+    let chain = dir.path("ips.yaml");
+    let yaml = format!(
+        "name: ips\ndomains: [ {{ name: main }} ]\nnfs:\n  - {{ name: src, domain: main, kind: source }}\n  \
+         - {{ name: ips, domain: main, kind: ips, args: [\"{}\", skip-unsupported] }}\n  \
+         - {{ name: snk, domain: main, kind: sink }}\nlinks:\n  - {{ from: src, to: ips }}\n  - {{ from: ips, to: snk }}\n",
+        rules.display()
+    );
+    std::fs::write(&chain, yaml).unwrap();
+    let check = ferry(&["chain", "check", chain.to_str().unwrap()], Duration::from_secs(60));
+    assert!(check.status.success(), "{}", check.stderr);
+    let line =
+        check.stdout.lines().find(|l| l.starts_with("  NF ips: ips: ")).unwrap_or_else(|| panic!("{}", check.stdout));
+    assert!(line.contains(" skipped as unsupported (by option: ") && line.contains("flowbits "), "{line}");
+    let loaded: usize = line["  NF ips: ips: ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert!(loaded >= 1000, "{line}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The IPS in a ferryd chain, on real frames: the in-memory source's UDP
 //! frames carry Ferry's stamp, whose magic (`Fy`, 0x46 0x79) is the
-//! signature.
+//! signature. Its alerts reach the EVE file ferryd opened for it, its
+//! status and ferryd's metrics.
 
 mod common;
 
@@ -8,27 +9,33 @@ use common::chain::*;
 use common::*;
 use ferry_cli::chainctl;
 
-fn chain(rules: &std::path::Path) -> String {
+/// Frames the source sends.
+const SENT: u64 = 5000;
+
+fn chain(rules: &std::path::Path, eve: &std::path::Path) -> String {
     format!(
         r#"
 name: ips
 domains: [ {{ name: main, frames: 2048, ring_size: 512 }} ]
 nfs:
-  - {{ name: src, domain: main, kind: source, args: ["rate=50000", "flows=8"] }}
-  - {{ name: ips, domain: main, kind: ips, args: ["{}"] }}
+  - {{ name: src, domain: main, kind: source, args: ["rate=50000", "flows=8", "count={SENT}"] }}
+  - {{ name: ips, domain: main, kind: ips, args: ["{}", "eve={}"] }}
   - {{ name: snk, domain: main, kind: sink }}
 links:
   - {{ from: src, to: ips }}
   - {{ from: ips, to: snk }}
 "#,
-        rules.display()
+        rules.display(),
+        eve.display()
     )
 }
 
 /// With an alert rule on the stamp every frame goes on to the sink,
 /// counted `pass_alerted`; with a drop rule none reaches it, every one
 /// counted `drop_rule`. A rule with a content the frames lack changes
-/// nothing.
+/// nothing. Either way each frame raises one alert of sid 1: one EVE
+/// line each, with its 5-tuple, and the rule's count in the status and
+/// in the metrics.
 #[test]
 fn ips_alerts_and_drops_on_payload_signatures() {
     if !privileged("ips") {
@@ -42,27 +49,45 @@ fn ips_alerts_and_drops_on_payload_signatures() {
             &rules,
             format!(
                 "# Ferry's stamp magic, then a signature no frame carries\n\
-                 {action} udp any any -> any 9 (msg:\"ferry stamp\"; content:\"|46 79|\"; sid:1;)\n\
+                 {action} udp any any -> any 9 (msg:\"ferry stamp\"; content:\"|46 79|\"; classtype:misc-activity; sid:1; rev:3;)\n\
                  drop udp any any -> any any (msg:\"absent\"; content:\"/bin/sh\"; sid:2;)\n"
             ),
         )
         .unwrap();
-        let (rc, _) = start(&dir, &chain(&rules));
-        // The NF publishes its counters one by one after each burst, and
-        // the framework's as it goes: wait for a status in which they
-        // agree (they always come to; a frame with another verdict would
-        // keep them apart for good, and the wait would fail).
-        let st = wait_for(&format!("5000 frames, every one {verdict}"), || {
+        let eve = dir.path("eve.json");
+        let (rc, _) = start(&dir, &chain(&rules, &eve));
+        // Counters, per-rule counts and the file each catch up with the
+        // frames in their own time: wait for all to agree.
+        let st = wait_for(&format!("{SENT} frames, every one {verdict}, each alerted once"), || {
             let st = rc.status().ok()?;
-            let rx = c(&st, "ips", "rx");
-            let agreed = if action == "alert" {
-                c(&st, "ips", "to_nf") == rx && c(&st, "snk", "sunk") > 0
-            } else {
-                c(&st, "ips", "drop_nf") == rx && c(&st, "snk", "sunk") == 0
-            };
-            (rx >= 5000 && c(&st, "ips", verdict) == rx && agreed).then_some(st)
+            let ips = st.nfs.iter().find(|n| n.name == "ips")?;
+            let alerted = ips.alerts.iter().map(|a| (a.gid, a.sid, a.alerts)).collect::<Vec<_>>();
+            let lines = std::fs::read_to_string(&eve).ok()?.lines().count() as u64;
+            let sunk = if action == "alert" { SENT } else { 0 };
+            (c(&st, "ips", "rx") == SENT
+                && c(&st, "ips", verdict) == SENT
+                && c(&st, "snk", "sunk") == sunk
+                && alerted == [(1, 1, SENT)]
+                && lines == SENT)
+                .then_some(st)
         });
         eprintln!("{}", chainctl::status_table(&st));
+        let blocked = if action == "alert" { "allowed" } else { "blocked" };
+        for line in std::fs::read_to_string(&eve).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["event_type"], "alert", "{line}");
+            assert_eq!((v["proto"].as_str(), v["dest_port"].as_u64()), (Some("UDP"), Some(9)), "{line}");
+            assert!(v["src_ip"].as_str().is_some_and(|a| a.parse::<std::net::IpAddr>().is_ok()), "{line}");
+            let a = &v["alert"];
+            assert_eq!((a["signature_id"].as_u64(), a["gid"].as_u64(), a["rev"].as_u64()), (Some(1), Some(1), Some(3)));
+            assert_eq!((a["signature"].as_str(), a["category"].as_str()), (Some("ferry stamp"), Some("misc-activity")));
+            assert_eq!(a["action"], blocked, "{line}");
+            assert_eq!((v["ferry"]["chain"].as_str(), v["ferry"]["nf"].as_str()), (Some("ips"), Some("ips")));
+        }
+        let addr = chainctl::metrics_addr(&rc.admin).unwrap().expect("ferryd serves metrics");
+        let (_, body) = http_get(&addr, "/metrics");
+        let sample = format!("ferry_ips_alerts_total{{chain=\"ips\",nf=\"ips\",gid=\"1\",sid=\"1\"}} {SENT}");
+        assert!(body.lines().any(|l| l == sample), "no {sample:?} in the metrics");
         assert_conserved(&rc);
         rc.shutdown().unwrap();
     }

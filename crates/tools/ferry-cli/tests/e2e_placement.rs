@@ -191,7 +191,7 @@ fn input() -> Vec<Vec<u8>> {
 fn expected(input: &[Vec<u8>], order: &[&str]) -> (Vec<Vec<u8>>, u64) {
     let mut fw = Firewall::new(parse_fw_rules(FW_RULES).unwrap(), Lookup::BitVector);
     let mut mon = FlowMonitor::new();
-    let mut ips = Ips::new(parse_rules(IPS_RULES).unwrap()).unwrap();
+    let mut ips = Ips::new(parse_rules(IPS_RULES).unwrap());
     let mut nat = NatModel::default();
     let (mut out, mut last_rx) = (Vec::new(), 0);
     'frames: for f in input {

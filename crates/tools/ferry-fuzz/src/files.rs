@@ -6,8 +6,8 @@ use ferry_catalog::Catalog;
 use ferry_chain::spec::{ChainSpec, KindCheck};
 use ferry_config::YamlError;
 use ferry_nf::firewall_rules::{first_match_linear, parse_fw_rules, BitVectorClassifier, Tuple};
-use ferry_nf::ips_rules::parse_rules;
-use ferry_nf::Ips;
+use ferry_nf::ips_rules::{load_rules, Problem};
+use ferry_nf::{Ips, PacketNf};
 use ferry_wire::classify::{Rule, Table, MAX_RULES};
 
 use crate::text;
@@ -94,14 +94,33 @@ pub fn firewall_rules(data: &[u8]) {
     }
 }
 
-/// An IPS rule file: an error names a rule's line; loaded rules build the
-/// NF's matcher.
+/// An IPS rule file: an error names a line of the file; a file that
+/// loads whole loads the same with skip-unsupported, nothing skipped; one
+/// refused for an unsupported rule loads with it, that rule's option
+/// counted; loaded rules build the NF, which takes a frame of the
+/// file's own bytes without panicking.
 pub fn ips_rules(data: &[u8]) {
     let Some(text) = text(data) else { return };
-    match parse_rules(text) {
-        Err(e) => line_holds(e.line, text, &e.to_string()),
-        Ok(rules) => {
-            Ips::new(rules).expect("loaded rules build a matcher");
+    let lenient = load_rules(text, true);
+    match load_rules(text, false) {
+        Err(e) => {
+            line_holds(e.line, text, &e.to_string());
+            if e.problem == Problem::Unsupported {
+                let option = e.option.clone().unwrap_or_default();
+                // The same rule is skipped, unless a later line is malformed.
+                if let Ok(set) = &lenient {
+                    assert!(set.skipped.get(&option).is_some_and(|&n| n > 0), "{e}: not counted: {:?}", set.skipped);
+                }
+            } else {
+                assert!(lenient.is_err(), "{e}: loaded when skipping unsupported rules");
+            }
+        }
+        Ok(set) => {
+            let skipping = lenient.expect("a file that loads whole loads skipping");
+            assert!(skipping.skipped.is_empty() && skipping.rules.len() == set.rules.len());
+            let mut nf = Ips::new(set.rules);
+            let mut frame = data.to_vec();
+            nf.process(&mut frame);
         }
     }
 }

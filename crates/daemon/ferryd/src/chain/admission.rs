@@ -136,6 +136,13 @@ impl Chain {
         if let Some(fd) = &flow_table {
             handed.push(FdRole::Map(ferry_bpf::flow_table::MAP_NAME.to_string()), fd.as_raw_fd());
         }
+        let alert_table = self.alerts[i].as_ref().map(|a| a.table.fd()).transpose()?;
+        if let Some(fd) = &alert_table {
+            handed.push(FdRole::Map(ferry_bpf::alert_table::MAP_NAME.to_string()), fd.as_raw_fd());
+        }
+        for (path, file) in self.alerts[i].iter().flat_map(|a| &a.eve) {
+            handed.push(FdRole::File(path.clone()), file.as_raw_fd());
+        }
         let (pidfd, start) = self.take_on(i, pid, &mut st, &counters)?;
         let threads: Vec<(u32, u32)> = nf.threads.iter().map(|t| (t.tid, t.ring)).collect();
         dom.attach(&threads, pid, pidfd.clone(), true);

@@ -60,6 +60,10 @@ pub(crate) fn check_persistable(
         format!("kernel hop {}", k.name)
     } else if let Some(n) = plan.nfs.iter().find(|n| exports_flows(n.kind.as_deref(), &n.args)) {
         format!("flow monitor {} (its flow table)", n.name)
+    } else if let Some(n) =
+        plan.nfs.iter().find(|n| n.kind.as_deref().is_some_and(|k| ferry_catalog::raises_alerts(k, &n.args)))
+    {
+        format!("IPS {} (its alert table and EVE file)", n.name)
     } else if let Some(n) = plan.nfs.iter().find(|n| n.poll.prefer_busy_poll.is_some()) {
         format!("preferred busy polling on NF {} (the device settings it changes)", n.name)
     } else {
@@ -223,6 +227,7 @@ impl Chain {
             hybrids: Mutex::new(None),
             splits: Vec::new(),
             flow_tables: plan.nfs.iter().map(|_| None).collect(),
+            alerts: plan.nfs.iter().map(|_| None).collect(),
             placement: state.placement,
             persist: Some(dir),
             records: Mutex::new(records),

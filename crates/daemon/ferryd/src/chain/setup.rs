@@ -2,18 +2,20 @@
 //! ports (with the XDP, post-server and hybrid parts placed in front of
 //! them), kernel hops, flow tables, users and keys. Nothing starts yet.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, Context, Result};
+use ferry_bpf::alert_table::AlertTable;
 use ferry_bpf::flow_table::FlowTable;
 use ferry_chain::plan::{ChainPlan, PortPlan};
 use ferry_chain::proto;
 use ferry_nf::flow_monitor::MAX_FLOWS;
 use ferry_place::{HybridPath, OffloadedNf, PostPath, Then, XdpPath};
 
-use super::{adopt, Chain, ChainSetup, NfState, Split};
+use super::{adopt, Chain, ChainSetup, NfAlerts, NfState, Split};
 use crate::classify::EdgeClassifier;
 use crate::domain::Domain;
 use crate::fastpath::{FastPathEnd, FastPathIds};
@@ -76,6 +78,7 @@ impl Chain {
         let id_of = |name: &str| plan.nfs.iter().position(|n| n.name == name).map(|i| nf_ids[i]);
         let hybrids = Hybrids::setup(id, &plan, (&hybrid, &ahead_ids), &whole, id_of).context("hybrid NFs")?;
         let flow_tables = flow_tables(&plan)?;
+        let alerts = alert_outputs(&plan)?;
         let taps = plan.kernel.iter().map(Tap::create).collect::<Result<Vec<_>>>()?;
         // Keys last: nothing after them can fail and leave them behind.
         let keys = issue_keys(&plan, &creds, &socket, spawn)?;
@@ -105,6 +108,7 @@ impl Chain {
             hybrids: Mutex::new(hybrids),
             splits,
             flow_tables,
+            alerts,
             placement: c.placement,
             persist: c.persist,
             plan,
@@ -236,6 +240,33 @@ fn flow_tables(plan: &ChainPlan) -> Result<Vec<Option<FlowTable>>> {
         })
         .collect()
 }
+
+/// Per NF that raises alerts (an IPS, alone, joined or fused): its alert
+/// table, each thread's counts of each rule (as many rules as an IPS
+/// holds: entries are allocated as they are set), and the EVE files its
+/// arguments name, opened for appending as ferryd's user: the NF's own
+/// user need not be able to open them.
+fn alert_outputs(plan: &ChainPlan) -> Result<Vec<Option<NfAlerts>>> {
+    plan.nfs
+        .iter()
+        .map(|nf| {
+            let Some(kind) = nf.kind.as_deref().filter(|k| ferry_catalog::raises_alerts(k, &nf.args)) else {
+                return Ok(None);
+            };
+            let table = AlertTable::create(MAX_ALERT_RULES * nf.threads.len() as u32)
+                .with_context(|| format!("NF {}: its alert table", nf.name))?;
+            let open = |path: String| {
+                let file = std::fs::OpenOptions::new().append(true).create(true).mode(0o640).open(&path);
+                file.map(|f| (path.clone(), f)).with_context(|| format!("NF {}: its EVE file {path}", nf.name))
+            };
+            let eve = ferry_catalog::eve_files(kind, &nf.args).into_iter().map(open).collect::<Result<_>>()?;
+            Ok(Some(NfAlerts { table, eve }))
+        })
+        .collect()
+}
+
+/// Rules per thread an IPS's alert table counts at most.
+const MAX_ALERT_RULES: u32 = 1 << 16;
 
 /// A key per NF ferryd does not start itself, readable by its user only.
 fn issue_keys(plan: &ChainPlan, creds: &[Creds], socket: &Path, spawn: bool) -> Result<Vec<Option<NfKey>>> {

@@ -65,6 +65,9 @@ impl Chain {
                 let n = s.nfs.last_mut().expect("just pushed");
                 (n.flows_total, n.flows) = crate::fastpath::flow_statuses(table.flows());
             }
+            if let Some(a) = &self.alerts[i] {
+                s.nfs.last_mut().expect("just pushed").alerts = rule_alerts(a.table.entries());
+            }
         }
         for d in self.domains.iter() {
             let ctl = d.control.as_slice();
@@ -98,4 +101,13 @@ impl Chain {
         }
         s
     }
+}
+
+/// Each rule's alerts, summed over the threads that counted them.
+fn rule_alerts(entries: Vec<(ferry_bpf::alert_table::AlertKey, u64)>) -> Vec<ferry_chain::proto::RuleAlerts> {
+    let mut sums: std::collections::BTreeMap<(u32, u32), u64> = std::collections::BTreeMap::new();
+    for (k, n) in entries {
+        *sums.entry((k.gid, k.sid)).or_default() += n;
+    }
+    sums.into_iter().map(|((gid, sid), alerts)| ferry_chain::proto::RuleAlerts { gid, sid, alerts }).collect()
 }

@@ -37,8 +37,7 @@ pub fn serve(l: &Launch) -> Result<()> {
 /// The flow table ferryd sent the NF, one handle per thread, opened
 /// before any thread runs.
 pub(crate) fn thread_tables(nf: &Nf) -> Result<Vec<Mutex<Option<FlowTable>>>> {
-    let table = nf.take_maps().into_iter().find(|(name, _)| name == MAP_NAME).map(|(_, fd)| fd);
-    let table = table.ok_or_else(|| anyhow!("ferryd sent no flow table ({MAP_NAME})"))?;
+    let table = nf.take_map(MAP_NAME).ok_or_else(|| anyhow!("ferryd sent no flow table ({MAP_NAME})"))?;
     let mut tables = Vec::new();
     for _ in 0..nf.threads() {
         let fd: OwnedFd = table.as_fd().try_clone_to_owned()?;

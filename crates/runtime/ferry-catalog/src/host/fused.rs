@@ -27,6 +27,7 @@ use ferry_bpf::flow_table::FlowTable;
 use ferry_nf::{FlowMonitor, PacketNf, Verdict};
 use ferry_sdk::{NfThread, Packet};
 
+use super::alerts::{AlertOut, AlertSinks};
 use super::flow_monitor::{thread_tables, Exporter, EXPORT_EVERY};
 use super::{Launch, BURST};
 use crate::fused::{self, Stage};
@@ -67,10 +68,12 @@ pub fn serve(l: &Launch) -> Result<()> {
     let nf = l.hello.connect(&names)?;
     let monitors = stages.iter().any(|s| crate::runner(s.kind).ok() == Some(Runner::FlowExport));
     let tables: Vec<Mutex<Option<FlowTable>>> = if monitors { thread_tables(&nf)? } else { Vec::new() };
+    let sinks = crate::raises_alerts(l.kind, l.args).then(|| AlertSinks::take(&nf));
     nf.run(|th| {
         let table = tables.get(th.index() as usize).and_then(|t| t.lock().expect("tables lock").take());
         let steps = steps(&stages, table, th.index()).expect("built once already");
-        run(th, steps)
+        let alerts = sinks.as_ref().map(|s| s.for_thread(th.index()).expect("the alert table ferryd sent"));
+        run(th, steps, alerts)
     })?;
     Ok(())
 }
@@ -98,12 +101,12 @@ fn steps(stages: &[Stage], mut table: Option<FlowTable>, index: u32) -> Result<V
     Ok(steps)
 }
 
-fn run(mut th: NfThread, mut steps: Vec<Step>) {
+fn run(mut th: NfThread, mut steps: Vec<Step>, mut alerts: Option<AlertOut>) {
     let mut burst: Vec<Packet> = Vec::with_capacity(BURST);
     let mut kept: Vec<Packet> = Vec::with_capacity(BURST);
     // A flow monitor's last counts get out while no frames come.
     let monitors = steps.iter().any(|s| matches!(s.nf, StageNf::Monitor(_)));
-    let ticker = monitors.then(|| th.waker().every(EXPORT_EVERY));
+    let ticker = (monitors || alerts.is_some()).then(|| th.waker().every(EXPORT_EVERY));
     while th.recv_burst(&mut burst, BURST).is_ok() {
         for (k, step) in steps.iter_mut().enumerate() {
             let Some(nf) = step.nf.nf() else { continue };
@@ -130,6 +133,9 @@ fn run(mut th: NfThread, mut steps: Vec<Step>) {
                 exporter.tick(nf);
             }
             let Some(nf) = step.nf.nf() else { continue };
+            if let Some(out) = &mut alerts {
+                out.collect(nf);
+            }
             for (i, &v) in nf.counters().iter().enumerate() {
                 th.set_nf_counter(first + i, v);
             }
@@ -140,6 +146,9 @@ fn run(mut th: NfThread, mut steps: Vec<Step>) {
             let (nf, exporter) = &mut **m;
             exporter.export(nf);
         }
+    }
+    if let Some(out) = &mut alerts {
+        out.export();
     }
     drop(ticker);
 }

@@ -20,6 +20,7 @@
 //!
 //! [`host`] runs several NFs of one chain as threads of one process.
 
+mod alerts;
 pub mod flow_monitor;
 pub mod fused;
 pub mod hybrid;
@@ -143,11 +144,16 @@ pub fn serve_packet(launch: &Launch) -> Result<()> {
     if reloads {
         names.extend(ferry_evnf::types::RELOAD_COUNTERS);
     }
+    for line in crate::loaded(launch.kind, launch.args) {
+        tracing::info!("{}: {line}", launch.kind);
+    }
     let nf = launch.hello.connect(&names)?;
+    let sinks = crate::raises_alerts(launch.kind, launch.args).then(|| alerts::AlertSinks::take(&nf));
     nf.run(|th| {
         let pnf = build().expect("built once already");
+        let alerts = sinks.as_ref().map(|s| s.for_thread(th.index()).expect("the alert table ferryd sent"));
         let rebuild = || crate::build_packet(launch.kind, launch.args).map_err(|e| e.to_string());
-        packet_nf(th, pnf, replies, reloads.then_some(&rebuild as &dyn Fn() -> _))
+        packet_nf(th, pnf, replies, reloads.then_some(&rebuild as &dyn Fn() -> _), alerts)
     })?;
     Ok(())
 }
@@ -155,11 +161,18 @@ pub fn serve_packet(launch: &Launch) -> Result<()> {
 /// What a reload builds: the NF anew, or why not.
 type Rebuild<'a> = &'a dyn Fn() -> std::result::Result<Box<dyn PacketNf>, String>;
 
-/// How often a reloading NF's idle thread wakes to see a SIGHUP.
+/// How often a reloading or alerting NF's idle thread wakes, to see a
+/// SIGHUP or export its alert counts.
 const RELOAD_WAKE: std::time::Duration = std::time::Duration::from_millis(100);
 
-fn packet_nf(mut th: NfThread, mut nf: Box<dyn PacketNf>, reply: bool, rebuild: Option<Rebuild>) {
-    let _ticker = rebuild.map(|_| th.waker().every(RELOAD_WAKE));
+fn packet_nf(
+    mut th: NfThread,
+    mut nf: Box<dyn PacketNf>,
+    reply: bool,
+    rebuild: Option<Rebuild>,
+    mut alerts: Option<alerts::AlertOut>,
+) {
+    let _ticker = (rebuild.is_some() || alerts.is_some()).then(|| th.waker().every(RELOAD_WAKE));
     let mut reloads = reload::Reloads::default();
     // Counts of the NFs a reload replaced, and the reloads' own.
     let mut carried = vec![0u64; nf.counters().len()];
@@ -173,6 +186,9 @@ fn packet_nf(mut th: NfThread, mut nf: Box<dyn PacketNf>, reply: bool, rebuild: 
                 Verdict::Tx => th.reply(pkt),
                 Verdict::Pass | Verdict::Drop => th.drop_packet(pkt),
             }
+        }
+        if let Some(out) = &mut alerts {
+            out.collect(nf.as_mut());
         }
         if let Some(rebuild) = rebuild.filter(|_| reloads.due()) {
             match rebuild() {
@@ -192,6 +208,9 @@ fn packet_nf(mut th: NfThread, mut nf: Box<dyn PacketNf>, reply: bool, rebuild: 
         for (i, v) in counters.chain(extra.iter().copied()).enumerate() {
             th.set_nf_counter(i, v);
         }
+    }
+    if let Some(out) = &mut alerts {
+        out.export();
     }
 }
 
