@@ -292,6 +292,7 @@ pub fn eve_files(kind: &str, args: &[String]) -> Vec<String> {
     let parts = packet_parts(kind, args);
     let files = parts.iter().filter_map(|(k, a)| ferry_nf::info(k)?.eve_file?(a).map(str::to_string));
     let mut files: Vec<String> = files.collect();
+    files.sort();
     files.dedup();
     files
 }

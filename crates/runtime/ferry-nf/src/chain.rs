@@ -64,4 +64,8 @@ impl PacketNf for NfChainLocal {
     fn counters(&self) -> &[u64] {
         &self.counters
     }
+
+    fn drain_alerts(&mut self, out: &mut dyn FnMut(crate::EveAlert<'_>)) -> u64 {
+        self.nfs.iter_mut().map(|nf| nf.drain_alerts(out)).sum()
+    }
 }

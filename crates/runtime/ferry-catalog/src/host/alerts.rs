@@ -52,7 +52,12 @@ impl AlertSinks {
     /// table (an NF not started by this ferryd), alerts are still written,
     /// but not counted per rule.
     pub fn take(nf: &Nf) -> AlertSinks {
-        let eve = nf.take_files().into_iter().next().map(|(_, fd)| Arc::new(File::from(fd)));
+        let mut files = nf.take_files();
+        if files.len() > 1 {
+            let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+            tracing::warn!("{}: one EVE file per NF: writing every alert to {}, not to {paths:?}", nf.name(), paths[0]);
+        }
+        let eve = (!files.is_empty()).then(|| Arc::new(File::from(files.swap_remove(0).1)));
         let table = nf.take_map(MAP_NAME);
         if table.is_none() {
             tracing::warn!("{}: ferryd sent no alert table ({MAP_NAME}): alerts are not counted per rule", nf.name());
@@ -60,9 +65,14 @@ impl AlertSinks {
         AlertSinks { eve, table, chain: nf.chain().to_string(), nf: nf.name().to_string() }
     }
 
+    /// A writer for each of `threads` threads, for each to take.
+    pub fn per_thread(&self, threads: usize) -> Result<Vec<std::sync::Mutex<Option<AlertOut>>>> {
+        (0..threads).map(|t| Ok(std::sync::Mutex::new(Some(self.for_thread(t as u32)?)))).collect()
+    }
+
     /// Thread `thread`'s writer, with the counts a previous process of
     /// the NF left for it in the table.
-    pub fn for_thread(&self, thread: u32) -> Result<AlertOut> {
+    fn for_thread(&self, thread: u32) -> Result<AlertOut> {
         let table = match &self.table {
             Some(fd) => Some(AlertTable::from_fd(fd.as_fd().try_clone_to_owned()?).context("the alert table")?),
             None => None,
@@ -77,6 +87,7 @@ impl AlertSinks {
             counts,
             changed: false,
             exported: Instant::now(),
+            warned: None,
             line: String::new(),
         })
     }
@@ -92,6 +103,8 @@ pub(crate) struct AlertOut {
     counts: BTreeMap<AlertKey, u64>,
     changed: bool,
     exported: Instant,
+    /// When this thread last warned (a warning a burst would flood the log).
+    warned: Option<Instant>,
     /// The lines of one drain.
     line: String,
 }
@@ -100,7 +113,7 @@ impl AlertOut {
     /// Writes and counts the alerts `nf` raised since the last call, and
     /// exports the counts if the last export is [`EXPORT_EVERY`] old.
     pub fn collect(&mut self, nf: &mut dyn PacketNf) {
-        let timestamp = now();
+        let mut timestamp = None;
         let (thread, to_log) = (self.thread, self.eve.is_none());
         let (counts, line, changed) = (&mut self.counts, &mut self.line, &mut self.changed);
         let origin = Origin { chain: &self.chain, nf: &self.nf, thread };
@@ -108,7 +121,7 @@ impl AlertOut {
             let key = AlertKey { thread, gid: alert.alert.gid, sid: alert.alert.signature_id };
             *counts.entry(key).or_default() += 1;
             *changed = true;
-            let eve = EveLine { timestamp: timestamp.clone(), alert, ferry: origin };
+            let eve = EveLine { timestamp: timestamp.get_or_insert_with(now).clone(), alert, ferry: origin };
             let json = serde_json::to_string(&eve).expect("an EVE line serializes");
             if to_log {
                 tracing::info!(target: "ferry::eve", "{json}");
@@ -118,7 +131,7 @@ impl AlertOut {
             }
         });
         if unlogged > 0 {
-            tracing::warn!("{}: {unlogged} alerts not logged: more than a packet or a burst may raise", self.nf);
+            self.warn(&format!("{unlogged} alerts not logged: more than a packet (8) or the buffer (4096) holds"));
         }
         self.write_lines();
         if self.exported.elapsed() >= EXPORT_EVERY {
@@ -129,22 +142,35 @@ impl AlertOut {
     fn write_lines(&mut self) {
         if let (Some(file), false) = (&self.eve, self.line.is_empty()) {
             if let Err(e) = (&**file).write_all(self.line.as_bytes()) {
-                tracing::warn!("{}: writing EVE alerts: {e}", self.nf);
+                self.warn(&format!("writing EVE alerts: {e}"));
             }
         }
         self.line.clear();
     }
 
+    /// Logs `what`, unless this thread warned less than [`EXPORT_EVERY`]
+    /// ago.
+    fn warn(&mut self, what: &str) {
+        if self.warned.map_or(true, |t| t.elapsed() >= EXPORT_EVERY) {
+            tracing::warn!("{}: {what}", self.nf);
+            self.warned = Some(Instant::now());
+        }
+    }
+
     /// Exports the per-rule counts, if any changed.
     pub fn export(&mut self) {
+        let mut failed = None;
         if let (Some(table), true) = (&mut self.table, std::mem::take(&mut self.changed)) {
             for (&key, &n) in &self.counts {
                 // A failed write leaves the table behind until the next
                 // export; the counts here stay right.
                 if let Err(e) = table.set(key, n) {
-                    tracing::warn!("alert table: {e}");
+                    failed = Some(e);
                 }
             }
+        }
+        if let Some(e) = failed {
+            self.warn(&format!("alert table: {e}"));
         }
         self.exported = Instant::now();
     }

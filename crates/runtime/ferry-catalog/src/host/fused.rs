@@ -69,10 +69,11 @@ pub fn serve(l: &Launch) -> Result<()> {
     let monitors = stages.iter().any(|s| crate::runner(s.kind).ok() == Some(Runner::FlowExport));
     let tables: Vec<Mutex<Option<FlowTable>>> = if monitors { thread_tables(&nf)? } else { Vec::new() };
     let sinks = crate::raises_alerts(l.kind, l.args).then(|| AlertSinks::take(&nf));
+    let outs = sinks.map(|s| s.per_thread(nf.threads())).transpose()?.unwrap_or_default();
     nf.run(|th| {
         let table = tables.get(th.index() as usize).and_then(|t| t.lock().expect("tables lock").take());
         let steps = steps(&stages, table, th.index()).expect("built once already");
-        let alerts = sinks.as_ref().map(|s| s.for_thread(th.index()).expect("the alert table ferryd sent"));
+        let alerts = outs.get(th.index() as usize).and_then(|o| o.lock().expect("alerts lock").take());
         run(th, steps, alerts)
     })?;
     Ok(())

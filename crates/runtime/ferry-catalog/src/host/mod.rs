@@ -149,9 +149,10 @@ pub fn serve_packet(launch: &Launch) -> Result<()> {
     }
     let nf = launch.hello.connect(&names)?;
     let sinks = crate::raises_alerts(launch.kind, launch.args).then(|| alerts::AlertSinks::take(&nf));
+    let outs = sinks.map(|s| s.per_thread(nf.threads())).transpose()?.unwrap_or_default();
     nf.run(|th| {
         let pnf = build().expect("built once already");
-        let alerts = sinks.as_ref().map(|s| s.for_thread(th.index()).expect("the alert table ferryd sent"));
+        let alerts = outs.get(th.index() as usize).and_then(|o| o.lock().expect("alerts lock").take());
         let rebuild = || crate::build_packet(launch.kind, launch.args).map_err(|e| e.to_string());
         packet_nf(th, pnf, replies, reloads.then_some(&rebuild as &dyn Fn() -> _), alerts)
     })?;

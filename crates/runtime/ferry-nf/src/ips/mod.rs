@@ -51,6 +51,11 @@ pub struct Ips {
     prefilter: Mpm,
     /// Per prefilter pattern: the rules whose fast pattern it is.
     pattern_rules: Vec<Vec<u32>>,
+    /// Per prefilter pattern: the packet (by `packet`) it last made its
+    /// rules candidates in, so that a pattern repeated along a payload
+    /// costs its rules once.
+    pattern_seen: Vec<u32>,
+    packet: u32,
     /// Rules with no positive content: tried on every packet.
     unfiltered: Vec<u32>,
     /// Per rule: already a candidate for this packet.
@@ -99,6 +104,8 @@ impl Ips {
         Ips {
             rules,
             prefilter,
+            pattern_seen: vec![0; pattern_rules.len()],
+            packet: 0,
             pattern_rules,
             unfiltered,
             candidate: vec![false; n],
@@ -162,8 +169,17 @@ impl Ips {
     /// The rules whose fast pattern occurs in `payload`, and those with
     /// none, each once.
     fn pick_candidates(&mut self, payload: &[u8]) {
+        self.packet = self.packet.wrapping_add(1);
+        if self.packet == 0 {
+            self.pattern_seen.fill(0);
+            self.packet = 1;
+        }
         let (pattern_rules, candidate, candidates) = (&self.pattern_rules, &mut self.candidate, &mut self.candidates);
+        let (seen, packet) = (&mut self.pattern_seen, self.packet);
         self.prefilter.find(payload, |p| {
+            if std::mem::replace(&mut seen[p as usize], packet) == packet {
+                return;
+            }
             for &r in &pattern_rules[p as usize] {
                 if !std::mem::replace(&mut candidate[r as usize], true) {
                     candidates.push(r);
@@ -423,6 +439,21 @@ alert udp any any -> any any (msg:\"overlap\"; content:\"abcab\"; sid:4;)
         assert_eq!(nf.drain_alerts(&mut |a| alerts.push((a.alert.signature_id, a.src_port, a.dest_port))), 0);
         assert_eq!(alerts, [(2011465, 40000, 80), (2006446, 40000, 80), (2000002, 80, 40000), (2000001, 1234, 53)]);
         assert_eq!(nf.drain_alerts(&mut |_| panic!("taken already")), 0);
+    }
+
+    /// An IPS joined with another NF in one process (`firewall+ips`)
+    /// hands its alerts on through the joined NF.
+    #[test]
+    fn a_joined_ips_hands_its_alerts_on() {
+        let mut joined = crate::NfChainLocal::new(vec![Box::new(crate::RxDrop::new()), Box::new(ips())]);
+        joined.process(&mut frame(ip_proto::TCP, 80, b"GET /admin", 0));
+        let mut sids = Vec::new();
+        assert_eq!(joined.drain_alerts(&mut |a| sids.push(a.alert.signature_id)), 0);
+        assert!(sids.is_empty(), "rxdrop takes every frame: the IPS saw none");
+        let mut joined = crate::NfChainLocal::new(vec![Box::new(ips())]);
+        joined.process(&mut frame(ip_proto::TCP, 80, b"GET /admin", 0));
+        assert_eq!(joined.drain_alerts(&mut |a| sids.push(a.alert.signature_id)), 0);
+        assert_eq!(sids, [1]);
     }
 
     /// A packet raises at most MAX_PER_PACKET alerts; the rest are

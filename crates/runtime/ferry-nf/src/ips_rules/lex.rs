@@ -1,8 +1,9 @@
 //! The text of a rule: its header tokens and its options.
 //!
-//! An option ends at a `;` that is neither escaped (`\;`, Suricata's
-//! rule) nor inside a quoted string (Snort 3's lexer); so rules written
-//! for either split the same. Its name is what comes before the first
+//! An option ends at a `;` that is not escaped (`\;`, Suricata's rule),
+//! or, where that splits a rule into pieces that are no options, at one
+//! that is not inside a quoted string either (Snort 3's lexer); so rules
+//! written for either split as their own engine splits them. Its name is what comes before the first
 //! `:`, case folded; a bare name (`nocase`) has no value.
 
 /// One `name[:value];` option, as written.
@@ -53,11 +54,13 @@ fn header_words(head: &str) -> Result<Vec<&str>, String> {
     Ok(words)
 }
 
-/// The options, split as Snort 3 does (a quoted `;` stays), or, where
-/// that leaves a string open, as Suricata does (only `\;` stays): a
-/// Suricata rule may hold a bare `"` inside a pcre.
+/// The options, split as Suricata does (only `\;` stays in a value: a
+/// Suricata rule may hold a bare `"` inside a pcre), or, where that
+/// leaves a piece that is no option, as Snort 3 does (a `;` inside
+/// quotes stays too). Suricata's first: two bare quotes in two options
+/// must not pair up across the `;` between them.
 fn split_options(body: &str) -> Result<Vec<RawOption<'_>>, String> {
-    split_options_at(body, true).or_else(|e| split_options_at(body, false).map_err(|_| e))
+    split_options_at(body, false).or_else(|_| split_options_at(body, true))
 }
 
 fn split_options_at(body: &str, quotes: bool) -> Result<Vec<RawOption<'_>>, String> {
@@ -185,5 +188,20 @@ mod tests {
         assert!(split_rule(r#"alert tcp any any -> any any (msg:"x\;)"#).unwrap_err().contains("unterminated"));
         assert!(split_rule("alert tcp [1.1.1.1 any -> any any (sid:1;)").unwrap_err().contains("unbalanced ["));
         assert!(split_rule("alert tcp any any -> any any (a b:1;)").unwrap_err().contains("expected name"));
+    }
+
+    /// Each engine's rules split as that engine splits them: Snort 3's
+    /// quoted `;`, Suricata's bare quotes, one in each of two options.
+    #[test]
+    fn rules_split_as_their_engine_splits_them() {
+        let names = |r: &str| -> Vec<(String, Option<String>)> {
+            let raw = split_rule(r).unwrap();
+            raw.options.into_iter().map(|o| (o.name, o.value.map(str::to_string))).collect()
+        };
+        let snort = names(r#"alert tcp any any -> any any (msg:"a;b"; sid:1;)"#);
+        assert_eq!(snort, [("msg".into(), Some("\"a;b\"".into())), ("sid".into(), Some("1".into()))]);
+        let suricata = names(r#"alert tcp any any -> any any (pcre:"/a"b/"; pcre:"/c"d/"; sid:1;)"#);
+        let values: Vec<_> = suricata.iter().map(|(_, v)| v.clone().unwrap()).collect();
+        assert_eq!(values, [r#""/a"b/""#, r#""/c"d/""#, "1"]);
     }
 }

@@ -385,7 +385,13 @@ fn options(rule: &mut Rule, raw: &[lex::RawOption]) -> Result<(), Fault> {
         };
         let bad = |m: String| Fault::malformed(name, m);
         match name {
-            "msg" => rule.msg = lex::quoted(need()?).and_then(|(_, t, _)| lex::unescape(t)).map_err(bad)?,
+            "msg" => {
+                let (negated, text, rest) = lex::quoted(need()?).map_err(bad)?;
+                if negated || !rest.is_empty() {
+                    return Err(bad(format!("{:?}: expected msg:\"TEXT\"", need()?)));
+                }
+                rule.msg = lex::unescape(text).map_err(bad)?;
+            }
             "sid" => rule.sid = number(u64::from(u32::MAX))?,
             "rev" => rule.meta.rev = number(u64::from(u32::MAX))?,
             "gid" => rule.meta.gid = number(u64::from(u32::MAX))?,
@@ -490,6 +496,7 @@ alert tcp any any -> any any (msg:"password in the clear"; flow:established; pcr
             (good.replace(" 80", " 90:80"), "destination port", Malformed, "90 is above 80"),
             (good.replace("->", "<-"), "direction", Malformed, "expected -> or <>"),
             (good.replace("sid:1;", ""), "sid", Malformed, "every rule needs a sid"),
+            (good.replace("\"m\"", "\"m\"x"), "msg", Malformed, "expected msg:\"TEXT\""),
             (good.replace("sid:1", "sid:x"), "sid", Malformed, "expected a number"),
             (good.replace("\"c\"", "\"c"), "content", Malformed, "no closing quote"),
             (good.replace("\"c\"", "\"|zz|\""), "content", Malformed, "is not hex bytes"),

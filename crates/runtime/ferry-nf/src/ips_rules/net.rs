@@ -318,6 +318,9 @@ fn item<T>(
     var: &VarLookup<'_, T>,
     leaf: &dyn Fn(&str) -> Result<T, String>,
 ) -> Result<(bool, Node<T>), String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("lists or variables nest more than {MAX_DEPTH} deep"));
+    }
     let text = text.trim();
     // `a,b` without brackets: a list all the same, as Suricata reads
     // (and as Emerging Threats rules write ports: `!5800,!445`).
