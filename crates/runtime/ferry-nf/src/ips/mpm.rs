@@ -118,9 +118,13 @@ impl Mpm {
         folded.clear();
         folded.extend_from_slice(payload);
         folded.make_ascii_lowercase();
+        // Most rulesets' fast patterns are all 4 bytes or longer.
+        let any_short = !self.short.is_empty() || self.single_filter != [0; 4];
         for i in 0..folded.len() {
             let rest = &folded[i..];
-            self.short_at(rest, &mut found);
+            if any_short {
+                self.short_at(rest, &mut found);
+            }
             if rest.len() < 4 {
                 continue;
             }
